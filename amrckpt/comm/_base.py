@@ -1,0 +1,280 @@
+"""The communicator protocol, the serial communicator, and error agreement.
+
+Nothing here imports mpi4py: serial checkpoints work on machines without MPI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from .. import errors
+
+__all__ = ["Comm", "SerialComm", "agree", "agree_gather", "digest_of", "run_on_root"]
+
+T = TypeVar("T")
+
+_I64_MIN = -(2**63)
+
+
+@runtime_checkable
+class Comm(Protocol):
+    """What amrckpt needs of a communicator.
+
+    Every method except :attr:`rank` and :attr:`size` is collective: all
+    ranks call it, in the same order.  Implementations: :class:`SerialComm`
+    (no MPI), :class:`~amrckpt.comm.MPIComm` (mpi4py), and
+    :class:`~amrckpt.comm.ThreadComm` (threads of one process, for tests).
+    """
+
+    @property
+    def rank(self) -> int:
+        """This process's rank, ``0 <= rank < size``."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """The number of ranks, P."""
+        ...
+
+    def barrier(self) -> None:
+        """Wait until every rank has called it. Collective."""
+        ...
+
+    def bcast(self, obj: T, root: int = 0) -> T:
+        """Return ``obj`` of rank ``root`` on every rank (pickled). Collective."""
+        ...
+
+    def allgather(self, obj: T) -> list[T]:
+        """Return the list of every rank's ``obj``, by rank (pickled). Collective."""
+        ...
+
+    def allreduce_max(self, values: Sequence[int]) -> list[int]:
+        """Element-wise maximum over ranks of int64 ``values``. Collective."""
+        ...
+
+    def allreduce_sum(self, value: int) -> int:
+        """Exact sum over ranks of Python ints (any size). Collective."""
+        ...
+
+    def exscan_sum(self, value: int) -> int:
+        """Exact sum of ``value`` over the ranks below this one (0 on rank 0). Collective."""
+        ...
+
+
+class SerialComm:
+    """The communicator of a single process; every collective is trivial.
+
+    This is what ``comm=None`` means everywhere in amrckpt.
+    """
+
+    __slots__ = ()
+
+    @property
+    def rank(self) -> int:
+        """Always 0."""
+        return 0
+
+    @property
+    def size(self) -> int:
+        """Always 1."""
+        return 1
+
+    def barrier(self) -> None:
+        """Return at once."""
+
+    def bcast(self, obj: T, root: int = 0) -> T:
+        """Return ``obj``."""
+        return obj
+
+    def allgather(self, obj: T) -> list[T]:
+        """Return ``[obj]``."""
+        return [obj]
+
+    def allreduce_max(self, values: Sequence[int]) -> list[int]:
+        """Return ``values`` as a list."""
+        return [int(v) for v in values]
+
+    def allreduce_sum(self, value: int) -> int:
+        """Return ``value``."""
+        return int(value)
+
+    def exscan_sum(self, value: int) -> int:
+        """Return 0."""
+        return 0
+
+    def __repr__(self) -> str:
+        return "SerialComm()"
+
+
+def digest_of(*args: Any) -> int:
+    """A 62-bit digest of collective arguments, to check that all ranks agree.
+
+    Parameters
+    ----------
+    *args
+        Values with a deterministic ``repr`` (ints, bytes, strings, tuples) or
+        numpy arrays (hashed by dtype, shape and bytes).
+
+    Returns
+    -------
+    int
+        A non-negative integer below 2**62.  Not collective.
+    """
+    h = hashlib.blake2b(digest_size=8)
+    for a in args:
+        if isinstance(a, np.ndarray):
+            h.update(repr((a.dtype.str, a.shape)).encode())
+            h.update(np.ascontiguousarray(a).view(np.uint8).reshape(-1).data)
+        else:
+            h.update(repr(a).encode())
+        h.update(b"\x00")
+    return int.from_bytes(h.digest(), "little") >> 2
+
+
+def agree(
+    comm: Comm,
+    error: BaseException | None,
+    *,
+    digest: int = 0,
+    root: int | None = None,
+    root_values: Sequence[int] = (),
+    nvalues: int = 0,
+    what: str = "",
+) -> list[int]:
+    """Make all ranks agree on success or failure of a step; one allreduce.
+
+    Collective.  If any rank passes an ``error``, every rank raises: an error
+    of amrckpt's tree is re-raised as the same class on every rank (with
+    :attr:`~amrckpt.errors.AmrckptError.rank_errors` filled in and, on the
+    failing ranks, the original chained as ``__cause__``); any other
+    exception becomes :class:`~amrckpt.errors.CollectiveError`.  If the
+    ``digest`` of the collective arguments differs between ranks, every rank
+    raises :class:`~amrckpt.errors.ScdaArgumentError`.
+
+    Parameters
+    ----------
+    comm : Comm
+        The communicator.
+    error : BaseException or None
+        This rank's failure, or None.
+    digest : int, optional
+        A digest (:func:`digest_of`) of this call's collective arguments,
+        ``0 <= digest < 2**62``.
+    root : int, optional
+        The rank whose ``root_values`` are returned to all ranks.
+    root_values : sequence of int, optional
+        On ``root``: ``nvalues`` integers in ``[0, 2**62)`` to broadcast
+        with the agreement, e.g. a block size known only on the root.
+    nvalues : int, optional
+        The number of root values (collective).
+    what : str, optional
+        Names the call in error messages.
+
+    Returns
+    -------
+    list of int
+        ``root``'s ``root_values`` (empty when ``nvalues == 0``).
+
+    Raises
+    ------
+    AmrckptError
+        On every rank, if any rank passed an error or the digests differ.
+    """
+    vals = [1 if error is not None else 0, digest, -digest]
+    if nvalues:
+        if comm.rank == root and error is None:
+            if len(root_values) != nvalues:
+                raise AssertionError("root_values must have nvalues entries")
+            vals.extend(int(v) for v in root_values)
+        else:
+            vals.extend([_I64_MIN + 1] * nvalues)
+    res = comm.allreduce_max(vals)
+    if res[0]:
+        _raise_agreed(comm, error)
+    if res[1] != -res[2]:
+        raise errors.ScdaArgumentError(
+            f"{what or 'a collective call'}: collective arguments differ between ranks "
+            "(every rank must pass the same user string, counts and sizes)"
+        )
+    return [int(v) for v in res[3:]]
+
+
+def agree_gather(comm: Comm, error: BaseException | None, value: T) -> list[T]:
+    """Allgather ``value`` and agree on errors in the same collective call.
+
+    Collective.  Like :func:`agree`, but also returns every rank's
+    ``value`` (an O(1)-sized object: a count, a sum).
+
+    Raises
+    ------
+    AmrckptError
+        On every rank, if any rank passed an error.
+    """
+    gathered = comm.allgather((_describe(error), value))
+    descs = [g[0] for g in gathered]
+    if any(d is not None for d in descs):
+        _raise_from(comm, error, descs)
+    return [g[1] for g in gathered]
+
+
+def run_on_root(comm: Comm, fn: Callable[[], T], root: int = 0) -> T:
+    """Run ``fn()`` on ``root`` only; return its result on every rank.
+
+    Collective (one broadcast).  If ``fn`` raises, every rank raises the
+    agreed error (as :func:`agree` describes).
+    """
+    result: Any = None
+    error: BaseException | None = None
+    if comm.rank == root:
+        try:
+            result = (None, fn())
+        except Exception as exc:  # noqa: BLE001 - re-raised on every rank below
+            error = exc
+            result = (_describe(exc), None)
+    desc, value = comm.bcast(result, root=root)
+    if desc is not None:
+        descs: list[Any] = [None] * comm.size
+        descs[root] = desc
+        _raise_from(comm, error, descs)
+    return value  # type: ignore[no-any-return]
+
+
+def _describe(error: BaseException | None) -> tuple[str | None, str, str] | None:
+    """(class name if ours, "Class: message", message) of an error, for gathering."""
+    if error is None:
+        return None
+    ours = isinstance(error, errors.AmrckptError)
+    return (type(error).__name__ if ours else None, f"{type(error).__name__}: {error}", str(error))
+
+
+def _raise_agreed(comm: Comm, error: BaseException | None) -> None:
+    """Gather every rank's error description and raise the agreed exception."""
+    _raise_from(comm, error, comm.allgather(_describe(error)))
+
+
+def _raise_from(comm: Comm, error: BaseException | None, descs: list[Any]) -> None:
+    """Raise the agreed exception, given every rank's description (or None)."""
+    failed = {r: d for r, d in enumerate(descs) if d is not None}
+    first = min(failed)
+    cls_name, _, message = failed[first]
+    if comm.size == 1 and cls_name is not None and error is not None:
+        if not error.rank_errors:  # type: ignore[attr-defined]
+            error.rank_errors = {0: failed[0][1]}  # type: ignore[attr-defined]
+        raise error
+    cls = getattr(errors, cls_name) if cls_name is not None else errors.CollectiveError
+    if cls_name is None:
+        message = f"rank {first} failed: {failed[first][1]}"
+    elif comm.size > 1:
+        message = f"{message} [rank {first}]"
+    others = sorted(set(failed) - {first})
+    if others:
+        message += f" (ranks {', '.join(map(str, others))} failed as well; see rank_errors)"
+    exc = cls(message)
+    exc.rank_errors = {r: d[1] for r, d in failed.items()}
+    if error is not None:
+        raise exc from error
+    raise exc

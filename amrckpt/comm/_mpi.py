@@ -1,0 +1,97 @@
+"""A :class:`~amrckpt.comm.Comm` over an mpi4py communicator.
+
+This is the only module of the communicator layer that imports mpi4py, and it
+does so when an :class:`MPIComm` is built, never at ``import amrckpt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+__all__ = ["MPIComm", "is_mpi4py_comm"]
+
+T = TypeVar("T")
+
+
+def is_mpi4py_comm(obj: object) -> bool:
+    """Whether ``obj`` is an mpi4py communicator, without importing mpi4py."""
+    return any(c.__module__.startswith("mpi4py") and c.__name__ == "Comm" for c in type(obj).__mro__)
+
+
+class MPIComm:
+    """Wraps an ``mpi4py.MPI.Comm`` (intracommunicator) as a :class:`~amrckpt.comm.Comm`.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        The communicator; it is used as is (not duplicated), so amrckpt's
+        collective calls interleave with the caller's in program order.
+
+    Attributes
+    ----------
+    mpi_comm : mpi4py.MPI.Comm
+        The wrapped communicator, for the MPI-IO backend.
+    """
+
+    __slots__ = ("_MPI", "_rank", "_size", "mpi_comm")
+
+    def __init__(self, comm: Any) -> None:
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.mpi_comm = comm
+        self._rank = comm.Get_rank()
+        self._size = comm.Get_size()
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in ``mpi_comm``."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """The size of ``mpi_comm``."""
+        return self._size
+
+    def barrier(self) -> None:
+        """``MPI_Barrier``. Collective."""
+        self.mpi_comm.Barrier()
+
+    def bcast(self, obj: T, root: int = 0) -> T:
+        """Pickle-based ``MPI_Bcast``. Collective."""
+        result: T = self.mpi_comm.bcast(obj, root=root)
+        return result
+
+    def allgather(self, obj: T) -> list[T]:
+        """Pickle-based ``MPI_Allgather``. Collective."""
+        result: list[T] = self.mpi_comm.allgather(obj)
+        return result
+
+    def allreduce_max(self, values: Sequence[int]) -> list[int]:
+        """``MPI_Allreduce(MPI_MAX)`` of an int64 vector. Collective."""
+        buf = np.array(values, dtype=np.int64)
+        self.mpi_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
+        return [int(v) for v in buf]
+
+    def allreduce_sum(self, value: int) -> int:
+        """Exact sum of Python ints (int64 buffers when they cannot overflow). Collective."""
+        v = int(value)
+        if -(2**62) // self._size < v < 2**62 // self._size:
+            flag = np.array([v, 0], dtype=np.int64)
+        else:
+            flag = np.array([0, 1], dtype=np.int64)
+        self.mpi_comm.Allreduce(self._MPI.IN_PLACE, flag, op=self._MPI.SUM)
+        if flag[1] == 0:
+            return int(flag[0])
+        return int(self.mpi_comm.allreduce(v, op=self._MPI.SUM))
+
+    def exscan_sum(self, value: int) -> int:
+        """Exact exclusive prefix sum of Python ints (pickle-based). Collective."""
+        r = self.mpi_comm.exscan(int(value), op=self._MPI.SUM)
+        return 0 if r is None else int(r)
+
+    def __repr__(self) -> str:
+        return f"MPIComm(rank={self._rank}, size={self._size})"

@@ -1,0 +1,133 @@
+"""Ranks as threads of one process: a communicator for tests and tools.
+
+:func:`run_threads` runs a function on P threads, each with its own
+:class:`ThreadComm`; collectives meet at a shared barrier.  Together with the
+POSIX backend this exercises every partition-dependent code path of amrckpt
+(who writes which bytes, prefix sums, error agreement) without MPI, fast
+enough for property-based tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+__all__ = ["ThreadComm", "run_threads"]
+
+T = TypeVar("T")
+
+
+class _Group:
+    def __init__(self, size: int, timeout: float) -> None:
+        self.size = size
+        self.slots: list[Any] = [None] * size
+        self.barrier = threading.Barrier(size, timeout=timeout)
+
+
+class ThreadComm:
+    """One rank of a group of threads that act as an MPI communicator.
+
+    Built by :func:`run_threads`; do not share one instance between threads.
+    """
+
+    __slots__ = ("_group", "_rank")
+
+    def __init__(self, group: _Group, rank: int) -> None:
+        self._group = group
+        self._rank = rank
+
+    @property
+    def rank(self) -> int:
+        """This thread's rank."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """The number of threads in the group."""
+        return self._group.size
+
+    def barrier(self) -> None:
+        """Wait for every thread of the group. Collective."""
+        self._group.barrier.wait()
+
+    def allgather(self, obj: T) -> list[T]:
+        """Every rank's ``obj``, by rank. Collective."""
+        g = self._group
+        g.slots[self._rank] = obj
+        g.barrier.wait()
+        result = list(g.slots)
+        g.barrier.wait()
+        return result
+
+    def bcast(self, obj: T, root: int = 0) -> T:
+        """``obj`` of rank ``root``. Collective."""
+        result: T = self.allgather(obj)[root]
+        return result
+
+    def allreduce_max(self, values: Sequence[int]) -> list[int]:
+        """Element-wise maximum over ranks. Collective."""
+        return [max(col) for col in zip(*self.allgather([int(v) for v in values]))]
+
+    def allreduce_sum(self, value: int) -> int:
+        """Exact sum over ranks. Collective."""
+        return sum(self.allgather(int(value)))
+
+    def exscan_sum(self, value: int) -> int:
+        """Exact sum over the ranks below this one. Collective."""
+        return sum(self.allgather(int(value))[: self._rank])
+
+    def __repr__(self) -> str:
+        return f"ThreadComm(rank={self._rank}, size={self.size})"
+
+
+def run_threads(
+    size: int, fn: Callable[..., T], *args: Any, timeout: float = 60.0, **kwargs: Any
+) -> list[T]:
+    """Run ``fn(comm, *args, **kwargs)`` on ``size`` threads, one per rank.
+
+    Parameters
+    ----------
+    size : int
+        The number of ranks, P >= 1.
+    fn : callable
+        Called as ``fn(comm, *args, **kwargs)`` with a :class:`ThreadComm`.
+    timeout : float, optional
+        Seconds a collective may wait for the other ranks; a rank that never
+        arrives (a bug: an exception outside a collective agreement) breaks
+        the barrier instead of hanging the test.
+
+    Returns
+    -------
+    list
+        The return value of each rank, by rank.
+
+    Raises
+    ------
+    BaseException
+        The exception of the lowest rank that raised, if any did; the others
+        are attached as ``rank_exceptions`` (dict of rank to exception).
+    """
+    group = _Group(size, timeout)
+    results: list[Any] = [None] * size
+    failures: dict[int, BaseException] = {}
+
+    def target(rank: int) -> None:
+        try:
+            results[rank] = fn(ThreadComm(group, rank), *args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller below
+            failures[rank] = exc
+
+    threads = [threading.Thread(target=target, args=(r,), name=f"rank{r}") for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        first = failures[min(failures)]
+        try:
+            first.rank_exceptions = dict(failures)  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+        raise first
+    return results

@@ -1,0 +1,132 @@
+"""The exception tree of amrckpt (layer 0: imports nothing of ours).
+
+Every error that amrckpt raises derives from :class:`AmrckptError`.  The scda
+classes mirror the error classes of libsc's ``sc_scda`` (``sc_scda.h``:
+``SC_SCDA_FERR_FORMAT``, ``_USAGE``, ``_DECODE``, ``_ARG``, ``_COUNT`` and
+``_MPI``), and each also derives from the matching builtin so that callers can
+catch ``ValueError`` or ``OSError`` as they are used to (the zarr-python v3
+convention).
+
+Errors raised inside a collective call are agreed on by all ranks before they
+propagate: every rank raises an exception of the same class, whose message
+names the failing rank(s), and whose :attr:`AmrckptError.rank_errors` maps
+each failing rank to its own message.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmrckptError",
+    "CollectiveError",
+    "PartitionError",
+    "SchemaError",
+    "ScdaArgumentError",
+    "ScdaCountError",
+    "ScdaDecodeError",
+    "ScdaError",
+    "ScdaFileNotFoundError",
+    "ScdaFormatError",
+    "ScdaIOError",
+    "ScdaPermissionError",
+    "ScdaUsageError",
+]
+
+
+class AmrckptError(Exception):
+    """Root of every exception raised by amrckpt.
+
+    Attributes
+    ----------
+    rank_errors : dict of int to str
+        For an error agreed on by all ranks of a collective call: the failing
+        ranks and, for each, ``"ClassName: message"`` as raised there.  Empty
+        for errors raised outside collective calls.
+    """
+
+    rank_errors: dict[int, str]
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.rank_errors = {}
+
+
+class ScdaError(AmrckptError):
+    """Base class of the errors of the scda layer (libsc ``sc_scda_ferror_t``)."""
+
+
+class ScdaFormatError(ScdaError, ValueError):
+    """The file does not conform to the scda format (libsc ``SC_SCDA_FERR_FORMAT``).
+
+    Raised for corrupt file contents: a wrong magic, a malformed padding, a
+    count entry with a sign, leading zeros or more than 26 digits, an unknown
+    section type.
+    """
+
+
+class ScdaUsageError(ScdaError, RuntimeError):
+    """The reading or writing functions were called in a wrong order.
+
+    libsc ``SC_SCDA_FERR_USAGE``: e.g. reading array data when the next
+    section is a block, or using a closed file.
+    """
+
+
+class ScdaDecodeError(ScdaError, ValueError):
+    """A section violates the compression convention (libsc ``SC_SCDA_FERR_DECODE``).
+
+    Raised only when reading with ``decode=True`` (scda paper, section 3): a
+    compression header not followed by the right partner section, a U entry
+    that disagrees with the decoded size, an element that is not valid
+    base64 or zlib.
+    """
+
+
+class ScdaArgumentError(ScdaError, ValueError):
+    """An argument has no legal meaning (libsc ``SC_SCDA_FERR_ARG``).
+
+    Examples: a user string longer than 58 bytes, ``elem_counts`` that do not
+    have one entry per rank or do not sum to ``N``, a collective argument that
+    differs between ranks.
+    """
+
+
+class ScdaCountError(ScdaError, OSError):
+    """Fewer bytes could be read or written than required (libsc ``SC_SCDA_FERR_COUNT``).
+
+    Typically a truncated file, or a count in the file that exceeds the
+    file's size.
+    """
+
+
+class ScdaIOError(ScdaError, OSError):
+    """The file system or MPI-IO reported an error (libsc ``SC_SCDA_FERR_MPI``).
+
+    ``errno`` is set where the operating system or the MPI error class
+    provides one (e.g. ``errno.ENOSPC`` for ``MPI_ERR_NO_SPACE``).
+    """
+
+
+class ScdaFileNotFoundError(ScdaIOError, FileNotFoundError):
+    """The file (or its directory) does not exist."""
+
+
+class ScdaPermissionError(ScdaIOError, PermissionError):
+    """The file may not be read or written by this process."""
+
+
+class PartitionError(AmrckptError, ValueError):
+    """A partition of elements over ranks is invalid."""
+
+
+class SchemaError(AmrckptError, ValueError):
+    """A checkpoint schema, or the data given for it, is invalid."""
+
+
+class CollectiveError(AmrckptError):
+    """One or more ranks failed with an exception outside amrckpt's tree.
+
+    Raised on every rank of a collective call when a rank failed with, for
+    instance, a ``MemoryError`` or a bug in a user callback; the original
+    exception is chained on the ranks where it happened and described in
+    :attr:`rank_errors` everywhere.
+    """

@@ -1,0 +1,473 @@
+"""Byte backends of the scda file layer: POSIX and MPI-IO.
+
+A backend moves bytes between memory and one shared file.  Each call of
+:meth:`Backend.write` or :meth:`Backend.read` is collective: every rank
+passes its own *pieces* (small runs such as section headers and padding,
+written or read independently) and at most one *bulk* run (its share of an
+array), moved by a collective MPI-IO call.  Every rank enters the same
+collective calls even when one of its own pieces failed, so an error on one
+rank never leaves the others waiting; the error is raised locally afterwards
+and agreed on by the caller.
+
+The POSIX backend imports nothing of MPI and serves serial runs (and, for
+tests, ranks that are threads of one process).
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..comm import Comm, MPIComm, agree
+from ..errors import (
+    ScdaArgumentError,
+    ScdaCountError,
+    ScdaError,
+    ScdaFileNotFoundError,
+    ScdaIOError,
+    ScdaPermissionError,
+)
+
+__all__ = ["Backend", "MPIIOBackend", "PosixBackend", "open_backend"]
+
+Piece = tuple[int, memoryview]
+
+MAX_CALL_NBYTES = 1 << 30
+"""Bytes per rank and per MPI-IO call: larger runs are moved in rounds.
+
+MPI counts are C ints; 1 GiB rounds keep every call far from 2**31 on every
+MPI implementation.  (Tests lower it to exercise the rounds.)
+"""
+_COALESCE_NBYTES = 1 << 20
+
+
+class Backend(Protocol):
+    """A shared file opened by all ranks of a communicator."""
+
+    comm: Comm
+    path: str
+
+    def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Write this rank's pieces and bulk run. Collective.
+
+        ``max_bulk_nbytes`` is the largest bulk run of any rank (collective
+        knowledge: it follows from the partition), so that every rank makes
+        the same number of collective calls.  Raises the first local error
+        after taking part in every collective call.
+        """
+        ...
+
+    def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Fill this rank's piece and bulk buffers from the file. Collective.
+
+        Raises ScdaCountError locally for a short read (file too short).
+        """
+        ...
+
+    def file_size(self) -> int:
+        """The file's size in bytes. Collective for MPI-IO."""
+        ...
+
+    def sync(self) -> None:
+        """Flush written bytes to stable storage (fsync, ``MPI_File_sync``). Collective."""
+        ...
+
+    def close(self) -> None:
+        """Close the file. Collective."""
+        ...
+
+
+def os_error(exc: OSError, path: str, what: str) -> ScdaIOError:
+    """Translate an OSError into the scda exception with the same errno."""
+    cls: type[ScdaIOError] = ScdaIOError
+    if exc.errno == errno_mod.ENOENT:
+        cls = ScdaFileNotFoundError
+    elif exc.errno in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
+        cls = ScdaPermissionError
+    return cls(exc.errno or errno_mod.EIO, f"{what} {path!r}: {exc.strerror or exc}")
+
+
+def _coalesce(pieces: Sequence[Piece]) -> list[tuple[int, list[memoryview]]]:
+    """Group pieces into runs of contiguous offsets (sorted)."""
+    runs: list[tuple[int, list[memoryview]]] = []
+    end = -1
+    for off, buf in sorted((p for p in pieces if p[1].nbytes), key=lambda p: p[0]):
+        if runs and off == end:
+            runs[-1][1].append(buf)
+        else:
+            runs.append((off, [buf]))
+        end = off + buf.nbytes
+    return runs
+
+
+class PosixBackend:
+    """Shared file through POSIX ``pwritev``/``preadv``; no MPI.
+
+    Every rank opens the file itself; correct on a local file system for
+    serial runs and for thread ranks (:class:`~amrckpt.comm.ThreadComm`).
+    """
+
+    def __init__(self, path: str, mode: str, comm: Comm) -> None:
+        self.comm = comm
+        self.path = path
+        self.mode = mode
+        self._fd = -1
+        err: BaseException | None = None
+        if mode == "w":
+            # Rank 0 creates (truncates) the file before the others open it.
+            if comm.rank == 0:
+                try:
+                    self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                except OSError as exc:
+                    err = os_error(exc, path, "cannot create")
+            agree(comm, err, what="fopen_write")
+            if comm.rank != 0:
+                try:
+                    self._fd = os.open(path, os.O_WRONLY)
+                except OSError as exc:
+                    err = os_error(exc, path, "cannot open for writing")
+        else:
+            try:
+                self._fd = os.open(path, os.O_RDONLY)
+            except OSError as exc:
+                err = os_error(exc, path, "cannot open for reading")
+        try:
+            agree(comm, err, what="fopen")
+        except ScdaError:
+            self._close_fd()
+            raise
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            finally:
+                self._fd = -1
+
+    def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Write pieces and bulk run with one ``pwritev`` per contiguous run."""
+        allp = list(pieces) + ([bulk] if bulk is not None else [])
+        for off, bufs in _coalesce(allp):
+            self._pwritev(off, bufs)
+
+    def _pwritev(self, off: int, bufs: list[memoryview]) -> None:
+        bufs = [b for b in bufs if b.nbytes]
+        while bufs:
+            batch = bufs[:512]
+            try:
+                n = os.pwritev(self._fd, batch, off)
+            except OSError as exc:
+                raise os_error(exc, self.path, f"cannot write {sum(b.nbytes for b in batch)} bytes at byte {off} of") from exc
+            if n == 0:
+                raise ScdaCountError(f"wrote 0 bytes at byte {off} of {self.path!r}")
+            off += n
+            # Drop what was written, keep the rest.
+            while n and bufs:
+                if n >= bufs[0].nbytes:
+                    n -= bufs[0].nbytes
+                    bufs.pop(0)
+                else:
+                    bufs[0] = bufs[0][n:]
+                    n = 0
+
+    def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Fill pieces and bulk run with one ``preadv`` per contiguous run."""
+        allp = list(pieces) + ([bulk] if bulk is not None else [])
+        for off, bufs in _coalesce(allp):
+            self._preadv(off, bufs)
+
+    def _preadv(self, off: int, bufs: list[memoryview]) -> None:
+        want = sum(b.nbytes for b in bufs)
+        start = off
+        while bufs:
+            batch = bufs[:512]
+            try:
+                n = os.preadv(self._fd, batch, off)
+            except OSError as exc:
+                raise os_error(exc, self.path, f"cannot read {want} bytes at byte {start} of") from exc
+            if n == 0:
+                raise ScdaCountError(
+                    f"file {self.path!r} ends at byte {off}: {want} bytes from byte {start} were requested"
+                )
+            off += n
+            while n and bufs:
+                if n >= bufs[0].nbytes:
+                    n -= bufs[0].nbytes
+                    bufs.pop(0)
+                else:
+                    bufs[0] = bufs[0][n:]
+                    n = 0
+
+    def file_size(self) -> int:
+        """``fstat`` size of the file."""
+        return os.fstat(self._fd).st_size
+
+    def sync(self) -> None:
+        """``fsync`` on every rank; agreed."""
+        err = None
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            err = os_error(exc, self.path, "cannot fsync")
+        agree(self.comm, err, what="sync")
+
+    def close(self) -> None:
+        """Close every rank's descriptor; agreed."""
+        err = None
+        try:
+            self._close_fd()
+        except OSError as exc:
+            err = os_error(exc, self.path, "cannot close")
+        agree(self.comm, err, what="fclose")
+
+
+_MPI_ERRNO = {
+    "ERR_NO_SUCH_FILE": errno_mod.ENOENT,
+    "ERR_ACCESS": errno_mod.EACCES,
+    "ERR_READ_ONLY": errno_mod.EROFS,
+    "ERR_NO_SPACE": errno_mod.ENOSPC,
+    "ERR_QUOTA": errno_mod.EDQUOT,
+    "ERR_FILE_EXISTS": errno_mod.EEXIST,
+    "ERR_FILE_IN_USE": errno_mod.EBUSY,
+    "ERR_BAD_FILE": errno_mod.EINVAL,
+    "ERR_AMODE": errno_mod.EINVAL,
+}
+
+
+class MPIIOBackend:
+    """Shared file through MPI-IO (``MPI_File_write_at_all`` and friends).
+
+    Parameters
+    ----------
+    path : str
+        The file.
+    mode : {"w", "r"}
+        Create (truncate) for writing, or open for reading.
+    comm : MPIComm
+        The communicator; opening is collective over it.
+    info : dict of str to str, or mpi4py.MPI.Info, optional
+        MPI-IO hints passed to ``MPI_File_open`` (e.g. ``striping_factor``).
+    """
+
+    def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None) -> None:
+        from mpi4py import MPI
+
+        self._MPI = MPI
+        self.comm = comm
+        self.path = path
+        self.mode = mode
+        self._fh: Any = None
+        err: BaseException | None = None
+        mpi_info = MPI.INFO_NULL
+        free_info = False
+        if isinstance(info, dict):
+            mpi_info = MPI.Info.Create()
+            free_info = True
+            for k, v in info.items():
+                mpi_info.Set(str(k), str(v))
+        elif info is not None:
+            mpi_info = info
+        amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
+        try:
+            self._fh = MPI.File.Open(comm.mpi_comm, path, amode, mpi_info)
+        except MPI.Exception as exc:
+            err = self._error(exc, "cannot open")
+        finally:
+            if free_info:
+                mpi_info.Free()
+        agree(comm, err, what="fopen")
+        if mode == "w":
+            try:
+                self._fh.Set_size(0)
+            except MPI.Exception as exc:
+                err = self._error(exc, "cannot truncate")
+            try:
+                agree(comm, err, what="fopen_write")
+            except ScdaError:
+                self._fh.Close()
+                raise
+
+    def _error(self, exc: Any, what: str) -> ScdaIOError:
+        MPI = self._MPI
+        cls = exc.Get_error_class()
+        name = next((n for n in _MPI_ERRNO if getattr(MPI, n, None) == cls), None)
+        code = _MPI_ERRNO.get(name or "", errno_mod.EIO)
+        out: type[ScdaIOError] = ScdaIOError
+        if code == errno_mod.ENOENT:
+            out = ScdaFileNotFoundError
+        elif code in (errno_mod.EACCES, errno_mod.EROFS):
+            out = ScdaPermissionError
+        return out(code, f"{what} {self.path!r}: {exc.Get_error_string()}")
+
+    def _independent(self, runs: list[tuple[int, list[memoryview]]], write: bool) -> None:
+        MPI = self._MPI
+        for off, bufs in runs:
+            if write and len(bufs) > 1 and sum(b.nbytes for b in bufs) <= _COALESCE_NBYTES:
+                bufs = [memoryview(b"".join(bufs))]
+            for b in bufs:
+                done = 0
+                while done < b.nbytes:
+                    part = b[done : done + MAX_CALL_NBYTES]
+                    st = MPI.Status()
+                    try:
+                        if write:
+                            self._fh.Write_at(off + done, [part, MPI.BYTE], st)
+                        else:
+                            self._fh.Read_at(off + done, [part, MPI.BYTE], st)
+                    except MPI.Exception as exc:
+                        raise self._error(
+                            exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {off + done} of"
+                        ) from exc
+                    self._check_count(st, part.nbytes, off + done, write)
+                    done += part.nbytes
+                off += b.nbytes
+
+    def _check_count(self, st: Any, want: int, off: int, write: bool) -> None:
+        got = st.Get_count(self._MPI.BYTE)
+        if got != want:
+            if write:
+                raise ScdaCountError(f"wrote {got} of {want} bytes at byte {off} of {self.path!r}")
+            raise ScdaCountError(f"file {self.path!r} ends early: read {got} of {want} bytes at byte {off}")
+
+    def _collective(self, bulk: Piece | None, rounds_nbytes: int, write: bool, failed: bool) -> None:
+        MPI = self._MPI
+        rounds = -(-rounds_nbytes // MAX_CALL_NBYTES)
+        off, buf = bulk if (bulk is not None and not failed) else (0, memoryview(b""))
+        err: BaseException | None = None
+        for k in range(rounds):
+            part = buf[k * MAX_CALL_NBYTES : (k + 1) * MAX_CALL_NBYTES]
+            pos = off + k * MAX_CALL_NBYTES if part.nbytes else 0
+            st = MPI.Status()
+            try:
+                if write:
+                    self._fh.Write_at_all(pos, [part, MPI.BYTE], st)
+                else:
+                    self._fh.Read_at_all(pos, [part, MPI.BYTE], st)
+            except MPI.Exception as exc:
+                if err is None:
+                    err = self._error(exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {pos} of")
+                continue
+            if err is None:
+                try:
+                    self._check_count(st, part.nbytes, pos, write)
+                except ScdaError as exc:
+                    err = exc
+        if err is not None:
+            raise err
+
+    def _move(self, pieces: Sequence[Piece], bulk: Piece | None, rounds_nbytes: int, write: bool) -> None:
+        err: BaseException | None = None
+        try:
+            self._independent(_coalesce(pieces), write)
+        except ScdaError as exc:
+            err = exc
+        try:
+            self._collective(bulk, rounds_nbytes, write, failed=err is not None)
+        except ScdaError as exc:
+            err = err or exc
+        if err is not None:
+            raise err
+
+    def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Independent ``Write_at`` of the pieces, then ``Write_at_all`` of the bulk runs in rounds.
+
+        A small bulk run travels together with small adjacent pieces (a
+        section header, its padding) in the collective call.
+        """
+        if max_bulk_nbytes and bulk is not None and 0 < bulk[1].nbytes <= _COALESCE_NBYTES:
+            boff, bbuf = bulk
+            before = [i for i, (o, b) in enumerate(pieces) if 0 < b.nbytes <= _COALESCE_NBYTES and o + b.nbytes == boff]
+            after = [i for i, (o, b) in enumerate(pieces) if 0 < b.nbytes <= _COALESCE_NBYTES and o == boff + bbuf.nbytes]
+            if before or after:
+                bufs = [pieces[i][1] for i in before[:1]] + [bbuf] + [pieces[i][1] for i in after[:1]]
+                merged = sum(b.nbytes for b in bufs)
+                # Only if the rounds of the collective call still cover it.
+                if merged <= -(-max_bulk_nbytes // MAX_CALL_NBYTES) * MAX_CALL_NBYTES:
+                    start = pieces[before[0]][0] if before else boff
+                    drop = set(before[:1] + after[:1])
+                    bulk = (start, memoryview(b"".join(bufs)))
+                    pieces = [p for i, p in enumerate(pieces) if i not in drop]
+        self._move(pieces, bulk, max_bulk_nbytes, True)
+
+    def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Independent ``Read_at`` of the pieces, then ``Read_at_all`` of the bulk runs in rounds."""
+        self._move(pieces, bulk, max_bulk_nbytes, False)
+
+    def file_size(self) -> int:
+        """``MPI_File_get_size``."""
+        try:
+            return int(self._fh.Get_size())
+        except self._MPI.Exception as exc:
+            raise self._error(exc, "cannot get the size of") from exc
+
+    def sync(self) -> None:
+        """``MPI_File_sync``; agreed."""
+        err = None
+        try:
+            self._fh.Sync()
+        except self._MPI.Exception as exc:
+            err = self._error(exc, "cannot sync")
+        agree(self.comm, err, what="sync")
+
+    def close(self) -> None:
+        """``MPI_File_close``; agreed."""
+        err = None
+        try:
+            self._fh.Close()
+        except self._MPI.Exception as exc:
+            err = self._error(exc, "cannot close")
+        agree(self.comm, err, what="fclose")
+
+
+def open_backend(path: str, mode: str, comm: Comm, *, info: Any = None, backend: str | None = None) -> Backend:
+    """Open ``path`` on every rank of ``comm``. Collective.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mode : {"w", "r"}
+        ``"w"`` creates or truncates; ``"r"`` opens an existing file.
+    comm : Comm
+        From :func:`~amrckpt.comm.as_comm`.
+    info : dict or mpi4py.MPI.Info, optional
+        MPI-IO hints (ignored by the POSIX backend).
+    backend : {None, "posix", "mpiio"}
+        ``None`` chooses MPI-IO for an MPI communicator, POSIX otherwise.
+
+    Raises
+    ------
+    ScdaIOError
+        On every rank, if any rank cannot open the file.
+    ScdaArgumentError
+        For an unknown backend, or MPI-IO without an MPI communicator.
+    """
+    path = os.fspath(path)
+    if backend is None:
+        backend = "mpiio" if isinstance(comm, MPIComm) else "posix"
+    if backend == "posix":
+        return PosixBackend(path, mode, comm)
+    if backend == "mpiio":
+        if not isinstance(comm, MPIComm):
+            raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
+        return MPIIOBackend(path, mode, comm, info)
+    raise ScdaArgumentError(f"backend must be 'posix' or 'mpiio', not {backend!r}")
+
+
+def byte_view(data: Any, what: str) -> memoryview:
+    """A flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
+    if isinstance(data, np.ndarray):
+        if not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data)
+        return memoryview(data.reshape(-1).view(np.uint8))
+    try:
+        mv = memoryview(data)
+    except TypeError as exc:
+        raise ScdaArgumentError(f"{what} must be a buffer (bytes, numpy array), not {type(data).__name__}") from exc
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    return mv.cast("B") if (mv.format != "B" or mv.ndim != 1) else mv

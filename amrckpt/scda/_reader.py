@@ -1,0 +1,796 @@
+"""Reading scda files on any number of processes (scda paper, appendix A.5)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..comm import Comm, agree, agree_gather, as_comm, digest_of, run_on_root
+from ..errors import (
+    AmrckptError,
+    ScdaArgumentError,
+    ScdaCountError,
+    ScdaDecodeError,
+    ScdaError,
+    ScdaFormatError,
+    ScdaUsageError,
+)
+from ._backend import Backend, byte_view, open_backend
+from ._codec import MAX_INFLATE_RATIO, decode_elements
+from ._entries import parse_entries
+from ._format import (
+    COUNT_ENTRY_NBYTES,
+    FILE_HEADER_NBYTES,
+    data_padding_nbytes,
+    padding_form,
+    parse_file_header,
+)
+from ._layout import Pair, RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
+
+__all__ = ["ScdaReader", "fopen_read"]
+
+
+@dataclass
+class _VState:
+    """What a V section's sizes call found, for its data call."""
+
+    counts: list[int]
+    sizes: np.ndarray | None  # this rank's E_i of the raw V section (encoded sizes if decoded)
+    usizes: np.ndarray | None  # this rank's uncompressed sizes (decoded only)
+    local_offset: int  # byte offset of this rank's data within the V data
+    total: int  # S of the raw V section
+    uproc: list[int] = field(default_factory=list)  # S_p of what the user sees
+
+
+@dataclass
+class _Pending:
+    pair: Pair
+    stage: str  # "data", "vsizes", "vdata"
+    v: _VState | None = None
+
+    @property
+    def raw(self) -> RawSection:
+        """The raw section that holds the data (the second of a pair)."""
+        return self.pair.raws[-1]
+
+
+class ScdaReader:
+    """A file opened for reading by :func:`fopen_read`; a context manager.
+
+    The file is read one section at a time: :meth:`fread_section_header`
+    returns the next section's type and counts, then one data call reads
+    (or skips) its data.  A section whose data is not read is skipped by the
+    next :meth:`fread_section_header`.  Every method is collective.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    comm : Comm
+        The communicator.
+    vendor : bytes
+        The vendor string of the file header.
+    user_string : bytes
+        The user string of the file header.
+    file_size : int
+        The file's size in bytes.
+    offset : int
+        Where the next section starts.
+    strict : bool
+        Whether data padding bytes are checked (the paper ignores them).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, backend: str | None = None, strict: bool = False
+    ) -> None:
+        self.comm: Comm = as_comm(comm)
+        self.path = os.fspath(path)
+        self.strict = bool(strict)
+        self._backend: Backend | None = open_backend(self.path, "r", self.comm, info=info, backend=backend)
+        self._pending: _Pending | None = None
+        try:
+            size = self._backend.file_size()
+            head = self._on_root(lambda: self._read_file_header(size))
+        except AmrckptError:
+            self._backend.close()
+            self._backend = None
+            raise
+        self.file_size, self.vendor, self.user_string = size, head[0], head[1]
+        self.offset = FILE_HEADER_NBYTES
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _read_bytes(self, offset: int, nbytes: int) -> bytes:
+        """Independent read of exactly ``nbytes`` (not collective)."""
+        buf = bytearray(nbytes)
+        assert self._backend is not None
+        self._backend.read([(offset, memoryview(buf))], None, 0)
+        return bytes(buf)
+
+    def _read_file_header(self, size: int) -> tuple[bytes, bytes]:
+        if size < FILE_HEADER_NBYTES:
+            if size >= 8:
+                parse_file_header(self._read_bytes(0, min(size, 96)) + b"\0" * 96)
+            raise ScdaCountError(f"{self.path!r} has {size} bytes, fewer than the 128-byte scda file header")
+        buf = self._read_bytes(0, FILE_HEADER_NBYTES)
+        vendor, user = parse_file_header(buf)
+        if self.strict and padding_form(buf[96:], 0, None) == "other":
+            raise ScdaFormatError("file header: malformed data padding")
+        return vendor, user
+
+    def _on_root(self, fn: Any, root: int = 0) -> Any:
+        """Run ``fn`` on ``root`` only and broadcast its result or its error. Collective."""
+        return run_on_root(self.comm, fn, root)
+
+    def _check_open(self, what: str) -> None:
+        if self._backend is None:
+            raise ScdaUsageError(f"{what}: the file {self.path!r} is closed")
+
+    def _expect(self, what: str, stages: Sequence[str], types: str) -> _Pending:
+        p = self._pending
+        if p is None:
+            raise ScdaUsageError(f"{what}: call fread_section_header first")
+        if p.pair.header.type not in types or p.stage not in stages:
+            if p.stage == "vsizes" and "vdata" in stages:
+                raise ScdaUsageError(f"{what}: read the element sizes with fread_varray_sizes first")
+            raise ScdaUsageError(f"{what}: the current section is of type {p.pair.header.type!r}")
+        return p
+
+    def _agree(self, err: BaseException | None, what: str, digest: int = 0) -> None:
+        agree(self.comm, err, digest=digest, what=what)
+
+    def _done(self, end: int) -> None:
+        self._pending = None
+        self.offset = end
+
+    # -- headers ----------------------------------------------------------
+
+    def fread_section_header(self, *, decode: bool = False) -> SectionHeader | None:
+        """Read the next section's header (libsc ``sc_scda_fread_section_header``).
+
+        Collective; rank 0 reads and broadcasts.  If the data of the
+        previous section was not read, it is skipped first.
+
+        Parameters
+        ----------
+        decode : bool, optional
+            Recognize the compression convention (paper 3, Table 2): a
+            compressed section is returned as the section that was
+            compressed (``decoded=True``) and decompressed by the data call.
+            With False, its two raw sections are returned one by one.
+
+        Returns
+        -------
+        SectionHeader or None
+            None at the end of the file.
+
+        Raises
+        ------
+        ScdaFormatError
+            For a malformed header.
+        ScdaCountError
+            If the file ends inside the section or its counts exceed the file
+            (checked before anything is allocated), or 1 to 63 bytes follow
+            the last section.
+        ScdaDecodeError
+            With ``decode``, for a compression header that does not conform.
+        """
+        self._check_open("fread_section_header")
+        self._skip_pending()
+        if self.offset == self.file_size:
+            return None
+        off = self.offset
+        pair: Pair = self._on_root(lambda: recognize(self._read_bytes, read_raw_section(self._read_bytes, off, self.file_size), self.file_size, bool(decode)))
+        stage = "vsizes" if pair.header.type == "V" else "data"
+        self._pending = _Pending(pair, stage)
+        return pair.header
+
+    def fseek_section(self, offset: int) -> None:
+        """Move to the section that starts at ``offset`` (from an index or :func:`scan`).
+
+        Collective.  Not in libsc: it serves random access to one section
+        of a large file without reading the ones before it.
+
+        Raises
+        ------
+        ScdaArgumentError
+            If ``offset`` is not inside the file or not a multiple of 32 (no
+            section can start there).
+        """
+        self._check_open("fseek_section")
+        off = to_count(offset, "offset")
+        if off < FILE_HEADER_NBYTES or off > self.file_size or off % 32:
+            raise ScdaArgumentError(f"no section can start at byte {off} of a {self.file_size}-byte file")
+        self._pending = None
+        self.offset = off
+
+    def _skip_pending(self) -> None:
+        p = self._pending
+        if p is None:
+            return
+        if p.raw.end is not None:
+            self._done(p.raw.end)
+            return
+        v = p.v
+        if v is None:
+            v = self._v_sizes(p, _uniform(p.raw.elem_count, self.comm.size), want=False)
+        self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+
+    # -- I and B ----------------------------------------------------------
+
+    def fread_inline_data(self, *, root: int = 0, skip: bool = False) -> bytes | None:
+        """Read the 32 data bytes of an inline section (libsc ``sc_scda_fread_inline_data``).
+
+        Collective.
+
+        Parameters
+        ----------
+        root : int, optional
+            The rank that receives the data.
+        skip : bool, optional
+            On the root: do not return the data (libsc's NULL).
+
+        Returns
+        -------
+        bytes or None
+            32 bytes on ``root``; None elsewhere or when skipped.
+
+        Raises
+        ------
+        ScdaUsageError
+            If the current section is not an inline section.
+        """
+        what = "fread_inline_data"
+        err = None
+        try:
+            self._check_open(what)
+            p = self._expect(what, ("data",), "I")
+            root = _root(root, self.comm.size)
+        except ScdaError as exc:
+            err = exc
+        self._agree(err, what, digest_of(root, what))
+        raw = p.raw
+        out = None
+        if root == 0 and self.comm.rank == 0:
+            out = raw.inline  # read with the header
+        elif root != 0:
+            err = None
+            if self.comm.rank == root and not skip:
+                try:
+                    out = self._read_bytes(raw.data_offset, 32)
+                except ScdaError as exc:
+                    err = exc
+            self._agree(err, what)
+        assert raw.end is not None
+        self._done(raw.end)
+        return None if (skip or self.comm.rank != root) else out
+
+    def fread_block_data(self, *, root: int | None = 0, out: Any = None, skip: bool = False) -> np.ndarray | None:
+        """Read the data of a block section (libsc ``sc_scda_fread_block_data``).
+
+        Collective.  A decoded section is decompressed on the reading ranks.
+
+        Parameters
+        ----------
+        root : int or None, optional
+            The rank that receives the block; None: every rank reads it.
+        out : writable buffer, optional
+            Where to put the E bytes (else a new array is returned).
+        skip : bool, optional
+            Do not read the data on this rank (libsc's NULL).
+
+        Returns
+        -------
+        (E,) numpy.ndarray of uint8, or None
+            The block on the receiving rank(s); None elsewhere or when
+            skipped.  With ``out``, a uint8 view of it.
+
+        Raises
+        ------
+        ScdaUsageError
+            If the current section is not a block.
+        ScdaCountError, ScdaIOError
+            If the block cannot be read.
+        ScdaDecodeError
+            If a decoded block does not conform to the convention.
+        """
+        what = "fread_block_data"
+        err = None
+        p = self._pending
+        try:
+            self._check_open(what)
+            p = self._expect(what, ("data",), "B")
+            if root is not None:
+                root = _root(root, self.comm.size)
+        except ScdaError as exc:
+            err = exc
+        self._agree(err, what, digest_of(root, what))
+        assert p is not None
+        raw, hdr = p.raw, p.pair.header
+        me = (root is None or self.comm.rank == root) and not skip
+        result = None
+        err = None
+        if me:
+            try:
+                dest = _out_view(out, hdr.elem_size, "out")
+                if hdr.decoded:
+                    enc = np.frombuffer(self._read_bytes(raw.data_offset, raw.elem_size), dtype=np.uint8)
+                    dec = decode_elements(
+                        enc, np.array([raw.elem_size], np.uint64), np.array([hdr.elem_size], np.uint64), offset=raw.data_offset, what=raw.where
+                    )
+                    result = _deliver(dec, dest)
+                else:
+                    if dest is None:
+                        result = np.empty(hdr.elem_size, dtype=np.uint8)
+                        dest = memoryview(result)
+                    else:
+                        result = np.frombuffer(dest, dtype=np.uint8)
+                    assert self._backend is not None
+                    self._backend.read([(raw.data_offset, dest)], None, 0)
+                if self.strict:
+                    self._check_padding(raw, raw.elem_size)
+            except Exception as exc:  # noqa: BLE001 - agreed on below
+                err = exc
+        self._agree(err, what)
+        assert raw.end is not None
+        self._done(raw.end)
+        return result
+
+    # -- A ----------------------------------------------------------------
+
+    def fread_array_data(
+        self, elem_counts: Sequence[int] | np.ndarray, elem_size: int | None = None, *, out: Any = None, skip: bool = False
+    ) -> np.ndarray | None:
+        """Read this rank's elements of a fixed-size array (libsc ``sc_scda_fread_array_data``).
+
+        Collective.  The reading partition may differ from the writing one.
+
+        Parameters
+        ----------
+        elem_counts : (P,) sequence of int
+            N_p, the elements each rank reads; must sum to N.  Collective.
+        elem_size : int, optional
+            E; if given, must equal the section's.  Collective.
+        out : writable buffer, optional
+            ``N_p * E`` bytes to fill (e.g. a numpy array of the element
+            dtype); else a new uint8 array is returned.
+        skip : bool, optional
+            Read nothing on this rank (libsc's NULL).
+
+        Returns
+        -------
+        (N_p * E,) numpy.ndarray of uint8, or None
+            This rank's elements (a uint8 view of ``out`` if given); None
+            when skipped.
+
+        Raises
+        ------
+        ScdaArgumentError
+            If elem_counts do not have P entries summing to N, or elem_size
+            differs from the file's.
+        ScdaCountError, ScdaIOError, ScdaDecodeError
+            If the data cannot be read or decoded.
+        """
+        what = "fread_array_data"
+        err = None
+        p = self._pending
+        counts: list[int] = []
+        C: list[int] = []
+        try:
+            self._check_open(what)
+            p = self._expect(what, ("data",), "A")
+            counts, C = self._read_partition(elem_counts, p.pair.header.elem_count)
+            if elem_size is not None and to_count(elem_size, "elem_size") != p.pair.header.elem_size:
+                raise ScdaArgumentError(f"elem_size {elem_size} differs from the section's E = {p.pair.header.elem_size}")
+        except ScdaError as exc:
+            err = exc
+        self._agree(err, what, digest_of(counts, elem_size, what))
+        assert p is not None
+        hdr = p.pair.header
+        r = self.comm.rank
+        E = hdr.elem_size
+        if hdr.decoded:
+            v = self._v_sizes(p, counts, want=not skip)
+            n = counts[r]
+            usizes = np.full(n, E, dtype=np.uint64)
+            result = self._v_decode(p, v, usizes, n * E, out, skip)
+            self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+            return result
+        raw = p.raw
+        nbytes = counts[r] * E
+        result, dest, err = None, None, None
+        if not skip:
+            try:
+                dest = _out_view(out, nbytes, "out")
+                if dest is None:
+                    result = np.empty(nbytes, dtype=np.uint8)
+                    dest = memoryview(result)
+                else:
+                    result = np.frombuffer(dest, dtype=np.uint8)
+            except ScdaError as exc:
+                err = exc
+        self._agree(err, what)
+        self._bulk_read(None if skip else (raw.data_offset + C[r] * E, dest), max(counts) * E, what)
+        if self.strict:
+            self._agree(self._root_padding(raw, hdr.elem_count * E), what)
+        assert raw.end is not None
+        self._done(raw.end)
+        return result
+
+    # -- V ----------------------------------------------------------------
+
+    def fread_varray_sizes(self, elem_counts: Sequence[int] | np.ndarray, *, skip: bool = False) -> np.ndarray | None:
+        """Read this rank's element sizes E_i of a variable-size array (libsc ``sc_scda_fread_varray_sizes``).
+
+        Collective.  Every rank reads and parses its own E_i entries; only
+        the O(P) per-rank sums are exchanged.
+
+        Parameters
+        ----------
+        elem_counts : (P,) sequence of int
+            N_p, the elements each rank reads; must sum to N.  Collective.
+        skip : bool, optional
+            Do not return the sizes on this rank (they are read anyway: their
+            sum locates the end of the section).
+
+        Returns
+        -------
+        (N_p,) numpy.ndarray of uint64, or None
+            E_i for this rank's elements (the uncompressed sizes of a decoded
+            section); None when skipped.
+
+        Raises
+        ------
+        ScdaArgumentError
+            If elem_counts do not have P entries summing to N.
+        ScdaFormatError
+            Naming the first malformed entry.
+        ScdaCountError
+            If the sizes add up to more than the file holds.
+        """
+        what = "fread_varray_sizes"
+        err = None
+        p = self._pending
+        counts: list[int] = []
+        try:
+            self._check_open(what)
+            p = self._expect(what, ("vsizes", "vdata"), "V")
+            counts, _ = self._read_partition(elem_counts, p.pair.header.elem_count)
+        except ScdaError as exc:
+            err = exc
+        self._agree(err, what, digest_of(counts, what))
+        assert p is not None
+        v = self._v_sizes(p, counts, want=True)
+        p.v = v
+        p.stage = "vdata"
+        if skip:
+            return None
+        return v.usizes if p.pair.header.decoded else v.sizes
+
+    def proc_sizes(self) -> list[int]:
+        """S_p for the partition of the last :meth:`fread_varray_sizes` (libsc ``sc_scda_proc_sizes``).
+
+        Not collective: every rank already knows them.  For a decoded
+        section these are uncompressed sizes.
+
+        Raises
+        ------
+        ScdaUsageError
+            If no sizes were read for the current section.
+        """
+        p = self._pending
+        if p is None or p.v is None:
+            raise ScdaUsageError("proc_sizes: call fread_varray_sizes first")
+        return list(p.v.uproc)
+
+    def fread_varray_data(
+        self,
+        elem_counts: Sequence[int] | np.ndarray,
+        elem_sizes: Any,
+        proc_sizes: Sequence[int] | np.ndarray,
+        *,
+        out: Any = None,
+        skip: bool = False,
+    ) -> np.ndarray | None:
+        """Read this rank's elements of a variable-size array (libsc ``sc_scda_fread_varray_data``).
+
+        Collective.  Call :meth:`fread_varray_sizes` first.
+
+        Parameters
+        ----------
+        elem_counts : (P,) sequence of int
+            N_p; must sum to N.  Collective.
+        elem_sizes : (N_p,) array_like of int
+            E_i of this rank's elements, as returned by
+            :meth:`fread_varray_sizes`; ignored where ``skip``.
+        proc_sizes : (P,) sequence of int
+            S_p, the bytes of every rank (:meth:`proc_sizes`).  Collective.
+        out : writable buffer, optional
+            ``proc_sizes[rank]`` bytes to fill; else a new array.
+        skip : bool, optional
+            Read nothing on this rank.
+
+        Returns
+        -------
+        (S_p,) numpy.ndarray of uint8, or None
+            This rank's elements concatenated; None when skipped.
+
+        Raises
+        ------
+        ScdaUsageError
+            Without a preceding :meth:`fread_varray_sizes`.
+        ScdaArgumentError
+            If the partition, elem_sizes or proc_sizes disagree with the file.
+        ScdaCountError, ScdaIOError, ScdaDecodeError
+            If the data cannot be read or decoded.
+        """
+        what = "fread_varray_data"
+        err = None
+        p = self._pending
+        counts: list[int] = []
+        S: list[int] = []
+        r = self.comm.rank
+        usizes = None
+        try:
+            self._check_open(what)
+            p = self._expect(what, ("vdata",), "V")
+            counts, _ = self._read_partition(elem_counts, p.pair.header.elem_count)
+            S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
+            if not skip:
+                usizes = np.asarray(elem_sizes, dtype=np.uint64).reshape(-1)
+                if usizes.shape[0] != counts[r]:
+                    raise ScdaArgumentError(f"elem_sizes has {usizes.shape[0]} entries; this rank reads {counts[r]} elements")
+                if int(usizes.sum(dtype=np.uint64)) != S[r]:
+                    raise ScdaArgumentError(f"elem_sizes of this rank sum to {int(usizes.sum())}, proc_sizes[{r}] is {S[r]}")
+        except ScdaError as exc:
+            err = exc
+        self._agree(err, what, digest_of(counts, S, what))
+        assert p is not None and p.v is not None
+        v = p.v
+        if counts != v.counts:
+            v = self._v_sizes(p, counts, want=True)
+            p.v = v
+        err = None
+        if S != v.uproc:
+            err = ScdaArgumentError(f"proc_sizes {S[:8]} differ from the section's {v.uproc[:8]} for this partition")
+        self._agree(err, what)
+        if p.pair.header.decoded:
+            assert v.usizes is not None
+            result = self._v_decode(p, v, v.usizes, S[r], out, skip)
+        else:
+            result, dest, err = None, None, None
+            if not skip:
+                try:
+                    if usizes is not None and v.sizes is not None and not np.array_equal(usizes, v.sizes):
+                        raise ScdaArgumentError("elem_sizes differ from the sizes in the file")
+                    dest = _out_view(out, S[r], "out")
+                    if dest is None:
+                        result = np.empty(S[r], dtype=np.uint8)
+                        dest = memoryview(result)
+                    else:
+                        result = np.frombuffer(dest, dtype=np.uint8)
+                except ScdaError as exc:
+                    err = exc
+            self._agree(err, what)
+            self._bulk_read(None if skip else (p.raw.data_offset + v.local_offset, dest), max(S), what)
+            if self.strict:
+                self._agree(self._last_byte_padding(p.raw, v), what)
+        self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+        return result
+
+    # -- internals for V and decoding -------------------------------------
+
+    def _read_partition(self, elem_counts: Any, N: int) -> tuple[list[int], list[int]]:
+        counts, C = partition_offsets(elem_counts, self.comm.size)
+        if C[-1] != N:
+            raise ScdaArgumentError(f"elem_counts sum to {C[-1]}; the section has N = {N} elements")
+        return counts, C
+
+    def _bulk_read(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
+        err = None
+        assert self._backend is not None
+        try:
+            self._backend.read([], bulk, max_bulk)
+        except ScdaError as exc:
+            err = exc
+        self._agree(err, what)
+
+    def _entries(self, raw: RawSection, letter: bytes, entries_offset: int, counts: list[int]) -> tuple[np.ndarray, BaseException | None]:
+        """Read and parse this rank's 32-byte entries; return them and a local error."""
+        r = self.comm.rank
+        C0 = sum(counts[:r])
+        buf = np.empty(COUNT_ENTRY_NBYTES * counts[r], dtype=np.uint8)
+        err: BaseException | None = None
+        assert self._backend is not None
+        try:
+            self._backend.read([], (entries_offset + COUNT_ENTRY_NBYTES * C0, memoryview(buf)), COUNT_ENTRY_NBYTES * max(counts))
+        except ScdaError as exc:
+            err = exc
+        vals = np.zeros(0, np.uint64)
+        if err is None:
+            try:
+                vals = parse_entries(letter, buf, first_index=C0, offset=entries_offset + COUNT_ENTRY_NBYTES * C0, what=raw.where)
+            except ScdaError as exc:
+                err = exc
+        return vals, err
+
+    def _v_sizes(self, p: _Pending, counts: list[int], want: bool) -> _VState:
+        """Read E_i (and U_i for a decoded section) for the partition ``counts``. Collective."""
+        raw = p.raw
+        sizes, err = self._entries(raw, b"E", raw.entries_offset, counts)
+        usizes = None
+        vdecoded = p.pair.header.decoded and p.pair.header.type == "V"
+        if vdecoded:
+            a = p.pair.raws[0]
+            usizes, err_u = self._entries(a, b"U", a.data_offset, counts)
+            err = err or err_u
+        local = int(sizes.sum(dtype=np.uint64)) if sizes.size else 0
+        ulocal = int(usizes.sum(dtype=np.uint64)) if usizes is not None and usizes.size else 0
+        if err is None and sizes.size and int(sizes.max()) > self.file_size:
+            err = ScdaCountError(f"{raw.where}an element size exceeds the file size {self.file_size}")
+        gathered = agree_gather(self.comm, err, (local, ulocal))
+        S = [g[0] for g in gathered]
+        total = sum(S)
+        end = raw.data_offset + total + data_padding_nbytes(total)
+        if end > self.file_size:
+            raise ScdaCountError(
+                f"{raw.where}element sizes add up to {total} bytes; with padding the section ends at byte {end}, "
+                f"after the end of the file ({self.file_size})"
+            )
+        uproc = [g[1] for g in gathered] if vdecoded else S
+        r = self.comm.rank
+        return _VState(list(counts), sizes if want else None, usizes if want else None, sum(S[:r]), total, uproc)
+
+    def _v_decode(self, p: _Pending, v: _VState, usizes: np.ndarray, nbytes: int, out: Any, skip: bool) -> np.ndarray | None:
+        """Read this rank's encoded elements of a decoded A or V section and decode them."""
+        raw = p.raw
+        r = self.comm.rank
+        err = None
+        enc = np.empty(0, np.uint8)
+        dest = None
+        if not skip:
+            try:
+                assert v.sizes is not None
+                enc_n = int(v.sizes.sum(dtype=np.uint64)) if v.sizes.size else 0
+                # Nothing is allocated for decoded data that the encoded bytes cannot hold.
+                if nbytes > MAX_INFLATE_RATIO * (enc_n + v.sizes.size):
+                    raise ScdaDecodeError(f"{raw.where}{nbytes} uncompressed bytes cannot come from {enc_n} encoded bytes")
+                dest = _out_view(out, nbytes, "out")
+                enc = np.empty(enc_n, dtype=np.uint8)
+            except ScdaError as exc:
+                err = exc
+        S = agree_gather(self.comm, err, int(enc.size))
+        self._bulk_read(None if skip else (raw.data_offset + v.local_offset, memoryview(enc)), max(S), "read")
+        if skip:
+            self._agree(None, "decode")
+            return None
+        err = None
+        result = None
+        try:
+            assert v.sizes is not None
+            first = sum(v.counts[:r])
+            dec = decode_elements(enc, v.sizes, usizes, first_index=first, offset=raw.data_offset + v.local_offset, what=raw.where)
+            result = _deliver(dec, dest)
+        except Exception as exc:  # noqa: BLE001 - agreed on below
+            err = exc
+        self._agree(err, "decode")
+        return result
+
+    def _check_padding(self, raw: RawSection, n: int) -> None:
+        """Strict mode: the data padding after ``n`` data bytes is canonical (not collective)."""
+        pad = data_padding_nbytes(n)
+        start = raw.data_offset + n
+        buf = self._read_bytes(start - 1 if n else start, pad + (1 if n else 0))
+        last = buf[0] if n else None
+        if padding_form(buf[1:] if n else buf, n, last) == "other":
+            raise ScdaFormatError(f"{raw.where}malformed data padding at byte {start}")
+
+    def _root_padding(self, raw: RawSection, n: int) -> BaseException | None:
+        if self.comm.rank != 0:
+            return None
+        try:
+            self._check_padding(raw, n)
+        except ScdaError as exc:
+            return exc
+        return None
+
+    def _last_byte_padding(self, raw: RawSection, v: _VState) -> BaseException | None:
+        return self._root_padding(raw, v.total)
+
+    # -- closing ----------------------------------------------------------
+
+    def fclose(self) -> None:
+        """Close the file (libsc ``sc_scda_fclose``). Collective; closing twice is a no-op."""
+        if self._backend is None:
+            return
+        backend, self._backend = self._backend, None
+        backend.close()
+
+    def __enter__(self) -> ScdaReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.fclose()
+
+    def __iter__(self) -> ScdaReader:
+        return self
+
+    def __repr__(self) -> str:
+        state = "closed" if self._backend is None else f"offset={self.offset}/{self.file_size}"
+        return f"<ScdaReader {self.path!r} {state} P={self.comm.size}>"
+
+
+def _uniform(N: int, P: int) -> list[int]:
+    """The uniform partition of p4est_partition: rank p starts at floor(N p / P)."""
+    return [(N * (p + 1)) // P - (N * p) // P for p in range(P)]
+
+
+def _root(root: Any, size: int) -> int:
+    r = to_count(root, "root")
+    if r >= size:
+        raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {size}")
+    return r
+
+
+def _out_view(out: Any, nbytes: int, what: str) -> memoryview | None:
+    if out is None:
+        return None
+    mv = byte_view(out, what)
+    if mv.readonly:
+        raise ScdaArgumentError(f"{what} is read-only")
+    if isinstance(out, np.ndarray) and not out.flags.c_contiguous:
+        raise ScdaArgumentError(f"{what} must be C-contiguous")
+    if mv.nbytes != nbytes:
+        raise ScdaArgumentError(f"{what} has {mv.nbytes} bytes; {nbytes} are to be read on this rank")
+    return mv
+
+
+def _deliver(dec: np.ndarray, dest: memoryview | None) -> np.ndarray:
+    if dest is None:
+        return dec
+    view = np.frombuffer(dest, dtype=np.uint8)
+    view[:] = dec
+    return view
+
+
+def fopen_read(
+    path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, backend: str | None = None, strict: bool = False
+) -> ScdaReader:
+    """Open an scda file and read its header section F (libsc ``sc_scda_fopen_read``).
+
+    Collective.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
+        ``None`` reads serially without MPI.  Any number of processes can
+        read a file, whatever number wrote it.
+    info : dict or mpi4py.MPI.Info, optional
+        MPI-IO hints.
+    backend : {None, "posix", "mpiio"}, optional
+        Default: MPI-IO for an MPI communicator, POSIX otherwise.
+    strict : bool, optional
+        Also check the data padding bytes, which the paper lets readers
+        ignore (libsc checks them).
+
+    Returns
+    -------
+    ScdaReader
+        A context manager; leaving it closes the file.
+
+    Raises
+    ------
+    ScdaIOError
+        If the file cannot be opened (ScdaFileNotFoundError if missing).
+    ScdaFormatError
+        If it does not start with a valid scda file header.
+    ScdaCountError
+        If it is shorter than a file header.
+    """
+    return ScdaReader(path, comm=comm, info=info, backend=backend, strict=strict)

@@ -1,0 +1,221 @@
+"""A non-collective scan of every section of an scda file, for tools and random access."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ScdaCountError, ScdaError
+from ._backend import os_error
+from ._entries import parse_entries
+from ._format import COUNT_ENTRY_NBYTES, FILE_HEADER_NBYTES, data_padding_nbytes, padding_form, parse_file_header
+from ._layout import Pair, RawSection, read_raw_section, recognize
+
+__all__ = ["FileInfo", "RawSectionInfo", "SectionInfo", "scan"]
+
+_ENTRY_CHUNK = 1 << 20  # entries parsed at a time: 32 MiB of memory at most
+
+
+@dataclass(frozen=True, slots=True)
+class RawSectionInfo:
+    """One raw section of the file, as a plain scda reader sees it.
+
+    Attributes
+    ----------
+    type : str
+        ``"I"``, ``"B"``, ``"A"`` or ``"V"``.
+    user_string : bytes
+        0 to 58 bytes.
+    elem_count, elem_size : int
+        N and E as in the file (E = 0 for I and V).
+    offset, end : int
+        Byte range of the whole section, padding included.
+    data_offset : int
+        First data byte (for V, after the E_i entries).
+    data_nbytes : int
+        Data bytes without padding (for V, the sum of the E_i).
+    padding_form : str
+        ``"unix"``, ``"mime"`` or ``"other"`` for the data padding, ``"none"``
+        for I sections (only with ``check_padding``; else ``"unchecked"``).
+    """
+
+    type: str
+    user_string: bytes
+    elem_count: int
+    elem_size: int
+    offset: int
+    end: int
+    data_offset: int
+    data_nbytes: int
+    padding_form: str
+
+
+@dataclass(frozen=True, slots=True)
+class SectionInfo:
+    """One logical section: a raw section, or a compression pair (paper 3).
+
+    Attributes
+    ----------
+    index : int
+        Position among the logical sections (0-based; the file header is
+        not counted).
+    type, user_string, elem_count, elem_size :
+        As :class:`~amrckpt.scda.SectionHeader` reports them with
+        ``decode=True``: the compressed section's type and uncompressed
+        element size.
+    offset, end : int
+        Byte range of the logical section (both raw sections of a pair).
+    compressed : bool
+        Whether this is a compression pair.
+    nbytes : int
+        Data bytes a reader gets (decompressed for a pair).
+    raw : tuple of RawSectionInfo
+        The raw sections (two for a pair).
+    """
+
+    index: int
+    type: str
+    user_string: bytes
+    elem_count: int
+    elem_size: int
+    offset: int
+    end: int
+    compressed: bool
+    nbytes: int
+    raw: tuple[RawSectionInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """What :func:`scan` found.
+
+    Attributes
+    ----------
+    path : str
+    file_size : int
+    vendor, user_string : bytes
+        From the file header.
+    sections : list of SectionInfo
+    """
+
+    path: str
+    file_size: int
+    vendor: bytes
+    user_string: bytes
+    sections: list[SectionInfo]
+
+
+def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bool = False) -> FileInfo:
+    """List every section of an scda file without reading its data.
+
+    Not collective: one process reads the headers (and, for V sections,
+    the E_i entries, in chunks of bounded memory, to find the section's
+    end).  No MPI is used.  The result serves tools (``amrckpt inspect``)
+    and random access (:meth:`ScdaReader.fseek_section`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    decode : bool, optional
+        Group compression pairs into one logical section (paper Table 2).
+    check_padding : bool, optional
+        Also read and classify the data padding of every section.
+
+    Returns
+    -------
+    FileInfo
+
+    Raises
+    ------
+    ScdaFormatError, ScdaCountError, ScdaDecodeError, ScdaIOError
+        At the first section that is malformed, truncated or (with
+        ``decode``) violates the compression convention.
+    """
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise os_error(exc, path, "cannot open for reading") from exc
+    try:
+        size = os.fstat(fd).st_size
+
+        def read(offset: int, nbytes: int) -> bytes:
+            try:
+                b = os.pread(fd, nbytes, offset)
+            except OSError as exc:
+                raise os_error(exc, path, f"cannot read {nbytes} bytes at byte {offset} of") from exc
+            if len(b) != nbytes:
+                raise ScdaCountError(f"file {path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
+            return b
+
+        if size < FILE_HEADER_NBYTES:
+            raise ScdaCountError(f"{path!r} has {size} bytes, fewer than the 128-byte scda file header")
+        vendor, user = parse_file_header(read(0, FILE_HEADER_NBYTES))
+        sections: list[SectionInfo] = []
+        off = FILE_HEADER_NBYTES
+        while off < size:
+            pair = recognize(read, read_raw_section(read, off, size), size, decode)
+            raws = tuple(_complete(read, r, size, check_padding) for r in pair.raws)
+            sections.append(_logical(len(sections), pair, raws, read))
+            off = raws[-1].end
+        return FileInfo(path, size, vendor, user, sections)
+    finally:
+        os.close(fd)
+
+
+def _sum_entries(read: object, raw: RawSection, letter: bytes, first: int, N: int) -> int:
+    total = 0
+    for s in range(0, N, _ENTRY_CHUNK):
+        n = min(_ENTRY_CHUNK, N - s)
+        off = first + COUNT_ENTRY_NBYTES * s
+        buf = np.frombuffer(read(off, COUNT_ENTRY_NBYTES * n), dtype=np.uint8)  # type: ignore[operator]
+        total += int(parse_entries(letter, buf, first_index=s, offset=off, what=raw.where).sum(dtype=np.uint64))
+    return total
+
+
+def _complete(read: object, raw: RawSection, size: int, check_padding: bool) -> RawSectionInfo:
+    if raw.type == "V":
+        nbytes = _sum_entries(read, raw, b"E", raw.entries_offset, raw.elem_count)
+        end = raw.data_offset + nbytes + data_padding_nbytes(nbytes)
+        if end > size:
+            raise ScdaCountError(
+                f"{raw.where}element sizes add up to {nbytes} bytes; with padding the section ends at byte {end}, "
+                f"after the end of the file ({size})"
+            )
+    elif raw.type == "I":
+        nbytes, end = 32, raw.end
+    else:
+        nbytes = raw.elem_count * raw.elem_size if raw.type == "A" else raw.elem_size
+        end = raw.end
+    assert end is not None
+    form = "unchecked"
+    if raw.type == "I":
+        form = "none"
+    elif check_padding:
+        pad = data_padding_nbytes(nbytes)
+        start = raw.data_offset + nbytes
+        buf = read(start - 1, pad + 1) if nbytes else b"\0" + read(start, pad)  # type: ignore[operator]
+        form = padding_form(buf[1:], nbytes, buf[0] if nbytes else None)
+    return RawSectionInfo(raw.type, raw.user_string, raw.elem_count, raw.elem_size, raw.offset, end, raw.data_offset, nbytes, form)
+
+
+def _logical(index: int, pair: Pair, raws: tuple[RawSectionInfo, ...], read: object) -> SectionInfo:
+    h = pair.header
+    if not h.decoded:
+        nbytes = raws[0].data_nbytes
+    elif h.type == "B":
+        nbytes = h.elem_size
+    elif h.type == "A":
+        nbytes = h.elem_count * h.elem_size
+    else:
+        a = pair.raws[0]
+        try:
+            nbytes = _sum_entries(read, a, b"U", a.data_offset, a.elem_count)
+        except ScdaError as exc:
+            from ..errors import ScdaDecodeError
+
+            raise ScdaDecodeError(f"{a.where}invalid U entry: {exc}") from exc
+    return SectionInfo(index, h.type, h.user_string, h.elem_count, h.elem_size, raws[0].offset, raws[-1].end, h.decoded, nbytes, raws)

@@ -1,0 +1,620 @@
+"""Writing scda files, serial or in parallel (scda paper, appendix A.4)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..comm import Comm, agree, agree_gather, as_comm, digest_of
+from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
+from ._backend import Backend, byte_view, open_backend
+from ._codec import encode_elements
+from ._entries import format_entries
+from ._format import (
+    COUNT_ENTRY_NBYTES,
+    FILE_HEADER_NBYTES,
+    INLINE_DATA_NBYTES,
+    MAX_COUNT,
+    SECTION_HEADER_NBYTES,
+    Style,
+    check_style,
+    check_user_string,
+    count_entry,
+    data_padding,
+    data_padding_nbytes,
+    file_header,
+    section_header,
+    to_bytes,
+)
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, last_owner, partition_offsets, to_count
+
+__all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
+
+_EMPTY = memoryview(b"")
+
+
+@dataclass(frozen=True, slots=True)
+class SectionRecord:
+    """Where a written section landed; returned by every ``fwrite_*`` call.
+
+    Attributes
+    ----------
+    type : str
+        ``"I"``, ``"B"``, ``"A"`` or ``"V"`` (the logical type; a compressed
+        section spans two raw sections).
+    user_string : bytes
+        The section's user string.
+    offset : int
+        Byte offset of its first byte in the file.
+    end : int
+        Byte offset one past its last byte (padding included).
+    encoded : bool
+        Whether it was written by the compression convention.
+    """
+
+    type: str
+    user_string: bytes
+    offset: int
+    end: int
+    encoded: bool
+
+
+def _level(level: Any) -> int:
+    lv = to_count(level, "level")
+    if lv > 9:
+        raise ScdaArgumentError(f"zlib level must be 0 to 9, not {lv}")
+    return lv
+
+
+def _local_view(data: Any, nbytes: int, what: str) -> memoryview:
+    if data is None:
+        if nbytes:
+            raise ScdaArgumentError(f"{what} is None but {nbytes} bytes are to be written on this rank")
+        return _EMPTY
+    mv = byte_view(data, what)
+    if mv.nbytes != nbytes:
+        raise ScdaArgumentError(f"{what} has {mv.nbytes} bytes; this rank must write {nbytes}")
+    return mv
+
+
+def _sizes_array(elem_sizes: Any, count: int) -> np.ndarray:
+    arr = np.asarray(elem_sizes if elem_sizes is not None else [], dtype=None)
+    if arr.size == 0:
+        arr = np.zeros(0, dtype=np.uint64)
+    if arr.ndim != 1 or arr.shape[0] != count:
+        raise ScdaArgumentError(f"elem_sizes has shape {arr.shape}; this rank owns {count} elements")
+    if arr.dtype.kind not in "iu":
+        raise ScdaArgumentError(f"elem_sizes must be integers, not {arr.dtype}")
+    if arr.dtype.kind == "i" and arr.size and int(arr.min()) < 0:
+        raise ScdaArgumentError("elem_sizes must be non-negative")
+    return arr.astype(np.uint64, copy=False)
+
+
+class ScdaWriter:
+    """A file opened for writing by :func:`fopen_write`; a context manager.
+
+    Every method is collective over the communicator the file was opened
+    with, and advances the file by one (logical) section.  The calls of all
+    ranks must agree on their collective arguments (user strings, counts,
+    sizes, ``root``, ``encode``); this is checked with one small allreduce
+    per call, and a mismatch raises :class:`~amrckpt.errors.ScdaArgumentError`
+    on every rank before anything is written.  An argument error leaves the
+    file usable; an I/O error leaves it unusable except for :meth:`fclose`.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    comm : Comm
+        The communicator.
+    style : {"unix", "mime"}
+        The line-break style of the file.
+    offset : int
+        Bytes written so far: where the next section starts.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        user_string: bytes | str,
+        *,
+        comm: Any = None,
+        style: Style = "unix",
+        vendor: bytes | str = b"amrckpt",
+        info: Any = None,
+        backend: str | None = None,
+    ) -> None:
+        self.comm: Comm = as_comm(comm)
+        self.path = os.fspath(path)
+        err: BaseException | None = None
+        header = b""
+        digest = 0
+        try:
+            self.style = check_style(style)
+            header = file_header(to_bytes(vendor, "vendor"), to_bytes(user_string, "user_string"), self.style)
+            digest = digest_of(header)
+        except ScdaError as exc:
+            err = exc
+        agree(self.comm, err, digest=digest, what="fopen_write")
+        self._backend: Backend | None = open_backend(self.path, "w", self.comm, info=info, backend=backend)
+        self._failed: BaseException | None = None
+        self.offset = 0
+        self._io([(0, memoryview(header))] if self.comm.rank == 0 else [], None, 0, "file header")
+        self.offset = FILE_HEADER_NBYTES
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _check_open(self, what: str) -> None:
+        if self._backend is None:
+            raise ScdaUsageError(f"{what}: the file {self.path!r} is closed")
+        if self._failed is not None:
+            raise ScdaUsageError(f"{what}: the file {self.path!r} is unusable after an earlier error: {self._failed}")
+
+    def _begin(self, what: str, err: BaseException | None, digest: int, **kw: Any) -> list[int]:
+        """Agree on argument checks before any byte is written."""
+        return agree(self.comm, err, digest=digest, what=what, **kw)
+
+    def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
+        err: BaseException | None = None
+        assert self._backend is not None
+        try:
+            self._backend.write(pieces, bulk, max_bulk)
+        except ScdaError as exc:
+            err = exc
+        try:
+            agree(self.comm, err, what=what)
+        except ScdaError as exc:
+            self._failed = exc
+            raise
+
+    # -- sections ---------------------------------------------------------
+
+    def fwrite_inline(self, data: Any, user_string: bytes | str, *, root: int = 0) -> SectionRecord:
+        """Write an inline section I (paper 2.3, Fig. 2; libsc ``sc_scda_fwrite_inline``).
+
+        Collective.
+
+        Parameters
+        ----------
+        data : bytes-like of 32 bytes, or None
+            Exactly 32 bytes on ``root``; ignored (may be None) elsewhere.
+        user_string : bytes or str
+            At most 58 bytes (str is UTF-8 encoded).  Collective.
+        root : int, optional
+            The rank that holds ``data``.  Collective.
+
+        Returns
+        -------
+        SectionRecord
+
+        Raises
+        ------
+        ScdaArgumentError
+            On every rank: data not 32 bytes on root, user string too long,
+            root out of range, or collective arguments that differ.
+        ScdaIOError
+            On every rank, if the root cannot write.
+        """
+        what = "fwrite_inline"
+        err, digest, ustr, view = None, 0, b"", _EMPTY
+        try:
+            self._check_open(what)
+            ustr = self._user_string(user_string)
+            root = self._root(root)
+            if self.comm.rank == root:
+                view = _local_view(data, INLINE_DATA_NBYTES, "inline data")
+            digest = digest_of("I", ustr, root)
+        except ScdaError as exc:
+            err = exc
+        self._begin(what, err, digest)
+        off = self.offset
+        pieces = []
+        if self.comm.rank == root:
+            pieces = [(off, memoryview(section_header(b"I", ustr, self.style))), (off + SECTION_HEADER_NBYTES, view)]
+        self._io(pieces, None, 0, what)
+        self.offset = off + SECTION_HEADER_NBYTES + INLINE_DATA_NBYTES
+        return SectionRecord("I", ustr, off, self.offset, False)
+
+    def fwrite_block(
+        self, data: Any, user_string: bytes | str, *, root: int = 0, encode: bool = False, level: int = 9
+    ) -> SectionRecord:
+        """Write a block section B (paper 2.4, Fig. 3; libsc ``sc_scda_fwrite_block``).
+
+        Collective.  The block size E is taken from ``data`` on the root.
+
+        Parameters
+        ----------
+        data : bytes-like or None
+            The block (any number of bytes, E) on ``root``; ignored elsewhere.
+        user_string : bytes or str
+            At most 58 bytes.  Collective.
+        root : int, optional
+            The rank that holds ``data``.  Collective.
+        encode : bool, optional
+            Write by the compression convention (paper 3.2): an inline
+            section with the magic ``"B compressed scda 00"`` and the
+            uncompressed size, then the block of the encoded data.
+        level : int, optional
+            zlib level (0-9) for ``encode``.
+
+        Returns
+        -------
+        SectionRecord
+
+        Raises
+        ------
+        ScdaArgumentError, ScdaIOError
+            On every rank, as for :meth:`fwrite_inline`.
+        """
+        what = "fwrite_block"
+        err, digest, ustr, view = None, 0, b"", _EMPTY
+        enc = np.empty(0, np.uint8)
+        try:
+            self._check_open(what)
+            ustr = self._user_string(user_string)
+            root = self._root(root)
+            level = _level(level)
+            if self.comm.rank == root:
+                if data is None:
+                    raise ScdaArgumentError("fwrite_block: data is None on the root")
+                view = byte_view(data, "block data")
+                if encode:
+                    enc, _ = encode_elements(view, np.array([0, view.nbytes]), level=level, style=self.style)
+            digest = digest_of("B", ustr, root, bool(encode), level)
+        except ScdaError as exc:
+            err = exc
+        E, Ec = self._begin(what, err, digest, root=root, root_values=[view.nbytes, enc.size], nvalues=2)
+        off = self.offset
+        pieces: list[tuple[int, memoryview]] = []
+        me = self.comm.rank == root
+        if encode:
+            if me:
+                pieces.append((off, memoryview(section_header(b"I", MAGIC_B, self.style) + count_entry(b"U", E, self.style))))
+            off_b = off + SECTION_HEADER_NBYTES + INLINE_DATA_NBYTES
+            body, nbody = memoryview(enc), Ec
+        else:
+            off_b, body, nbody = off, view, E
+        data_off = off_b + SECTION_HEADER_NBYTES + COUNT_ENTRY_NBYTES
+        end = data_off + nbody + data_padding_nbytes(nbody)
+        if me:
+            head = section_header(b"B", ustr, self.style) + count_entry(b"E", nbody, self.style)
+            last = body[-1] if nbody else None
+            pieces += [(off_b, memoryview(head)), (data_off, body), (data_off + nbody, memoryview(data_padding(nbody, last, self.style)))]
+        self._io(pieces, None, 0, what)
+        self.offset = end
+        return SectionRecord("B", ustr, off, end, bool(encode))
+
+    def fwrite_array(
+        self,
+        data: Any,
+        elem_counts: Sequence[int] | np.ndarray,
+        elem_size: int,
+        user_string: bytes | str,
+        *,
+        encode: bool = False,
+        level: int = 9,
+    ) -> SectionRecord:
+        """Write a fixed-size array section A (paper 2.5, Fig. 4; libsc ``sc_scda_fwrite_array``).
+
+        Collective; follows the semantics of ``MPI_Allgather`` with the file
+        as receive buffer (paper A.4.3).  Every rank writes its own bytes.
+
+        Parameters
+        ----------
+        data : bytes-like or numpy.ndarray, or None
+            This rank's N_p elements of E bytes each, contiguous
+            (``N_p * E`` bytes; any dtype, read as raw bytes).  None where
+            ``N_p * E == 0``.
+        elem_counts : (P,) sequence of int
+            N_p, the elements of every rank (paper A.1).  Collective.
+        elem_size : int
+            E, bytes per element.  Collective.
+        user_string : bytes or str
+            At most 58 bytes.  Collective.
+        encode : bool, optional
+            Compress every element (paper 3.3): an inline section with the
+            magic ``"A compressed scda 00"`` and U = E, then a V section of
+            encoded elements.
+        level : int, optional
+            zlib level (0-9) for ``encode``.
+
+        Returns
+        -------
+        SectionRecord
+
+        Raises
+        ------
+        ScdaArgumentError
+            On every rank: elem_counts not of length P, data of the wrong
+            size on some rank, collective arguments that differ.
+        ScdaIOError, ScdaCountError
+            On every rank, if any rank cannot write its bytes.
+        """
+        what = "fwrite_array"
+        err, digest, ustr, view = None, 0, b"", _EMPTY
+        counts: list[int] = []
+        C: list[int] = []
+        E = 0
+        try:
+            self._check_open(what)
+            ustr = self._user_string(user_string)
+            counts, C = partition_offsets(elem_counts, self.comm.size)
+            E = to_count(elem_size, "elem_size")
+            self._check_count(C[-1], "N")
+            self._check_count(E, "E")
+            level = _level(level)
+            view = _local_view(data, counts[self.comm.rank] * E, "array data")
+            digest = digest_of("A", ustr, counts, E, bool(encode), level)
+        except ScdaError as exc:
+            err = exc
+        self._begin(what, err, digest)
+        off = self.offset
+        if encode:
+            n = counts[self.comm.rank]
+            offsets = np.arange(n + 1, dtype=np.int64) * E
+            magic = section_header(b"I", MAGIC_A, self.style) + count_entry(b"U", E, self.style)
+            end = self._write_encoded_v(off, magic, ustr, counts, C, view, offsets, level)
+            return SectionRecord("A", ustr, off, end, True)
+        N = C[-1]
+        total = N * E
+        data_off = off + SECTION_HEADER_NBYTES + 2 * COUNT_ENTRY_NBYTES
+        r = self.comm.rank
+        pieces = []
+        if r == 0:
+            head = section_header(b"A", ustr, self.style) + count_entry(b"N", N, self.style) + count_entry(b"E", E, self.style)
+            pieces.append((off, memoryview(head)))
+        if r == last_owner(counts if E else [0]):
+            last = view[-1] if view.nbytes else None
+            pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
+        self._io(pieces, (data_off + C[r] * E, view), max(counts) * E, what)
+        self.offset = data_off + total + data_padding_nbytes(total)
+        return SectionRecord("A", ustr, off, self.offset, False)
+
+    def fwrite_varray(
+        self,
+        data: Any,
+        elem_counts: Sequence[int] | np.ndarray,
+        elem_sizes: Any,
+        proc_sizes: Sequence[int] | np.ndarray,
+        user_string: bytes | str,
+        *,
+        encode: bool = False,
+        level: int = 9,
+    ) -> SectionRecord:
+        """Write a variable-size array section V (paper 2.6, Fig. 5; libsc ``sc_scda_fwrite_varray``).
+
+        Collective.  Every rank writes its own bytes, its own E_i entries
+        included; only the O(P) ``proc_sizes`` are needed by all ranks, and
+        nothing that grows with N is communicated.
+
+        Parameters
+        ----------
+        data : bytes-like or numpy.ndarray, or None
+            This rank's elements, concatenated: ``proc_sizes[rank]`` bytes.
+        elem_counts : (P,) sequence of int
+            N_p, the elements of every rank.  Collective.
+        elem_sizes : (N_p,) array_like of int
+            E_i, the byte size of each of this rank's elements (paper A.1);
+            local, not collective.
+        proc_sizes : (P,) sequence of int
+            S_p, the bytes of every rank (paper eq. 12).  Collective.
+        user_string : bytes or str
+            At most 58 bytes.  Collective.
+        encode : bool, optional
+            Compress every element (paper 3.4): an array of U entries with
+            the magic ``"V compressed scda 00"``, then a V section of
+            encoded elements.
+        level : int, optional
+            zlib level (0-9) for ``encode``.
+
+        Returns
+        -------
+        SectionRecord
+
+        Raises
+        ------
+        ScdaArgumentError
+            On every rank: elem_sizes not of length N_p or not summing to
+            ``proc_sizes[rank]``, data of the wrong size, collective
+            arguments that differ.
+        ScdaIOError, ScdaCountError
+            On every rank, if any rank cannot write its bytes.
+        """
+        what = "fwrite_varray"
+        err, digest, ustr, view = None, 0, b"", _EMPTY
+        counts: list[int] = []
+        C: list[int] = []
+        S: list[int] = []
+        sizes = np.zeros(0, np.uint64)
+        r = self.comm.rank
+        try:
+            self._check_open(what)
+            ustr = self._user_string(user_string)
+            counts, C = partition_offsets(elem_counts, self.comm.size)
+            S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
+            self._check_count(C[-1], "N")
+            level = _level(level)
+            sizes = _sizes_array(elem_sizes, counts[r])
+            local = int(sizes.sum(dtype=np.uint64)) if sizes.size else 0
+            if sizes.size and (int(sizes.max()) > S[r] or local != S[r]):
+                raise ScdaArgumentError(f"elem_sizes of this rank sum to {local}; proc_sizes[{r}] is {S[r]}")
+            if not sizes.size and S[r]:
+                raise ScdaArgumentError(f"this rank owns no elements but proc_sizes[{r}] is {S[r]}")
+            view = _local_view(data, S[r], "varray data")
+            digest = digest_of("V", ustr, counts, S, bool(encode), level)
+        except ScdaError as exc:
+            err = exc
+        self._begin(what, err, digest)
+        off = self.offset
+        N = C[-1]
+        if encode:
+            a_data = off + SECTION_HEADER_NBYTES + 2 * COUNT_ENTRY_NBYTES
+            a_total = COUNT_ENTRY_NBYTES * N
+            uents = format_entries(b"U", sizes, self.style)
+            pieces = []
+            if r == 0:
+                head = section_header(b"A", MAGIC_V, self.style) + count_entry(b"N", N, self.style)
+                head += count_entry(b"E", COUNT_ENTRY_NBYTES, self.style)
+                # Every U entry ends in a line feed: the padding is known without data.
+                pad = data_padding(a_total, 0x0A, self.style)
+                pieces = [(off, memoryview(head)), (a_data + a_total, memoryview(pad))]
+            self._io(pieces, (a_data + COUNT_ENTRY_NBYTES * C[r], memoryview(uents).cast("B")), COUNT_ENTRY_NBYTES * max(counts), what)
+            v_off = a_data + a_total + data_padding_nbytes(a_total)
+            offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+            np.cumsum(sizes, out=offsets[1:])
+            end = self._write_encoded_v(v_off, b"", ustr, counts, C, view, offsets, level)
+            return SectionRecord("V", ustr, off, end, True)
+        end = self._write_v(off, b"", ustr, counts, C, sizes, S, view)
+        return SectionRecord("V", ustr, off, end, False)
+
+    def _write_v(
+        self,
+        off: int,
+        prefix: bytes,
+        ustr: bytes,
+        counts: list[int],
+        C: list[int],
+        sizes: np.ndarray,
+        S: list[int],
+        view: memoryview,
+    ) -> int:
+        """Write a raw V section at ``off`` (after ``prefix``, written by rank 0)."""
+        r = self.comm.rank
+        N = C[-1]
+        v_off = off + len(prefix)
+        entries = v_off + SECTION_HEADER_NBYTES + COUNT_ENTRY_NBYTES
+        data_off = entries + COUNT_ENTRY_NBYTES * N
+        total = sum(S)
+        pieces = []
+        if r == 0:
+            head = prefix + section_header(b"V", ustr, self.style) + count_entry(b"N", N, self.style)
+            pieces.append((off, memoryview(head)))
+        ents = format_entries(b"E", sizes, self.style)
+        self._io(pieces, (entries + COUNT_ENTRY_NBYTES * C[r], memoryview(ents).cast("B")), COUNT_ENTRY_NBYTES * max(counts), "fwrite_varray")
+        pieces = []
+        if r == last_owner(S):
+            last = view[-1] if view.nbytes else None
+            pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
+        self._io(pieces, (data_off + sum(S[:r]), view), max(S), "fwrite_varray")
+        self.offset = data_off + total + data_padding_nbytes(total)
+        return self.offset
+
+    def _write_encoded_v(
+        self,
+        off: int,
+        prefix: bytes,
+        ustr: bytes,
+        counts: list[int],
+        C: list[int],
+        view: memoryview,
+        offsets: np.ndarray,
+        level: int,
+    ) -> int:
+        """Encode this rank's elements and write them as a raw V section."""
+        err: BaseException | None = None
+        enc = np.empty(0, np.uint8)
+        esizes = np.empty(0, np.uint64)
+        try:
+            enc, esizes = encode_elements(view, offsets, level=level, style=self.style)
+        except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
+            err = exc
+        S = agree_gather(self.comm, err, int(enc.size))
+        return self._write_v(off, prefix, ustr, counts, C, esizes, S, memoryview(enc))
+
+    # -- small helpers ----------------------------------------------------
+
+    def _user_string(self, user_string: bytes | str) -> bytes:
+        u = to_bytes(user_string, "user_string")
+        check_user_string(u)
+        return u
+
+    def _root(self, root: Any) -> int:
+        r = to_count(root, "root")
+        if r >= self.comm.size:
+            raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {self.comm.size}")
+        return r
+
+    @staticmethod
+    def _check_count(value: int, name: str) -> None:
+        if value > MAX_COUNT:
+            raise ScdaArgumentError(f"{name} = {value} has more than 26 digits")
+
+    def sync(self) -> None:
+        """Flush the written bytes to stable storage (``fsync``; ``MPI_File_sync``). Collective."""
+        self._check_open("sync")
+        assert self._backend is not None
+        self._backend.sync()
+
+    def fclose(self) -> None:
+        """Close the file (libsc ``sc_scda_fclose``). Collective; closing twice is a no-op.
+
+        Raises
+        ------
+        ScdaIOError
+            On every rank, if any rank cannot close.
+        """
+        if self._backend is None:
+            return
+        backend, self._backend = self._backend, None
+        backend.close()
+
+    def __enter__(self) -> ScdaWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.fclose()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._backend is None else f"offset={self.offset}"
+        return f"<ScdaWriter {self.path!r} {state} P={self.comm.size}>"
+
+
+def fopen_write(
+    path: str | os.PathLike[str],
+    user_string: bytes | str = b"",
+    *,
+    comm: Any = None,
+    style: Style = "unix",
+    vendor: bytes | str = b"amrckpt",
+    info: Any = None,
+    backend: str | None = None,
+) -> ScdaWriter:
+    """Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
+
+    Collective.  An existing file is truncated (paper A.3).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to create.
+    user_string : bytes or str, optional
+        The file header's user string, at most 58 bytes.
+    comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
+        ``None`` writes serially without MPI.
+    style : {"unix", "mime"}, optional
+        Line breaks of the padding: ``"\\n"`` or ``"\\r\\n"`` (paper 2.1).
+    vendor : bytes or str, optional
+        The vendor string, at most 20 bytes (libsc writes ``b"libsc"``).
+    info : dict or mpi4py.MPI.Info, optional
+        MPI-IO hints (e.g. ``{"striping_factor": "16"}``).
+    backend : {None, "posix", "mpiio"}, optional
+        Default: MPI-IO for an MPI communicator, POSIX otherwise.
+
+    Returns
+    -------
+    ScdaWriter
+        A context manager; leaving it closes the file.
+
+    Raises
+    ------
+    ScdaArgumentError
+        For a vendor or user string that is too long or a bad style.
+    ScdaIOError
+        If the file cannot be created (subclasses for a missing directory or
+        a permission problem).
+    """
+    return ScdaWriter(path, user_string, comm=comm, style=style, vendor=vendor, info=info, backend=backend)
