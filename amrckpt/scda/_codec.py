@@ -44,6 +44,7 @@ _BREAK = {"unix": b"=\n", "mime": b"\r\n"}
 _B64_VALID = np.zeros(256, dtype=bool)
 _B64_VALID[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)] = True
 _BATCH_NBYTES = 8 << 20  # uncompressed bytes per batch: bounds temporaries
+_compress = zlib_ng.compress  # (data, level) -> zlib stream; tests substitute libsc's streams
 
 
 def encoded_nbytes(stage1_nbytes: np.ndarray) -> np.ndarray:
@@ -105,7 +106,7 @@ def _encode_batch(data: memoryview, offsets: np.ndarray, level: int, style: Styl
     usize = np.diff(offsets)
     starts = offsets[:-1].tolist()
     ends = offsets[1:].tolist()
-    compressed = list(map(zlib_ng.compress, _slices(data, starts, ends), itertools.repeat(level)))
+    compressed = list(map(_compress, _slices(data, starts, ends), itertools.repeat(level)))
     clen = np.fromiter(map(len, compressed), dtype=np.int64, count=n)
     L = clen + 9  # stage-1 length
     nlines = (L + _RAW_LINE - 1) // _RAW_LINE

@@ -25,6 +25,7 @@ from ._entries import parse_entries
 from ._format import (
     COUNT_ENTRY_NBYTES,
     FILE_HEADER_NBYTES,
+    MAGIC,
     data_padding_nbytes,
     padding_form,
     parse_file_header,
@@ -113,8 +114,9 @@ class ScdaReader:
 
     def _read_file_header(self, size: int) -> tuple[bytes, bytes]:
         if size < FILE_HEADER_NBYTES:
-            if size >= 8:
-                parse_file_header(self._read_bytes(0, min(size, 96)) + b"\0" * 96)
+            head = self._read_bytes(0, min(size, 8))
+            if not (MAGIC + b" ").startswith(head):
+                raise ScdaFormatError(f"not an scda file: magic {head!r}, expected b'scdata0 '")
             raise ScdaCountError(f"{self.path!r} has {size} bytes, fewer than the 128-byte scda file header")
         buf = self._read_bytes(0, FILE_HEADER_NBYTES)
         vendor, user = parse_file_header(buf)

@@ -63,6 +63,14 @@ class SectionRecord:
     encoded: bool
 
 
+def _reserved(ustr: bytes, magics: tuple[bytes, ...], allow: bool, kind: str) -> None:
+    if ustr in magics and not allow:
+        raise ScdaArgumentError(
+            f"the user string {ustr.decode()!r} is reserved on {kind} sections by the compression convention "
+            "(scda paper, section 3); write with encode=True, or pass allow_magic=True to write a raw pair yourself"
+        )
+
+
 def _level(level: Any) -> int:
     lv = to_count(level, "level")
     if lv > 9:
@@ -173,7 +181,7 @@ class ScdaWriter:
 
     # -- sections ---------------------------------------------------------
 
-    def fwrite_inline(self, data: Any, user_string: bytes | str, *, root: int = 0) -> SectionRecord:
+    def fwrite_inline(self, data: Any, user_string: bytes | str, *, root: int = 0, allow_magic: bool = False) -> SectionRecord:
         """Write an inline section I (paper 2.3, Fig. 2; libsc ``sc_scda_fwrite_inline``).
 
         Collective.
@@ -186,6 +194,12 @@ class ScdaWriter:
             At most 58 bytes (str is UTF-8 encoded).  Collective.
         root : int, optional
             The rank that holds ``data``.  Collective.
+        allow_magic : bool, optional
+            Allow the user strings ``"B compressed scda 00"`` and ``"A
+            compressed scda 00"``, which the compression convention reserves
+            for inline sections (paper 3): a file with such a section must
+            continue with a conforming partner section, or it cannot be
+            read with ``decode=True``.  For tools that copy raw sections.
 
         Returns
         -------
@@ -194,8 +208,9 @@ class ScdaWriter:
         Raises
         ------
         ScdaArgumentError
-            On every rank: data not 32 bytes on root, user string too long,
-            root out of range, or collective arguments that differ.
+            On every rank: data not 32 bytes on root, user string too long
+            or reserved, root out of range, or collective arguments that
+            differ.
         ScdaIOError
             On every rank, if the root cannot write.
         """
@@ -204,6 +219,7 @@ class ScdaWriter:
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
+            _reserved(ustr, (MAGIC_B, MAGIC_A), allow_magic, "inline")
             root = self._root(root)
             if self.comm.rank == root:
                 view = _local_view(data, INLINE_DATA_NBYTES, "inline data")
@@ -297,6 +313,7 @@ class ScdaWriter:
         *,
         encode: bool = False,
         level: int = 9,
+        allow_magic: bool = False,
     ) -> SectionRecord:
         """Write a fixed-size array section A (paper 2.5, Fig. 4; libsc ``sc_scda_fwrite_array``).
 
@@ -321,6 +338,10 @@ class ScdaWriter:
             encoded elements.
         level : int, optional
             zlib level (0-9) for ``encode``.
+        allow_magic : bool, optional
+            Allow the user string ``"V compressed scda 00"``, reserved for
+            the U-entry arrays of the compression convention (see
+            :meth:`fwrite_inline`).
 
         Returns
         -------
@@ -330,7 +351,8 @@ class ScdaWriter:
         ------
         ScdaArgumentError
             On every rank: elem_counts not of length P, data of the wrong
-            size on some rank, collective arguments that differ.
+            size on some rank, a reserved user string, collective arguments
+            that differ.
         ScdaIOError, ScdaCountError
             On every rank, if any rank cannot write its bytes.
         """
@@ -342,6 +364,8 @@ class ScdaWriter:
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
+            if not encode:
+                _reserved(ustr, (MAGIC_V,), allow_magic, "array")
             counts, C = partition_offsets(elem_counts, self.comm.size)
             E = to_count(elem_size, "elem_size")
             self._check_count(C[-1], "N")
@@ -462,7 +486,7 @@ class ScdaWriter:
                 # Every U entry ends in a line feed: the padding is known without data.
                 pad = data_padding(a_total, 0x0A, self.style)
                 pieces = [(off, memoryview(head)), (a_data + a_total, memoryview(pad))]
-            self._io(pieces, (a_data + COUNT_ENTRY_NBYTES * C[r], memoryview(uents).cast("B")), COUNT_ENTRY_NBYTES * max(counts), what)
+            self._io(pieces, (a_data + COUNT_ENTRY_NBYTES * C[r], byte_view(uents, "entries")), COUNT_ENTRY_NBYTES * max(counts), what)
             v_off = a_data + a_total + data_padding_nbytes(a_total)
             offsets = np.zeros(sizes.size + 1, dtype=np.int64)
             np.cumsum(sizes, out=offsets[1:])
@@ -494,7 +518,7 @@ class ScdaWriter:
             head = prefix + section_header(b"V", ustr, self.style) + count_entry(b"N", N, self.style)
             pieces.append((off, memoryview(head)))
         ents = format_entries(b"E", sizes, self.style)
-        self._io(pieces, (entries + COUNT_ENTRY_NBYTES * C[r], memoryview(ents).cast("B")), COUNT_ENTRY_NBYTES * max(counts), "fwrite_varray")
+        self._io(pieces, (entries + COUNT_ENTRY_NBYTES * C[r], byte_view(ents, "entries")), COUNT_ENTRY_NBYTES * max(counts), "fwrite_varray")
         pieces = []
         if r == last_owner(S):
             last = view[-1] if view.nbytes else None

@@ -1,0 +1,161 @@
+"""Shared helpers for the tests: the interop folder, payload generators, partitions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from amrckpt import scda
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def interop_dir() -> Path | None:
+    """``../shared/interop`` beside the clone (or $AMRCKPT_INTEROP_DIR), if present."""
+    env = os.environ.get("AMRCKPT_INTEROP_DIR")
+    path = Path(env) if env else REPO.parent / "shared" / "interop"
+    return path if path.is_dir() else None
+
+
+def require_interop() -> Path:
+    path = interop_dir()
+    if path is None:
+        pytest.skip("the interop files are absent: ../shared/interop is not beside this clone (set AMRCKPT_INTEROP_DIR)")
+    return path
+
+
+@cache
+def manifest(kind: str) -> dict[str, Any]:
+    """The manifest of ``libsc`` or ``reference`` files."""
+    base = require_interop()
+    return json.loads((base / kind / "manifest.json").read_text())
+
+
+def file_entries(kind: str) -> list[dict[str, Any]]:
+    base = interop_dir()
+    if base is None:
+        return []
+    return json.loads((base / kind / "manifest.json").read_text())["files"]
+
+
+def sha256(data: Any) -> str:
+    return hashlib.sha256(memoryview(data).cast("B") if not isinstance(data, bytes) else data).hexdigest()
+
+
+def element_sizes(sec: dict[str, Any]) -> np.ndarray:
+    """E_i of a V section entry of the reference manifest."""
+    rule = sec.get("sizes_rule") or {"rule": "explicit"}
+    if rule["rule"] == "explicit":
+        return np.asarray(sec["sizes"], dtype=np.uint64).reshape(-1)
+    i = np.arange(sec["N"], dtype=np.int64)
+    return ((rule["a"] * i * i + rule["b"] * i + rule["c"]) % rule["m"]).astype(np.uint64)
+
+
+def generate(s: int, seed: int, sizes: np.ndarray) -> np.ndarray:
+    """Payload of the manifests: byte j of element i is (s*131 + i*31 + j*7 + seed) mod 256."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    total = int(sizes.sum())
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes.size else np.zeros(0, np.int64)
+    i = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+    j = np.arange(total, dtype=np.int64) - np.repeat(starts, sizes)
+    return ((s * 131 + i * 31 + j * 7 + seed) % 256).astype(np.uint8)
+
+
+def payload_of(sec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(payload bytes, element sizes) of a manifest section (raw or logical)."""
+    if "payload_hex" in sec:
+        data = np.frombuffer(bytes.fromhex(sec["payload_hex"]), dtype=np.uint8)
+        n = sec.get("N", 1)
+        return data, np.full(n, data.size // max(n, 1), dtype=np.uint64)
+    g = sec["generator"]
+    if sec["type"] in ("I", "B"):
+        sizes = np.array([g["bytes_per_element"]], dtype=np.uint64)
+    elif sec["type"] == "A":
+        sizes = np.full(g["elements"], g["bytes_per_element"], dtype=np.uint64)
+    else:
+        sizes = element_sizes(sec)
+    return generate(g["s"], g["seed"], sizes), sizes
+
+
+def partition_counts(N: int, P: int, mode: int) -> list[int]:
+    """The write partitions of the libsc manifest (its ``partition_modes``)."""
+    if P == 1:
+        return [N]
+    if mode == 0:
+        counts = [N // P] * P
+        counts[-1] += N - sum(counts)
+        return counts
+    weights = {
+        1: [r for r in range(P)],
+        2: [r + 1 for r in range(P - 1)] + [0],
+        3: [1 if r == P // 2 else 0 for r in range(P)],
+        4: [2 * r + 1 if r % 2 == 0 else 0 for r in range(P)],
+        5: [1] + [0] * (P - 1),
+    }[mode]
+    W = sum(weights)
+    cum = np.concatenate([[0], np.cumsum(weights)]).tolist()
+    counts = [N * cum[r + 1] // W - N * cum[r] // W for r in range(P)]
+    counts[-1] += N - sum(counts)
+    return counts
+
+
+def user_string(sec: dict[str, Any]) -> bytes:
+    return bytes.fromhex(sec["user_string"]["hex"])
+
+
+def local_slice(data: np.ndarray, sizes: np.ndarray, counts: list[int], rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's (bytes, element sizes) under the partition ``counts``."""
+    C = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    offs = np.concatenate([[0], np.cumsum(sizes.astype(np.int64))]).astype(np.int64)
+    lo, hi = int(C[rank]), int(C[rank + 1])
+    return data[offs[lo] : offs[hi]], sizes[lo:hi]
+
+
+def write_section(f: scda.ScdaWriter, sec: dict[str, Any], P: int, rank: int, mode: int, *, encode: bool = False) -> None:
+    """Write one manifest section (raw, or logical with ``encode``) on this rank."""
+    data, sizes = payload_of(sec)
+    ustr = user_string(sec)
+    t = sec["type"]
+    wp = sec.get("write_params") or {}
+    if t in ("I", "B"):
+        root = int(wp.get("root_index", "0 mod P").split()[0]) % P
+        mine = data if rank == root else None
+        if t == "I":
+            f.fwrite_inline(mine, ustr, root=root)
+        else:
+            f.fwrite_block(mine, ustr, root=root, encode=encode)
+        return
+    N = int(sizes.size)
+    counts = partition_counts(N, P, int(wp.get("write_partition_mode", mode)))
+    local, lsizes = local_slice(data, sizes, counts, rank)
+    if t == "A":
+        E = int(sec["generator"]["bytes_per_element"]) if "generator" in sec else int(sec["E"])
+        f.fwrite_array(local if local.size else None, counts, E, ustr, encode=encode)
+    else:
+        C = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        offs = np.concatenate([[0], np.cumsum(sizes.astype(np.int64))])
+        proc = [int(offs[C[p + 1]] - offs[C[p]]) for p in range(P)]
+        f.fwrite_varray(local, counts, lsizes, proc, ustr, encode=encode)
+
+
+def read_section(f: scda.ScdaReader, hdr: scda.SectionHeader, counts: list[int] | None) -> bytes:
+    """Read the current section's data on this rank under ``counts`` (uniform if None); return local bytes."""
+    P, r = f.comm.size, f.comm.rank
+    if counts is None and hdr.type in "AV":
+        N = hdr.elem_count
+        counts = [N * (p + 1) // P - N * p // P for p in range(P)]
+    if hdr.type == "I":
+        return f.fread_inline_data(root=0) or b""
+    if hdr.type == "B":
+        return f.fread_block_data(root=None).tobytes()
+    if hdr.type == "A":
+        return f.fread_array_data(counts).tobytes()
+    s = f.fread_varray_sizes(counts)
+    return f.fread_varray_data(counts, s, f.proc_sizes()).tobytes()

@@ -1,0 +1,184 @@
+"""scda over MPI-IO at the world size (run at 1, 2, 3 and 4 processes).
+
+Every assertion is made on every rank with collectively agreed values, so a
+failure fails all ranks instead of leaving some waiting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from _support import file_entries, partition_counts, read_section, require_interop, sha256, user_string, write_section
+from amrckpt import scda
+from amrckpt.comm import SerialComm
+from amrckpt.errors import ScdaArgumentError, ScdaFileNotFoundError
+from strategies import partitions, read_specs, section_specs, write_specs
+
+pytestmark = pytest.mark.mpi
+
+LIBSC = [e for e in file_entries("libsc") if e["libsc_quirk"] is None]
+PLAIN_REFERENCE = [e for e in file_entries("reference") if not e["file_bytes_zlib_dependent"] and e["expect"]["decode_true"] == "ok"]
+
+
+def world() -> Any:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def file_hash(path: Path) -> str:
+    comm = world()
+    return comm.bcast(hashlib.sha256(path.read_bytes()).hexdigest() if comm.rank == 0 else None, root=0)
+
+
+def rewrite(path: Path, entry: dict[str, Any], vendor: bytes, style: str) -> None:
+    comm = world()
+    with scda.fopen_write(path, user_string({"user_string": entry["file_user_string"]}), comm=comm, vendor=vendor, style=style) as f:
+        for k, sec in enumerate(entry["sections"]):
+            write_section(f, sec, comm.size, comm.rank, mode=k % 6)
+
+
+@pytest.mark.parametrize("entry", LIBSC, ids=lambda e: e["name"])
+def test_rewrite_libsc_files_over_mpiio(entry: dict[str, Any], mpi_tmp: Path) -> None:
+    require_interop()
+    out = mpi_tmp / entry["name"]
+    rewrite(out, entry, b"libsc", "unix")
+    assert file_hash(out) == entry["sha256"]
+
+
+@pytest.mark.parametrize("entry", PLAIN_REFERENCE, ids=lambda e: e["name"])
+def test_rewrite_reference_files_over_mpiio(entry: dict[str, Any], mpi_tmp: Path) -> None:
+    require_interop()
+    out = mpi_tmp / entry["name"]
+    rewrite(out, entry, b"refscda", entry["style"])
+    assert file_hash(out) == entry["sha256"]
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("kind", ["libsc", "reference"])
+def test_read_interop_files_over_mpiio(kind: str, mode: int) -> None:
+    base = require_interop() / kind
+    comm = world()
+    for entry in file_entries(kind):
+        decode = kind == "reference" and entry["expect"]["decode_true"] == "ok"
+        expected = entry["logical_sections"] if decode else entry["sections"]
+        got = []
+        with scda.fopen_read(base / entry["name"], comm=comm) as f:
+            while (h := f.fread_section_header(decode=decode)) is not None:
+                counts = partition_counts(h.elem_count, comm.size, mode) if h.type in "AV" else None
+                local = read_section(f, h, counts)
+                got.append(sha256(b"".join(comm.allgather(local)) if h.type in "AV" else comm.bcast(local, root=0)))
+        assert got == [m["payload_sha256"] for m in expected], entry["name"]
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
+@given(st.lists(section_specs(), min_size=1, max_size=5), st.sampled_from(["unix", "mime"]), st.data())
+def test_serial_equivalence_over_mpiio(specs: Any, style: str, data: Any) -> None:
+    """Files written over MPI-IO at the world size equal the serial file, byte for byte."""
+    comm = world()
+    d = Path(comm.bcast(__import__("tempfile").mkdtemp() if comm.rank == 0 else None, root=0))
+    parts = [data.draw(partitions(len(s.sizes), comm.size)) for s in specs]
+    serial = [[len(s.sizes)] for s in specs]
+    write_specs(comm, d / "par.scda", specs, parts, style)
+    if comm.rank == 0:
+        write_specs(SerialComm(), d / "ser.scda", specs, serial, style)
+    comm.Barrier()
+    assert file_hash(d / "par.scda") == file_hash(d / "ser.scda")
+    rparts = [data.draw(partitions(len(s.sizes), comm.size)) for s in specs]
+    got = read_specs(comm, d / "ser.scda", rparts)
+    assert got == [(s.type, s.user_string, s.data) for s in specs]
+
+
+def test_errors_are_raised_on_every_rank(mpi_tmp: Path) -> None:
+    comm = world()
+    P, r = comm.size, comm.rank
+    path = mpi_tmp / "err.scda"
+    bad_rank = P - 1
+    with scda.fopen_write(path, comm=comm) as f:
+        counts = [3] * P
+        with pytest.raises(ScdaArgumentError) as info:
+            f.fwrite_array(np.zeros(3 * 8 + (r == bad_rank), np.uint8), counts, 8, b"a")
+        assert set(info.value.rank_errors) == {bad_rank}
+        with pytest.raises(ScdaArgumentError, match="differ between ranks" if P > 1 else "58"):
+            f.fwrite_inline(b"x" * 32, b"u" * (58 + (r == 0 and P == 1)) if P == 1 else b"rank %d" % r)
+        f.fwrite_array(np.full(3 * 8, r, np.uint8), counts, 8, b"good")
+    info2 = comm.bcast(scda.scan(path) if r == 0 else None)
+    assert [s.user_string for s in info2.sections] == [b"good"]
+    with pytest.raises(ScdaFileNotFoundError):
+        scda.fopen_write(mpi_tmp / "missing" / "f.scda", comm=comm)
+    with pytest.raises(ScdaFileNotFoundError):
+        scda.fopen_read(mpi_tmp / "missing.scda", comm=comm)
+
+
+def test_collective_calls_in_rounds(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bulk runs larger than one MPI call are moved in rounds; ranks with less data join every round."""
+    from amrckpt.scda import _backend
+
+    monkeypatch.setattr(_backend, "MAX_CALL_NBYTES", 1000)
+    comm = world()
+    P, r = comm.size, comm.rank
+    N = 5000
+    counts = partition_counts(N, P, 4)
+    C = np.concatenate([[0], np.cumsum(counts)])
+    glob = (np.arange(N * 3) % 251).astype(np.uint8)
+    sizes = (np.arange(N) % 17).astype(np.uint64)
+    offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    vdata = (np.arange(int(offs[-1])) % 249).astype(np.uint8)
+    proc = [int(offs[C[p + 1]] - offs[C[p]]) for p in range(P)]
+    path = mpi_tmp / "rounds.scda"
+    with scda.fopen_write(path, comm=comm) as f:
+        f.fwrite_array(glob[C[r] * 3 : C[r + 1] * 3], counts, 3, b"A")
+        f.fwrite_varray(vdata[offs[C[r]] : offs[C[r + 1]]], counts, sizes[C[r] : C[r + 1]], proc, b"V")
+        f.fwrite_varray(vdata[offs[C[r]] : offs[C[r + 1]]], counts, sizes[C[r] : C[r + 1]], proc, b"V", encode=True)
+    if r == 0:
+        with scda.fopen_write(mpi_tmp / "rounds1.scda", comm=SerialComm()) as f:
+            f.fwrite_array(glob, [N], 3, b"A")
+            f.fwrite_varray(vdata, [N], sizes, [int(offs[-1])], b"V")
+            f.fwrite_varray(vdata, [N], sizes, [int(offs[-1])], b"V", encode=True)
+    comm.Barrier()
+    assert file_hash(path) == file_hash(mpi_tmp / "rounds1.scda")
+    rc = partition_counts(N, P, 1)
+    RC = np.concatenate([[0], np.cumsum(rc)])
+    with scda.fopen_read(path, comm=comm) as f:
+        f.fread_section_header()
+        assert np.array_equal(f.fread_array_data(rc), glob[RC[r] * 3 : RC[r + 1] * 3])
+        for _ in range(2):
+            f.fread_section_header(decode=True)
+            s = f.fread_varray_sizes(rc)
+            assert np.array_equal(f.fread_varray_data(rc, s, f.proc_sizes()), vdata[offs[RC[r]] : offs[RC[r + 1]]])
+
+
+@pytest.mark.slow
+def test_section_over_2_gib_on_one_rank() -> None:
+    """A rank writes and reads more than 2**31 bytes in one section (counts beyond a C int)."""
+    comm = world()
+    if comm.size != 2:
+        pytest.skip("run once, at 2 processes (needs ~7 GiB of memory)")
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() else Path(__import__("tempfile").gettempdir())
+    path = Path(comm.bcast(str(base / f"amrckpt-big-{__import__('os').getpid()}.scda") if comm.rank == 0 else None))
+    n0 = (2**31 + 4096) // 8  # elements of 8 bytes on rank 0
+    counts = [n0, 3]
+    local = np.arange(n0, dtype=np.uint64) if comm.rank == 0 else np.arange(n0, n0 + 3, dtype=np.uint64)
+    try:
+        with scda.fopen_write(path, comm=comm) as f:
+            f.fwrite_array(local, counts, 8, b"big")
+        del local
+        with scda.fopen_read(path, comm=comm) as f:
+            h = f.fread_section_header()
+            assert h.elem_count == n0 + 3
+            mine = f.fread_array_data(counts).view(np.uint64)
+        start = 0 if comm.rank == 0 else n0
+        assert mine[0] == start and mine[-1] == start + mine.size - 1
+        assert bool(np.all(np.diff(mine[:: 1 << 20]) == 1 << 20))
+    finally:
+        comm.Barrier()
+        if comm.rank == 0:
+            path.unlink(missing_ok=True)
