@@ -1,0 +1,883 @@
+"""Space-filling curves for forests of quadtrees (2D) and octrees (3D).
+
+Layer 3 of amrckpt, pure numpy.  A forest's leaves are described, as in
+p4est, by parallel arrays:
+
+``tree`` ((N,) numpy.ndarray of numpy.int32 or numpy.int64)
+    The tree of each leaf (p4est ``p4est_topidx_t``), ``0 <= tree``.
+``level`` ((N,) numpy.ndarray of numpy.int8)
+    The refinement level, ``0 <= level <= QMAXLEVEL[dim]``.
+``x, y[, z]`` ((N,) numpy.ndarray of numpy.int32)
+    The integer coordinates of the leaf's anchor (its lower-left-front
+    corner) in units of the smallest cell, ``0 <= x < ROOT_LEN[dim]``; a
+    leaf of level ``l`` has coordinates that are multiples of
+    ``2**(MAXLEVEL[dim] - l)`` (p4est ``p4est_quadrant_t``: ``x``, ``y``,
+    ``z``, ``level``, with ``P4EST_MAXLEVEL`` = 30, ``P4EST_QMAXLEVEL`` = 29,
+    ``P8EST_MAXLEVEL`` = 19, ``P8EST_QMAXLEVEL`` = 18).
+
+Both curves assign to every leaf a **key**: the index, along the curve at
+maximum level ``L = MAXLEVEL[dim]``, of the first max-level cell of the leaf.
+The ``2**(dim * (L - level))`` max-level cells of a leaf form the contiguous
+key range ``[key, key + 2**(dim * (L - level)))`` (:func:`leaf_ranges`), so
+that sorting the leaves of one tree by ``(key, level)`` gives the curve's
+order of any adaptive leaf set, an ancestor right before its first
+descendant (p4est ``p4est_quadrant_compare``); the forest order is tree
+major (:func:`sfc_order`).  A forest is *linear* when its leaves are in that
+order and do not overlap (:func:`check_linear_forest`, p4est
+``p4est_tree_is_linear``), and *complete* when they also cover every tree.
+
+Curves
+------
+``"morton"``
+    The Z-order of p4est: bit ``i`` of ``x``, ``y``, ``z`` goes to bit
+    ``dim * i``, ``dim * i + 1``, ``dim * i + 2`` of the key, so that
+    ``key >> dim * (L - l)`` is ``p4est_quadrant_linear_id(q, l)``; the key of
+    a leaf is the Morton index of its anchor.  This is the order in which
+    amrckpt stores leaves.
+``"hilbert"``
+    The Hilbert curve in the construction of C. Hamilton ("Compact Hilbert
+    indices", Dalhousie University technical report CS-2006-07, 2006),
+    computed top-down from a fixed root orientation, so that the curve of
+    level ``l`` is the coarsening of the curve of level ``l + 1``.  In every
+    tree it enters at the origin corner and leaves at the corner ``(1, 0)``
+    (2D) or ``(1, 0, 0)`` (3D); consecutive cells of a uniform level are
+    face neighbors.  Trees are not connected to each other (each is ordered
+    on its own, tree major), as in p4est.
+
+Keys are numpy.uint64: 60 bits in 2D, 57 bits in 3D.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from .errors import PartitionError
+
+__all__ = [
+    "CURVES",
+    "MAXLEVEL",
+    "QMAXLEVEL",
+    "ROOT_LEN",
+    "Leaves",
+    "check_linear_forest",
+    "hilbert_keys",
+    "is_linear_forest",
+    "leaf_ranges",
+    "morton_decode",
+    "morton_keys",
+    "sfc_keys",
+    "sfc_order",
+    "uniform_leaves",
+]
+
+MAXLEVEL: dict[int, int] = {2: 30, 3: 19}
+"""Maximum level of the integer coordinates by dimension (``P4EST_MAXLEVEL``, ``P8EST_MAXLEVEL``)."""
+QMAXLEVEL: dict[int, int] = {2: 29, 3: 18}
+"""Maximum level of a leaf by dimension (``P4EST_QMAXLEVEL``, ``P8EST_QMAXLEVEL``)."""
+ROOT_LEN: dict[int, int] = {d: 1 << L for d, L in MAXLEVEL.items()}
+"""Side length of a tree in integer coordinates, ``2**MAXLEVEL[dim]`` (``P4EST_ROOT_LEN``)."""
+CURVES: tuple[str, ...] = ("morton", "hilbert")
+"""The space-filling curves known to :func:`sfc_keys`."""
+
+Curve = Literal["morton", "hilbert"]
+
+_BLOCK = 1 << 16
+"""Elements per block in the key computations: the temporaries of one block stay in cache."""
+
+_U64 = np.uint64
+
+
+class Leaves(NamedTuple):
+    """The leaves of a forest as parallel arrays, in the argument order of :func:`sfc_order`.
+
+    Unpack it (``tree, level, x, y, z = leaves``) or pass it on as
+    ``sfc_order(*leaves)``.
+
+    Attributes
+    ----------
+    tree : (N,) numpy.ndarray of numpy.int32
+        Tree index of each leaf.
+    level : (N,) numpy.ndarray of numpy.int8
+        Level of each leaf.
+    x, y : (N,) numpy.ndarray of numpy.int32
+        Anchor coordinates at maximum level.
+    z : (N,) numpy.ndarray of numpy.int32 or None
+        Third coordinate in 3D; None in 2D.
+
+    """
+
+    tree: np.ndarray
+    level: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    z: np.ndarray | None = None
+
+    @property
+    def dim(self) -> int:
+        """The dimension, 2 or 3."""
+        return 2 if self.z is None else 3
+
+    @property
+    def num_leaves(self) -> int:
+        """The number of leaves, N."""
+        return int(self.tree.shape[0])
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _int_array(a: Any, what: str) -> np.ndarray:
+    """Return ``a`` as a 1-D integer numpy array (no copy if it already is one)."""
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise PartitionError(f"{what} must be a 1-D array, not of shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0 and arr.dtype.kind in "fb":
+            return arr.astype(np.int64)
+        raise PartitionError(f"{what} must have an integer dtype, not {arr.dtype}")
+    return arr
+
+
+def _first(mask: np.ndarray) -> int:
+    """Index of the first True of a boolean array."""
+    return int(np.argmax(mask))
+
+
+def _coords(x: Any, y: Any, z: Any, level: Any, check: bool) -> tuple[int, list[np.ndarray], np.ndarray | None]:
+    """Validate coordinates (and levels); return ``(dim, coords, level)``."""
+    dim = 2 if z is None else 3
+    names = ("x", "y", "z")
+    coords = [_int_array(c, names[i]) for i, c in enumerate((x, y) if z is None else (x, y, z))]
+    n = coords[0].shape[0]
+    for name, c in zip(names, coords, strict=False):
+        if c.shape[0] != n:
+            raise PartitionError(f"{name} has {c.shape[0]} entries but x has {n}")
+    lev = None
+    if level is not None:
+        lev = _int_array(level, "level")
+        if lev.shape[0] != n:
+            raise PartitionError(f"level has {lev.shape[0]} entries but x has {n}")
+    if not check or n == 0:
+        return dim, coords, lev
+    L = MAXLEVEL[dim]
+    for name, c in zip(names, coords, strict=False):
+        if c.min() < 0 or c.max() >= ROOT_LEN[dim]:
+            i = _first((c < 0) | (c >= ROOT_LEN[dim]))
+            raise PartitionError(f"leaf {i}: {name} = {int(c[i])} is outside the tree [0, 2**{L}) ({dim}D)")
+    if lev is not None:
+        if lev.min() < 0 or lev.max() > QMAXLEVEL[dim]:
+            i = _first((lev < 0) | (lev > QMAXLEVEL[dim]))
+            raise PartitionError(f"leaf {i}: level {int(lev[i])} is outside [0, {QMAXLEVEL[dim]}] ({dim}D QMAXLEVEL)")
+        i = _first_misaligned(coords, lev, L)
+        if i >= 0:
+            xyz = ", ".join(str(int(c[i])) for c in coords)
+            raise PartitionError(
+                f"leaf {i}: coordinates ({xyz}) are not multiples of 2**{L - int(lev[i])}, as a leaf of level {int(lev[i])} needs"
+            )
+    return dim, coords, lev
+
+
+def _first_misaligned(coords: list[np.ndarray], lev: np.ndarray, maxlevel: int) -> int:
+    """Return the first leaf whose coordinates are not multiples of ``2**(maxlevel - level)``, or -1."""
+    n = lev.shape[0]
+    b = min(n, _BLOCK)
+    bits = np.empty(b, dtype=np.int64)
+    mask = np.empty(b, dtype=np.int64)
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        m = hi - lo
+        bb, mb = bits[:m], mask[:m]
+        np.copyto(bb, coords[0][lo:hi], casting="unsafe")
+        for c in coords[1:]:
+            np.bitwise_or(bb, c[lo:hi], out=bb, casting="unsafe")
+        np.subtract(maxlevel, lev[lo:hi], out=mb, casting="unsafe")
+        np.left_shift(1, mb, out=mb)
+        np.subtract(mb, 1, out=mb)
+        np.bitwise_and(bb, mb, out=bb)
+        if bb.any():
+            return lo + _first(bb != 0)
+    return -1
+
+
+def _check_curve(curve: str) -> None:
+    if curve not in CURVES:
+        raise PartitionError(f"curve must be one of {CURVES}, not {curve!r}")
+
+
+# --------------------------------------------------------------------------- Morton
+
+# Magic numbers that spread the low bits of a word to every dim-th bit.
+_SPREAD: dict[int, tuple[tuple[int, int], ...]] = {
+    2: (
+        (16, 0x0000FFFF0000FFFF),
+        (8, 0x00FF00FF00FF00FF),
+        (4, 0x0F0F0F0F0F0F0F0F),
+        (2, 0x3333333333333333),
+        (1, 0x5555555555555555),
+    ),
+    3: (
+        (32, 0x001F00000000FFFF),
+        (16, 0x001F0000FF0000FF),
+        (8, 0x100F00F00F00F00F),
+        (4, 0x10C30C30C30C30C3),
+        (2, 0x1249249249249249),
+    ),
+}
+_LOWMASK = {2: 0xFFFFFFFF, 3: 0x1FFFFF}
+
+
+def _spread(v: np.ndarray, dim: int, tmp: np.ndarray) -> None:
+    """Spread the bits of uint64 ``v`` in place to every ``dim``-th bit (magic numbers)."""
+    np.bitwise_and(v, _U64(_LOWMASK[dim]), out=v)
+    for shift, mask in _SPREAD[dim]:
+        np.left_shift(v, _U64(shift), out=tmp)
+        np.bitwise_or(v, tmp, out=v)
+        np.bitwise_and(v, _U64(mask), out=v)
+
+
+def _compact(v: np.ndarray, dim: int, tmp: np.ndarray) -> None:
+    """Inverse of :func:`_spread`: gather every ``dim``-th bit of uint64 ``v`` in place."""
+    steps = _SPREAD[dim]
+    np.bitwise_and(v, _U64(steps[-1][1]), out=v)
+    for k in range(len(steps) - 1, -1, -1):
+        shift = steps[k][0]
+        np.right_shift(v, _U64(shift), out=tmp)
+        np.bitwise_or(v, tmp, out=v)
+        np.bitwise_and(v, _U64(steps[k - 1][1] if k else _LOWMASK[dim]), out=v)
+
+
+def _morton_block(coords: list[np.ndarray], lo: int, hi: int, out: np.ndarray, tmp: np.ndarray, acc: np.ndarray) -> None:
+    """Morton keys of ``coords[:][lo:hi]`` into ``out`` (uint64 buffers of length ``hi - lo``)."""
+    dim = len(coords)
+    for j, c in enumerate(coords):
+        dst = out if j == 0 else acc
+        np.copyto(dst, c[lo:hi], casting="unsafe")
+        _spread(dst, dim, tmp)
+        if j:
+            np.left_shift(acc, _U64(j), out=acc)
+            np.bitwise_or(out, acc, out=out)
+
+
+def _morton_unchecked(coords: list[np.ndarray]) -> np.ndarray:
+    n = coords[0].shape[0]
+    keys = np.empty(n, dtype=np.uint64)
+    b = min(n, _BLOCK)
+    tmp = np.empty(b, dtype=np.uint64)
+    acc = np.empty(b, dtype=np.uint64)
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        m = hi - lo
+        _morton_block(coords, lo, hi, keys[lo:hi], tmp[:m], acc[:m])
+    return keys
+
+
+def morton_keys(x: Any, y: Any, z: Any = None, *, level: Any = None, check: bool = True) -> np.ndarray:
+    """Morton (Z-order) keys of leaf anchors at maximum level, as p4est interleaves them.
+
+    Bit ``i`` of ``x``, ``y`` and ``z`` becomes bit ``dim*i``, ``dim*i + 1``
+    and ``dim*i + 2`` of the key, so that for a leaf of level ``l`` the key
+    shifted right by ``dim * (MAXLEVEL[dim] - l)`` equals p4est's
+    ``p4est_quadrant_linear_id(q, l)``.  Vectorized with the classic
+    magic-number bit spreading.
+
+    Parameters
+    ----------
+    x, y : (N,) array_like of int
+        Anchor coordinates at maximum level, ``0 <= x < ROOT_LEN[dim]``.
+    z : (N,) array_like of int, optional
+        Third coordinate; selects 3D (``MAXLEVEL[3]`` = 19).
+    level : (N,) array_like of int, optional
+        Leaf levels; the key does not depend on them, but when given (and
+        ``check``) they are validated and the coordinates must be multiples
+        of ``2**(MAXLEVEL[dim] - level)``.
+    check : bool, optional
+        Validate the inputs (default).  With ``check=False`` coordinates
+        outside the tree give meaningless keys.
+
+    Returns
+    -------
+    (N,) numpy.ndarray of numpy.uint64
+        The keys, below ``2**60`` (2D) or ``2**57`` (3D).  Not collective.
+
+    Raises
+    ------
+    PartitionError
+        If the arrays are not 1-D integer arrays of one length, a coordinate
+        is outside the tree, or (with ``level``) a level is outside
+        ``[0, QMAXLEVEL[dim]]`` or a coordinate is not aligned to its level.
+
+    """
+    _, coords, _ = _coords(x, y, z, level, check)
+    return _morton_unchecked(coords)
+
+
+def morton_decode(keys: Any, dim: int) -> tuple[np.ndarray, ...]:
+    """Anchor coordinates from Morton keys: the inverse of :func:`morton_keys`.
+
+    Parameters
+    ----------
+    keys : (N,) array_like of numpy.uint64
+        Morton keys at maximum level, below ``2**(dim * MAXLEVEL[dim])``.
+    dim : {2, 3}
+        The dimension.
+
+    Returns
+    -------
+    tuple of (N,) numpy.ndarray of numpy.int32
+        ``(x, y)`` or ``(x, y, z)``.  Not collective.
+
+    Raises
+    ------
+    PartitionError
+        If ``dim`` is not 2 or 3, or a key is out of range.
+
+    """
+    if dim not in MAXLEVEL:
+        raise PartitionError(f"dim must be 2 or 3, not {dim!r}")
+    k = np.asarray(keys)
+    if k.size == 0 and k.ndim == 1:
+        k = k.astype(np.uint64)
+    if k.ndim != 1 or k.dtype.kind not in "iu":
+        raise PartitionError(f"keys must be a 1-D integer array, not {k.dtype} of shape {k.shape}")
+    if k.dtype.kind == "i":
+        if (k < 0).any():
+            raise PartitionError(f"key {_first(k < 0)} is negative")
+    top = 1 << (dim * MAXLEVEL[dim])
+    if k.size and int(k.max()) >= top:
+        i = _first(k >= top)
+        raise PartitionError(f"key {i} = {int(k[i])} is not below 2**{dim * MAXLEVEL[dim]}")
+    k = k.astype(np.uint64, copy=False)
+    n = k.shape[0]
+    out = [np.empty(n, dtype=np.int32) for _ in range(dim)]
+    b = min(n, _BLOCK)
+    v = np.empty(b, dtype=np.uint64)
+    tmp = np.empty(b, dtype=np.uint64)
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        m = hi - lo
+        for j in range(dim):
+            np.right_shift(k[lo:hi], _U64(j), out=v[:m])
+            _compact(v[:m], dim, tmp[:m])
+            np.copyto(out[j][lo:hi], v[:m], casting="unsafe")
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- Hilbert
+
+
+def _build_hilbert_tables(dim: int, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """State tables of Hamilton's Hilbert curve, ``chunk`` levels per lookup.
+
+    Returns ``(digits, nxt)``, both int64 arrays indexed by
+    ``state * 2**(dim*chunk) + u`` where ``u`` is ``chunk`` levels of Morton
+    digits (the child ids, x in the lowest bit, top level first):
+    ``digits`` holds the ``dim*chunk`` Hilbert digits and ``nxt`` the next
+    state already multiplied by ``2**(dim*chunk)``.
+    """
+    n = dim
+    full = (1 << n) - 1
+
+    def rotr(b: int, r: int) -> int:
+        r %= n
+        return ((b >> r) | (b << (n - r))) & full
+
+    def rotl(b: int, r: int) -> int:
+        r %= n
+        return ((b << r) | (b >> (n - r))) & full
+
+    def gcinv(g: int) -> int:
+        i, s = g, 1
+        while g >> s:
+            i ^= g >> s
+            s += 1
+        return i
+
+    def trailing_ones(i: int) -> int:
+        c = 0
+        while i & 1:
+            i >>= 1
+            c += 1
+        return c
+
+    def entry(w: int) -> int:
+        if w == 0:
+            return 0
+        g = 2 * ((w - 1) // 2)
+        return g ^ (g >> 1)
+
+    def direction(w: int) -> int:
+        if w == 0:
+            return 0
+        return (trailing_ones(w - 1) if w % 2 == 0 else trailing_ones(w)) % n
+
+    # One level: (entry corner e, intra direction d) -> child id c -> (digit w, next state).
+    states: dict[tuple[int, int], int] = {(0, 0): 0}
+    order: list[tuple[int, int]] = [(0, 0)]
+    rows: list[list[tuple[int, tuple[int, int]]]] = []
+    while len(rows) < len(order):
+        e, d = order[len(rows)]
+        row = []
+        for c in range(1 << n):
+            w = gcinv(rotr(c ^ e, d + 1))
+            nxt = (e ^ rotl(entry(w), d + 1), (d + direction(w) + 1) % n)
+            if nxt not in states:
+                states[nxt] = len(order)
+                order.append(nxt)
+            row.append((w, nxt))
+        rows.append(row)
+    S = len(order)
+    dig1 = np.array([[w for w, _ in row] for row in rows], dtype=np.int64)
+    nxt1 = np.array([[states[s] for _, s in row] for row in rows], dtype=np.int64)
+    # Compose `chunk` levels, vectorized over every (state, chunk of digits).
+    width = n * chunk
+    st0 = np.repeat(np.arange(S, dtype=np.int64), 1 << width)
+    u = np.tile(np.arange(1 << width, dtype=np.int64), S)
+    st = st0.copy()
+    h = np.zeros_like(u)
+    for t in range(chunk):
+        child = (u >> (n * (chunk - 1 - t))) & full
+        h = (h << n) | dig1[st, child]
+        st = nxt1[st, child]
+    return h, st << width
+
+
+# Levels per table lookup (chunk) and zero levels appended below the key so
+# that the chunks divide it: 2D 30 = 5 x 6, 3D 19 + 1 = 5 x 4.
+_HCHUNK = {2: (6, 0), 3: (4, 1)}
+_HTABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _hilbert_tables(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    tables = _HTABLES.get(dim)
+    if tables is None:
+        tables = _HTABLES[dim] = _build_hilbert_tables(dim, _HCHUNK[dim][0])
+    return tables
+
+
+def _hilbert_unchecked(coords: list[np.ndarray], lev: np.ndarray | None) -> np.ndarray:
+    dim = len(coords)
+    L = MAXLEVEL[dim]
+    chunk, pad = _HCHUNK[dim]
+    width = dim * chunk
+    steps = (L + pad) // chunk
+    digits, nxt = _hilbert_tables(dim)
+    n = coords[0].shape[0]
+    keys = np.empty(n, dtype=np.uint64)
+    b = min(n, _BLOCK)
+    tmp = np.empty(b, dtype=np.uint64)
+    acc = np.empty(b, dtype=np.uint64)
+    m64 = np.empty(b, dtype=np.uint64)
+    st = np.empty(b, dtype=np.int64)
+    idx = np.empty(b, dtype=np.int64)
+    h = np.empty(b, dtype=np.int64)
+    g = np.empty(b, dtype=np.int64)
+    cmask = np.int64((1 << width) - 1)
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        m = hi - lo
+        _morton_block(coords, lo, hi, m64[:m], tmp[:m], acc[:m])
+        mk = m64[:m].view(np.int64)
+        if pad:
+            np.left_shift(mk, dim * pad, out=mk)
+        s, hb, ib, gb = st[:m], h[:m], idx[:m], g[:m]
+        s.fill(0)
+        hb.fill(0)
+        for t in range(steps):
+            shift = width * (steps - 1 - t)
+            np.right_shift(mk, shift, out=ib)
+            np.bitwise_and(ib, cmask, out=ib)
+            np.add(ib, s, out=ib)
+            np.take(digits, ib, out=gb)
+            np.left_shift(hb, width, out=hb)
+            np.bitwise_or(hb, gb, out=hb)
+            np.take(nxt, ib, out=s)
+        if pad:
+            np.right_shift(hb, dim * pad, out=hb)
+        if lev is not None:
+            # Clear the digits below each leaf's level: the key of its first cell.
+            np.subtract(L, lev[lo:hi], out=gb, casting="unsafe")
+            np.multiply(gb, dim, out=gb)
+            np.right_shift(hb, gb, out=hb)
+            np.left_shift(hb, gb, out=hb)
+        np.copyto(keys[lo:hi], hb, casting="unsafe")
+    return keys
+
+
+def hilbert_keys(x: Any, y: Any, z: Any = None, *, level: Any = None, check: bool = True) -> np.ndarray:
+    """Hilbert keys of leaves: the curve index of each leaf's first max-level cell.
+
+    For a leaf of level ``l`` with anchor ``(x, y[, z])`` the key is
+    ``hilbert_l(x >> (L - l), ...) << dim * (L - l)`` with ``L =
+    MAXLEVEL[dim]``: the ``2**(dim*(L - l))`` max-level cells of the leaf are
+    the contiguous key range that starts there, so sorting the leaves of a
+    tree by ``(key, level)`` gives the Hilbert order of an adaptive leaf set.
+    The curve is Hamilton's (module docstring); it is computed top-down from
+    the Morton key, several levels per table lookup, vectorized over leaves.
+
+    Parameters
+    ----------
+    x, y : (N,) array_like of int
+        Anchor coordinates at maximum level, ``0 <= x < ROOT_LEN[dim]``.
+    z : (N,) array_like of int, optional
+        Third coordinate; selects 3D.
+    level : (N,) array_like of int, optional
+        Leaf levels, ``0 <= level <= QMAXLEVEL[dim]``.  Without it every
+        point is taken as a max-level cell (level ``MAXLEVEL[dim]``).
+    check : bool, optional
+        Validate the inputs (default).
+
+    Returns
+    -------
+    (N,) numpy.ndarray of numpy.uint64
+        The keys, below ``2**60`` (2D) or ``2**57`` (3D).  Not collective.
+
+    Raises
+    ------
+    PartitionError
+        As :func:`morton_keys`.
+
+    """
+    _, coords, lev = _coords(x, y, z, level, check)
+    return _hilbert_unchecked(coords, lev)
+
+
+def sfc_keys(x: Any, y: Any, z: Any = None, *, level: Any = None, curve: Curve = "morton", check: bool = True) -> np.ndarray:
+    """Keys of leaves along ``curve``: :func:`morton_keys` or :func:`hilbert_keys`.
+
+    Parameters
+    ----------
+    x, y, z, level, check
+        As :func:`hilbert_keys`.
+    curve : {"morton", "hilbert"}, optional
+        The space-filling curve.
+
+    Returns
+    -------
+    (N,) numpy.ndarray of numpy.uint64
+        Not collective.
+
+    Raises
+    ------
+    PartitionError
+        For an unknown curve, or as :func:`morton_keys`.
+
+    """
+    _check_curve(curve)
+    _, coords, lev = _coords(x, y, z, level, check)
+    return _keys(coords, lev, curve)
+
+
+def _keys(coords: list[np.ndarray], lev: np.ndarray | None, curve: str) -> np.ndarray:
+    return _morton_unchecked(coords) if curve == "morton" else _hilbert_unchecked(coords, lev)
+
+
+def leaf_ranges(
+    x: Any, y: Any, z: Any = None, *, level: Any, curve: Curve = "morton", check: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the max-level key range ``[first, stop)`` of each leaf along ``curve``.
+
+    Parameters
+    ----------
+    x, y, z : (N,) array_like of int
+        Anchor coordinates at maximum level (``z`` only in 3D).
+    level : (N,) array_like of int
+        Leaf levels, ``0 <= level <= QMAXLEVEL[dim]``.
+    curve : {"morton", "hilbert"}, optional
+        The space-filling curve.
+    check : bool, optional
+        Validate the inputs (default).
+
+    Returns
+    -------
+    first, stop : (N,) numpy.ndarray of numpy.uint64
+        ``first`` is the leaf's key, ``stop = first + 2**(dim * (MAXLEVEL[dim]
+        - level))``; ``stop`` may equal ``2**(dim * MAXLEVEL[dim])``.  Not
+        collective.
+
+    Raises
+    ------
+    PartitionError
+        As :func:`sfc_keys`.
+
+    """
+    _check_curve(curve)
+    if level is None:
+        raise PartitionError("leaf_ranges needs the leaf levels")
+    dim, coords, lev = _coords(x, y, z, level, check)
+    assert lev is not None
+    first = _keys(coords, lev, curve)
+    return first, first + _volumes(lev, dim)
+
+
+def _volumes(lev: np.ndarray, dim: int) -> np.ndarray:
+    """Return the max-level cells per leaf, ``2**(dim*(L - level))``, as uint64."""
+    vol: np.ndarray = np.left_shift(_U64(1), (dim * (MAXLEVEL[dim] - lev.astype(np.int64))).astype(np.uint64))
+    return vol
+
+
+# --------------------------------------------------------------------------- order and linearity
+
+
+def _leaves(tree: Any, level: Any, x: Any, y: Any, z: Any, check: bool) -> tuple[int, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Validate whole leaves; return ``(dim, tree, level, coords)``."""
+    if level is None:
+        raise PartitionError("level is required")
+    dim, coords, lev = _coords(x, y, z, level, check)
+    assert lev is not None
+    t = _int_array(tree, "tree")
+    if t.shape[0] != coords[0].shape[0]:
+        raise PartitionError(f"tree has {t.shape[0]} entries but x has {coords[0].shape[0]}")
+    if check and t.size and (t < 0).any():
+        i = _first(t < 0)
+        raise PartitionError(f"leaf {i}: tree {int(t[i])} is negative")
+    return dim, t, lev, coords
+
+
+def sfc_order(tree: Any, level: Any, x: Any, y: Any, z: Any = None, *, curve: Curve = "morton", check: bool = True) -> np.ndarray:
+    """Return the permutation that puts leaves in forest order along ``curve``.
+
+    Forest order is tree major, then key, then level: an ancestor comes
+    right before its descendants, as p4est's ``p4est_quadrant_compare``
+    orders quadrants of a tree (for ``curve="morton"``).  The sort is
+    stable: equal leaves keep their input order.
+
+    Parameters
+    ----------
+    tree : (N,) array_like of int
+        Tree of each leaf, non-negative.
+    level : (N,) array_like of int
+        Level of each leaf, ``0 <= level <= QMAXLEVEL[dim]``.
+    x, y, z : (N,) array_like of int
+        Anchor coordinates at maximum level (``z`` only in 3D).
+    curve : {"morton", "hilbert"}, optional
+        The space-filling curve inside each tree.
+    check : bool, optional
+        Validate the inputs (default).
+
+    Returns
+    -------
+    (N,) numpy.ndarray of numpy.intp
+        ``order`` such that ``tree[order]``, ``level[order]``, ... are in
+        forest order.  Not collective.
+
+    Raises
+    ------
+    PartitionError
+        As :func:`sfc_keys`, or if a tree index is negative.
+
+    """
+    _check_curve(curve)
+    dim, t, lev, coords = _leaves(tree, level, x, y, z, check)
+    keys = _keys(coords, lev, curve)
+    # Keys of leaves (level <= QMAXLEVEL) have their low `dim` bits clear, which
+    # leaves room for the 5-bit level: (key >> dim) << 5 | level < 2**63.
+    keys >>= _U64(dim)
+    keys <<= _U64(5)
+    keys |= lev.astype(np.uint64)
+    order = np.argsort(keys, kind="stable")
+    if t.size == 0 or t.min() == t.max():
+        return order
+    # Tree major: stable LSD radix passes over 16-bit digits of the tree index
+    # (numpy sorts uint16 stably by radix sort, in linear time).
+    tmin = int(t.min())
+    span = int(t.max()) - tmin
+    rel = t.astype(np.int64) - tmin
+    shift = 0
+    while span >> shift:
+        digit = ((rel[order] >> shift) & 0xFFFF).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order
+
+
+def check_linear_forest(
+    tree: Any,
+    level: Any,
+    x: Any,
+    y: Any,
+    z: Any = None,
+    *,
+    curve: Curve = "morton",
+    num_trees: int | None = None,
+    complete: bool = False,
+) -> None:
+    """Raise unless the leaves form a linear (optionally complete) forest.
+
+    Linear (p4est ``p4est_tree_is_linear`` in every tree, trees in order):
+    the trees are non-decreasing and, inside a tree, each leaf's key range
+    ``[key, key + 2**(dim*(L - level)))`` starts at or after the end of the
+    previous leaf's range, which means the leaves are in forest order along
+    ``curve`` and do not overlap.  Complete (``p4est_tree_is_complete``):
+    moreover every tree ``0 .. num_trees - 1`` is covered without gaps.
+
+    Parameters
+    ----------
+    tree, level, x, y, z : (N,) array_like of int
+        The leaves, as for :func:`sfc_order`.
+    curve : {"morton", "hilbert"}, optional
+        The order the leaves should be in.
+    num_trees : int, optional
+        The number of trees of the forest; every ``tree`` must be below it.
+        With ``complete=True`` and no ``num_trees``, ``max(tree) + 1``.
+    complete : bool, optional
+        Also require that the leaves cover every tree exactly.
+
+    Returns
+    -------
+    None
+        Not collective.
+
+    Raises
+    ------
+    PartitionError
+        Naming the first offending leaf index: invalid leaves (as
+        :func:`sfc_keys`), a tree out of range or smaller than the previous
+        one, a leaf out of order or overlapping its predecessor, or, with
+        ``complete``, a gap or a tree without leaves.
+
+    """
+    _check_curve(curve)
+    dim, t, lev, coords = _leaves(tree, level, x, y, z, True)
+    n = t.shape[0]
+    if num_trees is not None:
+        num_trees = operator.index(num_trees)
+        if num_trees < 0:
+            raise PartitionError(f"num_trees must be non-negative, not {num_trees}")
+        if n and (t >= num_trees).any():
+            i = _first(t >= num_trees)
+            raise PartitionError(f"leaf {i}: tree {int(t[i])} is not below num_trees = {num_trees}")
+    first = _keys(coords, lev, curve)
+    stop = first + _volumes(lev, dim)
+    if n > 1:
+        t64 = t.astype(np.int64, copy=False)
+        tree_down = t64[1:] < t64[:-1]
+        same = t64[1:] == t64[:-1]
+        k0, k1 = first[:-1], first[1:]
+        out_of_order = same & ((k1 < k0) | ((k1 == k0) & (lev[1:] < lev[:-1])))
+        overlap = same & ~out_of_order & (k1 < stop[:-1])
+        bad = tree_down | out_of_order | overlap
+        if bad.any():
+            j = _first(bad)
+            i = j + 1
+            if tree_down[j]:
+                why = f"tree {int(t[i])} is below tree {int(t[j])} of leaf {j} (trees must be non-decreasing)"
+            elif out_of_order[j]:
+                why = f"comes before leaf {j} in {curve} order"
+            elif lev[i] == lev[j]:
+                why = f"duplicates leaf {j}"
+            else:
+                why = f"lies inside leaf {j}"
+            raise PartitionError(
+                f"not a linear forest: leaf {i} (tree {int(t[i])}, level {int(lev[i])}, key {int(first[i])}) {why}"
+            )
+    if not complete:
+        return
+    if num_trees is None:
+        num_trees = int(t.max()) + 1 if n else 0
+    if n == 0:
+        if num_trees:
+            raise PartitionError(f"not a complete forest: tree 0 of {num_trees} has no leaves")
+        return
+    root = _U64(1 << (dim * MAXLEVEL[dim]))
+    starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])  # first leaf of each tree
+    present = t[starts]
+    if present.shape[0] != num_trees or (present != np.arange(num_trees)).any():
+        missing = np.setdiff1d(np.arange(num_trees), present)
+        raise PartitionError(f"not a complete forest: tree {int(missing[0])} of {num_trees} has no leaves")
+    ends = np.r_[starts[1:], n] - 1  # last leaf of each tree
+    gap_before = np.zeros(n, dtype=bool)
+    gap_before[1:] = (t[1:] == t[:-1]) & (first[1:] != stop[:-1])
+    gap_before[starts] = first[starts] != 0
+    gap_after = np.zeros(n, dtype=bool)
+    gap_after[ends] = stop[ends] != root
+    gap = gap_before | gap_after
+    if gap.any():
+        i = _first(gap)
+        if gap_before[i]:
+            prev = "the start of its tree" if i == 0 or t[i] != t[i - 1] else f"the end of leaf {i - 1} (key {int(stop[i - 1])})"
+            raise PartitionError(f"not a complete forest: gap before leaf {i} (tree {int(t[i])}, key {int(first[i])}) after {prev}")
+        raise PartitionError(f"not a complete forest: gap after leaf {i}, the last of tree {int(t[i])}")
+
+
+def is_linear_forest(
+    tree: Any,
+    level: Any,
+    x: Any,
+    y: Any,
+    z: Any = None,
+    *,
+    curve: Curve = "morton",
+    num_trees: int | None = None,
+    complete: bool = False,
+) -> bool:
+    """Whether the leaves form a linear (optionally complete) forest.
+
+    Parameters
+    ----------
+    tree, level, x, y, z, curve, num_trees, complete
+        As :func:`check_linear_forest`.
+
+    Returns
+    -------
+    bool
+        False exactly when :func:`check_linear_forest` would raise
+        :class:`~amrckpt.errors.PartitionError`.  Not collective.
+
+    """
+    try:
+        check_linear_forest(tree, level, x, y, z, curve=curve, num_trees=num_trees, complete=complete)
+    except PartitionError:
+        return False
+    return True
+
+
+def uniform_leaves(level: int, num_trees: int = 1, dim: int = 2, *, curve: Curve = "morton") -> Leaves:
+    """Build the complete uniform forest of one level, in forest order.
+
+    Parameters
+    ----------
+    level : int
+        The level of every leaf, ``0 <= level <= QMAXLEVEL[dim]``; each tree
+        has ``2**(dim * level)`` leaves.
+    num_trees : int, optional
+        The number of trees (default 1).
+    dim : {2, 3}, optional
+        The dimension (default 2).
+    curve : {"morton", "hilbert"}, optional
+        The order of the leaves inside each tree (default Morton, p4est's).
+
+    Returns
+    -------
+    Leaves
+        ``num_trees * 2**(dim*level)`` leaves; ``tree`` int32, ``level``
+        int8, coordinates int32.  Not collective.
+
+    Raises
+    ------
+    PartitionError
+        If an argument is out of range.
+
+    """
+    _check_curve(curve)
+    if dim not in MAXLEVEL:
+        raise PartitionError(f"dim must be 2 or 3, not {dim!r}")
+    level = operator.index(level)
+    num_trees = operator.index(num_trees)
+    if not 0 <= level <= QMAXLEVEL[dim]:
+        raise PartitionError(f"level must be in [0, {QMAXLEVEL[dim]}] in {dim}D, not {level}")
+    if num_trees < 0:
+        raise PartitionError(f"num_trees must be non-negative, not {num_trees}")
+    L = MAXLEVEL[dim]
+    per_tree = 1 << (dim * level)
+    keys = np.arange(per_tree, dtype=np.uint64) << _U64(dim * (L - level))
+    coords = list(morton_decode(keys, dim))
+    lev = np.full(per_tree, level, dtype=np.int8)
+    if curve == "hilbert":
+        order = np.argsort(_hilbert_unchecked(coords, lev), kind="stable")
+        coords = [c[order] for c in coords]
+    tree = np.repeat(np.arange(num_trees, dtype=np.int32), per_tree)
+    tiled = [np.tile(c, num_trees) for c in coords]
+    return Leaves(tree, np.tile(lev, num_trees), *tiled) if dim == 3 else Leaves(tree, np.tile(lev, num_trees), tiled[0], tiled[1])
