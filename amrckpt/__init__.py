@@ -13,7 +13,6 @@ from .errors import (
     AmrckptError,
     CollectiveError,
     PartitionError,
-    SchemaError,
     ScdaArgumentError,
     ScdaCountError,
     ScdaDecodeError,
@@ -21,6 +20,7 @@ from .errors import (
     ScdaFormatError,
     ScdaIOError,
     ScdaUsageError,
+    SchemaError,
 )
 
 __all__ = [

@@ -147,7 +147,7 @@ def write_section(f: scda.ScdaWriter, sec: dict[str, Any], P: int, rank: int, mo
 
 def read_section(f: scda.ScdaReader, hdr: scda.SectionHeader, counts: list[int] | None) -> bytes:
     """Read the current section's data on this rank under ``counts`` (uniform if None); return local bytes."""
-    P, r = f.comm.size, f.comm.rank
+    P = f.comm.size
     if counts is None and hdr.type in "AV":
         N = hdr.elem_count
         counts = [N * (p + 1) // P - N * p // P for p in range(P)]

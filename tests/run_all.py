@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Run amrckpt's whole test suite: the serial tests, then the MPI tests at 1, 2, 3 and 4 processes.
 
+First ``ruff check``, ``ruff format --check`` and ``mypy --strict`` of the
+package, then the tests.
+
 Usage::
 
     python tests/run_all.py                 # everything, as CI runs it
@@ -50,6 +53,14 @@ def main() -> int:
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
     marks = "not slow" if args.quick else ""
     failures = []
+
+    for name, cmd in (
+        ("ruff", [sys.executable, "-m", "ruff", "check", "amrckpt", "tests", "benchmarks"]),
+        ("ruff format", [sys.executable, "-m", "ruff", "format", "--check", "amrckpt", "tests", "benchmarks"]),
+        ("mypy", [sys.executable, "-m", "mypy", "amrckpt"]),
+    ):
+        if run(cmd, args.timeout, env):
+            failures.append(name)
 
     serial = [sys.executable, "-m", "pytest", "-m", f"not mpi{' and ' + marks if marks else ''}", *args.pytest_args]
     if run(serial, args.timeout, env):

@@ -61,7 +61,7 @@ def write_specs(comm: Any, path: Any, specs: list[Spec], parts: list[list[int]],
     """Write ``specs`` on this rank with element partitions ``parts`` (one per section)."""
     P, r = comm.size, comm.rank
     with scda.fopen_write(path, b"property", comm=comm, style=style) as f:
-        for spec, counts in zip(specs, parts):
+        for spec, counts in zip(specs, parts, strict=True):
             if spec.type in "IB":
                 root = spec.root % P
                 data = spec.data if r == root else None

@@ -32,7 +32,7 @@ class Comm(Protocol):
 
     @property
     def rank(self) -> int:
-        """This process's rank, ``0 <= rank < size``."""
+        """Return this process's rank, ``0 <= rank < size``."""
         ...
 
     @property
@@ -111,7 +111,7 @@ class SerialComm:
 
 
 def digest_of(*args: Any) -> int:
-    """A 62-bit digest of collective arguments, to check that all ranks agree.
+    """Return a 62-bit digest of collective arguments, to check that all ranks agree.
 
     Parameters
     ----------

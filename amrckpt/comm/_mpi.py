@@ -43,12 +43,12 @@ class MPIComm:
 
         self._MPI = MPI
         self.mpi_comm = comm
-        self._rank = comm.Get_rank()
-        self._size = comm.Get_size()
+        self._rank: int = comm.Get_rank()
+        self._size: int = comm.Get_size()
 
     @property
     def rank(self) -> int:
-        """This process's rank in ``mpi_comm``."""
+        """Return this process's rank in ``mpi_comm``."""
         return self._rank
 
     @property

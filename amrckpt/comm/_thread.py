@@ -39,7 +39,7 @@ class ThreadComm:
 
     @property
     def rank(self) -> int:
-        """This thread's rank."""
+        """Return this thread's rank."""
         return self._rank
 
     @property
@@ -67,7 +67,7 @@ class ThreadComm:
 
     def allreduce_max(self, values: Sequence[int]) -> list[int]:
         """Element-wise maximum over ranks. Collective."""
-        return [max(col) for col in zip(*self.allgather([int(v) for v in values]))]
+        return [max(col) for col in zip(*self.allgather([int(v) for v in values]), strict=True)]
 
     def allreduce_sum(self, value: int) -> int:
         """Exact sum over ranks. Collective."""
@@ -81,9 +81,7 @@ class ThreadComm:
         return f"ThreadComm(rank={self._rank}, size={self.size})"
 
 
-def run_threads(
-    size: int, fn: Callable[..., T], *args: Any, timeout: float = 60.0, **kwargs: Any
-) -> list[T]:
+def run_threads(size: int, fn: Callable[..., T], *args: Any, timeout: float = 60.0, **kwargs: Any) -> list[T]:
     """Run ``fn(comm, *args, **kwargs)`` on ``size`` threads, one per rank.
 
     Parameters

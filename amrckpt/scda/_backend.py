@@ -69,7 +69,7 @@ class Backend(Protocol):
         ...
 
     def file_size(self) -> int:
-        """The file's size in bytes. Collective for MPI-IO."""
+        """Return the file's size in bytes. Collective for MPI-IO."""
         ...
 
     def sync(self) -> None:
@@ -190,9 +190,7 @@ class PosixBackend:
             except OSError as exc:
                 raise os_error(exc, self.path, f"cannot read {want} bytes at byte {start} of") from exc
             if n == 0:
-                raise ScdaCountError(
-                    f"file {self.path!r} ends at byte {off}: {want} bytes from byte {start} were requested"
-                )
+                raise ScdaCountError(f"file {self.path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
             off += n
             while n and bufs:
                 if n >= bufs[0].nbytes:
@@ -257,7 +255,8 @@ class MPIIOBackend:
         from mpi4py import MPI
 
         self._MPI = MPI
-        self.comm = comm
+        self.comm: Comm = comm
+        self._mpi_comm = comm.mpi_comm
         self.path = path
         self.mode = mode
         self._fh: Any = None
@@ -273,7 +272,7 @@ class MPIIOBackend:
             mpi_info = info
         amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
         try:
-            self._fh = MPI.File.Open(comm.mpi_comm, path, amode, mpi_info)
+            self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
         except MPI.Exception as exc:
             err = self._error(exc, "cannot open")
         finally:
@@ -459,7 +458,7 @@ def open_backend(path: str, mode: str, comm: Comm, *, info: Any = None, backend:
 
 
 def byte_view(data: Any, what: str) -> memoryview:
-    """A flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
+    """Return a flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
     if isinstance(data, np.ndarray):
         if not data.flags.c_contiguous:
             data = np.ascontiguousarray(data)

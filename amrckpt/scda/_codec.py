@@ -1,4 +1,4 @@
-"""The per-element compression of the scda paper, section 3.1.
+r"""The per-element compression of the scda paper, section 3.1.
 
 An element is encoded in two stages, exactly as libsc's ``sc_io_encode_zlib``
 writes it (without its trailing NUL; see ``shared/interop/libsc/sc_io_encode``):
@@ -45,6 +45,7 @@ _B64_VALID = np.zeros(256, dtype=bool)
 _B64_VALID[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)] = True
 _BATCH_NBYTES = 8 << 20  # uncompressed bytes per batch: bounds temporaries
 _compress = zlib_ng.compress  # (data, level) -> zlib stream; tests substitute libsc's streams
+_ZlibError: type[Exception] = zlib_ng.error  # type: ignore[assignment]
 
 
 def encoded_nbytes(stage1_nbytes: np.ndarray) -> np.ndarray:
@@ -54,7 +55,7 @@ def encoded_nbytes(stage1_nbytes: np.ndarray) -> np.ndarray:
 
 
 def _slices(buf: memoryview, starts: Sequence[int], ends: Sequence[int]) -> map:  # type: ignore[type-arg]
-    """memoryview slices buf[starts[i]:ends[i]], produced in C (no bytecode per element)."""
+    """Memoryview slices buf[starts[i]:ends[i]], produced in C (no bytecode per element)."""
     return map(operator.getitem, itertools.repeat(buf), map(slice, starts, ends))
 
 
@@ -91,7 +92,7 @@ def encode_elements(
     bounds = np.unique(np.concatenate([[0], cuts, [n]]))
     parts = []
     sizes = []
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         if hi > lo:
             e, s = _encode_batch(data, offsets[lo : hi + 1], level, style)
             parts.append(e)
@@ -118,7 +119,7 @@ def _encode_batch(data: memoryview, offsets: np.ndarray, level: int, style: Styl
     pb = memoryview(prefix.tobytes())
     pads = map(bytes, (nlines * _RAW_LINE - L).tolist())
     stage1 = b"".join(
-        itertools.chain.from_iterable(zip(_slices(pb, range(0, 9 * n, 9), range(9, 9 * n + 9, 9)), compressed, pads))
+        itertools.chain.from_iterable(zip(_slices(pb, range(0, 9 * n, 9), range(9, 9 * n + 9, 9)), compressed, pads, strict=True))
     )
     del compressed
     text = np.frombuffer(binascii.b2a_base64(stage1, newline=False), dtype=np.uint8)
@@ -260,10 +261,8 @@ def decode_elements(
     ze = (dstart + D).tolist()
     outs: list[bytes] = []
     try:
-        outs.extend(
-            map(zlib_ng.decompress, _slices(memoryview(stage1), zs, ze), itertools.repeat(15), np.maximum(U, 1).tolist())
-        )
-    except zlib_ng.error as exc:
+        outs.extend(map(zlib_ng.decompress, _slices(memoryview(stage1), zs, ze), itertools.repeat(15), np.maximum(U, 1).tolist()))
+    except _ZlibError as exc:
         raise fail(len(outs), f"zlib: {exc}") from exc
     got = np.fromiter(map(len, outs), dtype=np.uint64, count=n)
     wrong = got != U

@@ -32,9 +32,7 @@ def _lane(b: bytes) -> np.uint64:
 # Four ASCII digits of every value 0..9999, as little-endian uint64 lanes.
 _T4 = np.frombuffer(b"".join(b"%04d" % i for i in range(10000)), dtype="<u4").astype(_U64)
 # After k digits (0 <= k <= 8) in the 8-byte field at entry byte 2: a space, dashes.
-_TAIL = np.array(
-    [int.from_bytes((b"\0" * k + b" " + b"-" * 8)[:8], "little") for k in range(9)], dtype=_U64
-)
+_TAIL = np.array([int.from_bytes((b"\0" * k + b" " + b"-" * 8)[:8], "little") for k in range(9)], dtype=_U64)
 # Bytes 8..15 of an entry with k digits: bytes 8, 9 belong to the field; 10..15.
 _HI = np.array(
     [int.from_bytes(b"\0\0" + (b" " if k == 8 else b"-") + b"-----", "little") for k in range(9)],

@@ -80,7 +80,7 @@ def to_bytes(value: bytes | bytearray | memoryview | str, what: str) -> bytes:
 
 
 def pad_string(s: bytes, d: int, style: Style) -> bytes:
-    """Pad ``s`` to ``d`` bytes with padding('-' to d) (paper eq. 1).
+    r"""Pad ``s`` to ``d`` bytes with padding('-' to d) (paper eq. 1).
 
     The padding is a space, ``p - 3`` dashes and ``"-\\n"`` (Unix) or
     ``"\\r\\n"`` (MIME), with ``p = d - len(s) >= 4``.
@@ -114,12 +114,12 @@ def unpad_string(field: bytes, what: str) -> bytes:
 
 
 def data_padding_nbytes(n: int) -> int:
-    """The number p of '=' padding bytes after ``n`` data bytes: 7 <= p <= 38, 32 | n + p."""
+    """Return the number p of '=' padding bytes after ``n`` data bytes: 7 <= p <= 38, 32 | n + p."""
     return 7 + (-(n + 7)) % _DATA_DIVISOR
 
 
 def data_padding(n: int, last_byte: int | None, style: Style) -> bytes:
-    """The padding('=' mod 32) after ``n`` data bytes (paper eq. 2, Table 1).
+    """Return the padding('=' mod 32) after ``n`` data bytes (paper eq. 2, Table 1).
 
     Parameters
     ----------
@@ -143,14 +143,15 @@ def padding_form(padding: bytes, n: int, last_byte: int | None) -> str:
     The paper lets a reader ignore padding bytes; this is for strict reading
     and for ``amrckpt verify``.
     """
-    for style in ("unix", "mime"):
-        if padding == data_padding(n, last_byte, style):  # type: ignore[arg-type]
+    styles: tuple[Style, ...] = ("unix", "mime")
+    for style in styles:
+        if padding == data_padding(n, last_byte, style):
             return style
     return "other"
 
 
 def count_entry(letter: bytes, value: int, style: Style) -> bytes:
-    """A 32-byte count entry: letter, space, decimal ``value``, padding('-' to 30).
+    """Return a 32-byte count entry: letter, space, decimal ``value``, padding('-' to 30).
 
     Used for N and E entries (paper Figs. 3-5) and U entries (Figs. 6-7).
     ``value`` is a Python int of at most 26 digits.
@@ -183,7 +184,7 @@ def parse_count_entry(entry: bytes, letter: bytes, what: str) -> int:
 
 
 def file_header(vendor: bytes, user_string: bytes, style: Style) -> bytes:
-    """The 128-byte file header section F (paper Fig. 1, eq. 3)."""
+    """Return the 128-byte file header section F (paper Fig. 1, eq. 3)."""
     if len(vendor) > MAX_VENDOR_NBYTES:
         raise ScdaArgumentError(f"vendor string of {len(vendor)} bytes; at most 20")
     check_user_string(user_string)
@@ -226,7 +227,7 @@ def check_user_string(user_string: bytes) -> None:
 
 
 def section_header(section_type: bytes, user_string: bytes, style: Style) -> bytes:
-    """The 64-byte start of a section: type letter, space, padded user string."""
+    """Return the 64-byte start of a section: type letter, space, padded user string."""
     check_user_string(user_string)
     return section_type + b" " + pad_string(user_string, _USER_FIELD, style)
 

@@ -100,7 +100,7 @@ class RawSection:
 
 
 def to_count(value: Any, what: str) -> int:
-    """A non-negative Python int from an int-like value, or ScdaArgumentError."""
+    """Return a non-negative Python int from an int-like value, or raise ScdaArgumentError."""
     try:
         v = operator.index(value)
     except TypeError as exc:
@@ -146,7 +146,7 @@ def partition_offsets(elem_counts: Sequence[int] | np.ndarray, size: int, what: 
 
 
 def last_owner(nbytes: Sequence[int]) -> int:
-    """The last rank with data bytes (it writes the padding), or 0 if none has."""
+    """Return the last rank with data bytes (it writes the padding), or 0 if none has."""
     for p in range(len(nbytes) - 1, -1, -1):
         if nbytes[p]:
             return p
@@ -193,7 +193,9 @@ def read_raw_section(read: Any, offset: int, file_size: int) -> RawSection:
         data = offset + need
         end = data + E + data_padding_nbytes(E)
         if end > file_size:
-            raise ScdaCountError(f"{where}: block of {E} bytes plus padding ends at byte {end}, after the end of the file ({file_size})")
+            raise ScdaCountError(
+                f"{where}: block of {E} bytes plus padding ends at byte {end}, after the end of the file ({file_size})"
+            )
         return RawSection("B", user, offset, 0, E, data, data, end)
     N = parse_count_entry(bytes(buf[h : h + COUNT_ENTRY_NBYTES]), b"N", f"{where}, N entry")
     if stype == "A":

@@ -186,7 +186,11 @@ class ScdaReader:
         if self.offset == self.file_size:
             return None
         off = self.offset
-        pair: Pair = self._on_root(lambda: recognize(self._read_bytes, read_raw_section(self._read_bytes, off, self.file_size), self.file_size, bool(decode)))
+        pair: Pair = self._on_root(
+            lambda: recognize(
+                self._read_bytes, read_raw_section(self._read_bytes, off, self.file_size), self.file_size, bool(decode)
+            )
+        )
         stage = "vsizes" if pair.header.type == "V" else "data"
         self._pending = _Pending(pair, stage)
         return pair.header
@@ -301,7 +305,7 @@ class ScdaReader:
             If a decoded block does not conform to the convention.
         """
         what = "fread_block_data"
-        err = None
+        err: BaseException | None = None
         p = self._pending
         try:
             self._check_open(what)
@@ -322,17 +326,17 @@ class ScdaReader:
                 if hdr.decoded:
                     enc = np.frombuffer(self._read_bytes(raw.data_offset, raw.elem_size), dtype=np.uint8)
                     dec = decode_elements(
-                        enc, np.array([raw.elem_size], np.uint64), np.array([hdr.elem_size], np.uint64), offset=raw.data_offset, what=raw.where
+                        enc,
+                        np.array([raw.elem_size], np.uint64),
+                        np.array([hdr.elem_size], np.uint64),
+                        offset=raw.data_offset,
+                        what=raw.where,
                     )
                     result = _deliver(dec, dest)
                 else:
-                    if dest is None:
-                        result = np.empty(hdr.elem_size, dtype=np.uint8)
-                        dest = memoryview(result)
-                    else:
-                        result = np.frombuffer(dest, dtype=np.uint8)
+                    result, view = _destination(out, hdr.elem_size)
                     assert self._backend is not None
-                    self._backend.read([(raw.data_offset, dest)], None, 0)
+                    self._backend.read([(raw.data_offset, view)], None, 0)
                 if self.strict:
                     self._check_padding(raw, raw.elem_size)
             except Exception as exc:  # noqa: BLE001 - agreed on below
@@ -399,24 +403,21 @@ class ScdaReader:
             v = self._v_sizes(p, counts, want=not skip)
             n = counts[r]
             usizes = np.full(n, E, dtype=np.uint64)
-            result = self._v_decode(p, v, usizes, n * E, out, skip)
+            decoded = self._v_decode(p, v, usizes, n * E, out, skip)
             self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
-            return result
+            return decoded
         raw = p.raw
-        nbytes = counts[r] * E
-        result, dest, err = None, None, None
+        result: np.ndarray | None = None
+        bulk = None
+        err = None
         if not skip:
             try:
-                dest = _out_view(out, nbytes, "out")
-                if dest is None:
-                    result = np.empty(nbytes, dtype=np.uint8)
-                    dest = memoryview(result)
-                else:
-                    result = np.frombuffer(dest, dtype=np.uint8)
+                result, view = _destination(out, counts[r] * E)
+                bulk = (raw.data_offset + C[r] * E, view)
             except ScdaError as exc:
                 err = exc
         self._agree(err, what)
-        self._bulk_read(None if skip else (raw.data_offset + C[r] * E, dest), max(counts) * E, what)
+        self._bulk_read(bulk, max(counts) * E, what)
         if self.strict:
             self._agree(self._root_padding(raw, hdr.elem_count * E), what)
         assert raw.end is not None
@@ -564,21 +565,17 @@ class ScdaReader:
             assert v.usizes is not None
             result = self._v_decode(p, v, v.usizes, S[r], out, skip)
         else:
-            result, dest, err = None, None, None
+            result, bulk, err = None, None, None
             if not skip:
                 try:
                     if usizes is not None and v.sizes is not None and not np.array_equal(usizes, v.sizes):
                         raise ScdaArgumentError("elem_sizes differ from the sizes in the file")
-                    dest = _out_view(out, S[r], "out")
-                    if dest is None:
-                        result = np.empty(S[r], dtype=np.uint8)
-                        dest = memoryview(result)
-                    else:
-                        result = np.frombuffer(dest, dtype=np.uint8)
+                    result, view = _destination(out, S[r])
+                    bulk = (p.raw.data_offset + v.local_offset, view)
                 except ScdaError as exc:
                     err = exc
             self._agree(err, what)
-            self._bulk_read(None if skip else (p.raw.data_offset + v.local_offset, dest), max(S), what)
+            self._bulk_read(bulk, max(S), what)
             if self.strict:
                 self._agree(self._last_byte_padding(p.raw, v), what)
         self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
@@ -601,7 +598,9 @@ class ScdaReader:
             err = exc
         self._agree(err, what)
 
-    def _entries(self, raw: RawSection, letter: bytes, entries_offset: int, counts: list[int]) -> tuple[np.ndarray, BaseException | None]:
+    def _entries(
+        self, raw: RawSection, letter: bytes, entries_offset: int, counts: list[int]
+    ) -> tuple[np.ndarray, BaseException | None]:
         """Read and parse this rank's 32-byte entries; return them and a local error."""
         r = self.comm.rank
         C0 = sum(counts[:r])
@@ -651,7 +650,7 @@ class ScdaReader:
         """Read this rank's encoded elements of a decoded A or V section and decode them."""
         raw = p.raw
         r = self.comm.rank
-        err = None
+        err: BaseException | None = None
         enc = np.empty(0, np.uint8)
         dest = None
         if not skip:
@@ -727,7 +726,7 @@ class ScdaReader:
 
 
 def _uniform(N: int, P: int) -> list[int]:
-    """The uniform partition of p4est_partition: rank p starts at floor(N p / P)."""
+    """Return the uniform partition of p4est_partition: rank p starts at floor(N p / P)."""
     return [(N * (p + 1)) // P - (N * p) // P for p in range(P)]
 
 
@@ -749,6 +748,15 @@ def _out_view(out: Any, nbytes: int, what: str) -> memoryview | None:
     if mv.nbytes != nbytes:
         raise ScdaArgumentError(f"{what} has {mv.nbytes} bytes; {nbytes} are to be read on this rank")
     return mv
+
+
+def _destination(out: Any, nbytes: int) -> tuple[np.ndarray, memoryview]:
+    """Return ``(array, byte view)`` to read ``nbytes`` into: a view of ``out``, or a new array."""
+    dest = _out_view(out, nbytes, "out")
+    if dest is None:
+        result = np.empty(nbytes, dtype=np.uint8)
+        return result, memoryview(result)
+    return np.frombuffer(dest, dtype=np.uint8), dest
 
 
 def _deliver(dec: np.ndarray, dest: memoryview | None) -> np.ndarray:

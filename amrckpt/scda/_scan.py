@@ -148,7 +148,9 @@ def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bo
             except OSError as exc:
                 raise os_error(exc, path, f"cannot read {nbytes} bytes at byte {offset} of") from exc
             if len(b) != nbytes:
-                raise ScdaCountError(f"file {path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
+                raise ScdaCountError(
+                    f"file {path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested"
+                )
             return b
 
         if size < FILE_HEADER_NBYTES:
@@ -177,6 +179,7 @@ def _sum_entries(read: object, raw: RawSection, letter: bytes, first: int, N: in
 
 
 def _complete(read: object, raw: RawSection, size: int, check_padding: bool) -> RawSectionInfo:
+    end: int | None
     if raw.type == "V":
         nbytes = _sum_entries(read, raw, b"E", raw.entries_offset, raw.elem_count)
         end = raw.data_offset + nbytes + data_padding_nbytes(nbytes)
@@ -218,4 +221,6 @@ def _logical(index: int, pair: Pair, raws: tuple[RawSectionInfo, ...], read: obj
             from ..errors import ScdaDecodeError
 
             raise ScdaDecodeError(f"{a.where}invalid U entry: {exc}") from exc
-    return SectionInfo(index, h.type, h.user_string, h.elem_count, h.elem_size, raws[0].offset, raws[-1].end, h.decoded, nbytes, raws)
+    return SectionInfo(
+        index, h.type, h.user_string, h.elem_count, h.elem_size, raws[0].offset, raws[-1].end, h.decoded, nbytes, raws
+    )

@@ -299,7 +299,11 @@ class ScdaWriter:
         if me:
             head = section_header(b"B", ustr, self.style) + count_entry(b"E", nbody, self.style)
             last = body[-1] if nbody else None
-            pieces += [(off_b, memoryview(head)), (data_off, body), (data_off + nbody, memoryview(data_padding(nbody, last, self.style)))]
+            pieces += [
+                (off_b, memoryview(head)),
+                (data_off, body),
+                (data_off + nbody, memoryview(data_padding(nbody, last, self.style))),
+            ]
         self._io(pieces, None, 0, what)
         self.offset = end
         return SectionRecord("B", ustr, off, end, bool(encode))
@@ -486,7 +490,9 @@ class ScdaWriter:
                 # Every U entry ends in a line feed: the padding is known without data.
                 pad = data_padding(a_total, 0x0A, self.style)
                 pieces = [(off, memoryview(head)), (a_data + a_total, memoryview(pad))]
-            self._io(pieces, (a_data + COUNT_ENTRY_NBYTES * C[r], byte_view(uents, "entries")), COUNT_ENTRY_NBYTES * max(counts), what)
+            self._io(
+                pieces, (a_data + COUNT_ENTRY_NBYTES * C[r], byte_view(uents, "entries")), COUNT_ENTRY_NBYTES * max(counts), what
+            )
             v_off = a_data + a_total + data_padding_nbytes(a_total)
             offsets = np.zeros(sizes.size + 1, dtype=np.int64)
             np.cumsum(sizes, out=offsets[1:])
@@ -518,7 +524,12 @@ class ScdaWriter:
             head = prefix + section_header(b"V", ustr, self.style) + count_entry(b"N", N, self.style)
             pieces.append((off, memoryview(head)))
         ents = format_entries(b"E", sizes, self.style)
-        self._io(pieces, (entries + COUNT_ENTRY_NBYTES * C[r], byte_view(ents, "entries")), COUNT_ENTRY_NBYTES * max(counts), "fwrite_varray")
+        self._io(
+            pieces,
+            (entries + COUNT_ENTRY_NBYTES * C[r], byte_view(ents, "entries")),
+            COUNT_ENTRY_NBYTES * max(counts),
+            "fwrite_varray",
+        )
         pieces = []
         if r == last_owner(S):
             last = view[-1] if view.nbytes else None
@@ -607,7 +618,7 @@ def fopen_write(
     info: Any = None,
     backend: str | None = None,
 ) -> ScdaWriter:
-    """Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
+    r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
     Collective.  An existing file is truncated (paper A.3).
 

@@ -63,7 +63,7 @@ def test_scan_libsc_layout(entry: dict[str, Any]) -> None:
     assert info.vendor == b"libsc" and info.user_string.hex() == entry["file_user_string"]["hex"]
     assert len(info.sections) == entry["section_count"]
     blob = path.read_bytes()
-    for sec, m in zip(info.sections, entry["sections"]):
+    for sec, m in zip(info.sections, entry["sections"], strict=True):
         raw = sec.raw[0]
         assert (sec.type, sec.offset, raw.data_offset, sec.end) == (m["type"], m["offset"], m["data_offset"], m["end"])
         assert sec.user_string.hex() == m["user_string"]["hex"]
@@ -75,12 +75,12 @@ def test_scan_libsc_layout(entry: dict[str, Any]) -> None:
 @pytest.mark.parametrize("entry", LIBSC, ids=lambda e: e["name"])
 def test_read_libsc_files_on_P_ranks(entry: dict[str, Any], P: int) -> None:
     path = _path("libsc", entry)
-    for mode in ([0] if P == 1 else [0, 1, 4]):
+    for mode in [0] if P == 1 else [0, 1, 4]:
         results = run_threads(P, _read_everything, path, False, mode)
         assert all(r == results[0] for r in results)  # every rank sees the same (gathered) data
         sections = results[0]
         assert len(sections) == entry["section_count"]
-        for (h, data), m in zip(sections, entry["sections"]):
+        for (h, data), m in zip(sections, entry["sections"], strict=True):
             assert h.user_string == user_string(m)
             assert sha256(data) == m["payload_sha256"], (m["index"], mode)
 
@@ -94,7 +94,7 @@ def test_read_reference_files(entry: dict[str, Any], decode: bool) -> None:
     for P, mode in ((1, 0), (3, 1), (4, 4)):
         sections = run_threads(P, _read_everything, path, decode, mode)[0]
         assert len(sections) == len(expected)
-        for (h, data), m in zip(sections, expected):
+        for (h, data), m in zip(sections, expected, strict=True):
             assert h.type == m["type"] and h.user_string == user_string(m)
             assert h.decoded == bool(decode and m.get("compressed"))
             assert sha256(data) == m["payload_sha256"], (m.get("logical_index", m.get("index")), P)
@@ -128,9 +128,13 @@ HEADER_LEVEL = {"neg_b_magic_then_a.scda", "neg_vmagic_e16.scda", "neg_vmagic_n_
 # -- writing ----------------------------------------------------------------
 
 
-def _write(path: Path, entry: dict[str, Any], sections: list[dict[str, Any]], P: int, *, style: str, vendor: bytes, encode: bool) -> None:
+def _write(
+    path: Path, entry: dict[str, Any], sections: list[dict[str, Any]], P: int, *, style: str, vendor: bytes, encode: bool
+) -> None:
     def body(comm: Any) -> None:
-        with scda.fopen_write(path, user_string({"user_string": entry["file_user_string"]}), comm=comm, style=style, vendor=vendor) as f:
+        with scda.fopen_write(
+            path, user_string({"user_string": entry["file_user_string"]}), comm=comm, style=style, vendor=vendor
+        ) as f:
             for k, sec in enumerate(sections):
                 write_section(f, sec, P, comm.rank, mode=(k + P) % 6, encode=encode and bool(sec.get("compressed")))
 
@@ -175,7 +179,7 @@ def test_rewrite_compressed_reference_files(entry: dict[str, Any], P: int, tmp_p
     blob = out.read_bytes()
     raw = scda.scan(out, decode=False).sections
     assert len(raw) == entry["raw_section_count"]
-    for ours, m in zip(raw, entry["sections"]):
+    for ours, m in zip(raw, entry["sections"], strict=True):
         assert (ours.type, ours.user_string) == (m["type"], user_string(m))
         if not m["bytes_zlib_dependent"]:
             assert hashlib.sha256(blob[ours.offset : ours.end]).hexdigest() == m["section_sha256"], m["index"]

@@ -75,7 +75,7 @@ def test_roundtrip_many_elements(elems: list[bytes], level: int, style: str) -> 
     assert enc.size == int(sizes.sum())
     # Every element on its own is what a single-element call gives (no cross-talk).
     pos = 0
-    for e, s in zip(elems, sizes.tolist()):
+    for e, s in zip(elems, sizes.tolist(), strict=True):
         assert enc[pos : pos + s].tobytes() == encode_one(e, level, style)
         pos += s
     usizes = np.array([len(e) for e in elems], dtype=np.uint64)
