@@ -717,9 +717,6 @@ class ScdaReader:
     def __exit__(self, *exc: object) -> None:
         self.fclose()
 
-    def __iter__(self) -> ScdaReader:
-        return self
-
     def __repr__(self) -> str:
         state = "closed" if self._backend is None else f"offset={self.offset}/{self.file_size}"
         return f"<ScdaReader {self.path!r} {state} P={self.comm.size}>"
