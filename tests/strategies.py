@@ -59,27 +59,32 @@ def partitions(draw: Any, n: int, size: int) -> list[int]:
 
 def write_specs(comm: Any, path: Any, specs: list[Spec], parts: list[list[int]], style: str) -> None:
     """Write ``specs`` on this rank with element partitions ``parts`` (one per section)."""
-    P, r = comm.size, comm.rank
     with scda.fopen_write(path, b"property", comm=comm, style=style) as f:
-        for spec, counts in zip(specs, parts, strict=True):
-            if spec.type in "IB":
-                root = spec.root % P
-                data = spec.data if r == root else None
-                if spec.type == "I":
-                    f.fwrite_inline(data, spec.user_string, root=root)
-                else:
-                    f.fwrite_block(data, spec.user_string, root=root, encode=spec.encode)
-                continue
-            sizes = np.asarray(spec.sizes, dtype=np.int64)
-            C = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-            offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            lo, hi = int(C[r]), int(C[r + 1])
-            local = spec.data[int(offs[lo]) : int(offs[hi])]
-            if spec.type == "A":
-                f.fwrite_array(local, counts, spec.elem_size, spec.user_string, encode=spec.encode)
+        write_into(f, comm, specs, parts)
+
+
+def write_into(f: scda.ScdaWriter, comm: Any, specs: list[Spec], parts: list[list[int]]) -> None:
+    """Write ``specs`` into an open file (see :func:`write_specs`)."""
+    P, r = comm.size, comm.rank
+    for spec, counts in zip(specs, parts, strict=True):
+        if spec.type in "IB":
+            root = spec.root % P
+            data = spec.data if r == root else None
+            if spec.type == "I":
+                f.fwrite_inline(data, spec.user_string, root=root)
             else:
-                proc = [int(offs[C[p + 1]] - offs[C[p]]) for p in range(P)]
-                f.fwrite_varray(local, counts, sizes[lo:hi], proc, spec.user_string, encode=spec.encode)
+                f.fwrite_block(data, spec.user_string, root=root, encode=spec.encode)
+            continue
+        sizes = np.asarray(spec.sizes, dtype=np.int64)
+        C = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        lo, hi = int(C[r]), int(C[r + 1])
+        local = spec.data[int(offs[lo]) : int(offs[hi])]
+        if spec.type == "A":
+            f.fwrite_array(local, counts, spec.elem_size, spec.user_string, encode=spec.encode)
+        else:
+            proc = [int(offs[C[p + 1]] - offs[C[p]]) for p in range(P)]
+            f.fwrite_varray(local, counts, sizes[lo:hi], proc, spec.user_string, encode=spec.encode)
 
 
 def read_specs(comm: Any, path: Any, parts: list[list[int]]) -> list[tuple[str, bytes, bytes]]:

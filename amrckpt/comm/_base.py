@@ -60,6 +60,10 @@ class Comm(Protocol):
         """Exact sum over ranks of Python ints (any size). Collective."""
         ...
 
+    def allreduce_xor(self, values: Sequence[int]) -> list[int]:
+        """Element-wise bitwise XOR over ranks of uint32 ``values`` (combined CRCs). Collective."""
+        ...
+
     def exscan_sum(self, value: int) -> int:
         """Exact sum of ``value`` over the ranks below this one (0 on rank 0). Collective."""
         ...
@@ -101,6 +105,10 @@ class SerialComm:
     def allreduce_sum(self, value: int) -> int:
         """Return ``value``."""
         return int(value)
+
+    def allreduce_xor(self, values: Sequence[int]) -> list[int]:
+        """Return ``values`` as a list."""
+        return [int(v) for v in values]
 
     def exscan_sum(self, value: int) -> int:
         """Return 0."""

@@ -88,6 +88,12 @@ class MPIComm:
             return int(flag[0])
         return int(self.mpi_comm.allreduce(v, op=self._MPI.SUM))
 
+    def allreduce_xor(self, values: Sequence[int]) -> list[int]:
+        """``MPI_Allreduce(MPI_BXOR)`` of a uint32 vector. Collective."""
+        buf = np.array(values, dtype=np.uint32)
+        self.mpi_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.BXOR)
+        return [int(v) for v in buf]
+
     def exscan_sum(self, value: int) -> int:
         """Exact exclusive prefix sum of Python ints (pickle-based). Collective."""
         r = self.mpi_comm.exscan(int(value), op=self._MPI.SUM)

@@ -73,6 +73,13 @@ class ThreadComm:
         """Exact sum over ranks. Collective."""
         return sum(self.allgather(int(value)))
 
+    def allreduce_xor(self, values: Sequence[int]) -> list[int]:
+        """Element-wise XOR over ranks. Collective."""
+        out = [0] * len(values)
+        for vals in self.allgather([int(v) for v in values]):
+            out = [a ^ b for a, b in zip(out, vals, strict=True)]
+        return out
+
     def exscan_sum(self, value: int) -> int:
         """Exact sum over the ranks below this one. Collective."""
         return sum(self.allgather(int(value))[: self._rank])

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._crc import SectionCrc, crc32
 from ..comm import Comm, agree, agree_gather, as_comm, digest_of, run_on_root
 from ..errors import (
     AmrckptError,
@@ -86,11 +87,22 @@ class ScdaReader:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, backend: str | None = None, strict: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        comm: Any = None,
+        info: Any = None,
+        backend: str | None = None,
+        strict: bool = False,
+        checksum: bool = False,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
         self.strict = bool(strict)
+        self._checksum = bool(checksum)
+        self._cur: SectionCrc | None = None
+        self._cur_entries: set[tuple[int, bytes]] = set()
+        self._crc_log: list[tuple[int, int, int, bool]] = []  # (offset, end, this rank's term, complete)
         self._backend: Backend | None = open_backend(self.path, "r", self.comm, info=info, backend=backend)
         self._pending: _Pending | None = None
         try:
@@ -102,6 +114,9 @@ class ScdaReader:
             raise
         self.file_size, self.vendor, self.user_string = size, head[0], head[1]
         self.offset = FILE_HEADER_NBYTES
+        if self._checksum:
+            term = head[2] if self.comm.rank == 0 else 0
+            self._crc_log.append((0, FILE_HEADER_NBYTES, term, True))
 
     # -- plumbing ---------------------------------------------------------
 
@@ -112,7 +127,7 @@ class ScdaReader:
         self._backend.read([(offset, memoryview(buf))], None, 0)
         return bytes(buf)
 
-    def _read_file_header(self, size: int) -> tuple[bytes, bytes]:
+    def _read_file_header(self, size: int) -> tuple[bytes, bytes, int]:
         if size < FILE_HEADER_NBYTES:
             head = self._read_bytes(0, min(size, 8))
             if not (MAGIC + b" ").startswith(head):
@@ -122,7 +137,7 @@ class ScdaReader:
         vendor, user = parse_file_header(buf)
         if self.strict and padding_form(buf[96:], 0, None) == "other":
             raise ScdaFormatError("file header: malformed data padding")
-        return vendor, user
+        return vendor, user, crc32(buf)
 
     def _on_root(self, fn: Any, root: int = 0) -> Any:
         """Run ``fn`` on ``root`` only and broadcast its result or its error. Collective."""
@@ -146,8 +161,65 @@ class ScdaReader:
         agree(self.comm, err, digest=digest, what=what)
 
     def _done(self, end: int) -> None:
-        self._pending = None
+        p, self._pending = self._pending, None
         self.offset = end
+        cur, self._cur = self._cur, None
+        if cur is None or p is None:
+            return
+        # Rank 0 reads the data padding (which no data call reads) to cover every byte.
+        err: BaseException | None = None
+        if self.comm.rank == 0 and cur.complete:
+            try:
+                for raw in p.pair.raws:
+                    if raw.type == "I":
+                        continue
+                    if raw.type == "V":
+                        assert p.v is not None
+                        nbytes = p.v.total
+                    else:
+                        nbytes = raw.elem_count * raw.elem_size if raw.type == "A" else raw.elem_size
+                    start = raw.data_offset + nbytes
+                    stop = raw.end if raw.end is not None else end
+                    cur.add(start, self._read_bytes(start, stop - start))
+            except ScdaError as exc:
+                err = exc
+        self._agree(err, "checksum")
+        start = p.pair.raws[0].offset
+        self._crc_log.append((start, end, cur.term(end) if cur.complete else 0, cur.complete))
+
+    def _crc_add(self, offset: int, data: Any) -> None:
+        """Checksum mode: count bytes this rank read for the current section."""
+        if self._cur is not None:
+            self._cur.add(offset, data)
+
+    def _crc_skip(self) -> None:
+        """Checksum mode: this rank skipped data, so the section cannot be verified."""
+        if self._cur is not None:
+            self._cur.complete = False
+
+    def section_crcs(self) -> list[tuple[int, int, int | None]]:
+        """CRC32 of every section read so far, from the bytes read (file header first).
+
+        Collective: two allreduces of one number per section.  Needs
+        ``checksum=True`` at :func:`fopen_read`; compare with the CRCs that
+        a writer recorded (e.g. the index of an amrckpt checkpoint).
+
+        Returns
+        -------
+        list of (int, int, int or None)
+            ``(offset, end, crc32)`` of each section whose bytes were read;
+            the CRC is None for a section that was skipped on some rank.
+
+        Raises
+        ------
+        ScdaUsageError
+            If the file was not opened with ``checksum=True``.
+        """
+        if not self._checksum:
+            raise ScdaUsageError("section_crcs: open the file with checksum=True")
+        incomplete = self.comm.allreduce_max([0 if c else 1 for *_, c in self._crc_log])
+        crcs = self.comm.allreduce_xor([t for _, _, t, _ in self._crc_log])
+        return [(o, e, None if bad else c) for (o, e, _, _), bad, c in zip(self._crc_log, incomplete, crcs, strict=True)]
 
     # -- headers ----------------------------------------------------------
 
@@ -193,6 +265,12 @@ class ScdaReader:
         )
         stage = "vsizes" if pair.header.type == "V" else "data"
         self._pending = _Pending(pair, stage)
+        if self._checksum:
+            self._cur = SectionCrc()
+            self._cur_entries = set()
+            if self.comm.rank == 0:
+                for raw in pair.raws:
+                    self._cur.add_crc(raw.offset, raw.head_nbytes, raw.head_crc)
         return pair.header
 
     def fseek_section(self, offset: int) -> None:
@@ -212,18 +290,20 @@ class ScdaReader:
         if off < FILE_HEADER_NBYTES or off > self.file_size or off % 32:
             raise ScdaArgumentError(f"no section can start at byte {off} of a {self.file_size}-byte file")
         self._pending = None
+        self._cur = None
         self.offset = off
 
     def _skip_pending(self) -> None:
         p = self._pending
         if p is None:
             return
+        self._crc_skip()
         if p.raw.end is not None:
             self._done(p.raw.end)
             return
         v = p.v
         if v is None:
-            v = self._v_sizes(p, _uniform(p.raw.elem_count, self.comm.size), want=False)
+            v = p.v = self._v_sizes(p, _uniform(p.raw.elem_count, self.comm.size), want=False)
         self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
 
     # -- I and B ----------------------------------------------------------
@@ -318,6 +398,9 @@ class ScdaReader:
         assert p is not None
         raw, hdr = p.raw, p.pair.header
         me = (root is None or self.comm.rank == root) and not skip
+        counter = (0 if root is None else root) == self.comm.rank  # whose bytes count for checksums
+        if counter and skip:
+            self._crc_skip()
         result = None
         err = None
         if me:
@@ -325,6 +408,8 @@ class ScdaReader:
                 dest = _out_view(out, hdr.elem_size, "out")
                 if hdr.decoded:
                     enc = np.frombuffer(self._read_bytes(raw.data_offset, raw.elem_size), dtype=np.uint8)
+                    if counter:
+                        self._crc_add(raw.data_offset, enc)
                     dec = decode_elements(
                         enc,
                         np.array([raw.elem_size], np.uint64),
@@ -337,6 +422,8 @@ class ScdaReader:
                     result, view = _destination(out, hdr.elem_size)
                     assert self._backend is not None
                     self._backend.read([(raw.data_offset, view)], None, 0)
+                    if counter:
+                        self._crc_add(raw.data_offset, view)
                 if self.strict:
                     self._check_padding(raw, raw.elem_size)
             except Exception as exc:  # noqa: BLE001 - agreed on below
@@ -400,7 +487,7 @@ class ScdaReader:
         r = self.comm.rank
         E = hdr.elem_size
         if hdr.decoded:
-            v = self._v_sizes(p, counts, want=not skip)
+            v = p.v = self._v_sizes(p, counts, want=not skip)
             n = counts[r]
             usizes = np.full(n, E, dtype=np.uint64)
             decoded = self._v_decode(p, v, usizes, n * E, out, skip)
@@ -418,6 +505,10 @@ class ScdaReader:
                 err = exc
         self._agree(err, what)
         self._bulk_read(bulk, max(counts) * E, what)
+        if bulk is None:
+            self._crc_skip()
+        else:
+            self._crc_add(*bulk)
         if self.strict:
             self._agree(self._root_padding(raw, hdr.elem_count * E), what)
         assert raw.end is not None
@@ -576,6 +667,10 @@ class ScdaReader:
                     err = exc
             self._agree(err, what)
             self._bulk_read(bulk, max(S), what)
+            if bulk is None:
+                self._crc_skip()
+            else:
+                self._crc_add(*bulk)
             if self.strict:
                 self._agree(self._last_byte_padding(p.raw, v), what)
         self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
@@ -612,6 +707,10 @@ class ScdaReader:
         except ScdaError as exc:
             err = exc
         vals = np.zeros(0, np.uint64)
+        key = (entries_offset, letter)
+        if err is None and key not in self._cur_entries:
+            self._cur_entries.add(key)
+            self._crc_add(entries_offset + COUNT_ENTRY_NBYTES * C0, buf)
         if err is None:
             try:
                 vals = parse_entries(letter, buf, first_index=C0, offset=entries_offset + COUNT_ENTRY_NBYTES * C0, what=raw.where)
@@ -666,6 +765,10 @@ class ScdaReader:
                 err = exc
         S = agree_gather(self.comm, err, int(enc.size))
         self._bulk_read(None if skip else (raw.data_offset + v.local_offset, memoryview(enc)), max(S), "read")
+        if skip:
+            self._crc_skip()
+        else:
+            self._crc_add(raw.data_offset + v.local_offset, enc)
         if skip:
             self._agree(None, "decode")
             return None
@@ -765,7 +868,13 @@ def _deliver(dec: np.ndarray, dest: memoryview | None) -> np.ndarray:
 
 
 def fopen_read(
-    path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, backend: str | None = None, strict: bool = False
+    path: str | os.PathLike[str],
+    *,
+    comm: Any = None,
+    info: Any = None,
+    backend: str | None = None,
+    strict: bool = False,
+    checksum: bool = False,
 ) -> ScdaReader:
     """Open an scda file and read its header section F (libsc ``sc_scda_fopen_read``).
 
@@ -785,6 +894,10 @@ def fopen_read(
     strict : bool, optional
         Also check the data padding bytes, which the paper lets readers
         ignore (libsc checks them).
+    checksum : bool, optional
+        CRC32 every byte read, for :meth:`ScdaReader.section_crcs`; rank 0
+        then also reads each section's padding, so that every byte of a
+        section whose data is read on all ranks is covered.
 
     Returns
     -------
@@ -800,4 +913,4 @@ def fopen_read(
     ScdaCountError
         If it is shorter than a file header.
     """
-    return ScdaReader(path, comm=comm, info=info, backend=backend, strict=strict)
+    return ScdaReader(path, comm=comm, info=info, backend=backend, strict=strict, checksum=checksum)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._crc import SectionCrc
 from ..comm import Comm, agree, agree_gather, as_comm, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from ._backend import Backend, byte_view, open_backend
@@ -123,6 +124,8 @@ class ScdaWriter:
         The line-break style of the file.
     offset : int
         Bytes written so far: where the next section starts.
+    records : list of SectionRecord
+        Every section written so far, the file header (type ``"F"``) first.
     """
 
     def __init__(
@@ -135,6 +138,7 @@ class ScdaWriter:
         vendor: bytes | str = b"amrckpt",
         info: Any = None,
         backend: str | None = None,
+        checksum: bool = False,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
@@ -150,9 +154,14 @@ class ScdaWriter:
         agree(self.comm, err, digest=digest, what="fopen_write")
         self._backend: Backend | None = open_backend(self.path, "w", self.comm, info=info, backend=backend)
         self._failed: BaseException | None = None
+        self._checksum = bool(checksum)
+        self._cur: SectionCrc | None = None
+        self._terms: list[int] = []
+        self.records: list[SectionRecord] = []
         self.offset = 0
+        self._section_start()
         self._io([(0, memoryview(header))] if self.comm.rank == 0 else [], None, 0, "file header")
-        self.offset = FILE_HEADER_NBYTES
+        self._section_end(SectionRecord("F", to_bytes(user_string, "user_string"), 0, FILE_HEADER_NBYTES, False))
 
     # -- plumbing ---------------------------------------------------------
 
@@ -166,9 +175,45 @@ class ScdaWriter:
         """Agree on argument checks before any byte is written."""
         return agree(self.comm, err, digest=digest, what=what, **kw)
 
+    def _section_start(self) -> None:
+        self._cur = SectionCrc() if self._checksum else None
+
+    def _section_end(self, record: SectionRecord) -> SectionRecord:
+        self.records.append(record)
+        self.offset = record.end
+        if self._cur is not None:
+            self._terms.append(self._cur.term(record.end))
+            self._cur = None
+        return record
+
+    def section_crcs(self) -> list[int]:
+        """CRC32 of every section written so far (file header first), as in :attr:`records`.
+
+        Collective: one allreduce of one number per section.  Each rank CRCs
+        the bytes it wrote (zlib-ng) and the terms are combined as zlib's
+        ``crc32_combine`` does, so the result does not depend on the
+        partition.  Needs ``checksum=True`` at :func:`fopen_write`.
+
+        Returns
+        -------
+        list of int
+            The CRC32 of bytes ``[record.offset, record.end)`` of each record.
+
+        Raises
+        ------
+        ScdaUsageError
+            If the file was not opened with ``checksum=True``.
+        """
+        if not self._checksum:
+            raise ScdaUsageError("section_crcs: open the file with checksum=True")
+        return self.comm.allreduce_xor(self._terms)
+
     def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         err: BaseException | None = None
         assert self._backend is not None
+        if self._cur is not None:
+            for off, buf in [*pieces, *([bulk] if bulk is not None else [])]:
+                self._cur.add(off, buf)
         try:
             self._backend.write(pieces, bulk, max_bulk)
         except ScdaError as exc:
@@ -227,13 +272,13 @@ class ScdaWriter:
         except ScdaError as exc:
             err = exc
         self._begin(what, err, digest)
+        self._section_start()
         off = self.offset
         pieces = []
         if self.comm.rank == root:
             pieces = [(off, memoryview(section_header(b"I", ustr, self.style))), (off + SECTION_HEADER_NBYTES, view)]
         self._io(pieces, None, 0, what)
-        self.offset = off + SECTION_HEADER_NBYTES + INLINE_DATA_NBYTES
-        return SectionRecord("I", ustr, off, self.offset, False)
+        return self._section_end(SectionRecord("I", ustr, off, off + SECTION_HEADER_NBYTES + INLINE_DATA_NBYTES, False))
 
     def fwrite_block(
         self, data: Any, user_string: bytes | str, *, root: int = 0, encode: bool = False, level: int = 9
@@ -284,6 +329,7 @@ class ScdaWriter:
         except ScdaError as exc:
             err = exc
         E, Ec = self._begin(what, err, digest, root=root, root_values=[view.nbytes, enc.size], nvalues=2)
+        self._section_start()
         off = self.offset
         pieces: list[tuple[int, memoryview]] = []
         me = self.comm.rank == root
@@ -305,8 +351,7 @@ class ScdaWriter:
                 (data_off + nbody, memoryview(data_padding(nbody, last, self.style))),
             ]
         self._io(pieces, None, 0, what)
-        self.offset = end
-        return SectionRecord("B", ustr, off, end, bool(encode))
+        return self._section_end(SectionRecord("B", ustr, off, end, bool(encode)))
 
     def fwrite_array(
         self,
@@ -380,13 +425,14 @@ class ScdaWriter:
         except ScdaError as exc:
             err = exc
         self._begin(what, err, digest)
+        self._section_start()
         off = self.offset
         if encode:
             n = counts[self.comm.rank]
             offsets = np.arange(n + 1, dtype=np.int64) * E
             magic = section_header(b"I", MAGIC_A, self.style) + count_entry(b"U", E, self.style)
             end = self._write_encoded_v(off, magic, ustr, counts, C, view, offsets, level)
-            return SectionRecord("A", ustr, off, end, True)
+            return self._section_end(SectionRecord("A", ustr, off, end, True))
         N = C[-1]
         total = N * E
         data_off = off + SECTION_HEADER_NBYTES + 2 * COUNT_ENTRY_NBYTES
@@ -399,8 +445,7 @@ class ScdaWriter:
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
         self._io(pieces, (data_off + C[r] * E, view), max(counts) * E, what)
-        self.offset = data_off + total + data_padding_nbytes(total)
-        return SectionRecord("A", ustr, off, self.offset, False)
+        return self._section_end(SectionRecord("A", ustr, off, data_off + total + data_padding_nbytes(total), False))
 
     def fwrite_varray(
         self,
@@ -477,6 +522,7 @@ class ScdaWriter:
         except ScdaError as exc:
             err = exc
         self._begin(what, err, digest)
+        self._section_start()
         off = self.offset
         N = C[-1]
         if encode:
@@ -497,9 +543,9 @@ class ScdaWriter:
             offsets = np.zeros(sizes.size + 1, dtype=np.int64)
             np.cumsum(sizes, out=offsets[1:])
             end = self._write_encoded_v(v_off, b"", ustr, counts, C, view, offsets, level)
-            return SectionRecord("V", ustr, off, end, True)
+            return self._section_end(SectionRecord("V", ustr, off, end, True))
         end = self._write_v(off, b"", ustr, counts, C, sizes, S, view)
-        return SectionRecord("V", ustr, off, end, False)
+        return self._section_end(SectionRecord("V", ustr, off, end, False))
 
     def _write_v(
         self,
@@ -535,8 +581,7 @@ class ScdaWriter:
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
         self._io(pieces, (data_off + sum(S[:r]), view), max(S), "fwrite_varray")
-        self.offset = data_off + total + data_padding_nbytes(total)
-        return self.offset
+        return data_off + total + data_padding_nbytes(total)
 
     def _write_encoded_v(
         self,
@@ -617,6 +662,7 @@ def fopen_write(
     vendor: bytes | str = b"amrckpt",
     info: Any = None,
     backend: str | None = None,
+    checksum: bool = False,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -638,6 +684,9 @@ def fopen_write(
         MPI-IO hints (e.g. ``{"striping_factor": "16"}``).
     backend : {None, "posix", "mpiio"}, optional
         Default: MPI-IO for an MPI communicator, POSIX otherwise.
+    checksum : bool, optional
+        CRC32 every byte written, for :meth:`ScdaWriter.section_crcs` (one
+        extra pass over the data in memory, by zlib-ng).
 
     Returns
     -------
@@ -652,4 +701,4 @@ def fopen_write(
         If the file cannot be created (subclasses for a missing directory or
         a permission problem).
     """
-    return ScdaWriter(path, user_string, comm=comm, style=style, vendor=vendor, info=info, backend=backend)
+    return ScdaWriter(path, user_string, comm=comm, style=style, vendor=vendor, info=info, backend=backend, checksum=checksum)

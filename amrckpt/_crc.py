@@ -1,0 +1,122 @@
+"""CRC32 of bytes that many ranks hold in pieces, combined without gathering them.
+
+CRC32 (zlib, RFC 1952) is affine in the message, which zlib's
+``crc32_combine(crc1, crc2, len2)`` exploits: the CRC of ``A || B`` is
+``crc(A) * x**(8 len(B)) mod p  XOR  crc(B)``.  Unrolled over the pieces
+``P_0 .. P_k`` of a section, the section's CRC is the XOR of
+``crc(P_i) * x**(8 a_i) mod p``, where ``a_i`` is the number of bytes after
+piece i to the end of the section.  Each rank computes that term for each
+piece it holds, XORs them, and one ``MPI_Allreduce(MPI_BXOR)`` gives the CRC of
+every section: O(1) numbers per rank and section, independent of how the
+bytes are partitioned.  The polynomial arithmetic is zlib's (``multmodp``,
+``x2nmodp`` in ``crc32.c``); the CRC of a piece is zlib-ng's (SIMD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from zlib_ng import zlib_ng
+
+__all__ = ["SectionCrc", "crc32", "crc32_combine", "shift"]
+
+_POLY = 0xEDB88320  # the CRC32 polynomial, reflected, x**32 implied
+
+
+def crc32(data: Any, value: int = 0) -> int:
+    """CRC32 of a buffer (zlib-ng), continuing from ``value``. Not collective."""
+    return int(zlib_ng.crc32(data, value)) & 0xFFFFFFFF
+
+
+def _multmodp(a: int, b: int) -> int:
+    """Return a * b modulo p (reflected representation), as zlib's multmodp."""
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if (a & (m - 1)) == 0:
+                break
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return p
+
+
+def _x2n_table() -> list[int]:
+    table = [0] * 32
+    p = 1 << 30  # x**1
+    table[0] = p
+    for k in range(1, 32):
+        p = _multmodp(p, p)
+        table[k] = p
+    return table
+
+
+_X2N = _x2n_table()
+
+
+def _x8nmodp(nbytes: int) -> int:
+    """Return x**(8 nbytes) modulo p."""
+    p = 1 << 31  # x**0
+    k = 3
+    n = nbytes
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return p
+
+
+def shift(crc: int, nbytes: int) -> int:
+    """Return ``crc * x**(8 nbytes) mod p``: the term of ``crc`` followed by ``nbytes`` more bytes."""
+    if nbytes == 0 or crc == 0:
+        return crc
+    return _multmodp(_x8nmodp(nbytes), crc)
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC32 of ``A || B`` from ``crc(A)``, ``crc(B)`` and ``len(B)`` (zlib ``crc32_combine``)."""
+    return shift(crc1, len2) ^ crc2
+
+
+class SectionCrc:
+    """The pieces of one section that this rank holds, for a combined CRC32.
+
+    Add each piece with its absolute file offset; :meth:`term` gives this
+    rank's XOR term once the section's end is known.  The pieces of all ranks
+    must partition the section exactly (no gaps, no overlaps).
+    """
+
+    __slots__ = ("complete", "pieces")
+
+    def __init__(self) -> None:
+        self.pieces: list[tuple[int, int]] = []  # (end offset of the piece, crc of the piece)
+        self.complete = True
+
+    def add(self, offset: int, data: Any) -> None:
+        """Add the piece ``data`` that starts at file byte ``offset``."""
+        n = memoryview(data).nbytes
+        if n:
+            self.pieces.append((offset + n, crc32(data)))
+
+    def add_crc(self, offset: int, nbytes: int, crc: int) -> None:
+        """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is already known."""
+        if nbytes:
+            self.pieces.append((offset + nbytes, crc))
+
+    def term(self, end: int) -> int:
+        """Return this rank's term of the section that ends at ``end``."""
+        t = 0
+        for stop, c in self.pieces:
+            t ^= shift(c, end - stop)
+        return t
+
+
+def combine_terms(terms: Iterable[int]) -> int:
+    """XOR of the terms of all ranks: the section's CRC32."""
+    out = 0
+    for t in terms:
+        out ^= t
+    return out

@@ -1,0 +1,74 @@
+"""Section CRC32s combined across ranks equal zlib's CRC of the file's bytes, on writing and on reading."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amrckpt import _crc, scda
+from amrckpt.comm import run_threads
+from strategies import partitions, section_specs, write_into
+
+
+@given(st.binary(max_size=2000), st.binary(max_size=2000))
+def test_crc32_combine_matches_zlib(a: bytes, b: bytes) -> None:
+    assert _crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+@given(st.binary(min_size=1, max_size=5000), st.lists(st.integers(0, 5000), max_size=8), st.integers(0, 10**6))
+def test_pieces_in_any_split(data: bytes, cuts: list[int], offset: int) -> None:
+    bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
+    s = _crc.SectionCrc()
+    for lo, hi in itertools.pairwise(bounds):
+        s.add(offset + lo, data[lo:hi])
+    assert s.term(offset + len(data)) == zlib.crc32(data)
+
+
+def _write_with_crcs(comm: Any, path: Path, specs: Any, parts: Any, style: str) -> list[tuple[int, int, int]]:
+    with scda.fopen_write(path, b"property", comm=comm, style=style, checksum=True) as f:
+        write_into(f, comm, specs, parts)
+        crcs = f.section_crcs()
+        return [(r.offset, r.end, c) for r, c in zip(f.records, crcs, strict=True)]
+
+
+def _read_crcs(comm: Any, path: Path, parts: Any, decode: bool) -> list[tuple[int, int, int | None]]:
+    with scda.fopen_read(path, comm=comm, checksum=True) as f:
+        k = 0
+        while (h := f.fread_section_header(decode=decode)) is not None:
+            if h.type == "I":
+                f.fread_inline_data(root=comm.size - 1)
+            elif h.type == "B":
+                f.fread_block_data(root=None)
+            else:
+                N, P = h.elem_count, comm.size
+                counts = parts[k] if decode and k < len(parts) else [N * (p + 1) // P - N * p // P for p in range(P)]
+                if h.type == "A":
+                    f.fread_array_data(counts)
+                else:
+                    s = f.fread_varray_sizes(counts)
+                    f.fread_varray_data(counts, s, f.proc_sizes())
+            k += 1
+        return f.section_crcs()
+
+
+@settings(max_examples=60)
+@given(st.lists(section_specs(), min_size=1, max_size=5), st.integers(1, 4), st.integers(1, 4), st.data())
+def test_section_crcs_on_write_and_read(tmp_path_factory: Any, specs: Any, P: int, Q: int, data: Any) -> None:
+    path = tmp_path_factory.mktemp("crc") / "f.scda"
+    wparts = [data.draw(partitions(len(s.sizes), P)) for s in specs]
+    written = run_threads(P, _write_with_crcs, path, specs, wparts, "unix")[0]
+    blob = path.read_bytes()
+    assert written[-1][1] == len(blob)
+    assert [c for _, _, c in written] == [zlib.crc32(blob[a:b]) for a, b, _ in written]
+    rparts = [data.draw(partitions(len(s.sizes), Q)) for s in specs]
+    for decode in (True, False):
+        read = run_threads(Q, _read_crcs, path, rparts, decode)[0]
+        assert read[-1][1] == len(blob)
+        assert [c for _, _, c in read] == [zlib.crc32(blob[a:b]) for a, b, _ in read]
+    # The logical sections read with decode are the written records.
+    assert [(a, b) for a, b, _ in run_threads(1, _read_crcs, path, [], True)[0]] == [(a, b) for a, b, _ in written]
