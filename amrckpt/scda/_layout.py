@@ -189,9 +189,9 @@ def read_raw_section(read: Any, offset: int, file_size: int) -> RawSection:
         raise ScdaCountError(f"section {stype!r} at byte {offset}: the file ends inside its header")
     where = f"section {stype!r} at byte {offset}"
     h = SECTION_HEADER_NBYTES
-    head = {"head_nbytes": need, "head_crc": crc32(buf[:need])}  # for checksums: header (and inline data)
+    hcrc = crc32(buf[:need])  # for checksums: the header (and an inline section's data)
     if stype == "I":
-        return RawSection("I", user, offset, 0, 0, offset + h, offset + h, offset + h + INLINE_DATA_NBYTES, bytes(buf[h:need]), **head)
+        return RawSection("I", user, offset, 0, 0, offset + h, offset + h, offset + h + INLINE_DATA_NBYTES, bytes(buf[h:need]), need, hcrc)
     if stype == "B":
         E = parse_count_entry(bytes(buf[h:need]), b"E", f"{where}, E entry")
         data = offset + need
@@ -200,7 +200,7 @@ def read_raw_section(read: Any, offset: int, file_size: int) -> RawSection:
             raise ScdaCountError(
                 f"{where}: block of {E} bytes plus padding ends at byte {end}, after the end of the file ({file_size})"
             )
-        return RawSection("B", user, offset, 0, E, data, data, end, **head)
+        return RawSection("B", user, offset, 0, E, data, data, end, None, need, hcrc)
     N = parse_count_entry(bytes(buf[h : h + COUNT_ENTRY_NBYTES]), b"N", f"{where}, N entry")
     if stype == "A":
         E = parse_count_entry(bytes(buf[h + COUNT_ENTRY_NBYTES : need]), b"E", f"{where}, E entry")
@@ -210,14 +210,14 @@ def read_raw_section(read: Any, offset: int, file_size: int) -> RawSection:
             raise ScdaCountError(
                 f"{where}: {N} elements of {E} bytes plus padding end at byte {end}, after the end of the file ({file_size})"
             )
-        return RawSection("A", user, offset, N, E, data, data, end, **head)
+        return RawSection("A", user, offset, N, E, data, data, end, None, need, hcrc)
     entries = offset + need
     data = entries + COUNT_ENTRY_NBYTES * N
     if data + data_padding_nbytes(0) > file_size:
         raise ScdaCountError(
             f"{where}: {N} element size entries end at byte {data}, which leaves no room in a file of {file_size} bytes"
         )
-    return RawSection("V", user, offset, N, 0, data, entries, None, **head)
+    return RawSection("V", user, offset, N, 0, data, entries, None, None, need, hcrc)
 
 
 @dataclass(frozen=True, slots=True)
