@@ -1,17 +1,22 @@
 """amrckpt: checkpoint/restart for adaptive-mesh simulations in one scda file.
 
-Layers (each imports only the ones below it): :mod:`amrckpt.errors`,
-:mod:`amrckpt.comm` and :mod:`amrckpt.scda`.  ``import amrckpt`` works without
-any MPI library; mpi4py is imported only when an MPI communicator is used.
+Layers (each imports only the ones below it): :mod:`amrckpt.errors`;
+:mod:`amrckpt.comm` and :mod:`amrckpt.scda`; :mod:`amrckpt.partition` and
+:mod:`amrckpt.sfc`; :mod:`amrckpt.schema`; :mod:`amrckpt.restart`.
+``import amrckpt`` works without any MPI library; mpi4py is imported only
+when an MPI communicator is used.
 """
 
 from __future__ import annotations
 
-from . import comm, errors, scda
+from . import comm, errors, partition, restart, scda, schema, sfc
 from ._version import __version__
 from .errors import (
     AmrckptError,
+    CheckpointError,
+    ChecksumError,
     CollectiveError,
+    IncompleteCheckpointError,
     PartitionError,
     ScdaArgumentError,
     ScdaCountError,
@@ -22,11 +27,30 @@ from .errors import (
     ScdaUsageError,
     SchemaError,
 )
+from .partition import Partition
+from .restart import CheckpointInfo, Loaded, VerifyReport, load, read_info, verify
+from .schema import Block, CellData, Cells, CheckpointSchema, Forest, HpCells, HpData, Inline, Mesh, SaveResult, save
 
 __all__ = [
     "AmrckptError",
+    "Block",
+    "CellData",
+    "Cells",
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointSchema",
+    "ChecksumError",
     "CollectiveError",
+    "Forest",
+    "HpCells",
+    "HpData",
+    "IncompleteCheckpointError",
+    "Inline",
+    "Loaded",
+    "Mesh",
+    "Partition",
     "PartitionError",
+    "SaveResult",
     "SchemaError",
     "ScdaArgumentError",
     "ScdaCountError",
@@ -35,8 +59,17 @@ __all__ = [
     "ScdaFormatError",
     "ScdaIOError",
     "ScdaUsageError",
+    "VerifyReport",
     "__version__",
     "comm",
     "errors",
+    "load",
+    "partition",
+    "read_info",
+    "restart",
+    "save",
     "scda",
+    "schema",
+    "sfc",
+    "verify",
 ]

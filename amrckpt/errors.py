@@ -17,7 +17,10 @@ from __future__ import annotations
 
 __all__ = [
     "AmrckptError",
+    "CheckpointError",
+    "ChecksumError",
     "CollectiveError",
+    "IncompleteCheckpointError",
     "PartitionError",
     "SchemaError",
     "ScdaArgumentError",
@@ -120,6 +123,33 @@ class PartitionError(AmrckptError, ValueError):
 
 class SchemaError(AmrckptError, ValueError):
     """A checkpoint schema, or the data given for it, is invalid."""
+
+
+class CheckpointError(AmrckptError, ValueError):
+    """A file is not a valid amrckpt checkpoint (its manifest, index or footer is wrong)."""
+
+
+class IncompleteCheckpointError(CheckpointError):
+    """A checkpoint has no valid footer: the save that wrote it did not finish.
+
+    Raised for files cut short anywhere (a killed job, a full disk).
+    """
+
+
+class ChecksumError(CheckpointError):
+    """The bytes of a section do not match the CRC32 recorded in the index.
+
+    Attributes
+    ----------
+    section : str
+        The section's name (a field name, or ``"amrckpt ..."``).
+    offset, end : int
+        Its byte range in the file.
+    """
+
+    section: str
+    offset: int
+    end: int
 
 
 class CollectiveError(AmrckptError):

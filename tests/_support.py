@@ -159,3 +159,32 @@ def read_section(f: scda.ScdaReader, hdr: scda.SectionHeader, counts: list[int] 
         return f.fread_array_data(counts).tobytes()
     s = f.fread_varray_sizes(counts)
     return f.fread_varray_data(counts, s, f.proc_sizes()).tobytes()
+
+
+def random_forest(seed: int, num_trees: int = 2, dim: int = 2, max_level: int = 5, refine: float = 0.35) -> Any:
+    """A random complete linear forest (adaptive): refine random leaves, level by level, in Morton order."""
+    from amrckpt import sfc
+
+    rng = np.random.default_rng(seed)
+    L = sfc.MAXLEVEL[dim]
+    leaves = sfc.uniform_leaves(1, num_trees, dim)
+    tree, level = leaves.tree.astype(np.int32), leaves.level.astype(np.int8)
+    coords = [np.asarray(c, dtype=np.int32) for c in (leaves.x, leaves.y, leaves.z) if c is not None]
+    for _ in range(max_level - 1):
+        split = (rng.random(tree.size) < refine) & (level < max_level)
+        if not split.any():
+            continue
+        k = 1 << dim
+        reps = np.where(split, k, 1)
+        child = np.arange(int(reps.sum())) - np.repeat(np.cumsum(reps) - reps, reps)
+        par = np.repeat(np.arange(tree.size), reps)
+        sp = split[par]
+        newlevel = level[par] + sp
+        h = np.int32(1) << (L - newlevel.astype(np.int32))
+        newc = []
+        for d, c in enumerate(coords):
+            bit = (child >> d) & 1
+            newc.append((c[par] + np.where(sp, bit * h, 0)).astype(np.int32))
+        tree, level, coords = tree[par], newlevel.astype(np.int8), newc
+    order = sfc.sfc_order(tree, level, *coords)
+    return sfc.Leaves(tree[order], level[order], *[c[order] for c in coords], *([None] if dim == 2 else []))

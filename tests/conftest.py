@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,10 +27,26 @@ def _world():  # type: ignore[no-untyped-def]
     return MPI.COMM_WORLD
 
 
-@pytest.fixture
-def mpi_tmp(tmp_path: Path) -> Iterator[Path]:
-    """A temporary directory shared by all ranks (rank 0's ``tmp_path``)."""
+@contextlib.contextmanager
+def shared_tmpdir() -> Iterator[Path]:
+    """A temporary directory made by rank 0 for all ranks, removed by rank 0 afterwards.
+
+    Not pytest's ``tmp_path``: under mpiexec every rank's pytest would also
+    create and garbage-collect numbered directories in the same base, and
+    one rank's cleanup could remove a directory that another still uses.
+    """
     comm = _world()
-    path = Path(comm.bcast(str(tmp_path) if comm.rank == 0 else None, root=0))
-    yield path
-    comm.Barrier()
+    path = Path(comm.bcast(tempfile.mkdtemp(prefix="amrckpt-mpi-") if comm.rank == 0 else None, root=0))
+    try:
+        yield path
+    finally:
+        comm.Barrier()
+        if comm.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def mpi_tmp() -> Iterator[Path]:
+    """A temporary directory shared by all ranks (see :func:`shared_tmpdir`)."""
+    with shared_tmpdir() as path:
+        yield path

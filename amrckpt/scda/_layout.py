@@ -191,7 +191,8 @@ def read_raw_section(read: Any, offset: int, file_size: int) -> RawSection:
     h = SECTION_HEADER_NBYTES
     hcrc = crc32(buf[:need])  # for checksums: the header (and an inline section's data)
     if stype == "I":
-        return RawSection("I", user, offset, 0, 0, offset + h, offset + h, offset + h + INLINE_DATA_NBYTES, bytes(buf[h:need]), need, hcrc)
+        end = offset + h + INLINE_DATA_NBYTES
+        return RawSection("I", user, offset, 0, 0, offset + h, offset + h, end, bytes(buf[h:need]), need, hcrc)
     if stype == "B":
         E = parse_count_entry(bytes(buf[h:need]), b"E", f"{where}, E entry")
         data = offset + need

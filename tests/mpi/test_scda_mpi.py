@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import shared_tmpdir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -87,7 +88,11 @@ def test_read_interop_files_over_mpiio(kind: str, mode: int) -> None:
 def test_serial_equivalence_over_mpiio(specs: Any, style: str, data: Any) -> None:
     """Files written over MPI-IO at the world size equal the serial file, byte for byte."""
     comm = world()
-    d = Path(comm.bcast(__import__("tempfile").mkdtemp() if comm.rank == 0 else None, root=0))
+    with shared_tmpdir() as d:
+        _serial_equivalence(comm, d, specs, style, data)
+
+
+def _serial_equivalence(comm: Any, d: Path, specs: Any, style: str, data: Any) -> None:
     parts = [data.draw(partitions(len(s.sizes), comm.size)) for s in specs]
     serial = [[len(s.sizes)] for s in specs]
     write_specs(comm, d / "par.scda", specs, parts, style)

@@ -1,0 +1,543 @@
+"""Field kinds of a checkpoint schema and the values they hold.
+
+Each field of a :class:`~amrckpt.schema.CheckpointSchema` is declared with one
+of :func:`Inline`, :func:`Block`, :func:`Mesh`, :func:`Cells`, :func:`HpCells`,
+which map it onto an scda section (I, B, A, A, V).  The values are those of
+the calling rank: the mesh leaves it owns, and one cell value per local leaf.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from .. import sfc
+from ..errors import SchemaError
+
+__all__ = [
+    "Block",
+    "BlockKind",
+    "CellData",
+    "Cells",
+    "CellsKind",
+    "FieldKind",
+    "Forest",
+    "HpCells",
+    "HpCellsKind",
+    "HpData",
+    "Inline",
+    "InlineKind",
+    "Mesh",
+    "MeshKind",
+    "disk_dtype",
+]
+
+CellData = np.ndarray
+"""The type of a :func:`Cells` field: a numpy array of shape (n_local, \\*shape)."""
+
+
+def _dtype_spec(spec: Any, what: str) -> tuple[np.dtype[Any], bool]:
+    """Return ``(dtype, native)``: native unless the spec names '<' or '>' byte order."""
+    try:
+        dt = np.dtype(spec)
+    except TypeError as exc:
+        raise SchemaError(f"{what}: {spec!r} is not a numpy dtype") from exc
+    if dt.hasobject or dt.itemsize == 0:
+        raise SchemaError(f"{what}: dtype {dt} has no fixed-size binary form")
+    native = not (isinstance(spec, str) and spec[:1] in ("<", ">"))
+    return dt, native
+
+
+def disk_dtype(dt: np.dtype[Any], native: bool) -> np.dtype[Any]:
+    """Return the dtype with the byte order it has in a file: explicit, native resolved."""
+    return dt.newbyteorder("=") if native else dt
+
+
+@dataclass(frozen=True)
+class FieldKind:
+    """How a schema field maps onto scda sections (base class).
+
+    Attributes
+    ----------
+    units : str or None
+        Physical units, e.g. ``"kg m^-3"`` (recorded in the manifest).
+    description : str or None
+        A sentence for humans (recorded in the manifest).
+    compress : bool
+        Write by the compression convention (scda paper, section 3).
+    level : int
+        zlib level for ``compress``.
+    """
+
+    kind: ClassVar[str] = ""
+    section: ClassVar[str] = ""
+    units: str | None = None
+    description: str | None = None
+    compress: bool = False
+    level: int = 9
+
+
+@dataclass(frozen=True)
+class InlineKind(FieldKind):
+    """A scalar (int, float, bool, short str) in an inline section I: 32 ASCII bytes of JSON."""
+
+    kind: ClassVar[str] = "inline"
+    section: ClassVar[str] = "I"
+
+
+@dataclass(frozen=True)
+class BlockKind(FieldKind):
+    """Any JSON-serializable value (a pydantic model, a dict) in a block section B."""
+
+    kind: ClassVar[str] = "block"
+    section: ClassVar[str] = "B"
+
+
+@dataclass(frozen=True)
+class MeshKind(FieldKind):
+    """The leaves of a forest of quadtrees or octrees in an array section A.
+
+    Attributes
+    ----------
+    dim : {2, 3}
+        Quadtrees or octrees.
+    curve : {"morton", "hilbert"}
+        The space-filling curve the leaves follow (p4est: Morton).
+    """
+
+    kind: ClassVar[str] = "mesh"
+    section: ClassVar[str] = "A"
+    dim: int = 2
+    curve: str = "morton"
+
+
+@dataclass(frozen=True)
+class CellsKind(FieldKind):
+    """Fixed-size data per leaf in an array section A.
+
+    Attributes
+    ----------
+    dtype : numpy.dtype
+        The element type; in the file with the byte order given (``"<f8"``)
+        or, when none is given (``"f8"``, ``"=f8"``), the writer's.
+    native : bool
+        Whether the declaration left the byte order to the machine; loading
+        then converts to the reading machine's order.
+    shape : tuple of int
+        The shape of each leaf's value (``()`` for a scalar per leaf).
+    """
+
+    kind: ClassVar[str] = "cells"
+    section: ClassVar[str] = "A"
+    dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype("<f8"))
+    native: bool = False
+    shape: tuple[int, ...] = ()
+
+    @property
+    def cell_nbytes(self) -> int:
+        """Bytes per leaf."""
+        return self.dtype.itemsize * math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class HpCellsKind(CellsKind):
+    """A variable number of values per leaf (hp-adaptive payloads) in a V section.
+
+    ``shape`` is the shape of one value; leaf i holds ``counts[i]`` values.
+    """
+
+    kind: ClassVar[str] = "hp"
+    section: ClassVar[str] = "V"
+
+
+def _field(kind: FieldKind, default: Any, **kwargs: Any) -> Any:
+    info: FieldInfo = Field(default=default, **kwargs)
+    info.metadata.append(kind)
+    return info
+
+
+def _common(units: str | None, description: str | None, compress: bool, level: int) -> dict[str, Any]:
+    if not 0 <= level <= 9:
+        raise SchemaError(f"zlib level must be 0 to 9, not {level}")
+    return {"units": units, "description": description, "compress": bool(compress), "level": int(level)}
+
+
+def Inline(default: Any = PydanticUndefined, *, units: str | None = None, description: str | None = None) -> Any:
+    r"""Declare a scalar field stored in an inline section (scda I, paper 2.3).
+
+    The value (a bool, int, float or str that pydantic validates against the
+    field's annotation) is written as JSON in 32 bytes, left-aligned, padded
+    with spaces and ending in a line feed, so that it reads in a text editor
+    (``42`` ... ``\\n``).  At most 31 bytes of JSON: use :func:`Block` for more.
+
+    Parameters
+    ----------
+    default : optional
+        As ``pydantic.Field(default)``.
+    units : str, optional
+        Physical units, e.g. ``"s"``.
+    description : str, optional
+        A sentence for humans.
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+        To be assigned to a field of a :class:`CheckpointSchema`.
+    """
+    return _field(InlineKind(**_common(units, description, False, 9)), default)
+
+
+def Block(
+    default: Any = PydanticUndefined,
+    *,
+    description: str | None = None,
+    compress: bool = False,
+    level: int = 9,
+    default_factory: Any = None,
+) -> Any:
+    """Declare a global value stored as JSON in a block section (scda B, paper 2.4).
+
+    Any value that pydantic serializes to JSON: a pydantic model, a dict, a
+    list.  It is the same on every rank (checked when saving).
+
+    Parameters
+    ----------
+    default, default_factory : optional
+        As ``pydantic.Field``.
+    description : str, optional
+        A sentence for humans.
+    compress : bool, optional
+        Write by the compression convention (paper 3.2).
+    level : int, optional
+        zlib level for ``compress``.
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+    """
+    kw = {"default_factory": default_factory} if default_factory is not None else {}
+    return _field(
+        BlockKind(**_common(None, description, compress, level)), default if default_factory is None else PydanticUndefined, **kw
+    )
+
+
+def Mesh(dim: int = 2, *, curve: str = "morton", description: str | None = None, compress: bool = False, level: int = 9) -> Any:
+    """Declare the mesh: the local leaves of a forest, one record per leaf in an array section (scda A).
+
+    The leaves are stored in space-filling-curve order, trees first, so
+    that a leaf's index in the section is its position on the curve and any
+    contiguous split is a valid partition (p4est's ``global_first_quadrant``).
+    Each record is ``tree`` (<i4), ``x``, ``y`` [, ``z``] (<i4) and ``level``
+    (i1), packed: 13 bytes in 2D, 17 in 3D.
+
+    Parameters
+    ----------
+    dim : {2, 3}
+        Quadtrees or octrees.
+    curve : {"morton", "hilbert"}, optional
+        The order of the leaves (:mod:`amrckpt.sfc`).
+    description : str, optional
+    compress : bool, optional
+        Write by the compression convention (paper 3.3).
+    level : int, optional
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+    """
+    if dim not in (2, 3):
+        raise SchemaError(f"mesh dimension must be 2 or 3, not {dim}")
+    if curve not in sfc.CURVES:
+        raise SchemaError(f"curve must be one of {sfc.CURVES}, not {curve!r}")
+    return _field(MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve), PydanticUndefined)
+
+
+def Cells(
+    dtype: Any,
+    *,
+    shape: tuple[int, ...] = (),
+    units: str | None = None,
+    description: str | None = None,
+    compress: bool = False,
+    level: int = 9,
+) -> Any:
+    """Declare fixed-size data per leaf, stored in an array section (scda A, paper 2.5).
+
+    The value is a numpy array of shape ``(n_local, *shape)`` whose dtype
+    equals ``dtype`` (a different byte order is converted when saving;
+    nothing else is cast).
+
+    Parameters
+    ----------
+    dtype : str or numpy.dtype
+        E.g. ``"<f8"`` (little-endian float64 in the file, returned as such),
+        or ``"f8"`` (the writer's byte order in the file; converted to the
+        reader's when loading).
+    shape : tuple of int, optional
+        Shape of each leaf's value, e.g. ``(2,)`` for a 2D velocity.
+    units : str, optional
+        Physical units, e.g. ``"kg m^-3"``.
+    description : str, optional
+    compress : bool, optional
+        Compress every leaf's value (paper 3.3).
+    level : int, optional
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+    """
+    dt, native = _dtype_spec(dtype, "Cells")
+    shape = _shape(shape)
+    kind = CellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape)
+    return _field(kind, PydanticUndefined)
+
+
+def HpCells(
+    dtype: Any,
+    *,
+    shape: tuple[int, ...] = (),
+    units: str | None = None,
+    description: str | None = None,
+    compress: bool = False,
+    level: int = 9,
+) -> Any:
+    """Declare a variable number of values per leaf, stored in a variable-size array (scda V, paper 2.6).
+
+    The value is an :class:`HpData`: e.g. the (p+1)**d modal coefficients of
+    a degree-p leaf, whose degree varies from leaf to leaf.
+
+    Parameters
+    ----------
+    dtype : str or numpy.dtype
+        Type of one value, as for :func:`Cells`.
+    shape : tuple of int, optional
+        Shape of one value.
+    units, description, compress, level : optional
+        As for :func:`Cells` (paper 3.4 for ``compress``).
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+    """
+    dt, native = _dtype_spec(dtype, "HpCells")
+    shape = _shape(shape)
+    kind = HpCellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape)
+    return _field(kind, PydanticUndefined)
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    try:
+        out = tuple(int(s) for s in shape)
+    except TypeError as exc:
+        raise SchemaError(f"shape must be a tuple of ints, not {shape!r}") from exc
+    if any(s < 0 for s in out):
+        raise SchemaError(f"shape {out} has a negative extent")
+    return out
+
+
+def mesh_record_dtype(dim: int) -> np.dtype[Any]:
+    """Return the packed record of one leaf in the mesh section: tree, x, y[, z] (<i4), level (i1)."""
+    names = [*["tree", "x", "y", "z"][: dim + 1], "level"]
+    return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
+
+
+class Forest:
+    """The leaves of a forest of quadtrees or octrees that this rank owns.
+
+    Leaves are described as in p4est (:mod:`amrckpt.sfc`): tree index,
+    refinement level and the integer coordinates of the leaf's anchor at the
+    maximum level (2**30 per tree side in 2D, 2**19 in 3D).  The local
+    leaves of all ranks, concatenated by rank, are in the curve's order.
+
+    Parameters
+    ----------
+    tree : (n,) array_like of int
+        Tree of each leaf, ``0 <= tree < num_trees`` (stored as int32).
+    level : (n,) array_like of int
+        Refinement level, ``0 <= level <= QMAXLEVEL[dim]`` (int8).
+    x, y : (n,) array_like of int
+        Anchor coordinates (int32).
+    z : (n,) array_like of int, optional
+        Third coordinate of an octree forest; None for quadtrees.
+    num_trees : int
+        The number of trees of the forest (e.g. 2 for a 2x1 brick).
+    curve : {"morton", "hilbert"}, optional
+        The order of the leaves.
+
+    Raises
+    ------
+    SchemaError
+        If the arrays differ in length or hold values out of range.
+    """
+
+    __slots__ = ("curve", "level", "num_trees", "tree", "x", "y", "z")
+
+    def __init__(self, tree: Any, level: Any, x: Any, y: Any, z: Any = None, *, num_trees: int, curve: str = "morton") -> None:
+        self.tree = np.ascontiguousarray(tree, dtype=np.int32)
+        self.level = np.ascontiguousarray(level, dtype=np.int8)
+        self.x = np.ascontiguousarray(x, dtype=np.int32)
+        self.y = np.ascontiguousarray(y, dtype=np.int32)
+        self.z = None if z is None else np.ascontiguousarray(z, dtype=np.int32)
+        self.num_trees = int(num_trees)
+        self.curve = curve
+        n = self.tree.shape[0]
+        for name in ("tree", "level", "x", "y", "z"):
+            a = getattr(self, name)
+            if a is not None and a.shape != (n,):
+                raise SchemaError(f"Forest: {name} has shape {a.shape}; tree has ({n},)")
+        if self.num_trees < 1:
+            raise SchemaError(f"Forest: num_trees must be positive, not {self.num_trees}")
+        if curve not in sfc.CURVES:
+            raise SchemaError(f"Forest: curve must be one of {sfc.CURVES}, not {curve!r}")
+
+    @property
+    def dim(self) -> int:
+        """2 for quadtrees, 3 for octrees."""
+        return 2 if self.z is None else 3
+
+    def __len__(self) -> int:
+        return int(self.tree.shape[0])
+
+    def check(self) -> None:
+        """Check ranges: trees, levels, coordinates inside the root and aligned to the level.
+
+        Not collective, vectorized.  (:meth:`check_order` checks the curve order.)
+
+        Raises
+        ------
+        SchemaError
+            Naming the first bad leaf.
+        """
+        n = len(self)
+        if n == 0:
+            return
+        L = sfc.MAXLEVEL[self.dim]
+        bad = (self.tree < 0) | (self.tree >= self.num_trees) | (self.level < 0) | (self.level > sfc.QMAXLEVEL[self.dim])
+        for c in self.coords():
+            bad |= (c < 0) | (c >= (1 << L))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SchemaError(f"Forest: leaf {i} (tree {int(self.tree[i])}, level {int(self.level[i])}) is out of range")
+        mask = (np.int64(1) << (L - self.level.astype(np.int64))) - 1
+        for c in self.coords():
+            bad |= (c.astype(np.int64) & mask) != 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SchemaError(f"Forest: leaf {i} has coordinates not aligned to its level {int(self.level[i])}")
+
+    def check_order(self) -> None:
+        """Check that the local leaves are in curve order and do not overlap (p4est ``p4est_tree_is_linear``).
+
+        Not collective.
+
+        Raises
+        ------
+        SchemaError
+            Naming the first offending leaf.
+        """
+        try:
+            sfc.check_linear_forest(self.tree, self.level, self.x, self.y, self.z, curve=self.curve)  # type: ignore[arg-type]
+        except Exception as exc:  # PartitionError from sfc
+            raise SchemaError(f"Forest: {exc}") from exc
+
+    def coords(self) -> list[np.ndarray]:
+        """Return the coordinate arrays ``[x, y]`` or ``[x, y, z]``."""
+        return [self.x, self.y] if self.z is None else [self.x, self.y, self.z]
+
+    def keys(self) -> np.ndarray:
+        """Return the curve key of each leaf ((n,) uint64; :func:`amrckpt.sfc.sfc_keys`)."""
+        return sfc.sfc_keys(self.x, self.y, self.z, level=self.level, curve=self.curve, check=False)  # type: ignore[arg-type]
+
+    def to_records(self) -> np.ndarray:
+        """Return the leaves as packed little-endian records (:func:`mesh_record_dtype`), as in the file."""
+        rec = np.empty(len(self), dtype=mesh_record_dtype(self.dim))
+        rec["tree"] = self.tree
+        rec["x"] = self.x
+        rec["y"] = self.y
+        if self.z is not None:
+            rec["z"] = self.z
+        rec["level"] = self.level
+        return rec
+
+    @classmethod
+    def from_records(cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton") -> Forest:
+        """Build from packed records as :meth:`to_records` gives them."""
+        z = rec["z"] if "z" in (rec.dtype.names or ()) else None
+        return cls(rec["tree"], rec["level"], rec["x"], rec["y"], z, num_trees=num_trees, curve=curve)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Forest):
+            return NotImplemented
+        same = (self.dim, self.num_trees, self.curve) == (other.dim, other.num_trees, other.curve)
+        return same and all(np.array_equal(a, b) for a, b in zip(self._arrays(), other._arrays(), strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _arrays(self) -> list[np.ndarray]:
+        return [self.tree, self.level, *self.coords()]
+
+    def __repr__(self) -> str:
+        return f"Forest(dim={self.dim}, num_trees={self.num_trees}, leaves={len(self)}, curve={self.curve!r})"
+
+
+class HpData:
+    r"""A variable number of values per leaf: all values, concatenated, and a count per leaf.
+
+    Parameters
+    ----------
+    values : (sum(counts), \\*shape) numpy.ndarray
+        The values of all local leaves, leaf after leaf.
+    counts : (n,) array_like of int
+        The number of values of each leaf (e.g. ``(p + 1)**2``), ``>= 0``.
+
+    Raises
+    ------
+    SchemaError
+        If the counts are negative or do not add up to ``len(values)``.
+    """
+
+    __slots__ = ("counts", "values")
+
+    def __init__(self, values: Any, counts: Any) -> None:
+        self.values = np.asarray(values)
+        self.counts = np.ascontiguousarray(counts, dtype=np.int64).reshape(-1)
+        if self.counts.size and int(self.counts.min()) < 0:
+            raise SchemaError("HpData: counts must be non-negative")
+        total = int(self.counts.sum())
+        if self.values.ndim == 0 or self.values.shape[0] != total:
+            raise SchemaError(f"HpData: counts add up to {total} values, values has shape {self.values.shape}")
+
+    def __len__(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """(n + 1,) int64: leaf i's values are ``values[offsets[i]:offsets[i + 1]]``."""
+        out = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=out[1:])
+        return out
+
+    def cell(self, i: int) -> np.ndarray:
+        """Return the values of leaf ``i``."""
+        o = self.offsets
+        return self.values[o[i] : o[i + 1]]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HpData):
+            return NotImplemented
+        return (
+            self.values.dtype == other.values.dtype
+            and np.array_equal(self.counts, other.counts)
+            and np.array_equal(self.values, other.values)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"HpData(leaves={len(self)}, values={self.values.shape[0]}, dtype={self.values.dtype})"

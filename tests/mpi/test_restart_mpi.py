@@ -1,0 +1,125 @@
+"""Checkpoints over MPI-IO: write on P ranks, read on Q, for every P and Q up to the world size.
+
+Run at 4 processes, this covers P, Q in {1, 2, 3, 4} inside one mpiexec by
+splitting the communicator.  Every assertion uses values agreed on by all
+ranks, so a failure fails every rank instead of leaving some waiting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from checkpoint_cases import Advection, assert_state_equal, global_state
+
+import amrckpt as ac
+
+pytestmark = pytest.mark.mpi
+
+G = global_state(seed=3, max_level=6)
+
+
+def world() -> Any:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def sub_comm(n: int) -> Any:
+    """The first n ranks of the world (None on the others)."""
+    from mpi4py import MPI
+
+    w = world()
+    sub = w.Split(0 if w.rank < n else MPI.UNDEFINED, w.rank)
+    return None if sub == MPI.COMM_NULL else sub
+
+
+def all_true(flag: bool) -> bool:
+    from mpi4py import MPI
+
+    return bool(world().allreduce(bool(flag), op=MPI.LAND))
+
+
+def test_write_on_P_read_on_Q(mpi_tmp: Path) -> None:
+    w = world()
+    W = w.size
+    for P in range(1, W + 1):
+        sub = sub_comm(P)
+        if sub is not None:
+            ac.save(G.for_rank(sub), mpi_tmp / f"P{P}.scda", comm=sub)
+            sub.Free()
+        w.Barrier()
+    serial = ac.load(mpi_tmp / "P1.scda", Advection).state  # what a serial read returns
+    ok = True
+    for P in range(1, W + 1):
+        for Q in range(1, W + 1):
+            sub = sub_comm(Q)
+            if sub is None:
+                continue
+            for how in ("uniform", "weighted"):
+                loaded = ac.load(mpi_tmp / f"P{P}.scda", Advection, comm=sub, partition=how)
+                lo, hi = loaded.partition.local_range(sub.rank)
+                try:
+                    assert_state_equal(loaded.state, G.local(lo, hi))
+                    assert loaded.state.mesh == _slice_forest(serial.mesh, lo, hi)
+                    assert np.array_equal(loaded.state.rho, serial.rho[lo:hi])
+                except AssertionError:
+                    ok = False
+                if how == "uniform":
+                    ok &= (lo, hi) == (G.N * sub.rank // Q, G.N * (sub.rank + 1) // Q)
+                ok &= loaded.info.provenance.writer_size == P
+            sub.Free()
+    assert all_true(ok)
+
+
+def _slice_forest(m: ac.Forest, lo: int, hi: int) -> ac.Forest:
+    return ac.Forest(m.tree[lo:hi], m.level[lo:hi], m.x[lo:hi], m.y[lo:hi], num_trees=m.num_trees)
+
+
+def test_content_does_not_depend_on_P(mpi_tmp: Path) -> None:
+    w = world()
+    path = mpi_tmp / "world.scda"
+    ac.save(G.for_rank(w), path, comm=w)
+    if w.rank == 0:
+        ac.save(G.local(0, G.N), mpi_tmp / "serial.scda")
+    w.Barrier()
+    info = ac.read_info(path, comm=w)
+    end = info.index.entry("modes").end
+    digest = w.bcast(
+        [hashlib.sha256((mpi_tmp / n).read_bytes()[:end]).hexdigest() for n in ("world.scda", "serial.scda")]
+        if w.rank == 0
+        else None
+    )
+    assert digest[0] == digest[1]
+    assert ac.verify(path, comm=w).ok
+
+
+def test_schema_errors_on_every_rank(mpi_tmp: Path) -> None:
+    w = world()
+    st = G.for_rank(w)
+    if w.rank == w.size - 1:
+        st.rho = st.rho.astype("<f4")
+    with pytest.raises(ac.SchemaError) as info:
+        ac.save(st, mpi_tmp / "bad.scda", comm=w)
+    assert set(info.value.rank_errors) == {w.size - 1}
+    assert "'rho'" in str(info.value)
+
+
+def test_damage_is_reported_on_every_rank(mpi_tmp: Path) -> None:
+    w = world()
+    path = mpi_tmp / "damaged.scda"
+    ac.save(G.for_rank(w), path, comm=w)
+    info = ac.read_info(path, comm=w)
+    e = info.index.entry("rho")
+    if w.rank == 0:
+        blob = bytearray(path.read_bytes())
+        blob[e.offset + 200] ^= 0x01
+        path.write_bytes(bytes(blob))
+    w.Barrier()
+    with pytest.raises(ac.ChecksumError, match="'rho'"):
+        ac.load(path, Advection, comm=w)
+    report = ac.verify(path, comm=w)
+    assert not report.ok and len(report.problems) == 1 and "'rho'" in report.problems[0]
