@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -9,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from . import scda
-from ._crc import SectionCrc
+from ._crc import SectionCrc, crc32
 from .comm import Comm, agree, agree_gather, as_comm, run_on_root
 from .errors import (
     AmrckptError,
@@ -22,8 +24,10 @@ from .errors import (
     SchemaError,
 )
 from .partition import Partition
+from .scda._backend import os_error
+from .scda._layout import read_raw_section
 from .schema._base import CheckpointSchema
-from .schema._kinds import CellsKind, Forest, HpData, disk_dtype
+from .schema._kinds import BlockKind, CellsKind, FieldKind, Forest, HpData, InlineKind, disk_dtype, mesh_record_dtype
 from .schema._manifest import (
     FOOTER_NBYTES,
     FOOTER_USER_STRING,
@@ -35,8 +39,10 @@ from .schema._manifest import (
     Index,
     Manifest,
     Provenance,
+    dtype_from_json,
     parse_footer,
 )
+from .schema._save import validate_field
 
 __all__ = ["CheckpointInfo", "Loaded", "VerifyReport", "load", "read_info", "verify"]
 
@@ -298,10 +304,13 @@ def load(
         For malformed files.
     """
     c = as_comm(comm)
+    if not (isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema):
+        raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
     with scda.fopen_read(path, comm=c, info=info, backend=backend, checksum=verify) as f:
         rd = _Reader(f)
         ck = rd.info(verify)
         m = ck.manifest
+        _check_manifest(m, rd.path)
         if m.schema_name != schema.__amrckpt_name__:
             raise SchemaError(f"{rd.path!r} holds schema {m.schema_name!r}, not {schema.__amrckpt_name__!r} ({schema.__name__})")
         migrate = m.schema_version != schema.__amrckpt_version__
@@ -312,22 +321,80 @@ def load(
             if missing:
                 raise SchemaError(f"{rd.path!r} has no fields {missing}")
         part = _partition(partition, m.num_leaves, c, lambda: _leaf_weights(rd, m, ck.index))
-        values = {fs.name: _read_field(rd, fs, ck, part) for fs in wanted}
+        values = {fs.name: _read_field(rd, fs, ck, part, verify) for fs in wanted}
         verified = _check_crcs(f, ck.index, rd.path) if verify else ()
-    if migrate:
-        values = schema.migrate(values, m.schema_version)
+    n_local = int(part.elem_counts[c.rank])
     err: BaseException | None = None
     state: Any = None
     try:
-        values = _to_schema_dtypes(schema, values)
-        if fields is None:
-            state = schema.model_validate(values)
-        else:
-            state = schema.model_construct(**{k: v for k, v in values.items() if k in fields})
+        if migrate:
+            values = schema.migrate(values, m.schema_version)
+        state = _build(schema, values, fields, n_local, rd.path)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc if isinstance(exc, AmrckptError) else SchemaError(f"{rd.path!r}: the fields do not fit {schema.__name__}: {exc}")
     agree(c, err, what="load")
     return Loaded(state, part, ck, verified)
+
+
+def _build(schema: type[S], values: dict[str, Any], fields: list[str] | None, n: int, path: str) -> S:
+    """Validate the (migrated) local fields against the schema and build the state. Not collective."""
+    kinds = schema.__amrckpt_fields__
+    extra = sorted(set(values) - set(kinds))
+    if extra:
+        raise SchemaError(f"{path!r} holds fields {extra} that {schema.__name__} lacks (a migration may drop or rename them)")
+    names = list(kinds) if fields is None else [k for k in kinds if k in fields]
+    missing = [k for k in names if k not in values and schema.model_fields[k].is_required()]
+    if missing:
+        raise SchemaError(f"{path!r} lacks fields {missing} of {schema.__name__} (a migration may add them)")
+    typed: dict[str, Any] = {}
+    for name in names:
+        if name not in values:
+            continue
+        kind, v = kinds[name], values[name]
+        if isinstance(kind, (InlineKind, BlockKind)):
+            # JSON values validate in JSON mode, as written (strict models, dates, tuples).
+            try:
+                v = _json_adapter(schema, name).validate_json(json.dumps(v, allow_nan=True))
+            except ValueError as exc:
+                raise SchemaError(f"field {name!r}: the value in {path!r} does not fit {schema.__name__}: {exc}") from exc
+        else:
+            v = _to_schema_dtype(kind, v)
+            validate_field(name, kind, v, n)
+        typed[name] = v
+    if fields is None:
+        return schema.model_validate(typed)
+    return schema.model_construct(**typed)
+
+
+@functools.cache
+def _json_adapter(schema: type[CheckpointSchema], name: str) -> TypeAdapter[Any]:
+    annotation: Any = schema.model_fields[name].annotation
+    return TypeAdapter(annotation)
+
+
+def _check_manifest(m: Manifest, path: str) -> None:
+    """Check what the reader relies on before using the manifest (same outcome on every rank)."""
+    names = [fs.name for fs in m.fields]
+    if len(set(names)) != len(names):
+        raise CheckpointError(f"{path!r}: the manifest names a field twice")
+    if m.mesh is not None:
+        want = mesh_record_dtype(m.mesh.dim)
+        if [tuple(r) for r in m.mesh.record] != [(nm, want[nm].str) for nm in want.names or ()]:
+            raise CheckpointError(f"{path!r}: the mesh record {m.mesh.record} is not amrckpt's for {m.mesh.dim}D")
+        if m.mesh.field not in names or m.field(m.mesh.field).kind != "mesh":
+            raise CheckpointError(f"{path!r}: the manifest's mesh field {m.mesh.field!r} is not a mesh field")
+    for fs in m.fields:
+        kinds = {"inline": "I", "block": "B", "mesh": "A", "cells": "A", "hp": "V"}
+        if kinds[fs.kind] != fs.section or any(d < 0 for d in fs.shape):
+            raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
+        if fs.kind in ("cells", "hp"):
+            dt = dtype_from_json(fs.dtype, f"{path!r}: field {fs.name!r}")
+            if fs.kind == "hp" and dt.itemsize * math.prod(fs.shape) == 0:
+                raise CheckpointError(f"{path!r}: field {fs.name!r} has values of no bytes")
+        elif fs.kind == "mesh" and m.mesh is None:
+            raise CheckpointError(f"{path!r}: field {fs.name!r} is a mesh, but the manifest has no mesh")
+    if m.mesh is None and any(fs.kind in ("cells", "hp") for fs in m.fields):
+        raise CheckpointError(f"{path!r}: cell fields without a mesh")
 
 
 def _leaf_weights(rd: _Reader, m: Manifest, index: Index) -> np.ndarray:
@@ -340,7 +407,7 @@ def _leaf_weights(rd: _Reader, m: Manifest, index: Index) -> np.ndarray:
     w = np.full(n, 0, dtype=np.int64)
     for fs in m.fields:
         if fs.kind == "cells":
-            fixed += np.dtype(fs.dtype).itemsize * math.prod(fs.shape)
+            fixed += dtype_from_json(fs.dtype, rd.path).itemsize * math.prod(fs.shape)
         elif fs.kind == "hp":
             rd.f.fseek_section(_entry(index, fs.name, rd.path).offset)
             rd.f.fread_section_header(decode=True)
@@ -350,7 +417,7 @@ def _leaf_weights(rd: _Reader, m: Manifest, index: Index) -> np.ndarray:
     return w + fixed
 
 
-def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition) -> Any:
+def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition, verify: bool) -> Any:
     f, comm = rd.f, rd.comm
     e = _entry(ck.index, fs.name, rd.path)
     f.fseek_section(e.offset)
@@ -359,21 +426,27 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition)
         raise CheckpointError(f"{rd.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it")
     counts = part.elem_counts.tolist()
     n = counts[comm.rank]
-    if fs.kind == "inline":
-        raw: bytes = comm.bcast(f.fread_inline_data(root=0) or b"", root=0)
-        return json.loads(raw.decode("ascii"))
-    if fs.kind == "block":
-        data = f.fread_block_data(root=None)
-        assert data is not None
-        return json.loads(data.tobytes())
+    if fs.kind in ("inline", "block"):
+        if fs.kind == "inline":
+            raw: bytes = comm.bcast(f.fread_inline_data(root=0) or b"", root=0)
+        else:
+            data = f.fread_block_data(root=None)
+            assert data is not None
+            raw = data.tobytes()
+        if verify:  # before parsing: damaged JSON is a damaged section, not a parse error
+            rd.check_crc(e.offset, e.crc32, fs.name, e.end)
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise CheckpointError(f"{rd.path!r}: field {fs.name!r} does not hold JSON: {exc}") from exc
     if fs.kind == "mesh":
         assert ck.manifest.mesh is not None
         ms = ck.manifest.mesh
-        rec = np.dtype({"names": [nm for nm, _ in ms.record], "formats": [dt for _, dt in ms.record]})
+        rec = mesh_record_dtype(ms.dim)
         buf = np.empty(n, dtype=rec)
         f.fread_array_data(counts, rec.itemsize, out=buf)
         return Forest.from_records(buf, num_trees=ms.num_trees, curve=ms.curve)
-    dt = np.dtype(fs.dtype)
+    dt = dtype_from_json(fs.dtype, f"{rd.path!r}: field {fs.name!r}")
     if fs.kind == "cells":
         arr = np.empty((n, *fs.shape), dtype=dt)
         f.fread_array_data(counts, dt.itemsize * math.prod(fs.shape), out=arr)
@@ -391,22 +464,18 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition)
     return HpData(values, (sizes // np.uint64(value_nbytes)) if value_nbytes else np.zeros(n, np.int64))
 
 
-def _to_schema_dtypes(schema: type[CheckpointSchema], values: dict[str, Any]) -> dict[str, Any]:
+def _to_schema_dtype(kind: FieldKind, v: Any) -> Any:
     """Convert cell data to the byte order the schema asks for (native: the reader's)."""
-    for name, kind in schema.__amrckpt_fields__.items():
-        if not isinstance(kind, CellsKind) or name not in values:
-            continue
-        v = values[name]
-        arr = v.values if isinstance(v, HpData) else v
-        if not isinstance(arr, np.ndarray):
-            continue
-        target = disk_dtype(kind.dtype, kind.native)
-        if arr.dtype != target:
-            if arr.dtype.newbyteorder("=") != target.newbyteorder("="):
-                raise SchemaError(f"field {name!r}: the file holds {arr.dtype.str}, the schema declares {kind.dtype.str}")
-            arr = arr.astype(target)
-            values[name] = HpData(arr, v.counts) if isinstance(v, HpData) else arr
-    return values
+    if not isinstance(kind, CellsKind):
+        return v
+    arr = v.values if isinstance(v, HpData) else v
+    if not isinstance(arr, np.ndarray):
+        return v
+    target = disk_dtype(kind.dtype, kind.native)
+    if arr.dtype == target or arr.dtype.newbyteorder("=") != target.newbyteorder("="):
+        return v  # equal, or not a byte-order difference: validate_field reports it
+    arr = arr.astype(target)
+    return HpData(arr, v.counts) if isinstance(v, HpData) else arr
 
 
 def _check_crcs(f: scda.ScdaReader, index: Index, path: str) -> tuple[str, ...]:
@@ -460,8 +529,7 @@ def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, 
     c = as_comm(comm)
     spath = os.fspath(path)
     try:
-        with scda.fopen_read(path, comm=c, info=info, checksum=True) as f:
-            index = _Reader(f).index(True)
+        index = run_on_root(c, lambda: _locate_index(spath))
     except (AmrckptError, OSError) as exc:
         return VerifyReport(spath, False, [f"{type(exc).__name__}: {exc}"], None)
     problems: list[str] = []
@@ -481,6 +549,55 @@ def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, 
     if structure:
         problems += run_on_root(c, lambda: _structure_problems(spath, index))
     return VerifyReport(spath, not problems, problems, ck)
+
+
+def _locate_index(path: str) -> Index:
+    """Find and check the index through the footer with plain reads (not collective).
+
+    Unlike :func:`read_info` this does not need a valid file header, so that
+    :func:`verify` can report damage anywhere by section.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise os_error(exc, path, "cannot open for reading") from exc
+    try:
+        size = os.fstat(fd).st_size
+
+        def read(offset: int, nbytes: int) -> bytes:
+            b = os.pread(fd, nbytes, offset)
+            if len(b) != nbytes:
+                raise IncompleteCheckpointError(f"{path!r} ends at byte {offset + len(b)}")
+            return b
+
+        off = size - FOOTER_NBYTES
+        try:
+            if off < scda.FILE_HEADER_NBYTES or off % 32:
+                raise IncompleteCheckpointError(f"a file of {size} bytes")
+            foot = read_raw_section(read, off, size)
+        except (ScdaError, IncompleteCheckpointError) as exc:
+            raise IncompleteCheckpointError(
+                f"{path!r}: the last 96 bytes are not an amrckpt footer (the save did not finish?): {exc}"
+            ) from exc
+        if foot.type != "I":
+            raise IncompleteCheckpointError(f"{path!r}: the last 96 bytes are not an amrckpt footer (the save did not finish?)")
+        index_offset, index_crc = parse_footer(foot.user_string, foot.inline or b"", repr(path))
+        where = f"the footer (bytes {off}..{size}) points at byte {index_offset}"
+        try:
+            raw = read_raw_section(read, index_offset, size) if 0 <= index_offset < off else None
+        except ScdaError:
+            raw = None
+        if raw is None or raw.type != "B" or raw.user_string != INDEX_USER_STRING or raw.end is None:
+            raise CheckpointError(f"{path!r}: {where}, where there is no amrckpt index: the footer or the index is damaged")
+        blob = read(index_offset, raw.end - index_offset)
+        if crc32(blob) != index_crc:
+            raise _checksum_error("amrckpt index", index_offset, raw.end, path)
+        index: Index = _parse(
+            Index, blob[raw.data_offset - index_offset : raw.data_offset - index_offset + raw.elem_size], "index", path
+        )
+        return index
+    finally:
+        os.close(fd)
 
 
 def _structure_problems(path: str, index: Index) -> list[str]:

@@ -127,6 +127,8 @@ class CheckpointSchema(BaseModel):
             If ``from_version`` is not below the schema's version, or is
             registered twice.
         """
+        if isinstance(from_version, bool) or not isinstance(from_version, int):
+            raise SchemaError(f"{cls.__name__}: from_version must be an int, not {type(from_version).__name__}")
         if not 1 <= from_version < cls.__amrckpt_version__:
             raise SchemaError(
                 f"{cls.__name__}: a migration from version {from_version} cannot lead to version {cls.__amrckpt_version__}"
@@ -175,11 +177,18 @@ class CheckpointSchema(BaseModel):
         Raises
         ------
         SchemaError
-            As :meth:`check_migrations`, or if a migration does not return a dict.
+            As :meth:`check_migrations`, if a migration raises (naming it and
+            the versions), or if it does not return a dict.
         """
         cls.check_migrations(from_version)
         for v in range(from_version, cls.__amrckpt_version__):
-            fields = cls.__amrckpt_migrations__[v](dict(fields))
+            fn = cls.__amrckpt_migrations__[v]
+            try:
+                fields = fn(dict(fields))
+            except Exception as exc:  # a user function: any exception, reported as ours
+                raise SchemaError(
+                    f"the migration of {cls.__name__} from version {v} to {v + 1} ({getattr(fn, '__name__', fn)}) failed: {exc!r}"
+                ) from exc
             if not isinstance(fields, dict):
                 raise SchemaError(f"the migration from version {v} of {cls.__name__} returned {type(fields).__name__}, not a dict")
         return fields

@@ -9,6 +9,7 @@ the calling rank: the mesh leaves it owns, and one cell value per local leaf.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,14 +44,23 @@ CellData = np.ndarray
 
 
 def _dtype_spec(spec: Any, what: str) -> tuple[np.dtype[Any], bool]:
-    """Return ``(dtype, native)``: native unless the spec names '<' or '>' byte order."""
+    """Return ``(dtype, native)``: native unless the spec names '<' or '>' byte order.
+
+    A string names it by its first character (``"<f8"``); a dtype object by
+    its byte order, which numpy reports as native (``'='``) for the machine's
+    own: ``np.dtype("<f8")`` is native on a little-endian machine, so pin a
+    byte order with a string.
+    """
     try:
         dt = np.dtype(spec)
-    except TypeError as exc:
-        raise SchemaError(f"{what}: {spec!r} is not a numpy dtype") from exc
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"{what}: {spec!r} is not a numpy dtype: {exc}") from exc
     if dt.hasobject or dt.itemsize == 0:
         raise SchemaError(f"{what}: dtype {dt} has no fixed-size binary form")
-    native = not (isinstance(spec, str) and spec[:1] in ("<", ">"))
+    if isinstance(spec, str):
+        native = spec[:1] not in ("<", ">")
+    else:
+        native = dt.byteorder in ("=", "|") and all(dt[n].byteorder in ("=", "|") for n in (dt.names or ()))
     return dt, native
 
 
@@ -162,10 +172,13 @@ def _field(kind: FieldKind, default: Any, **kwargs: Any) -> Any:
     return info
 
 
-def _common(units: str | None, description: str | None, compress: bool, level: int) -> dict[str, Any]:
-    if not 0 <= level <= 9:
-        raise SchemaError(f"zlib level must be 0 to 9, not {level}")
-    return {"units": units, "description": description, "compress": bool(compress), "level": int(level)}
+def _common(units: Any, description: Any, compress: Any, level: Any) -> dict[str, Any]:
+    for name, v in (("units", units), ("description", description)):
+        if v is not None and not isinstance(v, str):
+            raise SchemaError(f"{name} must be a str or None, not {type(v).__name__}")
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
+        raise SchemaError(f"zlib level must be an int from 0 to 9, not {level!r}")
+    return {"units": units, "description": description, "compress": bool(compress), "level": level}
 
 
 def Inline(default: Any = PydanticUndefined, *, units: str | None = None, description: str | None = None) -> Any:
@@ -327,13 +340,15 @@ def HpCells(
     """
     dt, native = _dtype_spec(dtype, "HpCells")
     shape = _shape(shape)
+    if math.prod(shape) == 0:
+        raise SchemaError(f"HpCells: values of shape {shape} have no bytes, so the file could not carry their counts")
     kind = HpCellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape)
     return _field(kind, PydanticUndefined)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
     try:
-        out = tuple(int(s) for s in shape)
+        out = tuple(operator.index(s) for s in shape)
     except TypeError as exc:
         raise SchemaError(f"shape must be a tuple of ints, not {shape!r}") from exc
     if any(s < 0 for s in out):
@@ -345,6 +360,25 @@ def mesh_record_dtype(dim: int) -> np.dtype[Any]:
     """Return the packed record of one leaf in the mesh section: tree, x, y[, z] (<i4), level (i1)."""
     names = [*["tree", "x", "y", "z"][: dim + 1], "level"]
     return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
+
+
+def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:
+    """``values`` as a contiguous array of ``dtype``, refusing what would not fit (no silent wrap-around)."""
+    a = np.asarray(values)
+    if a.dtype == dtype:
+        return np.ascontiguousarray(a)
+    if a.size == 0:
+        return np.zeros(a.shape, dtype=dtype)
+    if a.dtype.kind not in "iu":
+        raise SchemaError(f"Forest: {name} must hold integers, not {a.dtype}")
+    info = np.iinfo(dtype)
+    lo, hi = int(a.min()), int(a.max())
+    if lo < info.min or hi > info.max:
+        raise SchemaError(f"Forest: {name} holds {lo if lo < info.min else hi}, beyond the range of {np.dtype(dtype)}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+_ALIGN_MASK = {L: np.array([(1 << (L - lv)) - 1 for lv in range(L + 1)], dtype=np.int32) for L in set(sfc.MAXLEVEL.values())}
 
 
 class Forest:
@@ -379,12 +413,15 @@ class Forest:
     __slots__ = ("curve", "level", "num_trees", "tree", "x", "y", "z")
 
     def __init__(self, tree: Any, level: Any, x: Any, y: Any, z: Any = None, *, num_trees: int, curve: str = "morton") -> None:
-        self.tree = np.ascontiguousarray(tree, dtype=np.int32)
-        self.level = np.ascontiguousarray(level, dtype=np.int8)
-        self.x = np.ascontiguousarray(x, dtype=np.int32)
-        self.y = np.ascontiguousarray(y, dtype=np.int32)
-        self.z = None if z is None else np.ascontiguousarray(z, dtype=np.int32)
-        self.num_trees = int(num_trees)
+        self.tree = _int_array(tree, np.int32, "tree")
+        self.level = _int_array(level, np.int8, "level")
+        self.x = _int_array(x, np.int32, "x")
+        self.y = _int_array(y, np.int32, "y")
+        self.z = None if z is None else _int_array(z, np.int32, "z")
+        try:
+            self.num_trees = operator.index(num_trees)
+        except TypeError as exc:
+            raise SchemaError(f"Forest: num_trees must be an int, not {type(num_trees).__name__}") from exc
         self.curve = curve
         n = self.tree.shape[0]
         for name in ("tree", "level", "x", "y", "z"):
@@ -407,28 +444,33 @@ class Forest:
     def check(self) -> None:
         """Check ranges: trees, levels, coordinates inside the root and aligned to the level.
 
-        Not collective, vectorized.  (:meth:`check_order` checks the curve order.)
+        Not collective, vectorized (a few passes over int32 and uint8 arrays).
+        (:meth:`check_order` checks the curve order.)
 
         Raises
         ------
         SchemaError
             Naming the first bad leaf.
         """
-        n = len(self)
-        if n == 0:
+        if len(self) == 0:
             return
         L = sfc.MAXLEVEL[self.dim]
-        bad = (self.tree < 0) | (self.tree >= self.num_trees) | (self.level < 0) | (self.level > sfc.QMAXLEVEL[self.dim])
-        for c in self.coords():
-            bad |= (c < 0) | (c >= (1 << L))
+        # Unsigned views fold "< 0" into ">= bound": a negative value is huge.
+        bad = self.tree.view(np.uint32) >= np.uint32(self.num_trees)
+        bad |= self.level.view(np.uint8) > np.uint8(sfc.QMAXLEVEL[self.dim])
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise SchemaError(f"Forest: leaf {i} (tree {int(self.tree[i])}, level {int(self.level[i])}) is out of range")
-        mask = (np.int64(1) << (L - self.level.astype(np.int64))) - 1
-        for c in self.coords():
-            bad |= (c.astype(np.int64) & mask) != 0
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        u = self.x | self.y
+        if self.z is not None:
+            u |= self.z
+        outside = (u & np.int32(~((1 << L) - 1))) != 0  # a coordinate below 0 or beyond the root
+        # A leaf of level l has coordinates that are multiples of 2**(L - l).
+        misaligned = (u & _ALIGN_MASK[L][self.level]) != 0
+        if outside.any() or misaligned.any():
+            i = int(np.flatnonzero(outside | misaligned)[0])
+            if outside[i]:
+                raise SchemaError(f"Forest: leaf {i} has coordinates outside its tree")
             raise SchemaError(f"Forest: leaf {i} has coordinates not aligned to its level {int(self.level[i])}")
 
     def check_order(self) -> None:

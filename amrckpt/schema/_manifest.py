@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import CheckpointError, IncompleteCheckpointError
@@ -38,6 +39,8 @@ __all__ = [
     "Manifest",
     "MeshSpec",
     "Provenance",
+    "dtype_from_json",
+    "dtype_to_json",
     "footer_bytes",
     "json_schemas",
     "parse_footer",
@@ -56,7 +59,8 @@ FOOTER_NBYTES = 96
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Non-finite floats (a time of inf) are written as Infinity/NaN, as Python's json does.
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
 
 
 class FieldSpec(_Model):
@@ -65,7 +69,11 @@ class FieldSpec(_Model):
     name: str = Field(description="the field's name, also the user string of its section")
     kind: Literal["inline", "block", "mesh", "cells", "hp"] = Field(description="the field kind of amrckpt.schema")
     section: Literal["I", "B", "A", "V"] = Field(description="the scda section type that holds the data")
-    dtype: str | None = Field(None, description="numpy dtype of one value, with byte order (cells, hp)")
+    dtype: str | list[Any] | None = Field(
+        None,
+        description="numpy dtype of one value with byte order, as numpy's .npy header describes it "
+        "(numpy.lib.format.dtype_to_descr: '<f8', or a list of [name, descr] for records) (cells, hp)",
+    )
     shape: list[int] = Field(default_factory=list, description="shape of one leaf's value (cells) or of one value (hp)")
     units: str | None = Field(None, description="physical units")
     description: str | None = None
@@ -143,6 +151,28 @@ class Index(_Model):
             if e.name == name:
                 return e
         raise KeyError(name)
+
+
+def dtype_to_json(dt: np.dtype[Any]) -> str | list[Any]:
+    """Return the JSON form of a dtype: numpy's ``.npy`` descr (``'<f8'``, or a list for records)."""
+    descr = np.lib.format.dtype_to_descr(dt)
+    out: str | list[Any] = json.loads(json.dumps(descr))  # tuples become lists
+    return out
+
+
+def dtype_from_json(obj: Any, what: str) -> np.dtype[Any]:
+    """Invert :func:`dtype_to_json`; CheckpointError for anything else."""
+
+    def tuples(x: Any) -> Any:
+        return [tuple(tuples(i) for i in e) if isinstance(e, list) else e for e in x] if isinstance(x, list) else x
+
+    try:
+        dt = np.lib.format.descr_to_dtype(tuples(obj))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{what}: {obj!r} is not a numpy dtype") from exc
+    if dt.hasobject or dt.itemsize == 0:
+        raise CheckpointError(f"{what}: dtype {dt} has no fixed-size binary form")
+    return dt
 
 
 def footer_bytes(index_offset: int, index_crc: int) -> bytes:

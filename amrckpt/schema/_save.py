@@ -45,10 +45,11 @@ from ._manifest import (
     Manifest,
     MeshSpec,
     Provenance,
+    dtype_to_json,
     footer_bytes,
 )
 
-__all__ = ["SaveResult", "check_local", "save"]
+__all__ = ["SaveResult", "check_local", "save", "validate_field"]
 
 
 @dataclass(frozen=True)
@@ -99,30 +100,96 @@ def _digest(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 2
 
 
+def _canonical(obj: Any) -> Any:
+    """Return a form of a Python-mode dump that equal values share: dict keys and set elements sorted."""
+    if isinstance(obj, dict):
+        return ("dict", sorted(((repr(k), _canonical(v)) for k, v in obj.items()), key=lambda kv: kv[0]))
+    if isinstance(obj, (set, frozenset)):
+        return ("set", sorted((_canonical(v) for v in obj), key=repr))
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
+def _json_value(cls: type[CheckpointSchema], name: str, value: Any) -> tuple[Any, int]:
+    """Return the JSON-compatible form of a global field's value and a digest of its meaning."""
+    adapter = _adapter(cls, name)
+    try:
+        json_value = adapter.dump_python(value, mode="json")
+        canonical = repr(_canonical(adapter.dump_python(value, mode="python")))
+    except Exception as exc:  # pydantic's serialization errors are not ours: name the field
+        raise SchemaError(f"field {name!r}: the value cannot be serialized to JSON: {exc}") from exc
+    return json_value, _digest(canonical.encode())
+
+
+def _json_bytes(json_value: Any, name: str) -> bytes:
+    """Compact JSON text (``Infinity``/``NaN`` for non-finite floats, as Python's json writes them)."""
+    try:
+        return json.dumps(json_value, separators=(",", ":"), allow_nan=True).encode()
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"field {name!r}: the value cannot be serialized to JSON: {exc}") from exc
+
+
 def encode_inline(value: Any, name: str) -> bytes:
     """Return the 32 data bytes of an inline field: JSON, left-aligned, spaces, a line feed."""
-    text = json.dumps(value, separators=(",", ":")).encode()
+    text = _json_bytes(value, name)
     if len(text) > 31:
         raise SchemaError(f"field {name!r}: {len(text)} bytes of JSON do not fit an inline section (31); declare it with Block()")
     return text.ljust(31) + b"\n"
 
 
-def _cells_array(value: Any, kind: CellsKind, n: int, name: str) -> np.ndarray:
-    if not isinstance(value, np.ndarray):
-        raise SchemaError(f"field {name!r}: expected a numpy array, got {type(value).__name__}")
-    want = (n, *kind.shape)
-    if value.shape != want:
-        raise SchemaError(f"field {name!r}: shape {value.shape}; {n} local leaves of shape {kind.shape} need {want}")
-    return _as_disk(value, kind, name)
-
-
-def _as_disk(value: np.ndarray, kind: CellsKind, name: str) -> np.ndarray:
+def _as_disk(value: np.ndarray, kind: CellsKind) -> np.ndarray:
+    """Return the array in the dtype it has in the file (a byte swap if needed), contiguous."""
     target = disk_dtype(kind.dtype, kind.native)
     if value.dtype != target:
-        if value.dtype.newbyteorder("=") != target.newbyteorder("="):
-            raise SchemaError(f"field {name!r}: dtype {value.dtype.str}, the schema declares {kind.dtype.str} (no casting)")
-        value = value.astype(target)  # only the byte order differs
+        value = value.astype(target)  # only the byte order differs: validate_field checked
     return np.ascontiguousarray(value)
+
+
+def _check_dtype(name: str, got: np.dtype[Any], kind: CellsKind) -> None:
+    if got.newbyteorder("=") != kind.dtype.newbyteorder("=") or (got.names or ()) != (kind.dtype.names or ()):
+        raise SchemaError(f"field {name!r}: dtype {got.str}, the schema declares {kind.dtype.str} (no casting)")
+
+
+def validate_field(name: str, kind: FieldKind, value: Any, n: int | None) -> None:
+    """Check one field's local value against its kind and the local leaf count ``n``.
+
+    Not collective.  Inline and block values are typed by pydantic; a mesh
+    must be a :class:`Forest` of the declared dimension and curve whose
+    leaves are in range (and, if ``n`` is given, ``n`` of them); cell data
+    must have the declared dtype (any byte order), shape and ``n`` leaves.
+
+    Raises
+    ------
+    SchemaError
+        Naming the field.
+    """
+    if isinstance(kind, MeshKind):
+        if not isinstance(value, Forest):
+            raise SchemaError(f"field {name!r}: expected a Forest, got {type(value).__name__}")
+        if value.dim != kind.dim or value.curve != kind.curve:
+            raise SchemaError(f"field {name!r}: a {value.dim}D {value.curve} forest; the schema declares {kind.dim}D {kind.curve}")
+        if n is not None and len(value) != n:
+            raise SchemaError(f"field {name!r}: {len(value)} leaves; the partition gives this rank {n}")
+        try:
+            value.check()
+        except SchemaError as exc:
+            raise SchemaError(f"field {name!r}: {exc}") from exc
+    elif isinstance(kind, HpCellsKind):
+        if not isinstance(value, HpData):
+            raise SchemaError(f"field {name!r}: expected HpData, got {type(value).__name__}")
+        if n is not None and len(value) != n:
+            raise SchemaError(f"field {name!r}: {len(value)} leaves of values; the mesh has {n} local leaves")
+        if value.values.shape[1:] != kind.shape:
+            raise SchemaError(f"field {name!r}: values of shape {value.values.shape[1:]}; the schema declares {kind.shape}")
+        _check_dtype(name, value.values.dtype, kind)
+    elif isinstance(kind, CellsKind):
+        if not isinstance(value, np.ndarray):
+            raise SchemaError(f"field {name!r}: expected a numpy array, got {type(value).__name__}")
+        want = (n if n is not None else value.shape[0] if value.ndim else -1, *kind.shape)
+        if value.shape != want:
+            raise SchemaError(f"field {name!r}: shape {value.shape}; {want[0]} local leaves of shape {kind.shape} need {want}")
+        _check_dtype(name, value.dtype, kind)
 
 
 def check_local(state: CheckpointSchema) -> tuple[int, list[_Prepared], Forest | None]:
@@ -141,8 +208,9 @@ def check_local(state: CheckpointSchema) -> tuple[int, list[_Prepared], Forest |
     Raises
     ------
     SchemaError
-        Naming the field: a wrong dtype, shape or length, an inline value too
-        long, a mesh of the wrong dimension or with leaves out of range.
+        Naming the field: a wrong dtype, shape or length, a value that
+        cannot be serialized, an inline value too long, a mesh of the wrong
+        dimension or with leaves out of range.
     """
     cls = type(state)
     kinds = cls.__amrckpt_fields__
@@ -150,43 +218,29 @@ def check_local(state: CheckpointSchema) -> tuple[int, list[_Prepared], Forest |
     for name, kind in kinds.items():
         if isinstance(kind, MeshKind):
             mesh = getattr(state, name)
-            if not isinstance(mesh, Forest):
-                raise SchemaError(f"field {name!r}: expected a Forest, got {type(mesh).__name__}")
-            if mesh.dim != kind.dim or mesh.curve != kind.curve:
-                raise SchemaError(
-                    f"field {name!r}: a {mesh.dim}D {mesh.curve} forest; the schema declares {kind.dim}D {kind.curve}"
-                )
-            try:
-                mesh.check()
-            except SchemaError as exc:
-                raise SchemaError(f"field {name!r}: {exc}") from exc
+            validate_field(name, kind, mesh, None)
     n = len(mesh) if mesh is not None else 0
     out = []
     for name, kind in kinds.items():
         value = getattr(state, name)
+        if not isinstance(kind, MeshKind):  # the mesh was checked above
+            validate_field(name, kind, value, n)
         p = _Prepared(name, kind)
         if isinstance(kind, InlineKind):
-            p.value = _adapter(cls, name).dump_python(value, mode="json")
+            p.value, p.digest = _json_value(cls, name, value)
             p.data = encode_inline(p.value, name)
-            p.digest = _digest(p.data)
         elif isinstance(kind, BlockKind):
-            p.data = _adapter(cls, name).dump_json(value) + b"\n"
-            p.digest = _digest(p.data)
+            json_value, p.digest = _json_value(cls, name, value)
+            p.data = _json_bytes(json_value, name) + b"\n"
         elif isinstance(kind, MeshKind):
             assert mesh is not None
             p.data = mesh.to_records()
             p.elem_size = p.data.dtype.itemsize
         elif isinstance(kind, HpCellsKind):
-            if not isinstance(value, HpData):
-                raise SchemaError(f"field {name!r}: expected HpData, got {type(value).__name__}")
-            if len(value) != n:
-                raise SchemaError(f"field {name!r}: {len(value)} leaves of values; the mesh has {n} local leaves")
-            if value.values.shape[1:] != kind.shape:
-                raise SchemaError(f"field {name!r}: values of shape {value.values.shape[1:]}; the schema declares {kind.shape}")
-            p.data = _as_disk(value.values, kind, name)
+            p.data = _as_disk(value.values, kind)
             p.sizes = value.counts.astype(np.uint64) * np.uint64(kind.cell_nbytes)
         elif isinstance(kind, CellsKind):
-            p.data = _cells_array(value, kind, n, name)
+            p.data = _as_disk(value, kind)
             p.elem_size = kind.cell_nbytes
         out.append(p)
     return n, out, mesh
@@ -202,7 +256,7 @@ def _field_spec(p: _Prepared) -> FieldSpec:
             "units": k.units,
             "description": k.description,
             "compressed": k.compress,
-            "dtype": disk_dtype(k.dtype, k.native).str if isinstance(k, CellsKind) else None,
+            "dtype": dtype_to_json(disk_dtype(k.dtype, k.native)) if isinstance(k, CellsKind) else None,
             "shape": list(k.shape) if isinstance(k, CellsKind) else [],
             "native_byteorder": k.native if isinstance(k, CellsKind) else False,
         }
@@ -309,7 +363,7 @@ def save(
             mesh.check_order()
         hp = tuple(int(p.sizes.sum(dtype=np.uint64)) for p in prepared if p.sizes is not None)
         mesh_meta = (mesh.dim, mesh.num_trees, mesh.curve) if mesh is not None else None
-        report = (n_local, hp, _boundary(mesh), tuple(p.digest for p in prepared), mesh_meta)
+        report = (n_local, hp, _boundary(mesh), tuple(p.digest for p in prepared), mesh_meta, _schema_digest(cls))
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc
     gathered = agree_gather(c, err, report)
@@ -387,8 +441,18 @@ def save(
     return SaveResult(os.fspath(path), nbytes, N, manifest, index)
 
 
+def _schema_digest(cls: type[CheckpointSchema]) -> int:
+    """Identify a schema: name, version, and every field's name and kind."""
+    fields = [(n, type(k).__name__, repr(k)) for n, k in cls.__amrckpt_fields__.items()]
+    return _digest(repr((cls.__amrckpt_name__, cls.__amrckpt_version__, fields)).encode())
+
+
 def _check_across_ranks(cls: type[CheckpointSchema], prepared: list[_Prepared], gathered: list[Any]) -> None:
     """Check the gathered reports; deterministic, so every rank raises the same error."""
+    schemas = [g[5] for g in gathered]
+    if len(set(schemas)) > 1:
+        r = next(r for r, d in enumerate(schemas) if d != schemas[0])
+        raise SchemaError(f"the ranks save different schemas (rank 0 and rank {r} differ in name, version or fields)")
     names = list(cls.__amrckpt_fields__)
     digests = [g[3] for g in gathered]
     for j, name in enumerate(names):
@@ -398,7 +462,7 @@ def _check_across_ranks(cls: type[CheckpointSchema], prepared: list[_Prepared], 
             raise SchemaError(
                 f"field {name!r} differs between ranks (e.g. rank 0 and rank {ranks[0]}); it must be the same on every rank"
             )
-    metas = {g[4] for g in gathered if g[0]}
+    metas = {g[4] for g in gathered}
     if len(metas) > 1:
         raise SchemaError(f"the ranks' meshes disagree on dimension, number of trees or curve: {sorted(metas, key=str)}")
     prev: tuple[int, Any] | None = None
