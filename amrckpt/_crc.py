@@ -101,6 +101,11 @@ class SectionCrc:
         if n:
             self.pieces.append((offset + n, crc32(data)))
 
+    def add_all(self, pieces: Iterable[tuple[int, Any]]) -> None:
+        """Add pieces ``(offset, data)``."""
+        for offset, data in pieces:
+            self.add(offset, data)
+
     def add_crc(self, offset: int, nbytes: int, crc: int) -> None:
         """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is already known."""
         if nbytes:

@@ -12,9 +12,8 @@ Run (P = 1 and 2 are the targets; any P works)::
 What is timed (barrier before, barrier after, so the slowest rank counts):
 
 * ``A write``: ``fopen_write`` + ``fwrite_array`` of ``--mib`` MiB + ``fclose``
-  against ``MPI.File.Open`` + ``Set_size(0)`` + ``Write_at_all`` of the same
-  bytes + ``Close`` (both leave a file holding exactly these bytes: scda's
-  ``fopen_write`` truncates, like libsc and C's ``fopen(.., "w")``);
+  against ``MPI.File.Open`` + ``Write_at_all`` of the same bytes + ``Close``
+  (both leave a file holding exactly these bytes);
 * ``A read``: ``fopen_read`` + ``fread_section_header`` + ``fread_array_data``
   into a preallocated array against ``Open`` + ``Read_at_all`` of the same
   bytes of the same file into one.
@@ -22,11 +21,11 @@ What is timed (barrier before, barrier after, so the slowest rank counts):
 Each pair runs interleaved (A B, then B A, ...), medians of ``--reps``, spread
 printed.  Two regimes, always labelled: ``new`` writes a new file each time
 (the page-allocation cost of a fresh tmpfs file is included, and it is noisy
-on virtual machines) and ``warm`` rewrites a file that exists (its pages are
-resident; the truncation frees them, so a write still allocates) and reads
-files from the page cache.  For reference, ``raw overwrite`` writes the bytes
-in place without truncating: what a writer that may leave stale bytes behind
-could reach.
+on virtual machines: tenfold swings) and ``warm`` overwrites the file in place
+(scda: ``fopen_write(..., truncate=False)``; raw: ``Write_at_all`` then
+``Set_size``), so that the software's own cost shows.  Reads come from the
+page cache in both.  The process reuses freed memory (``--memory warm``, see
+``_warm.py``) unless ``--memory fresh``.
 Files go to ``--dir`` (default /dev/shm, a tmpfs, where software overhead
 shows rather than the disk).
 
@@ -52,6 +51,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _warm
+
+_warm.ensure(_warm.requested(sys.argv))
+
 from mpi4py import MPI
 from zlib_ng import zlib_ng
 
@@ -100,19 +105,18 @@ def a_section(directory: Path, mib: int, reps: int) -> list[dict[str, Any]]:
                 paths[k].unlink(missing_ok=True)
         comm.Barrier()
 
+    warm = {"on": False}
+
     def scda_write() -> None:
-        with scda.fopen_write(paths["scda"], b"bench", comm=comm) as f:
+        with scda.fopen_write(paths["scda"], b"bench", comm=comm, truncate=not warm["on"]) as f:
             f.fwrite_array(local, counts, 8, b"doubles")
+
+    total = header + nbytes_total + scda.data_padding_nbytes(nbytes_total)
 
     def raw_write() -> None:
         fh = MPI.File.Open(comm, str(paths["raw"]), MPI.MODE_WRONLY | MPI.MODE_CREATE)
-        fh.Set_size(0)
         fh.Write_at_all(header + 8 * start, local)
-        fh.Close()
-
-    def raw_overwrite() -> None:
-        fh = MPI.File.Open(comm, str(paths["raw"]), MPI.MODE_WRONLY | MPI.MODE_CREATE)
-        fh.Write_at_all(header + 8 * start, local)
+        fh.Set_size(total)
         fh.Close()
 
     def scda_read() -> None:
@@ -127,11 +131,10 @@ def a_section(directory: Path, mib: int, reps: int) -> list[dict[str, Any]]:
 
     rows = []
     for regime in ("new", "warm"):
-        t: dict[str, list[float]] = {"scda write": [], "raw write": [], "scda read": [], "raw read": [], "raw overwrite": []}
+        warm["on"] = regime == "warm"
+        t: dict[str, list[float]] = {"scda write": [], "raw write": [], "scda read": [], "raw read": []}
         for k in range(reps + 1):  # the first repetition warms up and is dropped
             pairs = [("scda write", scda_write), ("raw write", raw_write)]
-            if regime == "warm":
-                pairs.append(("raw overwrite", raw_overwrite))
             for name, fn in pairs if k % 2 == 0 else pairs[::-1]:
                 if regime == "new":
                     remove(name.split()[0])
@@ -159,10 +162,6 @@ def a_section(directory: Path, mib: int, reps: int) -> list[dict[str, Any]]:
                     "ratio": r["median"] / s["median"],
                 }
             )
-            if op == "write" and t["raw overwrite"]:
-                o = stats(t["raw overwrite"])
-                rows[-1]["raw_overwrite_s"] = o
-                rows[-1]["ratio_vs_overwrite"] = o["median"] / s["median"]
     remove()
     return rows
 
@@ -240,6 +239,7 @@ def main() -> None:
     ap.add_argument("--elems", type=int, default=1_000_000, help="64-byte elements compressed per rank")
     ap.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else "/tmp")
     ap.add_argument("--json", default=None, help="output file (default bench-results/scda-P<P>.json)")
+    ap.add_argument("--memory", choices=["warm", "fresh"], default="warm", help="reuse freed pages (see _warm.py) or not")
     ap.add_argument("--quick", action="store_true", help="small sizes, few repetitions (CI)")
     a = ap.parse_args()
     if a.quick:
@@ -253,12 +253,6 @@ def main() -> None:
             f"{r['case']:<9} {r['regime']:<6} {r['scda_MiBps']:>11.0f} {r['raw_MiBps']:>10.0f} {r['ratio']:>6.3f}   "
             f"{s['median']:.4f} ({s['min']:.4f}-{s['max']:.4f})  {w['median']:.4f} ({w['min']:.4f}-{w['max']:.4f})"
         )
-        if "raw_overwrite_s" in r:
-            o = r["raw_overwrite_s"]
-            say(
-                f"{'':<9} {'':<6} {'raw overwrite in place, no truncation:':>29} {r['ratio_vs_overwrite']:>6.3f}   "
-                f"{'':<23} {o['median']:.4f} ({o['min']:.4f}-{o['max']:.4f})"
-            )
     ent = entries(a.entries, a.reps)
     comp = compression(a.elems, 64, max(3, a.reps // 2))
     if rank != 0:

@@ -68,6 +68,10 @@ class Comm(Protocol):
         """Exact sum of ``value`` over the ranks below this one (0 on rank 0). Collective."""
         ...
 
+    def dup(self) -> Comm:
+        """Return a new communicator of the same ranks whose collectives never mix with this one's. Collective."""
+        ...
+
 
 class SerialComm:
     """The communicator of a single process; every collective is trivial.
@@ -113,6 +117,10 @@ class SerialComm:
     def exscan_sum(self, value: int) -> int:
         """Return 0."""
         return 0
+
+    def dup(self) -> SerialComm:
+        """Return a new serial communicator."""
+        return SerialComm()
 
     def __repr__(self) -> str:
         return "SerialComm()"

@@ -94,6 +94,14 @@ class MPIComm:
         self.mpi_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.BXOR)
         return [int(v) for v in buf]
 
+    def dup(self) -> MPIComm:
+        """``MPI_Comm_dup``: the same ranks, separate messages (free it with :meth:`free`). Collective."""
+        return MPIComm(self.mpi_comm.Dup())
+
+    def free(self) -> None:
+        """``MPI_Comm_free`` of a communicator made by :meth:`dup`. Collective."""
+        self.mpi_comm.Free()
+
     def exscan_sum(self, value: int) -> int:
         """Exact exclusive prefix sum of Python ints (pickle-based). Collective."""
         r = self.mpi_comm.exscan(int(value), op=self._MPI.SUM)

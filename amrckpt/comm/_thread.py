@@ -21,6 +21,7 @@ T = TypeVar("T")
 class _Group:
     def __init__(self, size: int, timeout: float) -> None:
         self.size = size
+        self.timeout = timeout
         self.slots: list[Any] = [None] * size
         self.barrier = threading.Barrier(size, timeout=timeout)
 
@@ -79,6 +80,11 @@ class ThreadComm:
         for vals in self.allgather([int(v) for v in values]):
             out = [a ^ b for a, b in zip(out, vals, strict=True)]
         return out
+
+    def dup(self) -> ThreadComm:
+        """Return a new group of the same thread ranks (rank 0 creates it). Collective."""
+        group = _Group(self.size, self._group.timeout) if self._rank == 0 else None
+        return ThreadComm(self.bcast(group, root=0), self._rank)  # type: ignore[arg-type]
 
     def exscan_sum(self, value: int) -> int:
         """Exact sum over the ranks below this one. Collective."""

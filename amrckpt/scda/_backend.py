@@ -76,8 +76,8 @@ class Backend(Protocol):
         """Flush written bytes to stable storage (fsync, ``MPI_File_sync``). Collective."""
         ...
 
-    def close(self) -> None:
-        """Close the file. Collective."""
+    def close(self, size: int | None = None) -> None:
+        """Close the file; with ``size``, first cut (or extend) it to ``size`` bytes. Collective."""
         ...
 
 
@@ -111,7 +111,7 @@ class PosixBackend:
     serial runs and for thread ranks (:class:`~amrckpt.comm.ThreadComm`).
     """
 
-    def __init__(self, path: str, mode: str, comm: Comm) -> None:
+    def __init__(self, path: str, mode: str, comm: Comm, truncate: bool = True) -> None:
         self.comm = comm
         self.path = path
         self.mode = mode
@@ -121,7 +121,8 @@ class PosixBackend:
             # Rank 0 creates (truncates) the file before the others open it.
             if comm.rank == 0:
                 try:
-                    self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+                    self._fd = os.open(path, flags, 0o666)
                 except OSError as exc:
                     err = os_error(exc, path, "cannot create")
             agree(comm, err, what="fopen_write")
@@ -213,9 +214,15 @@ class PosixBackend:
             err = os_error(exc, self.path, "cannot fsync")
         agree(self.comm, err, what="sync")
 
-    def close(self) -> None:
-        """Close every rank's descriptor; agreed."""
+    def close(self, size: int | None = None) -> None:
+        """Close every rank's descriptor (rank 0 first cuts the file to ``size``); agreed."""
         err = None
+        try:
+            if size is not None and self.comm.rank == 0:
+                os.ftruncate(self._fd, size)
+        except OSError as exc:
+            err = os_error(exc, self.path, "cannot set the size of")
+        self.comm.barrier()  # every rank's descriptor stays open until the size is set
         try:
             self._close_fd()
         except OSError as exc:
@@ -251,7 +258,7 @@ class MPIIOBackend:
         MPI-IO hints passed to ``MPI_File_open`` (e.g. ``striping_factor``).
     """
 
-    def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None) -> None:
+    def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None, truncate: bool = True) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -279,7 +286,7 @@ class MPIIOBackend:
             if free_info:
                 mpi_info.Free()
         agree(comm, err, what="fopen")
-        if mode == "w":
+        if mode == "w" and truncate:
             try:
                 self._fh.Set_size(0)
             except MPI.Exception as exc:
@@ -412,9 +419,14 @@ class MPIIOBackend:
             err = self._error(exc, "cannot sync")
         agree(self.comm, err, what="sync")
 
-    def close(self) -> None:
-        """``MPI_File_close``; agreed."""
+    def close(self, size: int | None = None) -> None:
+        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_close``; agreed."""
         err = None
+        if size is not None:
+            try:
+                self._fh.Set_size(size)
+            except self._MPI.Exception as exc:
+                err = self._error(exc, "cannot set the size of")
         try:
             self._fh.Close()
         except self._MPI.Exception as exc:
@@ -422,7 +434,9 @@ class MPIIOBackend:
         agree(self.comm, err, what="fclose")
 
 
-def open_backend(path: str, mode: str, comm: Comm, *, info: Any = None, backend: str | None = None) -> Backend:
+def open_backend(
+    path: str, mode: str, comm: Comm, *, info: Any = None, backend: str | None = None, truncate: bool = True
+) -> Backend:
     """Open ``path`` on every rank of ``comm``. Collective.
 
     Parameters
@@ -437,6 +451,9 @@ def open_backend(path: str, mode: str, comm: Comm, *, info: Any = None, backend:
         MPI-IO hints (ignored by the POSIX backend).
     backend : {None, "posix", "mpiio"}
         ``None`` chooses MPI-IO for an MPI communicator, POSIX otherwise.
+    truncate : bool, optional
+        ``"w"`` only: empty an existing file (else it is overwritten in place
+        and the writer sets its final size when closing).
 
     Raises
     ------
@@ -449,11 +466,11 @@ def open_backend(path: str, mode: str, comm: Comm, *, info: Any = None, backend:
     if backend is None:
         backend = "mpiio" if isinstance(comm, MPIComm) else "posix"
     if backend == "posix":
-        return PosixBackend(path, mode, comm)
+        return PosixBackend(path, mode, comm, truncate)
     if backend == "mpiio":
         if not isinstance(comm, MPIComm):
             raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
-        return MPIIOBackend(path, mode, comm, info)
+        return MPIIOBackend(path, mode, comm, info, truncate)
     raise ScdaArgumentError(f"backend must be 'posix' or 'mpiio', not {backend!r}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,16 @@ def _reserved(ustr: bytes, magics: tuple[bytes, ...], allow: bool, kind: str) ->
             f"the user string {ustr.decode()!r} is reserved on {kind} sections by the compression convention "
             "(scda paper, section 3); write with encode=True, or pass allow_magic=True to write a raw pair yourself"
         )
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _crc_pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amrckpt-crc")
+    return _POOL
 
 
 def _level(level: Any) -> int:
@@ -139,6 +150,7 @@ class ScdaWriter:
         info: Any = None,
         backend: str | None = None,
         checksum: bool = False,
+        truncate: bool = True,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
@@ -152,7 +164,8 @@ class ScdaWriter:
         except ScdaError as exc:
             err = exc
         agree(self.comm, err, digest=digest, what="fopen_write")
-        self._backend: Backend | None = open_backend(self.path, "w", self.comm, info=info, backend=backend)
+        self._backend: Backend | None = open_backend(self.path, "w", self.comm, info=info, backend=backend, truncate=truncate)
+        self._truncate = bool(truncate)
         self._failed: BaseException | None = None
         self._checksum = bool(checksum)
         self._cur: SectionCrc | None = None
@@ -211,13 +224,17 @@ class ScdaWriter:
     def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         err: BaseException | None = None
         assert self._backend is not None
+        crc = None
         if self._cur is not None:
-            for off, buf in [*pieces, *([bulk] if bulk is not None else [])]:
-                self._cur.add(off, buf)
+            # CRC the bytes in a helper thread while the backend writes them (both release the GIL).
+            items = [*pieces, *([bulk] if bulk is not None else [])]
+            crc = _crc_pool().submit(self._cur.add_all, items)
         try:
             self._backend.write(pieces, bulk, max_bulk)
         except ScdaError as exc:
             err = exc
+        if crc is not None:
+            crc.result()
         try:
             agree(self.comm, err, what=what)
         except ScdaError as exc:
@@ -640,7 +657,7 @@ class ScdaWriter:
         if self._backend is None:
             return
         backend, self._backend = self._backend, None
-        backend.close()
+        backend.close(None if self._truncate else self.offset)
 
     def __enter__(self) -> ScdaWriter:
         return self
@@ -663,6 +680,7 @@ def fopen_write(
     info: Any = None,
     backend: str | None = None,
     checksum: bool = False,
+    truncate: bool = True,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -687,6 +705,13 @@ def fopen_write(
     checksum : bool, optional
         CRC32 every byte written, for :meth:`ScdaWriter.section_crcs` (one
         extra pass over the data in memory, by zlib-ng).
+    truncate : bool, optional
+        True (default, as libsc and C's ``fopen(.., "w")``): empty an
+        existing file when opening.  False: overwrite it in place and cut it
+        to its final size when closing: the same bytes in the end, but the
+        file's pages are reused (faster on file systems where allocating
+        them costs, e.g. a tmpfs).  Until then, a crash leaves old bytes
+        behind the new ones.
 
     Returns
     -------
@@ -701,4 +726,6 @@ def fopen_write(
         If the file cannot be created (subclasses for a missing directory or
         a permission problem).
     """
-    return ScdaWriter(path, user_string, comm=comm, style=style, vendor=vendor, info=info, backend=backend, checksum=checksum)
+    return ScdaWriter(
+        path, user_string, comm=comm, style=style, vendor=vendor, info=info, backend=backend, checksum=checksum, truncate=truncate
+    )

@@ -378,6 +378,7 @@ def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+_CHECK_CHUNK = 1 << 18
 _ALIGN_MASK = {L: np.array([(1 << (L - lv)) - 1 for lv in range(L + 1)], dtype=np.int32) for L in set(sfc.MAXLEVEL.values())}
 
 
@@ -452,26 +453,30 @@ class Forest:
         SchemaError
             Naming the first bad leaf.
         """
-        if len(self) == 0:
-            return
+        n = len(self)
+        for s in range(0, n, _CHECK_CHUNK):  # cache-sized chunks
+            self._check_chunk(s, min(n, s + _CHECK_CHUNK))
+
+    def _check_chunk(self, s: int, e: int) -> None:
         L = sfc.MAXLEVEL[self.dim]
+        tree, level = self.tree[s:e], self.level[s:e]
         # Unsigned views fold "< 0" into ">= bound": a negative value is huge.
-        bad = self.tree.view(np.uint32) >= np.uint32(self.num_trees)
-        bad |= self.level.view(np.uint8) > np.uint8(sfc.QMAXLEVEL[self.dim])
+        bad = tree.view(np.uint32) >= np.uint32(self.num_trees)
+        bad |= level.view(np.uint8) > np.uint8(sfc.QMAXLEVEL[self.dim])
         if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+            i = s + int(np.flatnonzero(bad)[0])
             raise SchemaError(f"Forest: leaf {i} (tree {int(self.tree[i])}, level {int(self.level[i])}) is out of range")
-        u = self.x | self.y
+        u = self.x[s:e] | self.y[s:e]
         if self.z is not None:
-            u |= self.z
+            u |= self.z[s:e]
         outside = (u & np.int32(~((1 << L) - 1))) != 0  # a coordinate below 0 or beyond the root
         # A leaf of level l has coordinates that are multiples of 2**(L - l).
-        misaligned = (u & _ALIGN_MASK[L][self.level]) != 0
+        misaligned = (u & _ALIGN_MASK[L][level]) != 0
         if outside.any() or misaligned.any():
             i = int(np.flatnonzero(outside | misaligned)[0])
             if outside[i]:
-                raise SchemaError(f"Forest: leaf {i} has coordinates outside its tree")
-            raise SchemaError(f"Forest: leaf {i} has coordinates not aligned to its level {int(self.level[i])}")
+                raise SchemaError(f"Forest: leaf {s + i} has coordinates outside its tree")
+            raise SchemaError(f"Forest: leaf {s + i} has coordinates not aligned to its level {int(level[i])}")
 
     def check_order(self) -> None:
         """Check that the local leaves are in curve order and do not overlap (p4est ``p4est_tree_is_linear``).

@@ -304,6 +304,7 @@ def save(
     check_mesh: bool = False,
     info: Any = None,
     backend: str | None = None,
+    truncate: bool = True,
 ) -> SaveResult:
     """Write a simulation's state as one scda checkpoint file.
 
@@ -333,8 +334,9 @@ def save(
         Also check that each rank's leaves follow the curve without overlaps
         (O(n) work, about 60 ns per leaf); the order across ranks is always
         checked.
-    info, backend : optional
-        MPI-IO hints and backend choice, as for :func:`amrckpt.scda.fopen_write`.
+    info, backend, truncate : optional
+        MPI-IO hints, backend choice and truncation of an existing file, as
+        for :func:`amrckpt.scda.fopen_write`.
 
     Returns
     -------
@@ -396,7 +398,9 @@ def save(
     hp_totals = iter(range(len(gathered[0][1])))
     root = c.rank == 0
     header = f"amrckpt {cls.__amrckpt_name__} v{cls.__amrckpt_version__}".encode()[:58]
-    with scda.fopen_write(path, header, comm=c, style=style, vendor=b"amrckpt", info=info, backend=backend, checksum=True) as f:
+    with scda.fopen_write(
+        path, header, comm=c, style=style, vendor=b"amrckpt", info=info, backend=backend, checksum=True, truncate=truncate
+    ) as f:
         roles = ["file header"]
         f.fwrite_block(manifest.model_dump_json(indent=1).encode() + b"\n" if root else None, MANIFEST_USER_STRING)
         roles.append("manifest")

@@ -367,3 +367,22 @@ def test_section_over_2_gib_serial(tmp_path: Path) -> None:
         assert back[0] == 0 and back[-1] == n - 1 and bool(np.all(np.diff(back[:: 1 << 20]) == 1 << 20))
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_overwrite_in_place_gives_the_same_bytes(tmp_path: Path) -> None:
+    """truncate=False reuses an existing file and cuts it to size at close."""
+    ref, p = tmp_path / "ref.scda", tmp_path / "f.scda"
+    small_file(ref)
+    p.write_bytes(b"\xff" * 5000)  # longer than the result
+
+    def body(comm: Any) -> None:
+        with scda.fopen_write(p, b"api", comm=comm, truncate=False) as f:
+            f.fwrite_inline(b"0123456789abcdef" * 2, b"inline")
+            f.fwrite_block(b"block data\n" if comm.rank == 0 else None, b"block")
+            f.fwrite_array(np.arange(10, dtype="<f8")[5 * comm.rank : 5 * comm.rank + 5], [5, 5], 8, b"array")
+            data, sizes = [(b"a", [1]), (b"bcdefghij", [2, 3, 4])][comm.rank]
+            f.fwrite_varray(data, [1, 3], sizes, [1, 9], b"varray")
+            f.fwrite_block(b"z" * 1000 if comm.rank == 0 else None, b"cblock", encode=True)
+
+    run_threads(2, body)
+    assert p.read_bytes() == ref.read_bytes()
