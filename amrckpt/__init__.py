@@ -2,14 +2,15 @@
 
 Layers (each imports only the ones below it): :mod:`amrckpt.errors`;
 :mod:`amrckpt.comm` and :mod:`amrckpt.scda`; :mod:`amrckpt.partition` and
-:mod:`amrckpt.sfc`; :mod:`amrckpt.schema`; :mod:`amrckpt.restart`.
+:mod:`amrckpt.sfc`; :mod:`amrckpt.schema`; :mod:`amrckpt.restart`;
+:mod:`amrckpt.manager`.
 ``import amrckpt`` works without any MPI library; mpi4py is imported only
 when an MPI communicator is used.
 """
 
 from __future__ import annotations
 
-from . import comm, errors, partition, restart, scda, schema, sfc
+from . import comm, errors, manager, partition, restart, scda, schema, sfc
 from ._version import __version__
 from .errors import (
     AmrckptError,
@@ -17,6 +18,7 @@ from .errors import (
     ChecksumError,
     CollectiveError,
     IncompleteCheckpointError,
+    ManagerError,
     PartitionError,
     ScdaArgumentError,
     ScdaCountError,
@@ -27,12 +29,35 @@ from .errors import (
     ScdaUsageError,
     SchemaError,
 )
+from .manager import (
+    BeforeWallTime,
+    CheckpointManager,
+    CheckpointRecord,
+    EveryNSeconds,
+    EveryNSteps,
+    KeepEvery,
+    KeepLast,
+    OnFileTrigger,
+    OnSignal,
+    checkpointable,
+)
 from .partition import Partition
 from .restart import CheckpointInfo, Loaded, VerifyReport, load, read_info, verify
 from .schema import Block, CellData, Cells, CheckpointSchema, Forest, HpCells, HpData, Inline, Mesh, SaveResult, save
 
 __all__ = [
     "AmrckptError",
+    "BeforeWallTime",
+    "CheckpointManager",
+    "CheckpointRecord",
+    "EveryNSeconds",
+    "EveryNSteps",
+    "KeepEvery",
+    "KeepLast",
+    "ManagerError",
+    "OnFileTrigger",
+    "OnSignal",
+    "checkpointable",
     "Block",
     "CellData",
     "Cells",
@@ -64,6 +89,7 @@ __all__ = [
     "comm",
     "errors",
     "load",
+    "manager",
     "partition",
     "read_info",
     "restart",

@@ -15,11 +15,23 @@ bytes are partitioned.  The polynomial arithmetic is zlib's (``multmodp``,
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from zlib_ng import zlib_ng
 
-__all__ = ["SectionCrc", "crc32", "crc32_combine", "shift"]
+__all__ = ["SectionCrc", "crc32", "crc32_combine", "pool", "shift"]
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def pool() -> ThreadPoolExecutor:
+    """Return the helper thread that CRCs bytes while the caller moves more bytes (zlib-ng releases the GIL)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amrckpt-crc")
+    return _POOL
+
 
 _POLY = 0xEDB88320  # the CRC32 polynomial, reflected, x**32 implied
 
@@ -89,11 +101,12 @@ class SectionCrc:
     must partition the section exactly (no gaps, no overlaps).
     """
 
-    __slots__ = ("complete", "pieces")
+    __slots__ = ("complete", "futures", "pieces")
 
     def __init__(self) -> None:
         self.pieces: list[tuple[int, int]] = []  # (end offset of the piece, crc of the piece)
         self.complete = True
+        self.futures: list[Future[None]] = []
 
     def add(self, offset: int, data: Any) -> None:
         """Add the piece ``data`` that starts at file byte ``offset``."""
@@ -106,6 +119,18 @@ class SectionCrc:
         for offset, data in pieces:
             self.add(offset, data)
 
+    def add_later(self, pieces: list[tuple[int, Any]]) -> Future[None]:
+        """CRC pieces in the helper thread (the buffers must stay unchanged until :meth:`wait`)."""
+        fut = pool().submit(self.add_all, pieces)
+        self.futures.append(fut)
+        return fut
+
+    def wait(self) -> None:
+        """Wait for the pieces handed to the helper thread (re-raising its errors)."""
+        futures, self.futures = self.futures, []
+        for f in futures:
+            f.result()
+
     def add_crc(self, offset: int, nbytes: int, crc: int) -> None:
         """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is already known."""
         if nbytes:
@@ -113,6 +138,7 @@ class SectionCrc:
 
     def term(self, end: int) -> int:
         """Return this rank's term of the section that ends at ``end``."""
+        self.wait()
         t = 0
         for stop, c in self.pieces:
             t ^= shift(c, end - stop)

@@ -21,6 +21,7 @@ __all__ = [
     "ChecksumError",
     "CollectiveError",
     "IncompleteCheckpointError",
+    "ManagerError",
     "PartitionError",
     "SchemaError",
     "ScdaArgumentError",
@@ -150,6 +151,10 @@ class ChecksumError(CheckpointError):
     section: str
     offset: int
     end: int
+
+
+class ManagerError(AmrckptError, RuntimeError):
+    """A checkpoint manager cannot do its job: its directory is in use or not writable."""
 
 
 class CollectiveError(AmrckptError):

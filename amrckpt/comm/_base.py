@@ -272,6 +272,17 @@ def _raise_agreed(comm: Comm, error: BaseException | None) -> None:
     _raise_from(comm, error, comm.allgather(_describe(error)))
 
 
+def _tree_class(name: str) -> type[errors.AmrckptError]:
+    """Return the class of amrckpt's error tree named ``name`` (CollectiveError if none)."""
+    todo: list[type[errors.AmrckptError]] = [errors.AmrckptError]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == name:
+            return cls
+        todo.extend(cls.__subclasses__())
+    return errors.CollectiveError
+
+
 def _raise_from(comm: Comm, error: BaseException | None, descs: list[Any]) -> None:
     """Raise the agreed exception, given every rank's description (or None)."""
     failed = {r: d for r, d in enumerate(descs) if d is not None}
@@ -281,7 +292,7 @@ def _raise_from(comm: Comm, error: BaseException | None, descs: list[Any]) -> No
         if not error.rank_errors:  # type: ignore[attr-defined]
             error.rank_errors = {0: failed[0][1]}  # type: ignore[attr-defined]
         raise error
-    cls = getattr(errors, cls_name) if cls_name is not None else errors.CollectiveError
+    cls = _tree_class(cls_name) if cls_name is not None else errors.CollectiveError
     if cls_name is None:
         message = f"rank {first} failed: {failed[first][1]}"
     elif comm.size > 1:

@@ -102,7 +102,8 @@ class ScdaReader:
         self._checksum = bool(checksum)
         self._cur: SectionCrc | None = None
         self._cur_entries: set[tuple[int, bytes]] = set()
-        self._crc_log: list[tuple[int, int, int, bool]] = []  # (offset, end, this rank's term, complete)
+        self._crc_log: list[tuple[int, int, SectionCrc | None]] = []  # (offset, end, the section's pieces on this rank)
+        self._defer_crc = False  # restart.load: CRC in the helper thread until section_crcs()
         self._backend: Backend | None = open_backend(self.path, "r", self.comm, info=info, backend=backend)
         self._pending: _Pending | None = None
         try:
@@ -115,8 +116,10 @@ class ScdaReader:
         self.file_size, self.vendor, self.user_string = size, head[0], head[1]
         self.offset = FILE_HEADER_NBYTES
         if self._checksum:
-            term = head[2] if self.comm.rank == 0 else 0
-            self._crc_log.append((0, FILE_HEADER_NBYTES, term, True))
+            header = SectionCrc()
+            if self.comm.rank == 0:
+                header.add_crc(0, FILE_HEADER_NBYTES, head[2])
+            self._crc_log.append((0, FILE_HEADER_NBYTES, header))
 
     # -- plumbing ---------------------------------------------------------
 
@@ -184,13 +187,14 @@ class ScdaReader:
             except ScdaError as exc:
                 err = exc
         self._agree(err, "checksum")
-        start = p.pair.raws[0].offset
-        self._crc_log.append((start, end, cur.term(end) if cur.complete else 0, cur.complete))
+        if not self._defer_crc:
+            cur.wait()  # the buffers go back to the caller now
+        self._crc_log.append((p.pair.raws[0].offset, end, cur))
 
     def _crc_add(self, offset: int, data: Any) -> None:
         """Checksum mode: count bytes this rank read for the current section."""
         if self._cur is not None:
-            self._cur.add(offset, data)
+            self._cur.add_later([(offset, data)])
 
     def _crc_skip(self) -> None:
         """Checksum mode: this rank skipped data, so the section cannot be verified."""
@@ -217,9 +221,10 @@ class ScdaReader:
         """
         if not self._checksum:
             raise ScdaUsageError("section_crcs: open the file with checksum=True")
-        incomplete = self.comm.allreduce_max([0 if c else 1 for *_, c in self._crc_log])
-        crcs = self.comm.allreduce_xor([t for _, _, t, _ in self._crc_log])
-        return [(o, e, None if bad else c) for (o, e, _, _), bad, c in zip(self._crc_log, incomplete, crcs, strict=True)]
+        terms = [(s.term(e), s.complete) for _, e, s in self._crc_log]  # type: ignore[union-attr]
+        incomplete = self.comm.allreduce_max([0 if ok else 1 for _, ok in terms])
+        crcs = self.comm.allreduce_xor([t for t, _ in terms])
+        return [(o, e, None if bad else c) for (o, e, _), bad, c in zip(self._crc_log, incomplete, crcs, strict=True)]
 
     # -- headers ----------------------------------------------------------
 

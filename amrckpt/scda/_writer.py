@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,16 +70,6 @@ def _reserved(ustr: bytes, magics: tuple[bytes, ...], allow: bool, kind: str) ->
             f"the user string {ustr.decode()!r} is reserved on {kind} sections by the compression convention "
             "(scda paper, section 3); write with encode=True, or pass allow_magic=True to write a raw pair yourself"
         )
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _crc_pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amrckpt-crc")
-    return _POOL
 
 
 def _level(level: Any) -> int:
@@ -227,8 +216,7 @@ class ScdaWriter:
         crc = None
         if self._cur is not None:
             # CRC the bytes in a helper thread while the backend writes them (both release the GIL).
-            items = [*pieces, *([bulk] if bulk is not None else [])]
-            crc = _crc_pool().submit(self._cur.add_all, items)
+            crc = self._cur.add_later([*pieces, *([bulk] if bulk is not None else [])])
         try:
             self._backend.write(pieces, bulk, max_bulk)
         except ScdaError as exc:

@@ -1,0 +1,49 @@
+"""Checkpoint management (layer 6): policies, atomic commits, retention, discovery, the decorator.
+
+Learned from orbax-checkpoint's ``CheckpointManager`` (policies as small
+objects), SCR (``SCR_Need_checkpoint``, halt before the wall-time limit,
+falling back to the previous checkpoint) and GSD (a frame is valid only once
+it is committed).
+"""
+
+from __future__ import annotations
+
+from ._decorator import checkpointable
+from ._manager import CheckpointManager, CheckpointRecord, ManagerError
+from ._policies import (
+    AnyOf,
+    BeforeWallTime,
+    Decision,
+    EveryNSeconds,
+    EveryNSteps,
+    Moment,
+    Never,
+    OnFileTrigger,
+    OnSignal,
+    SavePolicy,
+    slurm_end_time,
+)
+from ._retention import KeepAll, KeepAny, KeepEvery, KeepLast, KeepPolicy
+
+__all__ = [
+    "AnyOf",
+    "BeforeWallTime",
+    "CheckpointManager",
+    "CheckpointRecord",
+    "Decision",
+    "EveryNSeconds",
+    "EveryNSteps",
+    "KeepAll",
+    "KeepAny",
+    "KeepEvery",
+    "KeepLast",
+    "KeepPolicy",
+    "ManagerError",
+    "Moment",
+    "Never",
+    "OnFileTrigger",
+    "OnSignal",
+    "SavePolicy",
+    "checkpointable",
+    "slurm_end_time",
+]

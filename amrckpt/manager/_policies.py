@@ -1,0 +1,309 @@
+"""When to checkpoint: small composable policies (orbax's ``EveryNSteps``, SCR's ``SCR_Need_checkpoint``).
+
+A save policy looks at a :class:`Moment` (the step, the wall clock, the last
+save, how long saves take) and answers locally whether to save now and
+whether the job should stop afterwards.  The manager combines the answers of
+all ranks with one allreduce, so every rank takes the same decision even
+when only one of them received a signal.  Policies combine with ``|``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from ..errors import AmrckptError
+
+__all__ = [
+    "AnyOf",
+    "BeforeWallTime",
+    "Decision",
+    "EveryNSeconds",
+    "EveryNSteps",
+    "Moment",
+    "Never",
+    "OnFileTrigger",
+    "OnSignal",
+    "SavePolicy",
+    "slurm_end_time",
+]
+
+
+@dataclass(frozen=True)
+class Moment:
+    """What a policy may consider, on one rank.
+
+    Attributes
+    ----------
+    step : int
+        The simulation step about to be checkpointed (or not).
+    now : float
+        Wall-clock time, seconds since the epoch (``time.time()``).
+    last_step : int or None
+        Step of the last checkpoint this job wrote or restored from.
+    last_time : float
+        Wall-clock time of the last save (or of the manager's start).
+    save_seconds : tuple of float
+        Durations of the saves of this job so far, in seconds.
+    """
+
+    step: int
+    now: float
+    last_step: int | None
+    last_time: float
+    save_seconds: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's answer: save now, and stop the job after this save (SCR's halt)."""
+
+    save: bool = False
+    halt: bool = False
+    reason: str = ""
+
+    def __or__(self, other: Decision) -> Decision:
+        return Decision(self.save or other.save, self.halt or other.halt, "; ".join(r for r in (self.reason, other.reason) if r))
+
+
+@runtime_checkable
+class SavePolicy(Protocol):
+    """The interface of save policies: a local decision, combined over ranks by the manager."""
+
+    def decide(self, moment: Moment) -> Decision:
+        """Return this rank's decision at ``moment`` (not collective; must not block)."""
+        ...
+
+
+class _Combinable:
+    def __or__(self, other: SavePolicy) -> AnyOf:
+        return AnyOf([self, other])  # type: ignore[list-item]
+
+    def start(self) -> None:
+        """Prepare when the manager starts (install signal handlers)."""
+
+    def stop(self) -> None:
+        """Clean up when the manager closes (restore signal handlers)."""
+
+
+@dataclass
+class AnyOf(_Combinable):
+    """Save when any of the policies says so (what ``a | b | c`` builds)."""
+
+    policies: list[SavePolicy]
+
+    def __or__(self, other: SavePolicy) -> AnyOf:
+        return AnyOf([*self.policies, other])
+
+    def decide(self, moment: Moment) -> Decision:
+        """Combine every policy's decision (all are asked, so that triggers are consumed)."""
+        out = Decision()
+        for p in self.policies:
+            out = out | p.decide(moment)
+        return out
+
+    def start(self) -> None:
+        """Start every policy."""
+        for p in self.policies:
+            getattr(p, "start", lambda: None)()
+
+    def stop(self) -> None:
+        """Stop every policy."""
+        for p in self.policies:
+            getattr(p, "stop", lambda: None)()
+
+
+@dataclass
+class Never(_Combinable):
+    """Never save on its own (``manager.save(..., force=True)`` still does)."""
+
+    def decide(self, moment: Moment) -> Decision:
+        """Return no save."""
+        return Decision()
+
+
+@dataclass
+class EveryNSteps(_Combinable):
+    """Save every ``n`` steps: at steps that are multiples of ``n`` (orbax's ``EveryNSteps``).
+
+    Parameters
+    ----------
+    n : int
+        The interval in steps, ``>= 1``.
+    """
+
+    n: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise AmrckptError(f"EveryNSteps: n must be a positive int, not {self.n!r}")
+
+    def decide(self, moment: Moment) -> Decision:
+        """Save when the step is a multiple of ``n`` (and not the step last saved)."""
+        ok = moment.step % self.n == 0 and moment.step != moment.last_step
+        return Decision(ok, False, f"step {moment.step} is a multiple of {self.n}" if ok else "")
+
+
+@dataclass
+class EveryNSeconds(_Combinable):
+    """Save when ``seconds`` of wall time have passed since the last save.
+
+    Parameters
+    ----------
+    seconds : float
+        The interval, seconds of wall-clock time.
+    """
+
+    seconds: float
+
+    def decide(self, moment: Moment) -> Decision:
+        """Save when the interval has passed since the last save (or the start)."""
+        ok = moment.now - moment.last_time >= self.seconds
+        return Decision(ok, False, f"{self.seconds:g} s since the last save" if ok else "")
+
+
+def slurm_end_time(environ: dict[str, str] | None = None) -> float | None:
+    """Return the job's end (Unix time) from Slurm's environment, or None outside a Slurm job.
+
+    ``SLURM_JOB_END_TIME`` (Slurm >= 21.08) gives it directly; otherwise it is
+    estimated from ``SLURM_JOB_START_TIME`` and the time limit in minutes.
+    """
+    env = os.environ if environ is None else environ
+    end = env.get("SLURM_JOB_END_TIME")
+    if end and end.isdigit():
+        return float(end)
+    start, limit = env.get("SLURM_JOB_START_TIME"), env.get("SBATCH_TIMELIMIT") or env.get("SLURM_TIMELIMIT")
+    if start and start.isdigit() and limit and limit.isdigit():
+        return float(start) + 60.0 * float(limit)
+    return None
+
+
+@dataclass
+class BeforeWallTime(_Combinable):
+    """Save once, and stop, when the job's wall-time limit is near.
+
+    The margin is learned: twice the longest save of this job so far plus a
+    safety of ``min_margin`` seconds, so that the last checkpoint finishes
+    before the scheduler kills the job (SCR's halt seconds).
+
+    Parameters
+    ----------
+    end_time : float or datetime.datetime, optional
+        When the job will be killed (Unix time).  Default: from Slurm's
+        environment (:func:`slurm_end_time`); without it, the policy never
+        triggers.
+    min_margin : float, optional
+        Seconds of margin at least (default 60).
+    halt : bool, optional
+        Ask the job to stop after that checkpoint (default True).
+    """
+
+    end_time: float | datetime.datetime | None = None
+    min_margin: float = 60.0
+    halt: bool = True
+    _fired: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.end_time, datetime.datetime):
+            self.end_time = self.end_time.timestamp()
+        if self.end_time is None:
+            self.end_time = slurm_end_time()
+
+    def margin(self, moment: Moment) -> float:
+        """Return the seconds before the end at which to save: learned from the save times."""
+        longest = max(moment.save_seconds, default=0.0)
+        return max(self.min_margin, 2.0 * longest + self.min_margin / 2)
+
+    def decide(self, moment: Moment) -> Decision:
+        """Save (once) when less than the margin is left before the end time."""
+        if self.end_time is None or self._fired:
+            return Decision()
+        left = float(self.end_time) - moment.now  # type: ignore[arg-type]
+        if left > self.margin(moment):
+            return Decision()
+        self._fired = True
+        return Decision(True, self.halt, f"{left:.0f} s of wall time left")
+
+
+@dataclass
+class OnSignal(_Combinable):
+    """Save (and stop) when the process receives a signal: SIGTERM and SIGUSR1 by default.
+
+    The handler only sets a flag; the decision is taken at the next step,
+    and the manager shares it with every rank, so one rank receiving the
+    signal is enough.  Handlers are installed when the manager starts (from
+    the main thread) and the previous ones restored when it closes.
+
+    Parameters
+    ----------
+    signals : iterable of int, optional
+        Default ``(signal.SIGTERM, signal.SIGUSR1)``.
+    halt : bool, optional
+        Ask the job to stop after the checkpoint (default True).
+    """
+
+    signals: Iterable[int] = (signal.SIGTERM, signal.SIGUSR1)
+    halt: bool = True
+    _received: list[int] = field(default_factory=list, init=False, repr=False)
+    _previous: dict[int, object] = field(default_factory=dict, init=False, repr=False)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self._received.append(signum)
+
+    def start(self) -> None:
+        """Install the handlers (main thread only; elsewhere the policy stays passive)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for s in self.signals:
+            self._previous[s] = signal.signal(s, self._handler)
+
+    def stop(self) -> None:
+        """Restore the previous handlers."""
+        for s, h in self._previous.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def trigger(self, signum: int = signal.SIGTERM) -> None:
+        """Act as if ``signum`` had been received (for tests and for cooperative shutdown)."""
+        self._received.append(signum)
+
+    def decide(self, moment: Moment) -> Decision:
+        """Save (and halt) if a signal arrived since the last decision."""
+        if not self._received:
+            return Decision()
+        names = ", ".join(signal.Signals(s).name for s in self._received)
+        self._received.clear()
+        return Decision(True, self.halt, f"received {names}")
+
+
+@dataclass
+class OnFileTrigger(_Combinable):
+    """Save when a file appears (``touch checkpoint-now``); the file is removed.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The trigger file.  Only rank 0 needs to see it.
+    halt : bool, optional
+        Ask the job to stop after the checkpoint.
+    """
+
+    path: str | os.PathLike[str]
+    halt: bool = False
+
+    def decide(self, moment: Moment) -> Decision:
+        """Save if the trigger file exists (and remove it)."""
+        p = Path(self.path)
+        if not p.exists():
+            return Decision()
+        try:
+            p.unlink()
+        except OSError:
+            pass  # another rank removed it first: the decision stands
+        return Decision(True, self.halt, f"trigger file {p}")

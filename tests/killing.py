@@ -1,0 +1,152 @@
+"""Kill a checkpointing MPI job with SIGKILL and check what a restart finds (shared by the tests and the campaign)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checkpoint_cases import Advection, assert_state_equal
+from kill_job import state_at
+
+import amrckpt as ac
+from amrckpt.comm import run_threads
+
+HERE = Path(__file__).resolve().parent
+
+
+def mpiexec() -> str:
+    exe = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    assert exe, "mpiexec comes with the test extra (the mpich wheel)"
+    return exe
+
+
+def job(P: int, directory: Path, *args: str) -> list[str]:
+    return [mpiexec(), "-n", str(P), sys.executable, "-m", "mpi4py", str(HERE / "kill_job.py"), str(directory), *args]
+
+
+@dataclass
+class Trial:
+    """One kill: how many steps had committed, what a restart on Q ranks restored."""
+
+    P: int
+    Q: int
+    delay: float
+    committed: int | None
+    restored: int | None
+    files: int
+    recovered: bool
+    note: str = ""
+
+
+def kill_once(directory: Path, P: int, Q: int, delay: float, *, background: bool = False, every: int = 2) -> Trial:
+    """Start a job on P ranks, SIGKILL the whole job after ``delay`` s, restore on Q ranks (threads) and check."""
+    args = ["--steps", "100000", "--every", str(every)] + (["--background"] if background else [])
+    proc = subprocess.Popen(job(P, directory, *args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    time.sleep(delay)
+    kill_tree(proc.pid, str(directory))
+    out, _ = proc.communicate()
+    committed = [int(line.split()[1]) for line in out.decode().splitlines() if line.startswith("COMMITTED")]
+    last = max(committed) if committed else None
+    files = sorted(directory.glob("ckpt-*.scda"))
+    note = ""
+    for f in files:  # a file under a final name is complete and intact, always
+        report = ac.verify(f)
+        if not report.ok:
+            note += f"{f.name} does not verify: {report.problems}; "
+
+    def restore(comm: Any) -> int | None:
+        with ac.CheckpointManager(directory, Advection, comm=comm) as mgr:
+            loaded = mgr.restore_latest()
+            if loaded is None:
+                return None
+            # The default partition is uniform, as state_at's slices are.
+            assert_state_equal(loaded.state, state_at(mgr.restored_step, comm, every))  # type: ignore[arg-type]
+            return mgr.restored_step
+
+    restored = run_threads(Q, restore)[0]
+    ok = not note and (last is None or (restored is not None and restored >= last)) and (restored is None or restored % every == 0)
+    if last is not None and restored is not None and restored < last:
+        note += f"restored {restored} < last committed {last}; "
+    return Trial(P, Q, delay, last, restored, len(files), ok, note)
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _matching(text: str) -> list[int]:
+    out = []
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmd.read_bytes():
+                out.append(int(cmd.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+def kill_tree(pid: int, marker: str | None = None, timeout: float = 30.0) -> None:
+    """SIGKILL a job: a process, all its descendants, and every process whose command line has ``marker``.
+
+    hydra puts each rank in a session of its own, and a rank forked while the
+    job is being killed is missed by a snapshot of the tree; the job's
+    directory on every rank's command line finds them all.  Repeats until
+    none is alive.
+    """
+    deadline = time.time() + timeout
+    while True:
+        children = _children()
+        tree, todo = [], [pid]
+        while todo:
+            p = todo.pop()
+            tree.append(p)
+            todo.extend(children.get(p, []))
+        if marker is not None:
+            tree += _matching(marker)
+        alive = [p for p in tree if _alive(p)]
+        if not alive:
+            return
+        if time.time() > deadline:
+            raise AssertionError(f"processes {alive} survive SIGKILL")
+        for p in alive:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
+
+
+def campaign(root: Path, trials: int, seed: int = 0, *, max_delay: float = 5.0) -> list[Trial]:
+    """Run ``trials`` random kills (P, Q in 1..4, blocking or background saves, random moments)."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(trials):
+        d = root / f"trial-{k}"
+        d.mkdir(parents=True)
+        t = kill_once(d, rng.randint(1, 4), rng.randint(1, 4), rng.uniform(0.8, max_delay), background=rng.random() < 0.3)
+        out.append(t)
+        shutil.rmtree(d, ignore_errors=True)
+    return out

@@ -1,0 +1,330 @@
+"""The checkpoint manager: policies, retention, atomic commits, discovery, background saves, the decorator."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from checkpoint_cases import Advection, assert_state_equal, global_state
+from pydantic import BaseModel, ConfigDict
+
+import amrckpt as ac
+from amrckpt.comm import run_threads
+from amrckpt.manager import (
+    BeforeWallTime,
+    Decision,
+    EveryNSeconds,
+    EveryNSteps,
+    KeepEvery,
+    KeepLast,
+    ManagerError,
+    Moment,
+    Never,
+    OnFileTrigger,
+    OnSignal,
+    slurm_end_time,
+)
+
+STATES = {s: global_state(seed=s % 7, max_level=4) for s in range(0, 200, 5)}
+
+
+def state_at(step: int, comm: Any = None) -> Advection:
+    """The state of the test simulation at ``step`` (its mesh changes every 5 steps), on this rank."""
+    g = STATES[step - step % 5]
+    st = g.local(0, g.N) if comm is None else g.for_rank(comm)
+    st.step = step
+    return st
+
+
+# -- policies ------------------------------------------------------------------
+
+
+def m(
+    step: int, now: float = 1000.0, last_step: int | None = None, last_time: float = 0.0, saves: tuple[float, ...] = ()
+) -> Moment:
+    return Moment(step, now, last_step, last_time, saves)
+
+
+def test_policies() -> None:
+    assert EveryNSteps(10).decide(m(20)).save and not EveryNSteps(10).decide(m(21)).save
+    assert not EveryNSteps(10).decide(m(20, last_step=20)).save  # not twice for the same step
+    assert EveryNSeconds(60).decide(m(1, now=100.0, last_time=30.0)).save
+    assert not EveryNSeconds(60).decide(m(1, now=80.0, last_time=30.0)).save
+    assert not Never().decide(m(1)).save
+    wall = BeforeWallTime(end_time=10_000.0, min_margin=60)
+    assert not wall.decide(m(1, now=9_000.0)).save
+    d = wall.decide(m(2, now=9_950.0))
+    assert d.save and d.halt and "50 s" in d.reason
+    assert not wall.decide(m(3, now=9_960.0)).save  # fires once
+    # The margin grows with the longest save: 2 x 100 s + 30 s.
+    learned = BeforeWallTime(end_time=10_000.0, min_margin=60)
+    assert learned.decide(m(1, now=9_780.0, saves=(100.0,))).save
+    combined = EveryNSteps(100) | EveryNSeconds(3600) | Never()
+    assert combined.decide(m(300)).save and not combined.decide(m(301, now=10.0, last_time=0.0)).save
+    assert (Decision(True, False, "a") | Decision(False, True, "b")) == Decision(True, True, "a; b")
+    with pytest.raises(ac.AmrckptError):
+        EveryNSteps(0)
+
+
+def test_slurm_end_time() -> None:
+    assert slurm_end_time({"SLURM_JOB_END_TIME": "1700000000"}) == 1.7e9
+    assert slurm_end_time({"SLURM_JOB_START_TIME": "1000", "SLURM_TIMELIMIT": "10"}) == 1600.0
+    assert slurm_end_time({}) is None
+
+
+def test_signal_policy_only_sets_a_flag() -> None:
+    policy = OnSignal(signals=(signal.SIGUSR1,))
+    policy.start()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.01)
+        d = policy.decide(m(7))
+        assert d.save and d.halt and "SIGUSR1" in d.reason
+        assert not policy.decide(m(8)).save  # consumed
+    finally:
+        policy.stop()
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+
+
+def test_file_trigger(tmp_path: Path) -> None:
+    trigger = tmp_path / "checkpoint-now"
+    policy = OnFileTrigger(trigger)
+    assert not policy.decide(m(1)).save
+    trigger.touch()
+    assert policy.decide(m(2)).save and not trigger.exists()
+
+
+def test_retention_policies() -> None:
+    steps = [10, 20, 30, 40, 50, 60]
+    assert KeepLast(2).keep(steps) == {50, 60}
+    assert KeepEvery(30).keep(steps) == {30, 60}
+    assert (KeepLast(1) | KeepEvery(20)).keep(steps) == {20, 40, 60}
+
+
+# -- saving and restoring ----------------------------------------------------------
+
+
+def test_save_commit_history_and_retention(tmp_path: Path) -> None:
+    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10), keep_policy=KeepLast(2) | KeepEvery(50)) as mgr:
+        saved = [s for s in range(0, 71, 5) if mgr.save(s, state_at(s))]
+        assert saved == [0, 10, 20, 30, 40, 50, 60, 70]
+        assert mgr.save(71, state_at(70), force=True)
+        names = sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".scda")
+        assert names == [f"ckpt-{s:012d}.scda" for s in (0, 50, 70, 71)]  # last 2 and every 50th
+        assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+        hist = mgr.history()
+        assert [r.step for r in hist] == [0, 50, 70, 71] and all(r.valid for r in hist)
+        r = hist[-1]
+        assert r.time == 1.25 and r.writer_size == 1 and r.nbytes == os.path.getsize(r.path)
+        assert r.reason == "forced" and r.save_seconds is not None and r.save_seconds > 0 and r.saved_at
+        assert mgr.latest().step == 71  # type: ignore[union-attr]
+
+
+def test_restore_latest_on_another_number_of_ranks(tmp_path: Path) -> None:
+    def write(comm: Any) -> None:
+        with ac.CheckpointManager(tmp_path, Advection, comm=comm, save_policy=EveryNSteps(10)) as mgr:
+            for s in range(0, 31, 5):
+                mgr.save(s, state_at(s, comm))
+
+    def read(comm: Any) -> int:
+        with ac.CheckpointManager(tmp_path, Advection, comm=comm) as mgr:
+            loaded = mgr.restore_latest()
+            lo, hi = loaded.partition.local_range(comm.rank)
+            assert_state_equal(loaded.state, _with_step(STATES[30].local(lo, hi), 30))
+            assert mgr.restored_step == 30
+            return loaded.info.provenance.writer_size
+
+    run_threads(3, write)
+    assert run_threads(2, read) == [3, 3]
+
+
+def test_restore_falls_back_when_the_newest_is_damaged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10), keep_policy=KeepLast(5)) as mgr:
+        for s in (10, 20, 30):
+            mgr.save(s, state_at(s))
+    newest = tmp_path / f"ckpt-{30:012d}.scda"
+    rho = ac.read_info(newest).index.entry("rho")
+    blob = bytearray(newest.read_bytes())
+    blob[rho.offset + 300] ^= 0x04  # damage in the data: only a full load notices
+    newest.write_bytes(bytes(blob))
+    middle = tmp_path / f"ckpt-{20:012d}.scda"
+    middle.write_bytes(middle.read_bytes()[:-40])  # cut short: the footer is gone
+    with ac.CheckpointManager(tmp_path, Advection) as mgr, caplog.at_level("WARNING", logger="amrckpt.manager"):
+        assert [r.valid for r in mgr.history()] == [True, False, True]
+        loaded = mgr.restore_latest()
+        assert mgr.restored_step == 10
+        assert_state_equal(loaded.state, state_at(10))
+    assert "ChecksumError" in caplog.text and "footer" in caplog.text
+
+
+def test_failed_save_leaves_nothing_and_keeps_the_previous(tmp_path: Path) -> None:
+    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1)) as mgr:
+        mgr.save(1, state_at(1))
+        bad = state_at(2)
+        bad.rho = bad.rho.astype("<f4")
+        with pytest.raises(ac.SchemaError, match="'rho'"):
+            mgr.save(2, bad)
+        assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".amrckpt")) == [
+            "amrckpt-history.jsonl",
+            f"ckpt-{1:012d}.scda",
+        ]
+        assert mgr.latest().step == 1  # type: ignore[union-attr]
+
+
+def test_stale_partial_files_are_removed_and_a_second_manager_is_refused(tmp_path: Path) -> None:
+    stale = tmp_path / f".ckpt-{5:012d}.scda.partial-deadbeef"
+    tmp_path.mkdir(exist_ok=True)
+    stale.write_bytes(b"half a checkpoint")
+    with ac.CheckpointManager(tmp_path, Advection) as mgr:
+        assert not stale.exists()
+        with pytest.raises(ManagerError, match="in use by another manager"):
+            ac.CheckpointManager(tmp_path, Advection)
+        assert mgr.latest() is None and mgr.restore_latest() is None
+    with ac.CheckpointManager(tmp_path, Advection):  # released on close
+        pass
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(ManagerError, match="cannot use"):
+        ac.CheckpointManager(tmp_path / "file" / "sub", Advection)  # a file where a directory should be
+
+
+def test_a_signal_on_one_rank_makes_every_rank_save_and_halt(tmp_path: Path) -> None:
+    def body(comm: Any) -> tuple[list[int], bool]:
+        policy = OnSignal(signals=())
+        saved = []
+        with ac.CheckpointManager(tmp_path, Advection, comm=comm, save_policy=EveryNSteps(100) | policy) as mgr:
+            for s in range(1, 20):
+                if comm.rank == 2 and s == 7:
+                    policy.trigger()  # as if SIGTERM reached rank 2 only
+                if mgr.save(s, state_at(s, comm)):
+                    saved.append(s)
+                if mgr.halt_requested:
+                    break
+        return saved, mgr.halt_requested
+
+    results = run_threads(3, body)
+    assert results == [([7], True)] * 3
+    assert [p.name for p in tmp_path.glob("ckpt-*.scda")] == [f"ckpt-{7:012d}.scda"]
+
+
+def test_background_saves(tmp_path: Path) -> None:
+    def body(comm: Any) -> list[int]:
+        with ac.CheckpointManager(
+            tmp_path, Advection, comm=comm, save_policy=EveryNSteps(10), background=True, keep_policy=KeepLast(9)
+        ) as mgr:
+            for s in range(0, 41, 5):
+                st = state_at(s, comm)
+                st.rho = st.rho.copy()  # the simulation's own array (state_at slices shared ones)
+                mgr.save(s, st)
+                st.rho[:] = -1.0  # the simulation goes on at once: the checkpoint holds a copy
+        with ac.CheckpointManager(tmp_path, Advection, comm=comm) as mgr:
+            return [r.step for r in mgr.history() if r.valid]
+
+    assert run_threads(2, body)[0] == [0, 10, 20, 30, 40]
+    loaded = ac.load(tmp_path / f"ckpt-{40:012d}.scda", Advection)
+    assert_state_equal(loaded.state, state_at(40))
+
+
+def test_background_errors_surface_on_every_rank(tmp_path: Path) -> None:
+    def body(comm: Any) -> str:
+        mgr = ac.CheckpointManager(tmp_path, Advection, comm=comm, save_policy=EveryNSteps(1), background=True)
+        st = state_at(5, comm)
+        if comm.rank == 1:
+            st.vel = st.vel[:, :1]  # invalid: found by the background save
+        mgr.save(1, st)
+        try:
+            mgr.wait()
+        except ac.SchemaError as exc:
+            return str(exc)
+        finally:
+            mgr.close()
+        return "no error"
+
+    msgs = run_threads(2, body)
+    assert len(set(msgs)) == 1 and "'vel'" in msgs[0] and "[rank 1]" in msgs[0]
+    assert not list(tmp_path.glob("*.scda")) and not list(tmp_path.glob(".*partial*"))
+
+
+def _with_step(st: Advection, step: int) -> Advection:
+    st.step = step
+    return st
+
+
+# -- the decorator ----------------------------------------------------------------
+
+
+@ac.checkpointable(Advection, attributes={"rho": "density"})
+class PlainSim:
+    def __init__(self, g: Any) -> None:
+        st = g.local(0, g.N)
+        for name in Advection.model_fields:
+            setattr(self, name, getattr(st, name))
+        self.density = self.rho
+        del self.rho
+        self.derived = "built in __init__"
+
+    def __amrckpt_restored__(self, loaded: Any) -> None:
+        self.derived = f"rebuilt for leaves {loaded.partition.local_range(0)}"
+
+
+@ac.checkpointable(Advection)
+@dataclasses.dataclass
+class DataSim:
+    step: int
+    time: float
+    params: Any
+    mesh: ac.Forest
+    rho: np.ndarray
+    vel: np.ndarray
+    modes: ac.HpData
+    scratch: list[int] = dataclasses.field(default_factory=list)
+
+
+@ac.checkpointable(Advection)
+class ModelSim(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    step: int
+    time: float
+    params: Any
+    mesh: ac.Forest
+    rho: np.ndarray
+    vel: np.ndarray
+    modes: ac.HpData
+
+
+@pytest.mark.parametrize("cls", [PlainSim, DataSim, ModelSim])
+def test_checkpointable_classes(cls: Any, tmp_path: Path) -> None:
+    g = STATES[10]
+    if cls is PlainSim:
+        sim = PlainSim(g)
+    else:
+        st = g.local(0, g.N)
+        sim = cls(**{k: getattr(st, k) for k in Advection.model_fields})
+    sim.save(tmp_path / "sim.scda")
+    back = cls.restore(tmp_path / "sim.scda")
+    assert type(back) is cls
+    rho = back.density if cls is PlainSim else back.rho
+    assert np.array_equal(rho, g.rho) and back.mesh == g.local(0, g.N).mesh and back.step == g.step
+    if cls is PlainSim:
+        assert back.derived == f"rebuilt for leaves (0, {g.N})"
+    with ac.CheckpointManager(tmp_path / "mgr", Advection, save_policy=EveryNSteps(1)) as mgr:
+        mgr.save(3, sim)
+        again = mgr.restore_latest(into=cls)
+        assert type(again) is cls and again.step == g.step
+
+
+def test_checkpointable_errors() -> None:
+    with pytest.raises(ac.SchemaError, match="no fields"):
+        ac.checkpointable(Advection, attributes={"nope": "x"})
+
+    @ac.checkpointable(Advection)
+    class Partial:
+        step = 1
+
+    with pytest.raises(ac.SchemaError, match="no attribute 'time'"):
+        Partial().to_checkpoint()  # type: ignore[attr-defined]
