@@ -5,12 +5,17 @@ Run under MPI::
 
     mpiexec -n P python -m mpi4py tests/kill_job.py DIR [--steps 60] [--every 2] [--background]
                                                        [--signal] [--restart] [--pids PIDDIR]
+    mpiexec -n Q python -m mpi4py tests/kill_job.py DIR --check-restore [--every 2]
 
 The state at step s is a known function of s (:func:`state_at`), so a test can
-check a restored checkpoint bit for bit.  Rank 0 prints ``COMMITTED s`` after
-the save of step s returned (it is then on disk under its final name); every
-rank writes ``PIDDIR/halt-<rank>`` holding s when a policy stopped the job, and
-prints ``DONE`` at the end.
+check a restored checkpoint bit for bit.  Rank 0 prints ``COMMITTED s`` once
+the checkpoint of step s is on disk under its final name (with blocking
+saves when its save returns; in the background when the next save or the end
+has waited for it); every rank writes ``PIDDIR/halt-<rank>`` holding s when a
+policy stopped the job, and prints ``DONE`` at the end.  ``--check-restore``
+restores the newest checkpoint on this job's ranks, compares it bit for bit
+with the known state, and rank 0 prints ``RESTORED s equal`` (or ``unequal``,
+or ``RESTORED none``).
 With ``--signal``, SIGTERM or SIGUSR1 to any rank makes all ranks checkpoint
 at the same step and stop; ``--pids`` writes each rank's pid there first.
 """
@@ -56,10 +61,13 @@ def main() -> int:
     ap.add_argument("--signal", action="store_true")
     ap.add_argument("--restart", action="store_true")
     ap.add_argument("--pids", default=None)
+    ap.add_argument("--check-restore", action="store_true")
     a = ap.parse_args()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    if a.check_restore:
+        return check_restore(a.directory, comm, a.every)
     policy: Any = ac.EveryNSteps(a.every)
     if a.signal:
         policy = policy | ac.OnSignal()
@@ -72,17 +80,47 @@ def main() -> int:
             loaded = mgr.restore_latest()
             if loaded is not None:
                 start = mgr.restored_step + 1  # type: ignore[operator]
+        pending = None  # a background save not known to be committed yet
         for step in range(start, a.steps + 1):
             time.sleep(a.step_seconds)  # the "computation"
             saved = mgr.save(step, state_at(step, comm, a.every))
-            if saved and not a.background and comm.rank == 0:
-                print(f"COMMITTED {step}", flush=True)
+            if saved and comm.rank == 0:
+                if a.background:  # save() waited for the previous background save: it is committed
+                    if pending is not None:
+                        print(f"COMMITTED {pending}", flush=True)
+                    pending = step
+                else:
+                    print(f"COMMITTED {step}", flush=True)
             if mgr.halt_requested:
                 mgr.wait()
                 if a.pids:  # one file per rank: lines of several ranks can interleave on stdout
                     (Path(a.pids) / f"halt-{comm.rank}").write_text(str(step))
                 break
+    if pending is not None and comm.rank == 0:
+        print(f"COMMITTED {pending}", flush=True)  # closing the manager waited for it
     print("DONE", flush=True)
+    return 0
+
+
+def check_restore(directory: str, comm: Any, every: int) -> int:
+    """Restore the newest valid checkpoint on ``comm`` and compare it with the known state, bit for bit."""
+    from checkpoint_cases import assert_state_equal
+
+    with ac.CheckpointManager(directory, Advection, comm=comm) as mgr:
+        loaded = mgr.restore_latest()  # the default partition is uniform, as state_at's slices are
+        step = mgr.restored_step
+    equal = True
+    if loaded is not None:
+        assert step is not None
+        try:
+            assert_state_equal(loaded.state, state_at(step, comm, every))
+        except AssertionError:
+            equal = False
+    from mpi4py import MPI
+
+    equal = bool(comm.allreduce(equal, op=MPI.LAND))
+    if comm.rank == 0:
+        print("RESTORED none" if step is None else f"RESTORED {step} {'equal' if equal else 'unequal'}", flush=True)
     return 0
 
 

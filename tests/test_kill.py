@@ -1,6 +1,6 @@
 """Jobs killed with SIGKILL at random moments restart from the last committed checkpoint, bit for bit.
 
-A handful of kills run here; ``python tests/kill_campaign.py --trials 200``
+A handful of kills run here; ``python tests/slow/kill_campaign.py --trials 200``
 runs many more.  A SIGTERM to one rank makes every rank checkpoint at the
 same step and exit cleanly.
 """

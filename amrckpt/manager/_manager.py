@@ -147,6 +147,7 @@ class CheckpointManager(Generic[S]):
         self._save_seconds: list[float] = []
         self._last_step: int | None = None
         self._last_time = time.time()
+        self._last_save_time: float | None = None
         self.halt_requested = False
         self._thread: threading.Thread | None = None
         self._async_error: BaseException | None = None
@@ -212,11 +213,21 @@ class CheckpointManager(Generic[S]):
     # -- deciding -------------------------------------------------------------
 
     def decide(self, step: int) -> Decision:
-        """Ask the save policy on every rank; return the decision they share. Collective (one allreduce)."""
-        moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds))
+        """Ask the save policy on every rank; return the decision they share. Collective.
+
+        One allreduce decides; when the decision is to save, one allgather
+        collects the reasons of the ranks that asked for it (for the
+        history), so every rank records the same reason.
+        """
+        moment = Moment(
+            step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time
+        )
         local = self.save_policy.decide(moment)
         save_flag, halt = self.comm.allreduce_max([int(local.save), int(local.halt)])
-        return Decision(bool(save_flag), bool(halt), local.reason)
+        if not save_flag:
+            return Decision(False, bool(halt), "")
+        reasons = self.comm.allgather(local.reason if local.save else "")
+        return Decision(True, bool(halt), "; ".join(dict.fromkeys(r for r in reasons if r)))
 
     # -- saving ---------------------------------------------------------------
 
@@ -251,15 +262,16 @@ class CheckpointManager(Generic[S]):
             raise ScdaUsageError("CheckpointManager.save: the manager is closed")
         self.wait()
         decision = self.decide(step)
-        if not (force or decision.save):
-            return False
         if decision.halt:
             self.halt_requested = True
+        if not (force or decision.save):
+            return False
         reason = "forced" if force and not decision.save else decision.reason
         checkpoint = self._as_schema(state)
         if time_value is None:
             time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
         self._last_step, self._last_time = step, time.time()
+        self._last_save_time = self._last_time
         if self._bg_comm is None:
             self._commit(self.comm, step, checkpoint, reason, time_value)
         else:

@@ -51,6 +51,9 @@ class Moment:
         Wall-clock time of the last save (or of the manager's start).
     save_seconds : tuple of float
         Durations of the saves of this job so far, in seconds.
+    last_save_time : float or None
+        Wall-clock time at which this job's last save was decided (the
+        same decision on every rank), or None before its first save.
     """
 
     step: int
@@ -58,6 +61,7 @@ class Moment:
     last_step: int | None
     last_time: float
     save_seconds: tuple[float, ...] = ()
+    last_save_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,10 @@ class BeforeWallTime(_Combinable):
 
     The margin is learned: twice the longest save of this job so far plus a
     safety of ``min_margin`` seconds, so that the last checkpoint finishes
-    before the scheduler kills the job (SCR's halt seconds).
+    before the scheduler kills the job (SCR's halt seconds).  "Once" is
+    judged from the shared decisions (no save yet inside the margin), not
+    from this rank's own answers, so all ranks agree even when their
+    clocks put them on either side of the margin.
 
     Parameters
     ----------
@@ -207,7 +214,6 @@ class BeforeWallTime(_Combinable):
     end_time: float | datetime.datetime | None = None
     min_margin: float = 60.0
     halt: bool = True
-    _fired: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.end_time, datetime.datetime):
@@ -221,13 +227,14 @@ class BeforeWallTime(_Combinable):
         return max(self.min_margin, 2.0 * longest + self.min_margin / 2)
 
     def decide(self, moment: Moment) -> Decision:
-        """Save (once) when less than the margin is left before the end time."""
-        if self.end_time is None or self._fired:
+        """Save when less than the margin is left and no save was taken inside the margin yet."""
+        if self.end_time is None:
             return Decision()
-        left = float(self.end_time) - moment.now  # type: ignore[arg-type]
-        if left > self.margin(moment):
+        end = float(self.end_time)  # type: ignore[arg-type]
+        margin = self.margin(moment)
+        left = end - moment.now
+        if left > margin or (moment.last_save_time is not None and moment.last_save_time >= end - margin):
             return Decision()
-        self._fired = True
         return Decision(True, self.halt, f"{left:.0f} s of wall time left")
 
 

@@ -72,8 +72,8 @@ class Backend(Protocol):
         """Return the file's size in bytes. Collective for MPI-IO."""
         ...
 
-    def sync(self) -> None:
-        """Flush written bytes to stable storage (fsync, ``MPI_File_sync``). Collective."""
+    def sync(self, size: int | None = None) -> None:
+        """Flush written bytes to stable storage (fsync, ``MPI_File_sync``); with ``size``, first set the size. Collective."""
         ...
 
     def close(self, size: int | None = None) -> None:
@@ -205,10 +205,12 @@ class PosixBackend:
         """``fstat`` size of the file."""
         return os.fstat(self._fd).st_size
 
-    def sync(self) -> None:
-        """``fsync`` on every rank; agreed."""
+    def sync(self, size: int | None = None) -> None:
+        """``fsync`` on every rank (rank 0 first cuts the file to ``size``, so the size is synced too); agreed."""
         err = None
         try:
+            if size is not None and self.comm.rank == 0:
+                os.ftruncate(self._fd, size)
             os.fsync(self._fd)
         except OSError as exc:
             err = os_error(exc, self.path, "cannot fsync")
@@ -410,10 +412,12 @@ class MPIIOBackend:
         except self._MPI.Exception as exc:
             raise self._error(exc, "cannot get the size of") from exc
 
-    def sync(self) -> None:
-        """``MPI_File_sync``; agreed."""
+    def sync(self, size: int | None = None) -> None:
+        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_sync``; agreed."""
         err = None
         try:
+            if size is not None:
+                self._fh.Set_size(size)
             self._fh.Sync()
         except self._MPI.Exception as exc:
             err = self._error(exc, "cannot sync")

@@ -629,10 +629,14 @@ class ScdaWriter:
             raise ScdaArgumentError(f"{name} = {value} has more than 26 digits")
 
     def sync(self) -> None:
-        """Flush the written bytes to stable storage (``fsync``; ``MPI_File_sync``). Collective."""
+        """Flush the written bytes to stable storage (``fsync``; ``MPI_File_sync``). Collective.
+
+        A file overwritten in place (``truncate=False``) is first cut to what
+        was written, so that its size is synced with its bytes.
+        """
         self._check_open("sync")
         assert self._backend is not None
-        self._backend.sync()
+        self._backend.sync(None if self._truncate else self.offset)
 
     def fclose(self) -> None:
         """Close the file (libsc ``sc_scda_fclose``). Collective; closing twice is a no-op.

@@ -46,9 +46,14 @@ def state_at(step: int, comm: Any = None) -> Advection:
 
 
 def m(
-    step: int, now: float = 1000.0, last_step: int | None = None, last_time: float = 0.0, saves: tuple[float, ...] = ()
+    step: int,
+    now: float = 1000.0,
+    last_step: int | None = None,
+    last_time: float = 0.0,
+    saves: tuple[float, ...] = (),
+    last_save: float | None = None,
 ) -> Moment:
-    return Moment(step, now, last_step, last_time, saves)
+    return Moment(step, now, last_step, last_time, saves, last_save)
 
 
 def test_policies() -> None:
@@ -61,7 +66,8 @@ def test_policies() -> None:
     assert not wall.decide(m(1, now=9_000.0)).save
     d = wall.decide(m(2, now=9_950.0))
     assert d.save and d.halt and "50 s" in d.reason
-    assert not wall.decide(m(3, now=9_960.0)).save  # fires once
+    assert wall.decide(m(3, now=9_960.0, last_save=9_900.0)).save  # the last save was before the margin
+    assert not wall.decide(m(3, now=9_960.0, last_save=9_950.0)).save  # once: a save inside the margin happened
     # The margin grows with the longest save: 2 x 100 s + 30 s.
     learned = BeforeWallTime(end_time=10_000.0, min_margin=60)
     assert learned.decide(m(1, now=9_780.0, saves=(100.0,))).save
@@ -210,6 +216,8 @@ def test_a_signal_on_one_rank_makes_every_rank_save_and_halt(tmp_path: Path) -> 
     results = run_threads(3, body)
     assert results == [([7], True)] * 3
     assert [p.name for p in tmp_path.glob("ckpt-*.scda")] == [f"ckpt-{7:012d}.scda"]
+    with ac.CheckpointManager(tmp_path, Advection) as mgr:
+        assert mgr.history()[0].reason == "received SIGTERM"  # rank 0 records rank 2's reason
 
 
 def test_background_saves(tmp_path: Path) -> None:

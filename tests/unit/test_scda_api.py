@@ -386,3 +386,18 @@ def test_overwrite_in_place_gives_the_same_bytes(tmp_path: Path) -> None:
 
     run_threads(2, body)
     assert p.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("backend", ["posix", "mpiio"])
+def test_overwrite_in_place_syncs_the_size(tmp_path: Path, backend: str) -> None:
+    """sync() of a file overwritten in place cuts it first: the size is made durable with the bytes."""
+    comm = None
+    if backend == "mpiio":
+        comm = pytest.importorskip("mpi4py.MPI").COMM_SELF
+    p = tmp_path / "f.scda"
+    p.write_bytes(b"\xff" * 5000)
+    with scda.fopen_write(p, b"api", comm=comm, truncate=False, backend=backend) as f:
+        f.fwrite_block(b"block data\n", b"block")
+        f.sync()
+        assert p.stat().st_size == f.offset < 5000
+    assert p.stat().st_size < 5000
