@@ -219,9 +219,7 @@ class CheckpointManager(Generic[S]):
         collects the reasons of the ranks that asked for it (for the
         history), so every rank records the same reason.
         """
-        moment = Moment(
-            step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time
-        )
+        moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time)
         local = self.save_policy.decide(moment)
         save_flag, halt = self.comm.allreduce_max([int(local.save), int(local.halt)])
         if not save_flag:
