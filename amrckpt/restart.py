@@ -85,12 +85,16 @@ class Loaded(Generic[S]):
         Manifest, provenance, index and writing partition.
     verified : tuple of str
         The sections whose CRC32 was checked against the index.
+    comm : mpi4py.MPI.Comm or None
+        The MPI communicator the state was read on (None without MPI), so
+        that a restored object can rebuild its ghost layer on it.
     """
 
     state: S
     partition: Partition
     info: CheckpointInfo
     verified: tuple[str, ...] = field(default=())
+    comm: Any = field(default=None, compare=False)
 
     def __iter__(self) -> Any:
         """Unpack as ``state, partition = load(...)`` (the two that most callers want)."""
@@ -288,7 +292,8 @@ def load(
     Returns
     -------
     Loaded
-        ``state``, ``partition``, ``info`` (unpacks as ``state, partition``).
+        ``state``, ``partition``, ``info``, ``verified``, ``comm`` (unpacks as
+        ``state, partition``).
 
     Raises
     ------
@@ -334,7 +339,7 @@ def load(
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc if isinstance(exc, AmrckptError) else SchemaError(f"{rd.path!r}: the fields do not fit {schema.__name__}: {exc}")
     agree(c, err, what="load")
-    return Loaded(state, part, ck, verified)
+    return Loaded(state, part, ck, verified, getattr(c, "mpi_comm", None))
 
 
 def _build(schema: type[S], values: dict[str, Any], fields: list[str] | None, n: int, path: str, verified: tuple[str, ...]) -> S:
