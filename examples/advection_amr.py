@@ -232,7 +232,9 @@ class GhostLayer:
                 local.dtype
             ]
             send = np.ascontiguousarray(local[self.mirrors])
-            comm.Alltoallv([send, (self.send_counts, self.send_displs), mpitype], [out, (self.recv_counts, self.recv_displs), mpitype])
+            comm.Alltoallv(
+                [send, (self.send_counts, self.send_displs), mpitype], [out, (self.recv_counts, self.recv_displs), mpitype]
+            )
         return out
 
 
@@ -401,7 +403,9 @@ class Simulation:
         two = inside[:, :, 0] & (nb[:, :, 0] != nb[:, :, 1])  # two finer neighbours across the face
         lev = self._level[:, None]
         nlev = ext_level[nb]
-        balanced = np.where(two[:, :, None], nlev == lev[:, :, None] + 1, ~inside | (nlev <= lev[:, :, None]) & (nlev >= lev[:, :, None] - 1))
+        balanced = np.where(
+            two[:, :, None], nlev == lev[:, :, None] + 1, ~inside | (nlev <= lev[:, :, None]) & (nlev >= lev[:, :, None] - 1)
+        )
         if not balanced.all():
             raise RuntimeError("the mesh is not 2:1 face-balanced")
         self._nb, self._two, self._inside = nb, two, inside[:, :, 0]
@@ -448,7 +452,11 @@ class Simulation:
         flat = np.max(np.maximum(np.abs(s_lo), np.abs(s_hi)), axis=1, initial=0.0) < 1e-9
         smooth = np.all((s_lo * s_hi > 0) & (np.abs(s_hi - s_lo) <= 0.5 * (np.abs(s_lo) + np.abs(s_hi))), axis=1)
         degree = np.where(flat, 0, np.where(smooth, 2, 1)).astype(np.int64)
-        slope = np.where(smooth[:, None], (s_lo * self._dist[:, 1::2] + s_hi * self._dist[:, 0::2]) / self._dist.reshape(-1, 2, 2).sum(axis=2), _minmod(s_lo, s_hi))
+        slope = np.where(
+            smooth[:, None],
+            (s_lo * self._dist[:, 1::2] + s_hi * self._dist[:, 0::2]) / self._dist.reshape(-1, 2, 2).sum(axis=2),
+            _minmod(s_lo, s_hi),
+        )
         c1 = np.where(flat[:, None], 0.0, 0.5 * slope)  # P1 coefficient: half the change across the leaf
         c2 = np.where(smooth[:, None], (s_hi - s_lo) / (self._dist[:, 0::2] + self._dist[:, 1::2]) / 6.0, 0.0)
         counts = (degree + 1) ** 2
@@ -515,7 +523,7 @@ class Simulation:
         One ``allgather`` of at most 6 leaves per rank (O(P), not O(N)).
         """
         n = self.q.size
-        counts, g0 = _exscan_counts(self.comm, n)
+        _, g0 = _exscan_counts(self.comm, n)
         sel = np.unique(np.r_[np.arange(min(n, 3)), np.arange(max(n - 3, 0), n)]).astype(np.int64)
         mine = {
             "g": g0 + sel,
@@ -717,14 +725,26 @@ def main(argv: list[str] | None = None) -> int:
 
     policy = ac.EveryNSteps(args.checkpoint_every) | ac.OnSignal()
     t_start = time.perf_counter()
-    with ac.CheckpointManager(args.dir, AdvectionState, comm=comm, save_policy=policy, keep_policy=ac.KeepLast(args.keep), background=args.background) as manager:
+    with ac.CheckpointManager(
+        args.dir, AdvectionState, comm=comm, save_policy=policy, keep_policy=ac.KeepLast(args.keep), background=args.background
+    ) as manager:
         sim = manager.restore_latest(into=Simulation, partition="weighted") if args.restart == "latest" else None
         restored = sim is not None
         if sim is None:
             sim = Simulation(params, comm)
         elif sim.params != params:
             _emit(comm, args.json, "note", message="parameters come from the checkpoint; the command line's are ignored")
-        _emit(comm, args.json, "start", ranks=comm.size, step=sim.step, time=sim.time, leaves=sim.num_leaves(), restored=restored, steps=args.steps)
+        _emit(
+            comm,
+            args.json,
+            "start",
+            ranks=comm.size,
+            step=sim.step,
+            time=sim.time,
+            leaves=sim.num_leaves(),
+            restored=restored,
+            steps=args.steps,
+        )
         saved_at = -1
         while sim.step < args.steps and not manager.halt_requested:
             sim.advance()
@@ -733,13 +753,27 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             if manager.save(sim.step, sim):
                 saved_at = sim.step
-                _emit(comm, args.json, "checkpoint", step=sim.step, seconds=round(time.perf_counter() - t0, 4), path=str(manager.path_of(sim.step)))
+                _emit(
+                    comm,
+                    args.json,
+                    "checkpoint",
+                    step=sim.step,
+                    seconds=round(time.perf_counter() - t0, 4),
+                    path=str(manager.path_of(sim.step)),
+                )
             if sim.step % args.report_every == 0 or sim.step == args.steps:
                 _emit(comm, args.json, "step", step=sim.step, time=sim.time, leaves=sim.num_leaves())
         if saved_at != sim.step and sim.step == args.steps:
             t0 = time.perf_counter()
             manager.save(sim.step, sim, force=True)
-            _emit(comm, args.json, "checkpoint", step=sim.step, seconds=round(time.perf_counter() - t0, 4), path=str(manager.path_of(sim.step)))
+            _emit(
+                comm,
+                args.json,
+                "checkpoint",
+                step=sim.step,
+                seconds=round(time.perf_counter() - t0, 4),
+                path=str(manager.path_of(sim.step)),
+            )
         manager.wait()
     rates = comm.gather(sim.leaf_updates / sim.step_seconds if sim.step_seconds else 0.0, root=0)
     adapt = comm.gather(sim.adapt_seconds, root=0)

@@ -55,8 +55,8 @@ def main() -> int:
     failures = []
 
     for name, cmd in (
-        ("ruff", [sys.executable, "-m", "ruff", "check", "amrckpt", "tests", "benchmarks"]),
-        ("ruff format", [sys.executable, "-m", "ruff", "format", "--check", "amrckpt", "tests", "benchmarks"]),
+        ("ruff", [sys.executable, "-m", "ruff", "check", "amrckpt", "tests", "benchmarks", "examples"]),
+        ("ruff format", [sys.executable, "-m", "ruff", "format", "--check", "amrckpt", "tests", "benchmarks", "examples"]),
         ("mypy", [sys.executable, "-m", "mypy", "amrckpt"]),
     ):
         if run(cmd, args.timeout, env):
