@@ -24,6 +24,7 @@ def blocks(path: Path) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("path", [p for p in DOCS if blocks(p)], ids=lambda p: p.name)
 def test_doc_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(REPO / "examples"))  # docs/example.md imports the example solver
     namespace: dict[str, object] = {"__name__": "__doc__"}
     for line, block in blocks(path):
         exec(compile(block, f"{path.name}:{line}", "exec", dont_inherit=True), namespace)
