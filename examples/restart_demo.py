@@ -173,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="4,3,2", help="process counts of the killed run, the restart and the reference")
     ap.add_argument("--steps", type=int, default=2000, help="steps of the simulation (2000: half a rotation)")
     ap.add_argument("--checkpoint-every", type=int, default=100)
-    ap.add_argument("--kill-at", type=int, default=None, help="SIGKILL the first run after this step (default: 55%% of the steps)")
+    ap.add_argument(
+        "--kill-at",
+        type=int,
+        default=None,
+        help="SIGKILL the first run after this step (default: halfway between two checkpoints after 55%% of the steps)",
+    )
     ap.add_argument("--min-level", type=int, default=4)
     ap.add_argument("--max-level", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="a small version: levels 3..6, 120 steps, checkpoints every 20")
@@ -181,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.checkpoint_every, args.min_level, args.max_level = 120, 20, 3, 6
-    kill_at = args.kill_at if args.kill_at is not None else int(0.55 * args.steps)
+    ce = args.checkpoint_every  # by default, kill halfway between two checkpoints after 55% of the run: work is lost and redone
+    kill_at = args.kill_at if args.kill_at is not None else int(0.55 * args.steps) // ce * ce + ce // 2
     ranks = [int(r) for r in args.ranks.split(",")]
     if len(ranks) != 3:
         ap.error("--ranks takes three process counts")
