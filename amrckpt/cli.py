@@ -1,0 +1,1224 @@
+"""The ``amrckpt`` command-line tool: look into, check, rewrite, draw and list checkpoints.
+
+Subcommands (``amrckpt COMMAND --help`` for each)::
+
+    amrckpt inspect FILE [--json] [--sections]      header, sections, manifest of any scda file
+    amrckpt verify FILE...                          structure and CRC32s; exit 1 if any file is damaged
+    amrckpt convert IN OUT [--encode | --decode]    rewrite with or without compression, unix or mime
+    amrckpt plot FILE --field NAME|level|rank       a PNG of a 2D checkpoint's mesh
+    amrckpt ls DIRECTORY                            the checkpoints a CheckpointManager wrote there
+
+Exit status: 0 on success, 1 when a file is damaged, incomplete or invalid
+(or cannot be read), 2 for usage errors.  ``verify`` and ``convert`` run in
+parallel when started with ``mpiexec -n P`` (mpi4py is imported only then);
+the other subcommands are serial.  Nothing here imports mpi4py, matplotlib or
+tqdm at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from . import scda
+from ._version import __version__
+from .comm import Comm, agree, as_comm, run_on_root
+from .errors import AmrckptError, CheckpointError, ChecksumError, ScdaCountError, ScdaDecodeError, ScdaFormatError
+from .manager._manager import HISTORY
+from .partition import Partition
+from .restart import CheckpointInfo, read_info
+from .restart import verify as verify_checkpoint
+from .schema import Index, IndexEntry, Manifest, Provenance, mesh_record_dtype
+from .schema._manifest import (
+    FOOTER_NBYTES,
+    FOOTER_USER_STRING,
+    INDEX_USER_STRING,
+    MANIFEST_USER_STRING,
+    PARTITION_USER_STRING,
+    PROVENANCE_USER_STRING,
+    dtype_from_json,
+    footer_bytes,
+)
+
+__all__ = ["build_parser", "main", "safe_text"]
+
+EXIT_OK = 0
+EXIT_BAD = 1
+EXIT_USAGE = 2
+_RANK = [0]  # this process's rank in the communicator of the running command (for error messages)
+
+_INSTALL_MATPLOTLIB = "plot needs matplotlib: pip install matplotlib (or pip install 'amrckpt[examples]')"
+
+
+class _UsageError(Exception):
+    """A usage error found after parsing (exit status 2)."""
+
+
+# -- small helpers ------------------------------------------------------------
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    if _RANK[0] == 0:
+        sys.stderr.write(text + "\n")
+
+
+def safe_text(b: bytes) -> str:
+    r"""Return bytes as printable ASCII: ``\\``, ``\n``, ``\r``, ``\t`` and ``\xNN`` escapes, and ``\"``.
+
+    User strings of scda sections may hold any byte; this shows them on a
+    terminal without control characters, and reversibly.
+
+    Parameters
+    ----------
+    b : bytes
+        The bytes to show.
+
+    Returns
+    -------
+    str
+        ASCII text.
+
+    Examples
+    --------
+    >>> print(safe_text(b'rho <f8\x00\xff"\n'))
+    rho <f8\x00\xff\"\n
+    """
+    named = {0x5C: "\\\\", 0x22: '\\"', 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+    return "".join(named.get(c) or (chr(c) if 0x20 <= c < 0x7F else f"\\x{c:02x}") for c in b)
+
+
+def _q(b: bytes) -> str:
+    return f'"{safe_text(b)}"'
+
+
+def _human(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    x = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        x /= 1024.0
+        if x < 1024.0 or unit == "TiB":
+            break
+    return f"{x:.1f} {unit}"
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _jsonable(v: Any) -> Any:
+    """JSON-compatible copy of ``v`` (non-finite floats become strings)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _dump_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(_jsonable(doc), indent=1) + "\n")
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, desc: str, comm: Comm, enabled: bool) -> Any:
+    """Return a tqdm byte counter on rank 0 when stderr is a terminal (else a no-op)."""
+    if not enabled or comm.rank != 0 or not sys.stderr.isatty():
+        return _NoProgress()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoProgress()
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False)
+
+
+def _world_comm() -> Any:
+    """Return MPI.COMM_WORLD when started by mpiexec/srun on more than one process; None otherwise."""
+    size = 1
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        with contextlib.suppress(ValueError):
+            size = max(size, int(os.environ.get(var, "1")))
+    if size <= 1:
+        return None
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_size() <= 1:
+        return None
+    _RANK[0] = MPI.COMM_WORLD.Get_rank()
+    return MPI.COMM_WORLD
+
+
+def _uniform(N: int, P: int) -> list[int]:
+    return [N * (p + 1) // P - N * p // P for p in range(P)]
+
+
+def _file_style(path: str) -> str:
+    """Return the line-break style of a file, from its header's first line."""
+    with open(path, "rb") as fh:
+        head = fh.read(32)
+    return "mime" if head[30:32] == b"\r\n" else "unix"
+
+
+def _is_checkpoint_file(path: str) -> bool:
+    """Whether a file claims to be an amrckpt checkpoint (its header, or a footer at the end)."""
+    with open(path, "rb") as fh:
+        head = fh.read(scda.FILE_HEADER_NBYTES)
+        size = os.fstat(fh.fileno()).st_size
+        tail = b""
+        if size >= scda.FILE_HEADER_NBYTES + FOOTER_NBYTES:
+            fh.seek(size - FOOTER_NBYTES)
+            tail = fh.read(FOOTER_NBYTES)
+    return head[32:42] == b"F amrckpt " or tail.startswith(b"I " + FOOTER_USER_STRING + b" ")
+
+
+# -- inspect ------------------------------------------------------------------
+
+
+def _scan_until_error(path: str, decode: bool, check_padding: bool) -> tuple[scda.FileInfo, str]:
+    """Scan a damaged file as far as it goes: the sections before the first error, and the error.
+
+    The same steps as :func:`amrckpt.scda.scan`, which gives all or nothing.
+    An unreadable file header still raises.
+    """
+    from .scda._format import parse_file_header
+    from .scda._layout import read_raw_section, recognize
+    from .scda._scan import _complete, _logical
+
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        size = os.fstat(fd).st_size
+
+        def read(offset: int, nbytes: int) -> bytes:
+            b = os.pread(fd, nbytes, offset)
+            if len(b) != nbytes:
+                raise ScdaCountError(f"the file ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
+            return b
+
+        if size < scda.FILE_HEADER_NBYTES:
+            raise ScdaCountError(f"{path!r} has {size} bytes, fewer than the 128-byte scda file header")
+        vendor, user = parse_file_header(read(0, scda.FILE_HEADER_NBYTES))
+        sections: list[scda.SectionInfo] = []
+        off = scda.FILE_HEADER_NBYTES
+        try:
+            while off < size:
+                pair = recognize(read, read_raw_section(read, off, size), size, decode)
+                raws = tuple(_complete(read, r, size, check_padding) for r in pair.raws)
+                sections.append(_logical(len(sections), pair, raws, read))
+                off = raws[-1].end
+        except AmrckptError as exc:
+            return scda.FileInfo(path, size, vendor, user, sections), _describe(exc)
+    return scda.FileInfo(path, size, vendor, user, sections), "the scan failed, then succeeded"
+
+
+def _scan(path: str, check_padding: bool) -> tuple[scda.FileInfo, str | None, str | None]:
+    """Scan with the compression convention, without it if the file breaks it, or as far as it goes.
+
+    Returns the sections found, the reason they are listed raw (or None)
+    and the error that stopped the scan (or None).
+    """
+    decode = True
+    decode_error = None
+    try:
+        return scda.scan(path, decode=True, check_padding=check_padding), None, None
+    except ScdaDecodeError as exc:
+        decode, decode_error = False, _describe(exc)
+    except AmrckptError:
+        pass
+    if not decode:
+        try:
+            return scda.scan(path, decode=False, check_padding=check_padding), decode_error, None
+        except AmrckptError:
+            pass
+    info, error = _scan_until_error(path, decode, check_padding)
+    return info, decode_error, error
+
+
+def _section_doc(s: scda.SectionInfo) -> dict[str, Any]:
+    stored = s.raw[-1].data_nbytes
+    return {
+        "index": s.index,
+        "type": s.type,
+        "user_string": safe_text(s.user_string),
+        "user_string_hex": s.user_string.hex(),
+        "elem_count": s.elem_count,
+        "elem_size": s.elem_size,
+        "offset": s.offset,
+        "end": s.end,
+        "nbytes": s.end - s.offset,
+        "data_nbytes": s.nbytes,
+        "stored_nbytes": stored,
+        "compressed": s.compressed,
+        "raw": [
+            {
+                "type": r.type,
+                "user_string": safe_text(r.user_string),
+                "user_string_hex": r.user_string.hex(),
+                "elem_count": r.elem_count,
+                "elem_size": r.elem_size,
+                "offset": r.offset,
+                "end": r.end,
+                "data_offset": r.data_offset,
+                "data_nbytes": r.data_nbytes,
+                "padding": r.padding_form,
+            }
+            for r in s.raw
+        ],
+    }
+
+
+def _read_metadata_sections(path: str, info: scda.FileInfo) -> dict[bytes, Any]:
+    """Read the manifest, provenance, partition and footer sections that are present (no CRC check)."""
+    wanted = {MANIFEST_USER_STRING: "B", PROVENANCE_USER_STRING: "B", PARTITION_USER_STRING: "A", FOOTER_USER_STRING: "I"}
+    found: dict[bytes, Any] = {}
+    with scda.fopen_read(path) as f:
+        for s in info.sections:
+            if wanted.get(s.user_string) != s.type or s.user_string in found:
+                continue
+            f.fseek_section(s.offset)
+            h = f.fread_section_header(decode=True)
+            assert h is not None
+            if h.type == "B":
+                data = f.fread_block_data()
+                assert data is not None
+                found[s.user_string] = data.tobytes()
+            elif h.type == "A":
+                if h.elem_size == 8:
+                    arr = f.fread_array_data([h.elem_count])
+                    assert arr is not None
+                    found[s.user_string] = arr.view("<i8")
+            else:
+                found[s.user_string] = (s.offset, f.fread_inline_data())
+    return found
+
+
+def _dtype_text(fs_dtype: Any) -> str:
+    if fs_dtype is None:
+        return "-"
+    try:
+        dt = dtype_from_json(fs_dtype, "dtype")
+    except AmrckptError:
+        return str(fs_dtype)
+    return dt.str if dt.names is None else str(dt.descr)
+
+
+def _checkpoint_doc(path: str, info: scda.FileInfo) -> dict[str, Any] | None:
+    """Return the manifest as a summary, if the file holds one."""
+    if not any(s.type == "B" and s.user_string == MANIFEST_USER_STRING for s in info.sections):
+        return None
+    meta = _read_metadata_sections(path, info)
+    doc: dict[str, Any] = {}
+    try:
+        m = Manifest.model_validate_json(meta[MANIFEST_USER_STRING])
+    except ValueError as exc:
+        return {"error": f"the manifest is not valid: {str(exc).splitlines()[0]}"}
+    doc.update(
+        schema_name=m.schema_name,
+        schema_version=m.schema_version,
+        format_version=m.format_version,
+        amrckpt_version=m.amrckpt_version,
+        num_leaves=m.num_leaves,
+        mesh=None if m.mesh is None else {"dim": m.mesh.dim, "num_trees": m.mesh.num_trees, "curve": m.mesh.curve},
+        step=m.values.get("step"),
+        time=m.values.get("time"),
+        values=m.values,
+        fields=[
+            {
+                "name": fs.name,
+                "kind": fs.kind,
+                "section": fs.section,
+                "dtype": _dtype_text(fs.dtype),
+                "shape": list(fs.shape),
+                "units": fs.units,
+                "compressed": fs.compressed,
+            }
+            for fs in m.fields
+        ],
+    )
+    doc["writer_size"] = None
+    if PROVENANCE_USER_STRING in meta:
+        with contextlib.suppress(ValueError):
+            prov = Provenance.model_validate_json(meta[PROVENANCE_USER_STRING])
+            doc.update(writer_size=prov.writer_size, saved_at=prov.saved_at, hostname=prov.hostname, mpi_library=prov.mpi_library)
+    part = meta.get(PARTITION_USER_STRING)
+    if part is not None and len(part):
+        doc["writer_partition"] = {"processes": len(part), "min_leaves": int(part.min()), "max_leaves": int(part.max())}
+        if doc["writer_size"] is None:
+            doc["writer_size"] = len(part)
+    foot = meta.get(FOOTER_USER_STRING)
+    last = info.sections[-1] if info.sections else None
+    doc["complete"] = foot is not None and last is not None and last.offset == foot[0] and last.end == info.file_size
+    doc["manifest"] = m.model_dump(mode="json")
+    return doc
+
+
+def _inspect_doc(path: str, sections: bool) -> dict[str, Any]:
+    info, decode_error, scan_error = _scan(path, check_padding=sections)
+    return {
+        "path": path,
+        "file_size": info.file_size,
+        "magic": "scdata0",
+        "format_version": 0,
+        "line_breaks": _file_style(path),
+        "vendor": safe_text(info.vendor),
+        "vendor_hex": info.vendor.hex(),
+        "user_string": safe_text(info.user_string),
+        "user_string_hex": info.user_string.hex(),
+        "decoded": decode_error is None,
+        "decode_error": decode_error,
+        "sections": [_section_doc(s) for s in info.sections],
+        "checkpoint": _checkpoint_doc(path, info),
+        "error": scan_error,
+    }
+
+
+def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
+    secs = doc["sections"]
+    ncomp = sum(1 for s in secs if s["compressed"])
+    _out(f"file         {doc['path']}")
+    _out(f"size         {doc['file_size']} bytes ({_human(doc['file_size'])}), {doc['line_breaks']} line breaks")
+    _out(f"magic        {doc['magic']} (scda format version {doc['format_version']})")
+    _out(f'vendor       "{doc["vendor"]}"')
+    _out(f'user string  "{doc["user_string"]}"')
+    _out(f"sections     {len(secs)}" + (f" ({ncomp} compressed)" if ncomp else ""))
+    if doc["decode_error"]:
+        _out(f"note         listed raw: the file breaks the compression convention: {doc['decode_error']}")
+    if secs:
+        _out()
+        _out(
+            f"{'#':>4}  type {'N':>10} {'E':>10} {'offset':>12} {'end':>12} {'bytes':>12} {'data':>12}  "
+            + f"{'compressed':<11} user string"
+        )
+    for s in secs:
+        t = s["type"]
+        n = str(s["elem_count"]) if t in "AV" else "-"
+        e = str(s["elem_size"]) if t in "AB" else ("var" if t == "V" else "-")
+        comp = "no"
+        if s["compressed"]:
+            comp = f"yes ({100.0 * s['stored_nbytes'] / s['data_nbytes']:.0f}%)" if s["data_nbytes"] else "yes"
+        _out(
+            f"{s['index']:>4}  {t:<4} {n:>10} {e:>10} {s['offset']:>12} {s['end']:>12} {s['nbytes']:>12} "
+            f'{s["data_nbytes"]:>12}  {comp:<11} "{s["user_string"]}"'
+        )
+        if sections:
+            for r in s["raw"]:
+                _out(
+                    f"{'':>6}raw {r['type']} N={r['elem_count']} E={r['elem_size']} bytes {r['offset']}..{r['end']}, "
+                    f'data at {r["data_offset"]} ({r["data_nbytes"]} bytes), padding {r["padding"]}: "{r["user_string"]}"'
+                )
+    if doc["error"]:
+        _out(f"ERROR        damaged or cut short after {len(secs)} section{'s' if len(secs) != 1 else ''}: {doc['error']}")
+    ck = doc["checkpoint"]
+    if ck is None:
+        return
+    _out()
+    if "error" in ck:
+        _out(f"amrckpt checkpoint: {ck['error']}")
+        return
+    _out("amrckpt checkpoint")
+    _out(f"  schema       {ck['schema_name']} v{ck['schema_version']}")
+    who = f"amrckpt {ck['amrckpt_version']} (format {ck['format_version']})"
+    if ck.get("writer_size") is not None:
+        who += f" on {ck['writer_size']} process" + ("es" if ck["writer_size"] != 1 else "")
+    if ck.get("saved_at"):
+        who += f", {ck['saved_at']}"
+    if ck.get("hostname"):
+        who += f", host {ck['hostname']}"
+    _out(f"  written by   {who}")
+    mesh = ck["mesh"]
+    leaves = f"{ck['num_leaves']}"
+    if mesh is not None:
+        leaves += f" ({mesh['dim']}D mesh, {mesh['num_trees']} tree{'s' if mesh['num_trees'] != 1 else ''}, {mesh['curve']} curve)"
+    wp = ck.get("writer_partition")
+    if wp:
+        leaves += f"; {wp['min_leaves']}..{wp['max_leaves']} leaves per writing process"
+    _out(f"  leaves       {leaves}")
+    _out(f"  step         {ck['step'] if ck['step'] is not None else '-'}")
+    _out(f"  time         {ck['time'] if ck['time'] is not None else '-'}")
+    _out(
+        f"  complete     {'yes (ends in its footer)' if ck['complete'] else 'NO: no footer at the end (the save did not finish?)'}"
+    )
+    others = {k: v for k, v in ck["values"].items() if k not in ("step", "time")}
+    if others:
+        _out("  values       " + ", ".join(f"{k}={json.dumps(_jsonable(v))}" for k, v in others.items()))
+    rows = [("name", "kind", "section", "dtype", "shape", "units", "compressed")]
+    for f in ck["fields"]:
+        shape = "(" + ", ".join(str(d) for d in f["shape"]) + ("," if len(f["shape"]) == 1 else "") + ")" if f["shape"] else "-"
+        rows.append((f["name"], f["kind"], f["section"], f["dtype"], shape, f["units"] or "-", "yes" if f["compressed"] else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    _out("  fields")
+    for r in rows:
+        _out("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    path = os.fspath(args.file)
+    doc = _inspect_doc(path, args.sections)
+    if args.json:
+        _dump_json(doc)
+    else:
+        _print_inspect(doc, args.sections)
+    return EXIT_OK if doc["error"] is None else EXIT_BAD
+
+
+# -- verify -------------------------------------------------------------------
+
+
+def _status_of(problem: str) -> str:
+    if "not an scda file" in problem:
+        return "NOT-SCDA"
+    if problem.startswith(("IncompleteCheckpointError", "ScdaCountError")):
+        return "INCOMPLETE"
+    if problem.startswith(("ScdaIOError", "ScdaFileNotFoundError", "ScdaPermissionError", "FileNotFoundError", "PermissionError")):
+        return "UNREADABLE"
+    return "DAMAGED"
+
+
+def _read_section_data(f: scda.ScdaReader, h: scda.SectionHeader, comm: Comm) -> Any:
+    """Read (and decode) a section's data, spread uniformly over the ranks. Collective.
+
+    Returns what :func:`_write_section` needs: the data, and for V the sizes.
+    """
+    if h.type == "I":
+        return f.fread_inline_data(root=0), None, None
+    if h.type == "B":
+        return f.fread_block_data(root=0), None, None
+    counts = _uniform(h.elem_count, comm.size)
+    if h.type == "A":
+        return f.fread_array_data(counts), counts, None
+    sizes = f.fread_varray_sizes(counts)
+    proc = f.proc_sizes()
+    return f.fread_varray_data(counts, sizes, proc), counts, (sizes, proc)
+
+
+def _verify_plain(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
+    c = as_comm(comm)
+    try:
+        info: scda.FileInfo = run_on_root(c, lambda: scda.scan(path, decode=True))
+    except (AmrckptError, OSError) as exc:
+        return {"kind": "scda", "problems": [f"{_describe(exc)}"], "sections": None}
+    problems: list[str] = []
+    done = 0
+    with scda.fopen_read(path, comm=comm, strict=strict) as f:
+        for s in info.sections:
+            try:
+                h = f.fread_section_header(decode=True)
+                if h is None or h.offset != s.offset:
+                    raise ScdaFormatError(f"the file changed while it was read: no section at byte {s.offset}")
+                _read_section_data(f, h, c)
+            except AmrckptError as exc:
+                problems.append(
+                    f"{type(exc).__name__}: section {s.index} ({s.type} {_q(s.user_string)}, bytes {s.offset}..{s.end}): {exc}"
+                )
+                break
+            bar.update(s.end - done)
+            done = s.end
+        else:
+            try:
+                if f.fread_section_header() is not None:
+                    problems.append(f"a section at byte {f.offset} that the scan did not list")
+            except AmrckptError as exc:
+                problems.append(f"{_describe(exc)}")
+    bar.update(info.file_size - done)
+    compressed = sum(1 for s in info.sections if s.compressed)
+    return {
+        "kind": "scda",
+        "problems": problems,
+        "sections": len(info.sections),
+        "compressed": compressed,
+        "file_size": info.file_size,
+    }
+
+
+def _verify_one(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
+    c = as_comm(comm)
+
+    def detect() -> bool | str:
+        try:
+            return _is_checkpoint_file(path)
+        except OSError as exc:
+            return f"{type(exc).__name__}: cannot read {path!r}: {exc.strerror or exc}"
+
+    is_ckpt = run_on_root(c, detect)
+    if isinstance(is_ckpt, str):
+        return {"path": path, "kind": None, "status": "UNREADABLE", "ok": False, "problems": [is_ckpt]}
+    if is_ckpt:
+        rep = verify_checkpoint(path, comm=comm)
+        doc: dict[str, Any] = {"kind": "checkpoint", "problems": list(rep.problems)}
+        if rep.info is not None:
+            m = rep.info.manifest
+            doc.update(
+                schema=f"{m.schema_name} v{m.schema_version}",
+                step=m.values.get("step"),
+                num_leaves=m.num_leaves,
+                sections=len(rep.info.index.sections) + 1,
+            )
+        with contextlib.suppress(OSError):
+            doc["file_size"] = os.stat(path).st_size
+            bar.update(doc["file_size"])
+    else:
+        doc = _verify_plain(path, comm, strict, bar)
+    doc["path"] = path
+    doc["ok"] = not doc["problems"]
+    doc["status"] = "OK" if doc["ok"] else _status_of(doc["problems"][0])
+    return doc
+
+
+def _print_verify(doc: dict[str, Any]) -> None:
+    path = doc["path"]
+    if doc["ok"]:
+        if doc["kind"] == "checkpoint":
+            what = f"checkpoint {doc.get('schema')}, step {doc.get('step')}, {doc.get('num_leaves')} leaves, "
+            what += f"{doc.get('file_size')} bytes: every section matches its CRC32"
+        else:
+            n = doc["sections"]
+            what = f"scda file, {n} section{'s' if n != 1 else ''}, {doc['file_size']} bytes: every section read"
+            what += f" ({doc['compressed']} compressed: decoded)" if doc.get("compressed") else ""
+        _out(f"{'OK':<11} {path}: {what}")
+        return
+    first, *rest = doc["problems"]
+    _out(f"{doc['status']:<11} {path}: {first}")
+    for p in rest:
+        _out(f"{'':<11} {path}: {p}")
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    comm = _world_comm()
+    c = as_comm(comm)
+    paths = [os.fspath(p) for p in args.files]
+    total = 0
+    for p in paths:
+        with contextlib.suppress(OSError):
+            total += os.stat(p).st_size
+    bar = _progress(total, "verify", c, not args.no_progress)
+    docs = []
+    try:
+        for p in paths:
+            try:
+                doc = _verify_one(p, comm, args.strict, bar)
+            except (AmrckptError, OSError) as exc:  # the same on every rank: the library agrees on errors
+                doc = {"path": p, "kind": None, "ok": False, "problems": [_describe(exc)], "status": "UNREADABLE"}
+            docs.append(doc)
+            if c.rank == 0 and not args.json:
+                _print_verify(doc)
+    finally:
+        bar.close()
+    if c.rank == 0 and args.json:
+        _dump_json(docs)
+    return EXIT_OK if all(d["ok"] for d in docs) else EXIT_BAD
+
+
+# -- convert ------------------------------------------------------------------
+
+
+def _write_section(w: scda.ScdaWriter, h: scda.SectionHeader, read: Any, encode: bool, level: int) -> None:
+    """Write what :func:`_read_section_data` read as one (logical) section. Collective."""
+    data, counts, vsizes = read
+    u = h.user_string
+    if h.type == "I":
+        w.fwrite_inline(data, u)
+    elif h.type == "B":
+        w.fwrite_block(data, u, encode=encode, level=level)
+    elif h.type == "A":
+        w.fwrite_array(data, counts, h.elem_size, u, encode=encode, level=level)
+    else:
+        sizes, proc = vsizes
+        w.fwrite_varray(data, counts, sizes, proc, u, encode=encode, level=level)
+
+
+def _want_encoded(h: scda.SectionHeader, mode: str) -> bool:
+    if h.type == "I":
+        return False
+    return {"keep": h.decoded, "encode": True, "decode": False}[mode]
+
+
+def _convert(
+    src: str, dst: str, comm: Any, mode: str, style: str, level: int, ck: CheckpointInfo | None, bar: Any
+) -> dict[str, Any]:
+    """Rewrite ``src`` into ``dst`` section by section. Collective.
+
+    For a checkpoint, the manifest's ``compressed`` flags, the index (offsets
+    and CRC32s) and the footer are rebuilt, so that the output is a valid
+    checkpoint; the bytes read are checked against the input's CRC32s.
+    """
+    c = as_comm(comm)
+    root = c.rank == 0
+    stats = {"sections": 0, "encoded": 0, "decoded": 0}
+    by_offset: dict[int, IndexEntry] = {}
+    manifest: Manifest | None = None
+    if ck is not None:
+        by_offset = {e.offset: e for e in ck.index.sections}
+        m = ck.manifest
+
+        def field_compressed(section: str, compressed: bool) -> bool:
+            return False if section == "I" else {"keep": compressed, "encode": True, "decode": False}[mode]
+
+        manifest = m.model_copy(
+            update={
+                "fields": [fs.model_copy(update={"compressed": field_compressed(fs.section, fs.compressed)}) for fs in m.fields]
+            }
+        )
+    roles: list[str] = ["file header"]
+    with (
+        scda.fopen_read(src, comm=comm, checksum=ck is not None) as f,
+        scda.fopen_write(
+            dst, f.user_string, comm=comm, style=cast("scda.Style", style), vendor=f.vendor, checksum=ck is not None
+        ) as w,
+    ):
+        done = 0
+        while (h := f.fread_section_header(decode=True)) is not None:
+            entry = by_offset.get(h.offset)
+            read = _read_section_data(f, h, c)
+            stats["sections"] += 1
+            if ck is not None and manifest is not None and entry is not None and entry.role == "manifest":
+                w.fwrite_block(manifest.model_dump_json(indent=1).encode() + b"\n" if root else None, MANIFEST_USER_STRING)
+                roles.append("manifest")
+            elif ck is not None and h.type == "B" and h.user_string == INDEX_USER_STRING and entry is None:
+                if len(roles) != len(w.records):
+                    raise CheckpointError(f"{src!r}: sections that its index does not list; convert cannot rebuild the index")
+                crcs = w.section_crcs()
+                index = Index(
+                    sections=[
+                        IndexEntry(
+                            name="file header" if r.type == "F" else r.user_string.decode("utf-8", "replace"),
+                            role=role,  # type: ignore[arg-type]
+                            type=r.type,  # type: ignore[arg-type]
+                            compressed=r.encoded,
+                            offset=r.offset,
+                            end=r.end,
+                            crc32=crc,
+                        )
+                        for r, role, crc in zip(w.records, roles, crcs, strict=True)
+                    ]
+                )
+                w.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if root else None, INDEX_USER_STRING)
+                roles.append("index")
+            elif ck is not None and h.type == "I" and h.user_string == FOOTER_USER_STRING and entry is None:
+                index_crc = w.section_crcs()[-1]
+                w.fwrite_inline(footer_bytes(w.records[-1].offset, index_crc) if root else None, FOOTER_USER_STRING)
+                roles.append("footer")
+            else:
+                # Checkpoint metadata stays plain: readers look for it without decoding.
+                enc = _want_encoded(h, "keep" if entry is not None and entry.role != "field" else mode)
+                _write_section(w, h, read, enc, level)
+                if entry is not None:
+                    roles.append(entry.role)
+                stats["encoded"] += int(enc and not h.decoded)
+                stats["decoded"] += int(h.decoded and not enc)
+            bar.update(f.offset - done)
+            done = f.offset
+        if ck is not None:
+            got = f.section_crcs()
+            for off, end, crc in got:
+                e = by_offset.get(off)
+                if e is not None and crc is not None and (e.end != end or e.crc32 != crc):
+                    err = ChecksumError(f"{src!r}: section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32")
+                    err.section, err.offset, err.end = e.name, e.offset, e.end
+                    raise err
+            if len(roles) != len(w.records) or roles[-1] != "footer":
+                raise CheckpointError(
+                    f"{src!r}: the sections do not follow the checkpoint layout; convert cannot rebuild the index"
+                )
+        stats["file_size"] = w.offset
+    return stats
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    src, dst = os.fspath(args.input), os.fspath(args.output)
+    if not os.path.isfile(src):
+        raise _UsageError(f"{src}: no such file")
+    if os.path.exists(dst) and os.path.samefile(src, dst):
+        raise _UsageError("IN and OUT are the same file; write to another name")
+    if os.path.isdir(dst):
+        raise _UsageError(f"{dst} is a directory")
+    mode = "encode" if args.encode else "decode" if args.decode else "keep"
+    comm = _world_comm()
+    c = as_comm(comm)
+    in_style, is_ckpt = run_on_root(c, lambda: (_file_style(src), _is_checkpoint_file(src)))
+    style = args.style or in_style
+    ck = None
+    if is_ckpt:
+        try:
+            ck = read_info(src, comm=comm, verify=True)
+        except AmrckptError as exc:
+            if c.rank == 0:
+                _err(f"amrckpt convert: {src}: {_describe(exc)}")
+                _err("amrckpt convert: a checkpoint is converted only when its footer, index and metadata verify (amrckpt verify)")
+            return EXIT_BAD
+    token = c.bcast(uuid.uuid4().hex[:12] if c.rank == 0 else None, root=0)
+    out = Path(dst)
+    tmp = str(out.parent / f".{out.name}.partial-{token}")
+    bar = _progress(os.stat(src).st_size, "convert", c, not args.no_progress)
+    try:
+        stats = _convert(src, tmp, comm, mode, style, args.level, ck, bar)
+        err: BaseException | None = None
+        if c.rank == 0:
+            try:
+                os.replace(tmp, dst)
+            except OSError as exc:
+                err = exc
+        agree(c, err, what="convert")
+    except BaseException:
+        if c.rank == 0:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    finally:
+        bar.close()
+    if c.rank == 0:
+        what = "checkpoint" if ck is not None else "scda file"
+        changes = []
+        if stats["encoded"]:
+            changes.append(f"{stats['encoded']} compressed")
+        if stats["decoded"]:
+            changes.append(f"{stats['decoded']} decompressed")
+        _out(
+            f"{src} -> {dst}: {what} of {stats['sections']} section{'s' if stats['sections'] != 1 else ''}, {style} line breaks, "
+            f"{', '.join(changes) or 'compression unchanged'}; {os.stat(src).st_size} -> {stats['file_size']} bytes"
+        )
+    return EXIT_OK
+
+
+# -- plot ---------------------------------------------------------------------
+
+
+def _check_crcs(f: scda.ScdaReader, index: Index, path: str) -> None:
+    by_offset = {e.offset: e for e in index.sections}
+    for off, end, crc in f.section_crcs():
+        e = by_offset.get(off)
+        if e is not None and crc is not None and (e.end != end or e.crc32 != crc):
+            err = ChecksumError(
+                f"{path!r}: section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32: the file is damaged"
+            )
+            err.section, err.offset, err.end = e.name, e.offset, e.end
+            raise err
+
+
+def _plot_data(path: str, ck: CheckpointInfo, what: str, ranks: int | None) -> tuple[np.ndarray, np.ndarray, str, str]:
+    """Return the mesh records, the value of each leaf, a label and the kind of colouring."""
+    m = ck.manifest
+    assert m.mesh is not None
+    N = m.num_leaves
+    rec = mesh_record_dtype(m.mesh.dim)
+    mesh = np.empty(N, dtype=rec)
+    cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
+    fs = None
+    if what not in ("level", "rank"):
+        try:
+            fs = m.field(what)
+        except KeyError:
+            raise _UsageError(
+                f"{path} has no field {what!r}; choose level, rank or a cell field: {', '.join(cells) or 'none'}"
+            ) from None
+        if fs.kind not in ("cells", "hp"):
+            raise _UsageError(
+                f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {', '.join(cells) or 'none'}"
+            )
+    with scda.fopen_read(path, checksum=True) as f:
+        f.fseek_section(ck.index.entry(m.mesh.field).offset)
+        f.fread_section_header(decode=True)
+        f.fread_array_data([N], rec.itemsize, out=mesh)
+        values: np.ndarray
+        if fs is not None:
+            dt = dtype_from_json(fs.dtype, f"{path}: field {fs.name!r}")
+            per = math.prod(fs.shape)
+            f.fseek_section(ck.index.entry(fs.name).offset)
+            f.fread_section_header(decode=True)
+            if dt.names is not None or dt.kind not in "biufc":
+                raise _UsageError(f"field {fs.name!r} has dtype {_dtype_text(fs.dtype)}, which has no colour")
+            if fs.kind == "hp":
+                sizes = f.fread_varray_sizes([N])
+                assert sizes is not None
+                values = (sizes // np.uint64(max(dt.itemsize * per, 1))).astype(np.float64)
+                label = f"{fs.name}: values per leaf"
+            else:
+                arr = np.empty((N, per), dtype=dt)
+                f.fread_array_data([N], dt.itemsize * per, out=arr)
+                first = arr[:, 0] if per else np.full(N, np.nan)
+                values = np.abs(first).astype(np.float64) if dt.kind == "c" else first.astype(np.float64)
+                label = ("|" + fs.name + "|" if dt.kind == "c" else fs.name) + (" (first component)" if per > 1 else "")
+                label += f" [{fs.units}]" if fs.units else ""
+            kind = "field"
+        elif what == "level":
+            values, label, kind = mesh["level"].astype(np.int64), "refinement level", "level"
+        else:
+            P = ranks if ranks is not None else ck.provenance.writer_size
+            values = Partition.uniform(N, P).owner(np.arange(N, dtype=np.int64))
+            label, kind = f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})", f"rank:{P}"
+        _check_crcs(f, ck.index, path)
+    return mesh, values, label, kind
+
+
+def _parse_brick(text: str | None, num_trees: int) -> tuple[int, int]:
+    if text is None:
+        return num_trees, 1
+    m = re.fullmatch(r"\s*(\d+)\s*[x,]\s*(\d+)\s*", text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise _UsageError(f"--brick {text!r}: give NX,NY (trees per row and column), e.g. --brick 2,1")
+    nx, ny = int(m.group(1)), int(m.group(2))
+    if nx * ny < num_trees:
+        raise _UsageError(f"--brick {nx},{ny} has {nx * ny} trees; the checkpoint has {num_trees}")
+    return nx, ny
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    path = os.fspath(args.file)
+    if args.ranks is not None and args.ranks < 1:
+        raise _UsageError("--ranks must be at least 1")
+    ck = read_info(path, verify=True)
+    m = ck.manifest
+    if m.mesh is None:
+        raise _UsageError(f"{path} holds no mesh (schema {m.schema_name}): nothing to draw")
+    if m.mesh.dim != 2:
+        raise _UsageError(f"plot draws 2D meshes; {path} holds a {m.mesh.dim}D mesh")
+    nx, ny = _parse_brick(args.brick, m.mesh.num_trees)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.collections import PolyCollection
+    except ImportError:
+        _err(f"amrckpt plot: {_INSTALL_MATPLOTLIB}")
+        return EXIT_BAD
+    mesh, values, label, kind = _plot_data(path, ck, args.field, args.ranks)
+    N = len(mesh)
+    root = float(1 << m.mesh.maxlevel)
+    tree = mesh["tree"].astype(np.int64)
+    h = np.ldexp(1.0, -mesh["level"].astype(np.int64))
+    x0 = (tree % nx) + mesh["x"] / root
+    y0 = (tree // nx) + mesh["y"] / root
+    x1, y1 = x0 + h, y0 + h
+    verts = np.stack([np.stack([x0, y0], 1), np.stack([x1, y0], 1), np.stack([x1, y1], 1), np.stack([x0, y1], 1)], 1)
+    width = 8.0
+    fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * ny / nx + 0.9)), constrained_layout=True)
+    pc = PolyCollection(
+        cast(Any, verts), array=values, edgecolors="k" if N <= 20000 else "face", linewidths=0.1 if N <= 20000 else 0.0
+    )
+    ticks = None
+    if kind == "level" and N:
+        lo, hi = int(values.min()), int(values.max())
+        pc.set_cmap(plt.get_cmap("viridis", hi - lo + 1))
+        pc.set_clim(lo - 0.5, hi + 0.5)
+        ticks = list(range(lo, hi + 1))
+    elif kind.startswith("rank:"):
+        P = int(kind[5:])
+        pc.set_cmap(plt.get_cmap("tab10" if P <= 10 else "tab20" if P <= 20 else "turbo", P))
+        pc.set_clim(-0.5, P - 0.5)
+        ticks = list(range(P)) if P <= 20 else None
+    else:
+        pc.set_cmap("viridis")
+    ax.add_collection(pc)
+    ax.set_xlim(0, nx)
+    ax.set_ylim(0, ny)
+    ax.set_aspect("equal")
+    ax.set_xlabel("x (tree units)")
+    ax.set_ylabel("y (tree units)")
+    step = m.values.get("step")
+    t = m.values.get("time")
+    title = f"{Path(path).name}: {m.schema_name} v{m.schema_version}, {N} leaves"
+    title += f", step {step}" if step is not None else ""
+    title += f", time {t:g}" if isinstance(t, (int, float)) else ""
+    ax.set_title(title)
+    fig.colorbar(pc, ax=ax, label=label, shrink=0.85, ticks=ticks)
+    out = args.output or f"{Path(path).stem}-{args.field}.png"
+    fig.savefig(out, dpi=args.dpi)
+    plt.close(fig)
+    _out(f"wrote {out}: {N} leaves of {path} coloured by {label}")
+    return EXIT_OK
+
+
+# -- ls -----------------------------------------------------------------------
+
+
+def _history_entries(directory: Path) -> dict[int, dict[str, Any]]:
+    logged: dict[int, dict[str, Any]] = {}
+    with contextlib.suppress(OSError):
+        for line in (directory / HISTORY).read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                e = json.loads(line)
+                logged[int(e["step"])] = e
+    return logged
+
+
+def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only."""
+    pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
+    files: dict[int, Path] = {}
+    partial = []
+    for p in directory.iterdir():
+        mt = pattern.fullmatch(p.name)
+        if mt:
+            files[int(mt.group(1))] = p
+        elif p.name.startswith(f".{prefix}-") and ".partial-" in p.name:
+            partial.append(p.name)
+    logged = _history_entries(directory)
+    records = []
+    for step, p in sorted(files.items()):
+        e = logged.get(step, {})
+        rec: dict[str, Any] = {"step": step, "path": str(p), "name": p.name, "valid": True, "problem": None}
+        try:
+            rec["nbytes"] = p.stat().st_size
+        except OSError:
+            rec["nbytes"] = 0
+        info: CheckpointInfo | None = None
+        if full:
+            rep = verify_checkpoint(p)
+            info = rep.info
+            if not rep.ok:
+                rec.update(valid=False, problem=rep.problems[0])
+        else:
+            try:
+                info = read_info(p)
+            except (AmrckptError, OSError) as exc:
+                rec.update(valid=False, problem=_describe(exc))
+        t = info.manifest.values.get("time") if info is not None else None
+        rec["time"] = t if isinstance(t, (int, float)) else e.get("time")
+        rec["writer_size"] = info.provenance.writer_size if info is not None else e.get("writer_size")
+        rec["saved_at"] = info.provenance.saved_at if info is not None else e.get("saved_at")
+        rec["save_seconds"] = e.get("save_seconds")
+        rec["reason"] = e.get("reason")
+        rec["schema"] = f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None
+        records.append(rec)
+    newest = next((r for r in reversed(records) if r["valid"]), None)
+    for r in records:
+        r["restart"] = r is newest
+    return records, sorted(partial)
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    d = Path(args.directory)
+    if not d.is_dir():
+        raise _UsageError(f"{d} is not a directory")
+    records, partial = _ls_records(d, args.prefix, args.verify)
+    newest = next((r for r in records if r["restart"]), None)
+    if args.json:
+        _dump_json({"directory": str(d), "checkpoints": records, "partial": partial, "restart": newest["name"] if newest else None})
+        return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
+    if not records:
+        _out(f"{d}: no checkpoints named {args.prefix}-<step>.scda")
+    else:
+        rows = [("", "FILE", "STEP", "TIME", "SIZE", "WRITERS", "SAVED AT (UTC)", "STATUS")]
+        for r in records:
+            t = r["time"]
+            rows.append(
+                (
+                    "*" if r["restart"] else "",
+                    r["name"],
+                    str(r["step"]),
+                    f"{t:g}" if isinstance(t, (int, float)) else "-",
+                    _human(r["nbytes"]),
+                    str(r["writer_size"]) if r["writer_size"] is not None else "-",
+                    r["saved_at"] or "-",
+                    "valid" if r["valid"] else f"INVALID: {r['problem']}",
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        right = {2, 3, 4, 5}
+        for row in rows:
+            cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row[:-1], widths, strict=True))]
+            _out(" ".join(cells) + " " + row[-1])
+    for name in partial:
+        _out(f"  {name}: a save that did not finish (the next manager removes it)")
+    if newest is not None:
+        how = "footer, index and metadata checked" if not args.verify else "every byte checked"
+        _out(f"* a restart takes {newest['name']} (step {newest['step']}): the newest valid checkpoint ({how})")
+    elif records:
+        _out("no valid checkpoint: a restart would start from the beginning")
+    return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
+
+
+# -- the parser ---------------------------------------------------------------
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def _subparser(sub: Any, name: str, summary: str, description: str, func: Callable[[argparse.Namespace], int]) -> Any:
+    p = sub.add_parser(name, help=summary, description=description, formatter_class=_Formatter)
+    p.set_defaults(func=func)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``amrckpt`` command.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        With one subparser per subcommand (``inspect``, ``verify``,
+        ``convert``, ``plot``, ``ls``), each bound to its function.
+    """
+    parser = argparse.ArgumentParser(
+        prog="amrckpt",
+        description="Look into, check, rewrite, draw and list amrckpt checkpoints and any scda file.",
+        epilog="exit status: 0 success, 1 a damaged, incomplete or unreadable file, 2 usage error.\n"
+        "'amrckpt COMMAND --help' explains each command, with an example.",
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"amrckpt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = _subparser(
+        sub,
+        "inspect",
+        "show the header, sections and manifest of an scda file",
+        "Show an scda file's header (magic, vendor, user string), every section (type, user string,\n"
+        "N, E, offsets, bytes, compressed or not) and, for an amrckpt checkpoint, its manifest\n"
+        "(schema, fields, leaves, step, time, writing processes). Works on any scda file; only\n"
+        "headers and metadata are read. Binary user strings are shown with \\xNN escapes.\n\n"
+        "example:\n  amrckpt inspect run/ckpt-000000000100.scda\n  amrckpt inspect --json data.scda | jq '.sections[].user_string'",
+        _cmd_inspect,
+    )
+    p.add_argument("file", metavar="FILE", help="an scda file")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    p.add_argument("--sections", action="store_true", help="also list the raw sections of each compressed pair, and data padding")
+
+    p = _subparser(
+        sub,
+        "verify",
+        "check files completely: structure, CRC32s; exit 1 if any is damaged",
+        "Check that every file is complete and intact. A checkpoint is checked byte for byte\n"
+        "against the CRC32s in its index (and its scda structure against the index); any\n"
+        "other scda file is walked section by section, reading every byte and decoding every\n"
+        "compressed section. A damaged file gets one line naming the section and byte range.\n"
+        "Runs in parallel under mpiexec -n P.\n\n"
+        "example:\n  amrckpt verify run/ckpt-*.scda && echo all intact",
+        _cmd_verify,
+    )
+    p.add_argument("files", metavar="FILE", nargs="+", help="scda files or checkpoints")
+    p.add_argument("--strict", action="store_true", help="also check the data padding of plain scda files (the paper ignores it)")
+    p.add_argument("--json", action="store_true", help="print one JSON list of results instead of text")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only when stderr is a terminal)")
+
+    p = _subparser(
+        sub,
+        "convert",
+        "rewrite a file with or without compression, in unix or mime line breaks",
+        "Rewrite an scda file section by section into a new file: with --encode every block\n"
+        "and array is compressed by the scda convention (paper section 3: per-element zlib and\n"
+        "base64), with --decode nothing is, and by default each section keeps its form. The\n"
+        "data read back from OUT equal those of IN. A checkpoint stays a valid checkpoint: its\n"
+        "manifest, index and footer are rebuilt, and its bytes are checked against its CRC32s\n"
+        "as they are read. OUT is written under a temporary name and renamed when complete.\n"
+        "Runs in parallel under mpiexec -n P.\n\n"
+        "example:\n  amrckpt convert --encode big.scda small.scda\n  amrckpt convert --decode --style mime in.scda out.scda",
+        _cmd_convert,
+    )
+    p.add_argument("input", metavar="IN", help="the file to read")
+    p.add_argument("output", metavar="OUT", help="the file to write (replaced if it exists)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--encode", action="store_true", help="compress every block and array section")
+    g.add_argument("--decode", action="store_true", help="write every section uncompressed")
+    p.add_argument("--style", choices=["unix", "mime"], default=None, help="line breaks of OUT (default: those of IN)")
+    p.add_argument("--level", type=int, choices=range(10), default=9, metavar="0-9", help="zlib level for compression (default 9)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only when stderr is a terminal)")
+
+    p = _subparser(
+        sub,
+        "plot",
+        "draw a 2D checkpoint's mesh, leaves coloured by a field, level or rank",
+        "Draw the leaves of a 2D checkpoint as rectangles coloured by a cell field (its first\n"
+        "component; for an hp field, the number of values per leaf), by refinement level, or by\n"
+        "the rank that would own each leaf under a uniform partition on P ranks. Trees are laid\n"
+        "out as a brick, row-major (tree = j * NX + i). Needs matplotlib.\n\n"
+        "example:\n  amrckpt plot ckpt-000000000100.scda --field rho -o rho.png\n"
+        "  amrckpt plot ckpt-000000000100.scda --field rank --ranks 8 --brick 2,1",
+        _cmd_plot,
+    )
+    p.add_argument("file", metavar="FILE", help="a 2D amrckpt checkpoint")
+    p.add_argument("--field", required=True, metavar="NAME|level|rank", help="a cell field's name, 'level' or 'rank'")
+    p.add_argument("--ranks", type=int, default=None, metavar="P", help="ranks for --field rank (default: the writing processes)")
+    p.add_argument("--brick", default=None, metavar="NX,NY", help="trees per row and column (default: all trees in one row)")
+    p.add_argument("-o", "--output", default=None, metavar="OUT.png", help="the picture (default: FILE-stem-FIELD.png here)")
+    p.add_argument("--dpi", type=int, default=150, help="resolution (default 150)")
+
+    p = _subparser(
+        sub,
+        "ls",
+        "list a manager's checkpoints and say which one a restart takes",
+        "List the checkpoints a CheckpointManager wrote into DIRECTORY, oldest first: step,\n"
+        "simulation time, size, number of writing processes, save time and validity (with the\n"
+        "problem if invalid), and mark (*) the one a restart would take: the newest valid one.\n"
+        "Valid means, as for the manager, that footer, index and metadata verify; --verify\n"
+        "checks every byte. Read-only: no lock is taken and nothing is removed. Exit status 1\n"
+        "if any checkpoint is invalid.\n\n"
+        "example:\n  amrckpt ls run-checkpoints",
+        _cmd_ls,
+    )
+    p.add_argument("directory", metavar="DIRECTORY", help="the manager's directory")
+    p.add_argument("--prefix", default="ckpt", help="the manager's file prefix (default ckpt)")
+    p.add_argument("--verify", action="store_true", help="check every byte of every checkpoint against its CRC32")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``amrckpt`` command.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 success, 1 a damaged, incomplete, invalid or
+        unreadable file, 2 a usage error.
+
+    Examples
+    --------
+    >>> main(["verify", "state.scda"])  # doctest: +SKIP
+    OK          state.scda: scda file, 3 sections, 1024 bytes: every section read and decoded
+    0
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (argparse printed it)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_usage(sys.stderr)
+        _err("amrckpt: error: a command is required (inspect, verify, convert, plot, ls); see amrckpt --help")
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except _UsageError as exc:
+        _err(f"amrckpt {args.command}: error: {exc}")
+        return EXIT_USAGE
+    except (AmrckptError, OSError) as exc:
+        where = args.__dict__.get("file") or args.__dict__.get("input") or args.__dict__.get("directory")
+        _err(f"amrckpt {args.command}: {where + ': ' if where else ''}{_describe(exc)}")
+        return EXIT_BAD
+    except KeyboardInterrupt:
+        _err(f"amrckpt {args.command}: interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
