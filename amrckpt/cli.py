@@ -50,6 +50,7 @@ from .schema._manifest import (
     dtype_from_json,
     footer_bytes,
 )
+from .schema._save import index_of
 
 __all__ = ["build_parser", "main", "safe_text"]
 
@@ -698,21 +699,7 @@ def _convert(
             elif ck is not None and h.type == "B" and h.user_string == INDEX_USER_STRING and entry is None:
                 if len(roles) != len(w.records):
                     raise CheckpointError(f"{src!r}: sections that its index does not list; convert cannot rebuild the index")
-                crcs = w.section_crcs()
-                index = Index(
-                    sections=[
-                        IndexEntry(
-                            name="file header" if r.type == "F" else r.user_string.decode("utf-8", "replace"),
-                            role=role,  # type: ignore[arg-type]
-                            type=r.type,  # type: ignore[arg-type]
-                            compressed=r.encoded,
-                            offset=r.offset,
-                            end=r.end,
-                            crc32=crc,
-                        )
-                        for r, role, crc in zip(w.records, roles, crcs, strict=True)
-                    ]
-                )
+                index = index_of(w, roles)
                 w.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if root else None, INDEX_USER_STRING)
                 roles.append("index")
             elif ck is not None and h.type == "I" and h.user_string == FOOTER_USER_STRING and entry is None:

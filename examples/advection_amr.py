@@ -716,7 +716,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-every", type=int, default=10, help="steps between progress reports")
     ap.add_argument("--json", action="store_true", help="progress as JSON lines (for a driver)")
     ap.add_argument("--background", action="store_true", help="save in a background thread")
-    ap.add_argument("--step-delay", type=float, default=0.0, help=argparse.SUPPRESS)  # slow a run down for kill tests
     for name, field in Params.model_fields.items():
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(field.default), default=field.default, help=field.description)
     args = ap.parse_args(argv)
@@ -745,35 +744,24 @@ def main(argv: list[str] | None = None) -> int:
             restored=restored,
             steps=args.steps,
         )
+
+        def save(force: bool = False) -> bool:
+            t0 = time.perf_counter()
+            if not manager.save(sim.step, sim, force=force):
+                return False
+            seconds = round(time.perf_counter() - t0, 4)
+            _emit(comm, args.json, "checkpoint", step=sim.step, seconds=seconds, path=str(manager.path_of(sim.step)))
+            return True
+
         saved_at = -1
         while sim.step < args.steps and not manager.halt_requested:
             sim.advance()
-            if args.step_delay:
-                time.sleep(args.step_delay)
-            t0 = time.perf_counter()
-            if manager.save(sim.step, sim):
+            if save():
                 saved_at = sim.step
-                _emit(
-                    comm,
-                    args.json,
-                    "checkpoint",
-                    step=sim.step,
-                    seconds=round(time.perf_counter() - t0, 4),
-                    path=str(manager.path_of(sim.step)),
-                )
             if sim.step % args.report_every == 0 or sim.step == args.steps:
                 _emit(comm, args.json, "step", step=sim.step, time=sim.time, leaves=sim.num_leaves())
         if saved_at != sim.step and sim.step == args.steps:
-            t0 = time.perf_counter()
-            manager.save(sim.step, sim, force=True)
-            _emit(
-                comm,
-                args.json,
-                "checkpoint",
-                step=sim.step,
-                seconds=round(time.perf_counter() - t0, 4),
-                path=str(manager.path_of(sim.step)),
-            )
+            save(force=True)
         manager.wait()
     rates = comm.gather(sim.leaf_updates / sim.step_seconds if sim.step_seconds else 0.0, root=0)
     adapt = comm.gather(sim.adapt_seconds, root=0)

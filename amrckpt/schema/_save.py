@@ -195,6 +195,38 @@ def validate_field(name: str, kind: FieldKind, value: Any, n: int | None, *, che
         _check_dtype(name, value.dtype, kind)
 
 
+def index_of(f: scda.ScdaWriter, roles: list[str]) -> Index:
+    """Return the index of the sections ``f`` has written so far: offsets, sizes and CRC32s. Collective.
+
+    Parameters
+    ----------
+    f : ScdaWriter
+        A writer opened with checksums (its records and :meth:`section_crcs`).
+    roles : list of str
+        The role of each section written (``"header"``, ``"manifest"``, ``"field"``, ...).
+
+    Returns
+    -------
+    Index
+        What the ``amrckpt index`` block holds (the convention of docs/checkpoints.md).
+    """
+    crcs = f.section_crcs()
+    return Index(
+        sections=[
+            IndexEntry(
+                name="file header" if r.type == "F" else r.user_string.decode("utf-8", "replace"),
+                role=role,  # type: ignore[arg-type]
+                type=r.type,  # type: ignore[arg-type]
+                compressed=r.encoded,
+                offset=r.offset,
+                end=r.end,
+                crc32=crc,
+            )
+            for r, role, crc in zip(f.records, roles, crcs, strict=True)
+        ]
+    )
+
+
 def check_local(state: CheckpointSchema) -> tuple[int, list[_Prepared], Forest | None]:
     """Validate this rank's state against its schema; prepare every field for writing.
 
@@ -424,21 +456,7 @@ def save(
         roles.append("provenance")
         f.fwrite_array(np.array([n_local], dtype="<i8"), [1] * c.size, 8, PARTITION_USER_STRING)
         roles.append("partition")
-        crcs = f.section_crcs()
-        index = Index(
-            sections=[
-                IndexEntry(
-                    name="file header" if r.type == "F" else r.user_string.decode("utf-8", "replace"),
-                    role=role,  # type: ignore[arg-type]
-                    type=r.type,  # type: ignore[arg-type]
-                    compressed=r.encoded,
-                    offset=r.offset,
-                    end=r.end,
-                    crc32=crc,
-                )
-                for r, role, crc in zip(f.records, roles, crcs, strict=True)
-            ]
-        )
+        index = index_of(f, roles)
         f.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if root else None, INDEX_USER_STRING)
         index_crc = f.section_crcs()[-1]
         f.fwrite_inline(footer_bytes(f.records[-1].offset, index_crc) if root else None, FOOTER_USER_STRING)
