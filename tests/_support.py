@@ -188,3 +188,29 @@ def random_forest(seed: int, num_trees: int = 2, dim: int = 2, max_level: int = 
         tree, level, coords = tree[par], newlevel.astype(np.int8), newc
     order = sfc.sfc_order(tree, level, *coords)
     return sfc.Leaves(tree[order], level[order], *[c[order] for c in coords], *([None] if dim == 2 else []))
+
+
+# ------------------------------------------------------------------ MPI tests
+
+
+def world() -> Any:
+    """MPI.COMM_WORLD (mpi4py imported only when an MPI test asks)."""
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def sub_comm(n: int) -> Any:
+    """The first n ranks of the world (None on the others). Collective on the world."""
+    from mpi4py import MPI
+
+    w = world()
+    sub = w.Split(0 if w.rank < n else MPI.UNDEFINED, w.rank)
+    return None if sub == MPI.COMM_NULL else sub
+
+
+def all_true(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on every rank (an allreduce), so a failure fails all ranks."""
+    from mpi4py import MPI
+
+    return bool(world().allreduce(bool(flag), op=MPI.LAND))

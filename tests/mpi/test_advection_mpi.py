@@ -18,22 +18,12 @@ import amrckpt as ac
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import advection_amr as adv
 
+from _support import all_true, world
+
 pytestmark = pytest.mark.mpi
 
 SMALL = adv.Params(min_level=3, max_level=6, adapt_every=3)
 STEPS = 45
-
-
-def world() -> Any:
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
-
-
-def all_true(flag: bool) -> bool:
-    from mpi4py import MPI
-
-    return bool(world().allreduce(bool(flag), op=MPI.LAND))
 
 
 def run(comm: Any, steps: int = STEPS) -> tuple[adv.Simulation, float]:

@@ -18,32 +18,12 @@ import pytest
 from checkpoint_cases import Advection, assert_state_equal, global_state
 
 import amrckpt as ac
+from _support import all_true, sub_comm, world
 from amrckpt.manager import EveryNSteps, KeepLast, OnSignal
 
 pytestmark = pytest.mark.mpi
 
 G = {s: global_state(seed=s // 10, max_level=5) for s in (0, 10, 20, 30)}
-
-
-def world() -> Any:
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
-
-
-def sub_comm(n: int) -> Any:
-    """The first n ranks of the world (None on the others)."""
-    from mpi4py import MPI
-
-    w = world()
-    sub = w.Split(0 if w.rank < n else MPI.UNDEFINED, w.rank)
-    return None if sub == MPI.COMM_NULL else sub
-
-
-def all_true(flag: bool) -> bool:
-    from mpi4py import MPI
-
-    return bool(world().allreduce(bool(flag), op=MPI.LAND))
 
 
 def state(step: int, comm: Any) -> Advection:

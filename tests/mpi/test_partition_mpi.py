@@ -10,14 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from _support import world
 from amrckpt.errors import PartitionError
 from amrckpt.partition import Partition, transfer_counts
-
-
-def world():
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
 
 
 def current_offsets(N: int, P: int, how: str, seed: int) -> list[int]:

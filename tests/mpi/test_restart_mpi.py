@@ -9,38 +9,17 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from checkpoint_cases import Advection, assert_state_equal, global_state
 
 import amrckpt as ac
+from _support import all_true, sub_comm, world
 
 pytestmark = pytest.mark.mpi
 
 G = global_state(seed=3, max_level=6)
-
-
-def world() -> Any:
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
-
-
-def sub_comm(n: int) -> Any:
-    """The first n ranks of the world (None on the others)."""
-    from mpi4py import MPI
-
-    w = world()
-    sub = w.Split(0 if w.rank < n else MPI.UNDEFINED, w.rank)
-    return None if sub == MPI.COMM_NULL else sub
-
-
-def all_true(flag: bool) -> bool:
-    from mpi4py import MPI
-
-    return bool(world().allreduce(bool(flag), op=MPI.LAND))
 
 
 def test_write_on_P_read_on_Q(mpi_tmp: Path) -> None:

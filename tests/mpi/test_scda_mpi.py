@@ -16,7 +16,7 @@ from conftest import shared_tmpdir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import file_entries, partition_counts, read_section, require_interop, sha256, user_string, write_section
+from _support import file_entries, partition_counts, read_section, require_interop, sha256, user_string, world, write_section
 from amrckpt import scda
 from amrckpt.comm import SerialComm
 from amrckpt.errors import ScdaArgumentError, ScdaFileNotFoundError
@@ -28,12 +28,6 @@ LIBSC = [e for e in file_entries("libsc") if e["libsc_quirk"] is None]
 PLAIN_REFERENCE = [
     e for e in file_entries("reference") if not e["file_bytes_zlib_dependent"] and e["expect"]["decode_true"] == "ok"
 ]
-
-
-def world() -> Any:
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD
 
 
 def file_hash(path: Path) -> str:
