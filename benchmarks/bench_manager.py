@@ -53,50 +53,14 @@ import _warm
 
 _warm.ensure(_warm.requested(sys.argv))
 
+from _common import Bench, P, build, comm, rank, say
 from mpi4py import MPI
 
 import amrckpt as ac
-from amrckpt import sfc
 from amrckpt.manager import EveryNSteps, KeepLast
 
-comm = MPI.COMM_WORLD
-P, rank = comm.size, comm.rank
 
-
-class Sim(ac.CheckpointSchema, name="bench-manager", version=1):
-    step: int = ac.Inline()
-    time: float = ac.Inline()
-    mesh: ac.Forest = ac.Mesh(dim=2)
-    rho: ac.CellData = ac.Cells("<f8")
-    energy: ac.CellData = ac.Cells("<f8")
-    modes: ac.HpData = ac.HpCells("<f8")
-
-
-def say(*a: Any) -> None:
-    if rank == 0:
-        print(*a, flush=True)
-
-
-def build(n_total: int) -> Sim:
-    level = 1
-    while 2 * 4**level < n_total:
-        level += 1
-    lv = sfc.uniform_leaves(level, num_trees=2, dim=2)
-    lo, hi = n_total * rank // P, n_total * (rank + 1) // P
-    rng = np.random.default_rng(rank)
-    hp_counts = rng.integers(1, 32, hi - lo)
-    mesh = ac.Forest(lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), num_trees=2)
-    return Sim(
-        step=0,
-        time=0.0,
-        mesh=mesh,
-        rho=rng.random(hi - lo),
-        energy=rng.random(hi - lo),
-        modes=ac.HpData(rng.standard_normal(int(hp_counts.sum())), hp_counts),
-    )
-
-
-def advance(st: Sim, dt: float) -> None:
+def advance(st: Bench, dt: float) -> None:
     """One step of the toy simulation: numpy updates of every field, in place (releases the GIL)."""
     r, e, m = st.rho, st.energy, st.modes.values
     np.multiply(r, 0.999, out=r)
@@ -107,7 +71,7 @@ def advance(st: Sim, dt: float) -> None:
     st.time += dt
 
 
-def run(mode: str, st: Sim, directory: Path, a: argparse.Namespace) -> dict[str, Any]:
+def run(mode: str, st: Bench, directory: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Run the simulation for ``saves * steps_between`` steps; time the whole and each save call."""
     n_steps = a.saves * a.steps_between
     in_save: list[float] = []
@@ -115,7 +79,7 @@ def run(mode: str, st: Sim, directory: Path, a: argparse.Namespace) -> dict[str,
     if mode in ("blocking", "background"):
         mgr = ac.CheckpointManager(
             directory,
-            Sim,
+            Bench,
             comm=comm,
             save_policy=EveryNSteps(a.steps_between),
             keep_policy=KeepLast(2),
@@ -153,7 +117,7 @@ def run(mode: str, st: Sim, directory: Path, a: argparse.Namespace) -> dict[str,
 class RawWriter:
     """The bytes of a checkpoint written with MPI-IO collectives and synced: the disk's cost alone."""
 
-    def __init__(self, st: Sim, directory: Path) -> None:
+    def __init__(self, st: Bench, directory: Path) -> None:
         m = st.mesh
         self.arrays = [m.tree, m.level, m.x, m.y, st.rho, st.energy, st.modes.counts, st.modes.values]
         sizes = [a.nbytes for a in self.arrays]
@@ -191,7 +155,7 @@ def main() -> None:
         a.leaves, a.saves, a.reps = 50_000, 3, 1
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         raise SystemExit("background saves need MPI_THREAD_MULTIPLE: run under python -m mpi4py (the default level)")
-    st = build(a.leaves)
+    st, _, _ = build(a.leaves)
     nbytes = comm.allreduce(len(st.mesh) * (13 + 16) + st.modes.values.nbytes + 8 * len(st.mesh))
     base = Path(comm.bcast(tempfile.mkdtemp(prefix="amrckpt-bench-manager-", dir=a.dir) if rank == 0 else None))
     say(

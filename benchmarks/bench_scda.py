@@ -46,7 +46,6 @@ import statistics
 import struct
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,27 +56,12 @@ import _warm
 
 _warm.ensure(_warm.requested(sys.argv))
 
+from _common import P, comm, rank, say, timed
 from mpi4py import MPI
 from zlib_ng import zlib_ng
 
 from amrckpt import __version__, scda
 from amrckpt.scda import _codec, _entries
-
-comm = MPI.COMM_WORLD
-P, rank = comm.size, comm.rank
-
-
-def say(*a: Any) -> None:
-    if rank == 0:
-        print(*a, flush=True)
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    comm.Barrier()
-    t0 = time.perf_counter()
-    fn()
-    comm.Barrier()
-    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
 def stats(xs: list[float]) -> dict[str, float]:
