@@ -1,4 +1,4 @@
-"""Every Python block in README.md and docs/*.md runs, so the documentation cannot lie.
+"""Every Python block in README.md and docs/**/*.md runs, so the documentation cannot lie.
 
 The blocks of one page run in order, in one temporary directory and one
 namespace, as a reader would run them one after the other.
@@ -6,14 +6,16 @@ namespace, as a reader would run them one after the other.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from _support import REPO
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def blocks(path: Path) -> list[tuple[int, str]]:
@@ -21,32 +23,27 @@ def blocks(path: Path) -> list[tuple[int, str]]:
     return [(text[: m.start()].count("\n") + 1, m.group(1)) for m in re.finditer(r"```python\n(.*?)```", text, re.S)]
 
 
-@pytest.mark.parametrize("path", [p for p in DOCS if blocks(p)], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in DOCS if blocks(p)], ids=lambda p: p.relative_to(REPO).as_posix())
 def test_doc_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(REPO / "examples"))  # docs/example.md imports the example solver
     namespace: dict[str, object] = {"__name__": "__doc__"}
     for line, block in blocks(path):
-        exec(compile(block, f"{path.name}:{line}", "exec", dont_inherit=True), namespace)
+        exec(compile(block, f"{path.relative_to(REPO)}:{line}", "exec", dont_inherit=True), namespace)
 
 
-def small_checkpoint_view(tmp: Path) -> str:
-    """The start of a one-leaf checkpoint as a text editor shows it (docs/checkpoints.md)."""
-    import amrckpt as ac
-
-    class Demo(ac.CheckpointSchema, name="demo", version=1):
-        step: int = ac.Inline()
-        mesh: ac.Forest = ac.Mesh(dim=2)
-
-    path = tmp / "demo.scda"
-    ac.save(Demo(step=7, mesh=ac.Forest([0], [0], [0], [0], num_trees=1)), path)
-    stop = ac.read_info(path).index.entry("amrckpt provenance").offset + 64
-    text = "".join(chr(b) if 32 <= b < 127 or b == 10 else "." for b in path.read_bytes()[:stop])
-    return text
+def hexview_module() -> ModuleType:
+    """docs/_gen_hexview.py, which writes the annotated hex view of docs/checkpoints.md."""
+    spec = importlib.util.spec_from_file_location("_gen_hexview", REPO / "docs" / "_gen_hexview.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_golden_file_view_in_docs(tmp_path: Path) -> None:
-    doc = (REPO / "docs" / "checkpoints.md").read_text(encoding="utf-8")
-    m = re.search(r"<!-- golden: small-checkpoint[^>]*-->\s*```text\n(.*?)```", doc, re.S)
-    assert m, "docs/checkpoints.md has no golden small-checkpoint block"
-    assert m.group(1) == small_checkpoint_view(tmp_path), "regenerate the block with tests/test_docs.py::small_checkpoint_view"
+def test_hexview_in_docs_is_current() -> None:
+    """The hex view is regenerated from the page's own block, with the amrckpt version the page names."""
+    gen = hexview_module()
+    m = gen.BLOCK.search((REPO / "docs" / "checkpoints.md").read_text(encoding="utf-8"))
+    assert m, "docs/checkpoints.md has no hexview block"
+    assert m.group("view") == gen.view(m.group("version")), "regenerate it: python docs/_gen_hexview.py --write"
