@@ -20,6 +20,7 @@ __all__ = [
     "CheckpointError",
     "ChecksumError",
     "CollectiveError",
+    "CommError",
     "IncompleteCheckpointError",
     "ManagerError",
     "PartitionError",
@@ -155,6 +156,18 @@ class ChecksumError(CheckpointError):
 
 class ManagerError(AmrckptError, RuntimeError):
     """A checkpoint manager cannot do its job: its directory is in use or not writable."""
+
+
+class CommError(AmrckptError, RuntimeError):
+    """An MPI communication call (``MPI_Allreduce``, ``MPI_Bcast``...) failed (libsc ``SC_SCDA_FERR_MPI``).
+
+    :class:`~amrckpt.comm.MPIComm` raises it for an ``mpi4py.MPI.Exception``
+    from a collective; the fault injection of the tests raises it on every
+    rank of the failing call (see :mod:`amrckpt._faults`).  A real MPI error
+    in a collective is reported only on the ranks where MPI reports it: MPI
+    offers no agreement on a broken communicator (that needs ULFM's
+    ``MPIX_Comm_agree``), so amrckpt cannot promise that the other ranks see it.
+    """
 
 
 class CollectiveError(AmrckptError):

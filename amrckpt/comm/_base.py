@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from .. import errors
+from .. import _faults, errors
 
 __all__ = ["Comm", "SerialComm", "agree", "agree_gather", "digest_of", "run_on_root"]
 
@@ -91,35 +91,53 @@ class SerialComm:
         """Always 1."""
         return 1
 
+    # Each collective ends with the fault-injection hook (amrckpt._faults): a no-op unless a test injects faults.
+
     def barrier(self) -> None:
         """Return at once."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "barrier")
 
     def bcast(self, obj: T, root: int = 0) -> T:
         """Return ``obj``."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "bcast")
         return obj
 
     def allgather(self, obj: T) -> list[T]:
         """Return ``[obj]``."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allgather")
         return [obj]
 
     def allreduce_max(self, values: Sequence[int]) -> list[int]:
         """Return ``values`` as a list."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allreduce")
         return [int(v) for v in values]
 
     def allreduce_sum(self, value: int) -> int:
         """Return ``value``."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allreduce")
         return int(value)
 
     def allreduce_xor(self, values: Sequence[int]) -> list[int]:
         """Return ``values`` as a list."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allreduce")
         return [int(v) for v in values]
 
     def exscan_sum(self, value: int) -> int:
         """Return 0."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "exscan")
         return 0
 
     def dup(self) -> SerialComm:
         """Return a new serial communicator."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "dup")
         return SerialComm()
 
     def __repr__(self) -> str:

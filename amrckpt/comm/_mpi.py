@@ -6,10 +6,13 @@ does so when an :class:`MPIComm` is built, never at ``import amrckpt``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+
+from .. import _faults
+from ..errors import CommError
 
 __all__ = ["MPIComm", "is_mpi4py_comm"]
 
@@ -36,7 +39,7 @@ class MPIComm:
         The wrapped communicator, for the MPI-IO backend.
     """
 
-    __slots__ = ("_MPI", "_rank", "_size", "mpi_comm")
+    __slots__ = ("_MPI", "__weakref__", "_rank", "_size", "mpi_comm")
 
     def __init__(self, comm: Any) -> None:
         from mpi4py import MPI
@@ -56,24 +59,34 @@ class MPIComm:
         """The size of ``mpi_comm``."""
         return self._size
 
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one MPI collective; an ``MPI.Exception`` becomes CommError (on this rank: MPI does not agree on it)."""
+        try:
+            result = fn(*args, **kwargs)
+        except self._MPI.Exception as exc:
+            raise CommError(f"{what} failed on rank {self._rank}: {exc.Get_error_string()}") from exc
+        if _faults.ACTIVE is not None and what != "MPI_Comm_dup":
+            _faults.collective(self, what)
+        return result
+
     def barrier(self) -> None:
         """``MPI_Barrier``. Collective."""
-        self.mpi_comm.Barrier()
+        self._call("MPI_Barrier", self.mpi_comm.Barrier)
 
     def bcast(self, obj: T, root: int = 0) -> T:
         """Pickle-based ``MPI_Bcast``. Collective."""
-        result: T = self.mpi_comm.bcast(obj, root=root)
+        result: T = self._call("MPI_Bcast", self.mpi_comm.bcast, obj, root=root)
         return result
 
     def allgather(self, obj: T) -> list[T]:
         """Pickle-based ``MPI_Allgather``. Collective."""
-        result: list[T] = self.mpi_comm.allgather(obj)
+        result: list[T] = self._call("MPI_Allgather", self.mpi_comm.allgather, obj)
         return result
 
     def allreduce_max(self, values: Sequence[int]) -> list[int]:
         """``MPI_Allreduce(MPI_MAX)`` of an int64 vector. Collective."""
         buf = np.array(values, dtype=np.int64)
-        self.mpi_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
+        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
         return [int(v) for v in buf]
 
     def allreduce_sum(self, value: int) -> int:
@@ -83,20 +96,27 @@ class MPIComm:
             flag = np.array([v, 0], dtype=np.int64)
         else:
             flag = np.array([0, 1], dtype=np.int64)
-        self.mpi_comm.Allreduce(self._MPI.IN_PLACE, flag, op=self._MPI.SUM)
+        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, flag, op=self._MPI.SUM)
         if flag[1] == 0:
             return int(flag[0])
-        return int(self.mpi_comm.allreduce(v, op=self._MPI.SUM))
+        return int(self._call("MPI_Allreduce", self.mpi_comm.allreduce, v, op=self._MPI.SUM))
 
     def allreduce_xor(self, values: Sequence[int]) -> list[int]:
         """``MPI_Allreduce(MPI_BXOR)`` of a uint32 vector. Collective."""
         buf = np.array(values, dtype=np.uint32)
-        self.mpi_comm.Allreduce(self._MPI.IN_PLACE, buf, op=self._MPI.BXOR)
+        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, buf, op=self._MPI.BXOR)
         return [int(v) for v in buf]
 
     def dup(self) -> MPIComm:
         """``MPI_Comm_dup``: the same ranks, separate messages (free it with :meth:`free`). Collective."""
-        return MPIComm(self.mpi_comm.Dup())
+        new = self._call("MPI_Comm_dup", self.mpi_comm.Dup)
+        if _faults.ACTIVE is not None:
+            try:
+                _faults.collective(self, "MPI_Comm_dup")
+            except CommError:  # raised on every rank: free the new communicator together
+                new.Free()
+                raise
+        return MPIComm(new)
 
     def free(self) -> None:
         """``MPI_Comm_free`` of a communicator made by :meth:`dup`. Collective."""
@@ -104,7 +124,7 @@ class MPIComm:
 
     def exscan_sum(self, value: int) -> int:
         """Exact exclusive prefix sum of Python ints (pickle-based). Collective."""
-        r = self.mpi_comm.exscan(int(value), op=self._MPI.SUM)
+        r = self._call("MPI_Exscan", self.mpi_comm.exscan, int(value), op=self._MPI.SUM)
         return 0 if r is None else int(r)
 
     def __repr__(self) -> str:

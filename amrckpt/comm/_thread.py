@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from .. import _faults
+
 __all__ = ["ThreadComm", "run_threads"]
 
 T = TypeVar("T")
@@ -48,47 +50,55 @@ class ThreadComm:
         """The number of threads in the group."""
         return self._group.size
 
-    def barrier(self) -> None:
-        """Wait for every thread of the group. Collective."""
-        self._group.barrier.wait()
-
-    def allgather(self, obj: T) -> list[T]:
-        """Every rank's ``obj``, by rank. Collective."""
+    def _gather(self, obj: Any, what: str) -> list[Any]:
+        """Every rank's ``obj``; then the fault-injection hook (amrckpt._faults), a no-op unless a test injects faults."""
         g = self._group
         g.slots[self._rank] = obj
         g.barrier.wait()
         result = list(g.slots)
         g.barrier.wait()
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, what)
         return result
+
+    def barrier(self) -> None:
+        """Wait for every thread of the group. Collective."""
+        self._group.barrier.wait()
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "barrier")
+
+    def allgather(self, obj: T) -> list[T]:
+        """Every rank's ``obj``, by rank. Collective."""
+        return self._gather(obj, "allgather")
 
     def bcast(self, obj: T, root: int = 0) -> T:
         """``obj`` of rank ``root``. Collective."""
-        result: T = self.allgather(obj)[root]
+        result: T = self._gather(obj, "bcast")[root]
         return result
 
     def allreduce_max(self, values: Sequence[int]) -> list[int]:
         """Element-wise maximum over ranks. Collective."""
-        return [max(col) for col in zip(*self.allgather([int(v) for v in values]), strict=True)]
+        return [max(col) for col in zip(*self._gather([int(v) for v in values], "allreduce"), strict=True)]
 
     def allreduce_sum(self, value: int) -> int:
         """Exact sum over ranks. Collective."""
-        return sum(self.allgather(int(value)))
+        return sum(self._gather(int(value), "allreduce"))
 
     def allreduce_xor(self, values: Sequence[int]) -> list[int]:
         """Element-wise XOR over ranks. Collective."""
         out = [0] * len(values)
-        for vals in self.allgather([int(v) for v in values]):
+        for vals in self._gather([int(v) for v in values], "allreduce"):
             out = [a ^ b for a, b in zip(out, vals, strict=True)]
         return out
 
     def dup(self) -> ThreadComm:
         """Return a new group of the same thread ranks (rank 0 creates it). Collective."""
         group = _Group(self.size, self._group.timeout) if self._rank == 0 else None
-        return ThreadComm(self.bcast(group, root=0), self._rank)  # type: ignore[arg-type]
+        return ThreadComm(self._gather(group, "dup")[0], self._rank)
 
     def exscan_sum(self, value: int) -> int:
         """Exact sum over the ranks below this one. Collective."""
-        return sum(self.allgather(int(value))[: self._rank])
+        return sum(self._gather(int(value), "exscan")[: self._rank])
 
     def __repr__(self) -> str:
         return f"ThreadComm(rank={self._rank}, size={self.size})"
@@ -124,6 +134,7 @@ def run_threads(size: int, fn: Callable[..., T], *args: Any, timeout: float = 60
     failures: dict[int, BaseException] = {}
 
     def target(rank: int) -> None:
+        _faults.set_thread_rank(rank)  # injected faults select thread ranks as MPI ranks
         try:
             results[rank] = fn(ThreadComm(group, rank), *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller below

@@ -11,17 +11,25 @@ and agreed on by the caller.
 
 The POSIX backend imports nothing of MPI and serves serial runs (and, for
 tests, ranks that are threads of one process).
+
+Every call that can fail in production carries a fault-injection hook
+(:mod:`amrckpt._faults`): ``if _faults.ACTIVE is not None``, a no-op unless a
+test injects faults.  Independent calls fail instead of doing their work;
+collective MPI-IO calls first take part, then fail, so that no rank waits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno as errno_mod
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
+from .. import _faults
 from ..comm import Comm, MPIComm, agree
 from ..errors import (
     ScdaArgumentError,
@@ -121,26 +129,42 @@ class PosixBackend:
             # Rank 0 creates (truncates) the file before the others open it.
             if comm.rank == 0:
                 try:
+                    self._inject("open")
                     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
                     self._fd = os.open(path, flags, 0o666)
                 except OSError as exc:
                     err = os_error(exc, path, "cannot create")
-            agree(comm, err, what="fopen_write")
+            try:
+                agree(comm, err, what="fopen_write")
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    self._close_fd()
+                raise
             if comm.rank != 0:
                 try:
+                    self._inject("open")
                     self._fd = os.open(path, os.O_WRONLY)
                 except OSError as exc:
                     err = os_error(exc, path, "cannot open for writing")
         else:
             try:
+                self._inject("open")
                 self._fd = os.open(path, os.O_RDONLY)
             except OSError as exc:
                 err = os_error(exc, path, "cannot open for reading")
         try:
             agree(comm, err, what="fopen")
-        except ScdaError:
-            self._close_fd()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self._close_fd()
             raise
+
+    def _inject(self, kind: str) -> None:
+        """Raise the OSError of an injected fault (amrckpt._faults), if one is due."""
+        if _faults.ACTIVE is not None:
+            exc = _faults.io_error(kind, self.comm, self.path)
+            if exc is not None:
+                raise exc
 
     def _close_fd(self) -> None:
         if self._fd >= 0:
@@ -148,6 +172,7 @@ class PosixBackend:
                 os.close(self._fd)
             finally:
                 self._fd = -1
+            self._inject("close")
 
     def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Write pieces and bulk run with one ``pwritev`` per contiguous run."""
@@ -160,6 +185,7 @@ class PosixBackend:
         while bufs:
             batch = bufs[:512]
             try:
+                self._inject("write")
                 n = os.pwritev(self._fd, batch, off)
             except OSError as exc:
                 raise os_error(exc, self.path, f"cannot write {sum(b.nbytes for b in batch)} bytes at byte {off} of") from exc
@@ -187,6 +213,7 @@ class PosixBackend:
         while bufs:
             batch = bufs[:512]
             try:
+                self._inject("read")
                 n = os.preadv(self._fd, batch, off)
             except OSError as exc:
                 raise os_error(exc, self.path, f"cannot read {want} bytes at byte {start} of") from exc
@@ -202,13 +229,22 @@ class PosixBackend:
                     n = 0
 
     def file_size(self) -> int:
-        """``fstat`` size of the file."""
-        return os.fstat(self._fd).st_size
+        """``fstat`` size of the file; agreed."""
+        err = None
+        size = 0
+        try:
+            self._inject("size")
+            size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            err = os_error(exc, self.path, "cannot get the size of")
+        agree(self.comm, err, what="file size")
+        return size
 
     def sync(self, size: int | None = None) -> None:
         """``fsync`` on every rank (rank 0 first cuts the file to ``size``, so the size is synced too); agreed."""
         err = None
         try:
+            self._inject("sync")
             if size is not None and self.comm.rank == 0:
                 os.ftruncate(self._fd, size)
             os.fsync(self._fd)
@@ -221,14 +257,17 @@ class PosixBackend:
         err = None
         try:
             if size is not None and self.comm.rank == 0:
+                self._inject("sync")
                 os.ftruncate(self._fd, size)
         except OSError as exc:
             err = os_error(exc, self.path, "cannot set the size of")
-        self.comm.barrier()  # every rank's descriptor stays open until the size is set
         try:
-            self._close_fd()
-        except OSError as exc:
-            err = os_error(exc, self.path, "cannot close")
+            self.comm.barrier()  # every rank's descriptor stays open until the size is set
+        finally:
+            try:
+                self._close_fd()
+            except OSError as exc:
+                err = os_error(exc, self.path, "cannot close")
         agree(self.comm, err, what="fclose")
 
 
@@ -282,22 +321,39 @@ class MPIIOBackend:
         amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
         try:
             self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
+            self._inject("open")
         except MPI.Exception as exc:
             err = self._error(exc, "cannot open")
         finally:
             if free_info:
                 mpi_info.Free()
-        agree(comm, err, what="fopen")
-        if mode == "w" and truncate:
-            try:
-                self._fh.Set_size(0)
-            except MPI.Exception as exc:
-                err = self._error(exc, "cannot truncate")
-            try:
+        try:
+            agree(comm, err, what="fopen")
+            if mode == "w" and truncate:
+                try:
+                    self._fh.Set_size(0)
+                    self._inject("sync")
+                except MPI.Exception as exc:
+                    err = self._error(exc, "cannot truncate")
                 agree(comm, err, what="fopen_write")
-            except ScdaError:
+        except BaseException:
+            self._close_after_failed_open()
+            raise
+
+    def _close_after_failed_open(self) -> None:
+        """Close the handles if every rank holds one (``MPI_File_close`` is collective). Collective."""
+        everyone = self.comm.allreduce_max([int(self._fh is None)])[0] == 0
+        if everyone:
+            with contextlib.suppress(self._MPI.Exception):
                 self._fh.Close()
-                raise
+        self._fh = None
+
+    def _inject(self, kind: str) -> None:
+        """Raise an injected fault (amrckpt._faults) as the ``MPI.Exception`` of its errno, if one is due."""
+        if _faults.ACTIVE is not None:
+            exc = _faults.io_error(kind, self.comm, self.path)
+            if exc is not None:
+                raise _injected_mpi_exception(self._MPI, exc)
 
     def _error(self, exc: Any, what: str) -> ScdaIOError:
         MPI = self._MPI
@@ -322,6 +378,7 @@ class MPIIOBackend:
                     part = b[done : done + MAX_CALL_NBYTES]
                     st = MPI.Status()
                     try:
+                        self._inject("write" if write else "read")
                         if write:
                             self._fh.Write_at(off + done, [part, MPI.BYTE], st)
                         else:
@@ -355,6 +412,7 @@ class MPIIOBackend:
                     self._fh.Write_at_all(pos, [part, MPI.BYTE], st)
                 else:
                     self._fh.Read_at_all(pos, [part, MPI.BYTE], st)
+                self._inject("write" if write else "read")
             except MPI.Exception as exc:
                 if err is None:
                     err = self._error(exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {pos} of")
@@ -406,11 +464,16 @@ class MPIIOBackend:
         self._move(pieces, bulk, max_bulk_nbytes, False)
 
     def file_size(self) -> int:
-        """``MPI_File_get_size``."""
+        """``MPI_File_get_size``; agreed."""
+        err = None
+        size = 0
         try:
-            return int(self._fh.Get_size())
+            size = int(self._fh.Get_size())
+            self._inject("size")
         except self._MPI.Exception as exc:
-            raise self._error(exc, "cannot get the size of") from exc
+            err = self._error(exc, "cannot get the size of")
+        agree(self.comm, err, what="file size")
+        return size
 
     def sync(self, size: int | None = None) -> None:
         """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_sync``; agreed."""
@@ -419,6 +482,7 @@ class MPIIOBackend:
             if size is not None:
                 self._fh.Set_size(size)
             self._fh.Sync()
+            self._inject("sync")
         except self._MPI.Exception as exc:
             err = self._error(exc, "cannot sync")
         agree(self.comm, err, what="sync")
@@ -429,13 +493,46 @@ class MPIIOBackend:
         if size is not None:
             try:
                 self._fh.Set_size(size)
+                self._inject("sync")
             except self._MPI.Exception as exc:
                 err = self._error(exc, "cannot set the size of")
         try:
             self._fh.Close()
+            self._inject("close")
         except self._MPI.Exception as exc:
             err = self._error(exc, "cannot close")
         agree(self.comm, err, what="fclose")
+
+
+_MPI_ERROR_OF_ERRNO = {
+    errno_mod.ENOENT: "ERR_NO_SUCH_FILE",
+    errno_mod.EACCES: "ERR_ACCESS",
+    errno_mod.EROFS: "ERR_READ_ONLY",
+    errno_mod.ENOSPC: "ERR_NO_SPACE",
+    errno_mod.EDQUOT: "ERR_QUOTA",
+    errno_mod.EIO: "ERR_IO",
+}
+
+
+def _injected_mpi_exception(MPI: Any, exc: OSError) -> Any:
+    """Return an ``MPI.Exception`` of the MPI error class of an injected OSError's errno (ERR_IO by default)."""
+    code = getattr(MPI, _MPI_ERROR_OF_ERRNO.get(exc.errno or errno_mod.EIO, "ERR_IO"), MPI.ERR_IO)
+    return _injected_mpi_class(MPI)(code, exc.strerror or "")
+
+
+@functools.cache
+def _injected_mpi_class(MPI: Any) -> Any:
+    class InjectedMPIException(MPI.Exception):  # type: ignore[misc]
+        """An MPI error made by the fault injection; its error string says so."""
+
+        def __init__(self, code: int, note: str) -> None:
+            super().__init__(code)
+            self.note = note
+
+        def Get_error_string(self) -> str:
+            return f"{super().Get_error_string()} [{self.note}]"
+
+    return InjectedMPIException
 
 
 def open_backend(

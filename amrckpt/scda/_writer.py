@@ -162,7 +162,11 @@ class ScdaWriter:
         self.records: list[SectionRecord] = []
         self.offset = 0
         self._section_start()
-        self._io([(0, memoryview(header))] if self.comm.rank == 0 else [], None, 0, "file header")
+        try:
+            self._io([(0, memoryview(header))] if self.comm.rank == 0 else [], None, 0, "file header")
+        except BaseException:  # agreed on every rank: close the file together, then re-raise
+            self.fclose()
+            raise
         self._section_end(SectionRecord("F", to_bytes(user_string, "user_string"), 0, FILE_HEADER_NBYTES, False))
 
     # -- plumbing ---------------------------------------------------------
