@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .. import _faults
 from ..comm import Comm, MPIComm, agree, as_comm, run_on_root
 from ..errors import AmrckptError, CheckpointError, ManagerError, ScdaError, ScdaIOError, ScdaUsageError, SchemaError
 from ..restart import Loaded, load, read_info
@@ -144,6 +145,7 @@ class CheckpointManager(Generic[S]):
             raise ManagerError(f"prefix {prefix!r}: use letters, digits and _ . + - only")
         self._pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
         self._lock_fd = -1
+        self._dir_id: tuple[int, int] | None = None
         self._save_seconds: list[float] = []
         self._last_step: int | None = None
         self._last_time = time.time()
@@ -173,6 +175,8 @@ class CheckpointManager(Generic[S]):
         d = self.directory
         try:
             d.mkdir(parents=True, exist_ok=True)
+            st = d.stat()
+            self._dir_id = (st.st_dev, st.st_ino)
             fd = os.open(d / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise ManagerError(f"cannot use the checkpoint directory {str(d)!r}: {exc.strerror or exc}") from exc
@@ -190,13 +194,22 @@ class CheckpointManager(Generic[S]):
         except ImportError:  # not a POSIX system
             pass
         if fd >= 0:
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode())
+            os.write(fd, f"pid {os.getpid()} on {os.uname().nodename} since {since}\n".encode())
         self._lock_fd = fd
         for stale in d.glob(f".{self.prefix}-*.partial-*"):  # left by a save that never committed
             log.info("removing %s, left by a save that did not finish", stale)
             with contextlib.suppress(OSError):
                 stale.unlink()
+        for kept in d.glob(f".{self.prefix}-*.previous-*"):  # a same-step checkpoint set aside by a commit that was cut short
+            final = d / kept.name[1:].rsplit(".previous-", 1)[0]
+            with contextlib.suppress(OSError):
+                if final.exists():
+                    kept.unlink()
+                else:
+                    log.info("putting back %s, set aside by a commit that did not finish", final.name)
+                    os.replace(kept, final)
 
     def _background_comm(self) -> Comm:
         if isinstance(self.comm, MPIComm):
@@ -307,9 +320,16 @@ class CheckpointManager(Generic[S]):
             raise err
 
     def _commit(self, comm: Comm, step: int, state: S, reason: str, time_value: float | None) -> None:
-        """Write, sync, close, rename on rank 0, sync the directory; then retention. Collective on ``comm``."""
+        """Write, sync, close, rename on rank 0, sync the directory; then retention. Collective on ``comm``.
+
+        The agreement after the rename is the commit point: if it fails (an
+        error on rank 0, or a communication error), rank 0 takes the rename
+        back, so that a save that raises never leaves a new checkpoint behind.
+        After it, nothing collective remains: history and retention (rank 0)
+        are advisory and only logged if they fail.
+        """
         final = self.path_of(step)
-        token = comm.bcast(uuid.uuid4().hex[:12] if comm.rank == 0 else None, root=0)
+        token = run_on_root(comm, self._begin_commit)
         tmp = self.directory / f".{final.name}.partial-{token}"
         t0 = time.time()
         try:
@@ -320,25 +340,71 @@ class CheckpointManager(Generic[S]):
                     tmp.unlink()
             raise
         err: BaseException | None = None
+        renamed = False
+        backup: Path | None = None
         if comm.rank == 0:
             try:
+                if final.exists():  # a checkpoint of the same step: keep a link to put it back if the commit fails
+                    backup = self.directory / f".{final.name}.previous-{token}"
+                    os.link(final, backup)
+                _inject("rename", comm, final)
                 os.replace(tmp, final)
+                renamed = True
                 if self.sync:
-                    _fsync_directory(self.directory)
+                    _fsync_directory(self.directory, comm)
             except OSError as exc:
                 err = ScdaIOError(exc.errno or errno.EIO, f"cannot commit {final.name}: {exc.strerror or exc}")
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-        agree(comm, err, what="commit")
+        try:
+            agree(comm, err, what="commit")
+        except BaseException:
+            if comm.rank == 0:
+                self._roll_back(tmp, final, renamed, backup)
+            raise
+        if backup is not None:
+            with contextlib.suppress(OSError):
+                backup.unlink()
         seconds = time.time() - t0
         self._save_seconds.append(seconds)
         log.info("checkpoint %s committed (%.0f bytes, %.3f s): %s", final.name, result.nbytes, seconds, reason)
         if comm.rank == 0:
             entry = {"step": step, "path": final.name, "time": time_value, "save_seconds": seconds, "nbytes": result.nbytes}
             entry |= {"writer_size": comm.size, "reason": reason, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
-            self._append_history(entry)
-            self._apply_retention()
-        comm.barrier()
+            try:
+                self._append_history(entry)
+                self._apply_retention()
+            except Exception as exc:  # noqa: BLE001 - committed already; the other ranks have returned
+                log.warning("checkpoint %s committed, but history or retention failed: %s: %s", final.name, type(exc).__name__, exc)
+
+    def _begin_commit(self) -> str:
+        """Check that the directory is still the one locked (rank 0); return a token for the temporary name."""
+        try:
+            st = self.directory.stat()
+        except OSError as exc:
+            raise ManagerError(
+                f"the checkpoint directory {str(self.directory)!r} is gone ({exc.strerror or exc}): it was removed "
+                "or moved away while this manager used it; nothing was saved"
+            ) from exc
+        if self._dir_id is not None and (st.st_dev, st.st_ino) != self._dir_id:
+            raise ManagerError(
+                f"the checkpoint directory {str(self.directory)!r} was replaced (moved away, or removed and made again) "
+                "while this manager used it; nothing was saved: open a new CheckpointManager to use the new directory"
+            )
+        return uuid.uuid4().hex[:12]
+
+    def _roll_back(self, tmp: Path, final: Path, renamed: bool, backup: Path | None) -> None:
+        """Undo a commit that the ranks did not agree on (rank 0): the directory is left as it was before."""
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if renamed:
+            with contextlib.suppress(OSError):
+                final.unlink()
+        if backup is not None:
+            with contextlib.suppress(OSError):
+                os.replace(backup, final)
+        if renamed and self.sync:
+            with contextlib.suppress(OSError):
+                _fsync_directory(self.directory, None)
+        log.warning("the commit of %s failed; the directory is as before the save", final.name)
 
     def _append_history(self, entry: dict[str, Any]) -> None:
         try:
@@ -366,10 +432,14 @@ class CheckpointManager(Generic[S]):
 
     def _files(self) -> dict[int, Path]:
         out = {}
-        for p in self.directory.iterdir():
-            m = self._pattern.fullmatch(p.name)
+        try:
+            names = os.listdir(self.directory)
+        except OSError as exc:
+            raise ManagerError(f"cannot list the checkpoint directory {str(self.directory)!r}: {exc.strerror or exc}") from exc
+        for name in names:
+            m = self._pattern.fullmatch(name)
             if m:
-                out[int(m.group(1))] = p
+                out[int(m.group(1))] = self.directory / name
         return out
 
     def _check(self, step: int) -> tuple[bool, str | None]:
@@ -500,9 +570,18 @@ class CheckpointManager(Generic[S]):
         return f"CheckpointManager({str(self.directory)!r}, {self.schema.__name__}, P={self.comm.size})"
 
 
-def _fsync_directory(directory: Path) -> None:
+def _inject(kind: str, comm: Comm | None, path: Path) -> None:
+    """Raise the OSError of an injected fault (amrckpt._faults), if one is due; a no-op unless a test injects faults."""
+    if _faults.ACTIVE is not None:
+        exc = _faults.io_error(kind, comm if comm is not None else as_comm(None), str(path))
+        if exc is not None:
+            raise exc
+
+
+def _fsync_directory(directory: Path, comm: Comm | None) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
+        _inject("fsync", comm, directory)
         os.fsync(fd)
     finally:
         os.close(fd)
