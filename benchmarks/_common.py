@@ -1,12 +1,19 @@
-"""What the benchmarks share: the MPI world, rank-0 printing, barrier-to-barrier timing, the benchmark state.
+"""What the benchmarks share: the MPI world, rank-0 printing, barrier-to-barrier timing, interleaved runs, the benchmark state.
 
 Import after ``_warm.ensure`` (it may re-execute the process before MPI starts).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +50,80 @@ def timed(fn: Callable[[], Any]) -> float:
     fn()
     comm.Barrier()
     return float(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+
+
+def rank_times(fn: Callable[[], Any]) -> list[float]:
+    """Run ``fn`` from a barrier; return every rank's own seconds to its return (on every rank)."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    comm.Barrier()
+    return [float(x) for x in comm.allgather(dt)]
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    """Median, minimum, maximum, quartiles and count of ``xs``."""
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "q1": q[0], "q3": q[2], "n": len(xs)}
+
+
+def spread(s: Mapping[str, float], fmt: str = ".4f") -> str:
+    """``median (min-max)`` of a :func:`stats` dict."""
+    return f"{s['median']:{fmt}} ({s['min']:{fmt}}-{s['max']:{fmt}})"
+
+
+def interleaved(
+    ops: Mapping[str, Callable[[], Any]], reps: int, before: Callable[[str], None] | None = None
+) -> dict[str, list[float]]:
+    """Time ``ops`` interleaved: A B C, C B A, A B C, ...; ``reps`` rounds after one dropped warm-up round.
+
+    ``before(name)`` runs untimed before each op (e.g. to delete the file a
+    new-file write creates).  Each time is the slowest rank's (:func:`timed`).
+    """
+    names = list(ops)
+    t: dict[str, list[float]] = {n: [] for n in names}
+    for k in range(reps + 1):
+        for n in names if k % 2 == 0 else names[::-1]:
+            if before is not None:
+                before(n)
+            dt = timed(ops[n])
+            if k:
+                t[n].append(dt)
+    return t
+
+
+def machine() -> dict[str, Any]:
+    """Where and when a result was measured."""
+    return {
+        "node": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "load_avg_1min": os.getloadavg()[0],
+        "git": _git("rev-parse", "--short", "HEAD"),
+        "amrckpt_uncommitted_changes": bool(_git("status", "--porcelain", "--", "amrckpt")),
+    }
+
+
+def _git(*args: str) -> str:
+    try:
+        cwd = Path(__file__).resolve().parent
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return ""
+
+
+def write_json(path: str | None, default: str, result: dict[str, Any]) -> None:
+    """Write ``result`` (rank 0) to ``path``, or ``default`` if it is None."""
+    if rank != 0:
+        return
+    out = Path(path or default)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**result, "machine": machine()}, indent=1))
+    print(f"\nwrote {out}", flush=True)
 
 
 def build(n_total: int) -> tuple[Bench, list[int], int]:

@@ -29,16 +29,43 @@ def run_quick(script: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
 
 def test_bench_scda_quick(tmp_path: Path) -> None:
     result, stdout = run_quick("bench_scda.py", tmp_path)
-    assert {(r["case"], r["regime"]) for r in result["a_section"]} == {
-        ("A write", "new"),
-        ("A read", "new"),
-        ("A write", "warm"),
-        ("A read", "warm"),
-    }
-    assert all(r["ratio"] > 0 for r in result["a_section"])
+    cases = {(r["case"], r["regime"]) for r in result["a_section"]}
+    assert cases == {("A write", "new"), ("A read", "new"), ("A write", "warm"), ("A read", "warm"), ("A read Q=1", "warm")}
+    assert {r["size"] for r in result["a_section"] if r["regime"] == "new"} == {"2 MiB", "8 MiB"}
+    assert {(r["case"], r["regime"]) for r in result["v_section"]} == {(c.replace("A", "V"), reg) for c, reg in cases}
+    comp = {(r["case"], r["elem_size"], r["level"]) for r in result["compressed"]}
+    assert comp == {(f"{k} {op} compressed", e, lv) for k in "AV" for op in ("write", "read") for e in (64, 4096) for lv in (1, 9)}
+    for r in result["a_section"] + result["v_section"] + result["compressed"]:
+        assert r["ratio"] > 0 and r["scda_s"]["min"] <= r["scda_s"]["median"] <= r["scda_s"]["max"]
     assert len(result["entries"]["format_per_s_by_rank"]) == 2
-    assert [c["level"] for c in result["compression"]] == [1, 9]
+    assert [(c["elem_size"], c["level"]) for c in result["compression"]] == [(64, 1), (64, 9), (4096, 1), (4096, 9)]
+    assert result["machine"]["cpus"] >= 1
     assert "ratio" in stdout
+    assert not list(tmp_path.glob("amrckpt-bench-*"))  # cleaned up
+
+
+def test_bench_peers_quick(tmp_path: Path) -> None:
+    result, stdout = run_quick("bench_peers.py", tmp_path)
+    cases = {(r["case"], r["op"], r["regime"]) for r in result["rows"]}
+    for case in ("scda", "scda serial", "raw MPI-IO", "numpy"):
+        assert {(case, op, reg) for op in ("write", "read") for reg in ("new", "warm")} <= cases
+    assert ("scda gzip", "write", "new") in cases
+    for peer in ("h5py", "adios2"):  # optional peers: measured if installed, else skipped with a message
+        assert ((peer, "write", "new") in cases) == (peer in result["versions"])
+        if peer not in result["versions"]:
+            assert f"{peer} is not installed" in stdout
+    assert all(r["ratio"] > 0 and r["file_over_data"] > 0 for r in result["rows"])
+    assert not list(tmp_path.glob("amrckpt-bench-*"))
+
+
+def test_bench_scaling_quick(tmp_path: Path) -> None:
+    result, _ = run_quick("bench_scaling.py", tmp_path)
+    assert [r["leaves"] for r in result["runs"]] == [10_000, 100_000]
+    for r in result["runs"]:
+        assert set(r["ops"]) == {"save new", "raw write new", "save warm", "raw write warm", "load", "raw read"}
+        assert all(len(o["by_rank_median_s"]) == 2 for o in r["ops"].values())
+        assert all(v > 0 for v in r["over_raw"].values())
+    assert not list(tmp_path.glob("amrckpt-bench-*"))
 
 
 def test_bench_schema_quick(tmp_path: Path) -> None:
