@@ -277,12 +277,14 @@ def run_on_root(comm: Comm, fn: Callable[[], T], root: int = 0) -> T:
     return value  # type: ignore[no-any-return]
 
 
-def _describe(error: BaseException | None) -> tuple[str | None, str, str] | None:
-    """(class name if ours, "Class: message", message) of an error, for gathering."""
+def _describe(error: BaseException | None) -> tuple[str | None, str, str, int | None] | None:
+    """(class name if ours, "Class: message", message, errno) of an error, for gathering."""
     if error is None:
         return None
     ours = isinstance(error, errors.AmrckptError)
-    return (type(error).__name__ if ours else None, f"{type(error).__name__}: {error}", str(error))
+    code = error.errno if isinstance(error, OSError) else None
+    message = error.strerror if isinstance(error, OSError) and error.strerror and code is not None else str(error)
+    return (type(error).__name__ if ours else None, f"{type(error).__name__}: {error}", message, code)
 
 
 def _raise_agreed(comm: Comm, error: BaseException | None) -> None:
@@ -305,7 +307,7 @@ def _raise_from(comm: Comm, error: BaseException | None, descs: list[Any]) -> No
     """Raise the agreed exception, given every rank's description (or None)."""
     failed = {r: d for r, d in enumerate(descs) if d is not None}
     first = min(failed)
-    cls_name, _, message = failed[first]
+    cls_name, _, message, code = failed[first]
     if comm.size == 1 and cls_name is not None and error is not None:
         if not error.rank_errors:  # type: ignore[attr-defined]
             error.rank_errors = {0: failed[0][1]}  # type: ignore[attr-defined]
@@ -318,7 +320,7 @@ def _raise_from(comm: Comm, error: BaseException | None, descs: list[Any]) -> No
     others = sorted(set(failed) - {first})
     if others:
         message += f" (ranks {', '.join(map(str, others))} failed as well; see rank_errors)"
-    exc = cls(message)
+    exc = cls(code, message) if code is not None and issubclass(cls, OSError) else cls(message)  # errno kept (ENOSPC...)
     exc.rank_errors = {r: d[1] for r, d in failed.items()}
     if error is not None:
         raise exc from error
