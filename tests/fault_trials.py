@@ -94,10 +94,11 @@ class Outcome:
 class Trials:
     """A manager directory holding a valid checkpoint, and fault trials on it. Collective over ``comm``."""
 
-    def __init__(self, directory: Path, comm: Any) -> None:
+    def __init__(self, directory: Path, comm: Any, save_kwargs: dict[str, Any] | None = None) -> None:
         self.comm = comm
         self.c = as_comm(comm)
-        self.mgr = ac.CheckpointManager(directory, Advection, comm=comm, save_policy=EveryNSteps(10**9), keep_policy=KeepLast(2))
+        policies = {"save_policy": EveryNSteps(10**9), "keep_policy": KeepLast(2)}
+        self.mgr = ac.CheckpointManager(directory, Advection, comm=comm, save_kwargs=save_kwargs, **policies)
         self.mgr.save(0, state(0, comm), force=True)
         self.prev = 0
         self.prev_sha = _sha(self.mgr.path_of(0)) if self.c.rank == 0 else ""
