@@ -333,16 +333,19 @@ def load(
     err: BaseException | None = None
     state: Any = None
     try:
+        as_read = dict(values)
         if migrate:
             values = schema.migrate(values, m.schema_version)
-        state = _build(schema, values, fields, n_local, rd.path, verified)
+        # Meshes checked while read, or proven by their CRC to be what their writer checked, and not replaced by a migration.
+        checked = {k for k, v in values.items() if as_read.get(k) is v and (not verify or k in verified)}
+        state = _build(schema, values, fields, n_local, rd.path, checked)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc if isinstance(exc, AmrckptError) else SchemaError(f"{rd.path!r}: the fields do not fit {schema.__name__}: {exc}")
     agree(c, err, what="load")
     return Loaded(state, part, ck, verified, getattr(c, "mpi_comm", None))
 
 
-def _build(schema: type[S], values: dict[str, Any], fields: list[str] | None, n: int, path: str, verified: tuple[str, ...]) -> S:
+def _build(schema: type[S], values: dict[str, Any], fields: list[str] | None, n: int, path: str, checked: set[str]) -> S:
     """Validate the (migrated) local fields against the schema and build the state. Not collective."""
     kinds = schema.__amrckpt_fields__
     extra = sorted(set(values) - set(kinds))
@@ -365,8 +368,7 @@ def _build(schema: type[S], values: dict[str, Any], fields: list[str] | None, n:
                 raise SchemaError(f"field {name!r}: the value in {path!r} does not fit {schema.__name__}: {exc}") from exc
         else:
             v = _to_schema_dtype(kind, v)
-            # A mesh whose bytes match the CRC its writer recorded was checked by that writer.
-            validate_field(name, kind, v, n, check_values=name not in verified)
+            validate_field(name, kind, v, n, check_values=name not in checked)
         typed[name] = v
     if fields is None:
         return schema.model_validate(typed)
@@ -452,9 +454,12 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition,
         rec = mesh_record_dtype(ms.dim)
         buf = np.empty(n, dtype=rec)
         f.fread_array_data(counts, rec.itemsize, out=buf)
-        return Forest.from_records(buf, num_trees=ms.num_trees, curve=ms.curve)
+        # Unverified leaves are checked while they are unpacked; verified ones were checked by their writer.
+        return Forest.from_records(buf, num_trees=ms.num_trees, curve=ms.curve, check=not verify)
     dt = dtype_from_json(fs.dtype, f"{rd.path!r}: field {fs.name!r}")
     if fs.kind == "cells":
+        if h.elem_size != dt.itemsize * math.prod(fs.shape):  # before allocating by the manifest's shape
+            raise CheckpointError(f"{rd.path!r}: field {fs.name!r} has {h.elem_size}-byte values in the file, not {fs.shape} of {dt}")
         arr = np.empty((n, *fs.shape), dtype=dt)
         f.fread_array_data(counts, dt.itemsize * math.prod(fs.shape), out=arr)
         return arr
@@ -462,7 +467,7 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition,
     sizes = f.fread_varray_sizes(counts)
     assert sizes is not None
     err: BaseException | None = None
-    if value_nbytes and sizes.size and bool(np.any(sizes % np.uint64(value_nbytes))):
+    if value_nbytes and sizes.size and _not_multiples(sizes, value_nbytes):
         err = CheckpointError(f"{rd.path!r}: field {fs.name!r} has a leaf whose size is not a multiple of {value_nbytes} bytes")
     agree(comm, err, what="load")
     data = f.fread_varray_data(counts, sizes, f.proc_sizes())
@@ -471,6 +476,13 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition,
     counts = sizes.view(np.int64)  # sizes are below 2**63: they fit the file
     shift = value_nbytes.bit_length() - 1
     return HpData(values, counts >> shift if value_nbytes == 1 << shift else counts // value_nbytes)
+
+
+def _not_multiples(sizes: np.ndarray, value_nbytes: int) -> bool:
+    """Whether a size is not a multiple of ``value_nbytes``; for a power of two, one OR-reduction (no temporary)."""
+    if value_nbytes & (value_nbytes - 1) == 0:
+        return bool(int(np.bitwise_or.reduce(sizes)) & (value_nbytes - 1))
+    return bool(np.any(sizes % np.uint64(value_nbytes)))
 
 
 def _to_schema_dtype(kind: FieldKind, v: Any) -> Any:

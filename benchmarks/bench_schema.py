@@ -72,7 +72,7 @@ def main() -> None:
     nbytes = comm.allreduce(len(mesh) * (13 + 16) + int(sizes.sum()))
     d = Path(a.dir)
     tag = comm.bcast(os.getpid() if rank == 0 else None)
-    paths = {k: d / f"amrckpt-bench-{k}-{tag}.scda" for k in ("schema", "scda", "raw")}
+    paths = {k: d / f"amrckpt-bench-{k}-{tag}.scda" for k in ("schema", "scda", "scda+crc", "raw")}
     say(f"amrckpt schema benchmark: P={P}, {a.leaves} leaves, {nbytes / 2**20:.0f} MiB of data, {a.reps} repetitions, in {d}")
 
     def remove(k: str) -> None:
@@ -86,8 +86,10 @@ def main() -> None:
     def schema_write() -> None:
         ac.save(state, paths["schema"], comm=comm, truncate=not regime["warm"])
 
-    def scda_write() -> None:
-        with scda.fopen_write(paths["scda"], b"bench", comm=comm, truncate=not regime["warm"]) as f:
+    def scda_write(checksum: bool = False) -> None:
+        with scda.fopen_write(
+            paths["scda+crc" if checksum else "scda"], b"bench", comm=comm, truncate=not regime["warm"], checksum=checksum
+        ) as f:
             f.fwrite_inline(b"1".ljust(31) + b"\n", b"step")
             f.fwrite_inline(b"0.5".ljust(31) + b"\n", b"time")
             for name, arr in (("tree", mesh.tree), ("level", mesh.level), ("x", mesh.x), ("y", mesh.y)):
@@ -95,6 +97,8 @@ def main() -> None:
             f.fwrite_array(state.rho, counts, 8, b"rho")
             f.fwrite_array(state.energy, counts, 8, b"energy")
             f.fwrite_varray(hp.values, counts, sizes, proc, b"modes")
+            if checksum:
+                f.section_crcs()
 
     # Raw MPI-IO writes the same bytes at the offsets the scda file has them.
     layout: dict[str, int] = {}
@@ -125,10 +129,10 @@ def main() -> None:
             fh.Set_size(layout["end"])
         fh.Close()
 
-    def scda_read() -> None:
+    def scda_read(checksum: bool = False) -> None:
         outs = {name: np.empty_like(arr) for name, arr in arrays}
         out_hp = np.empty_like(hp.values)
-        with scda.fopen_read(paths["scda"], comm=comm) as f:
+        with scda.fopen_read(paths["scda"], comm=comm, checksum=checksum) as f:
             f.fread_section_header()
             f.fread_inline_data()
             f.fread_section_header()
@@ -139,6 +143,8 @@ def main() -> None:
             f.fread_section_header()
             s = f.fread_varray_sizes(counts)
             f.fread_varray_data(counts, s, f.proc_sizes(), out=out_hp)
+            if checksum:
+                f.section_crcs()
 
     def raw_read() -> None:
         outs = {name: np.empty_like(arr) for name, arr in arrays}
@@ -159,8 +165,14 @@ def main() -> None:
 
     scda_write()
     plan()
-    writes = [("schema", schema_write), ("scda", scda_write), ("raw", raw_write)]
-    reads = [("schema", schema_read), ("schema-noverify", schema_read_noverify), ("scda", scda_read), ("raw", raw_read)]
+    writes = [("schema", schema_write), ("scda", scda_write), ("scda+crc", lambda: scda_write(True)), ("raw", raw_write)]
+    reads = [
+        ("schema", schema_read),
+        ("schema-noverify", schema_read_noverify),
+        ("scda", scda_read),
+        ("scda+crc", lambda: scda_read(True)),
+        ("raw", raw_read),
+    ]
     t: dict[str, list[float]] = {}
     for mode in ("new", "warm"):
         regime["warm"] = mode == "warm"
@@ -190,10 +202,14 @@ def main() -> None:
         say(f"{k:<26} {med[k]:>9.3f} {min(v):>8.3f}-{max(v):<8.3f} {nbytes / 2**20 / med[k]:>7.0f}")
     pairs = {
         "write warm schema/scda": ("schema write warm", "scda write warm"),
+        "write warm schema/scda+crc": ("schema write warm", "scda+crc write warm"),
+        "write warm scda+crc/scda": ("scda+crc write warm", "scda write warm"),
         "write warm scda/raw": ("scda write warm", "raw write warm"),
         "write new schema/scda": ("schema write new", "scda write new"),
         "write new scda/raw": ("scda write new", "raw write new"),
         "read schema/scda": ("schema read", "scda read"),
+        "read schema/scda+crc": ("schema read", "scda+crc read"),
+        "read scda+crc/scda": ("scda+crc read", "scda read"),
         "read schema-noverify/scda": ("schema-noverify read", "scda read"),
         "read scda/raw": ("scda read", "raw read"),
     }

@@ -401,7 +401,7 @@ class MPIIOBackend:
     def _collective(self, bulk: Piece | None, rounds_nbytes: int, write: bool, failed: bool) -> None:
         MPI = self._MPI
         rounds = -(-rounds_nbytes // MAX_CALL_NBYTES)
-        off, buf = bulk if (bulk is not None and not failed) else (0, memoryview(b""))
+        off, buf = bulk if (bulk is not None and not failed) else (0, memoryview(bytearray()))
         err: BaseException | None = None
         for k in range(rounds):
             part = buf[k * MAX_CALL_NBYTES : (k + 1) * MAX_CALL_NBYTES]

@@ -35,6 +35,8 @@ from ._layout import Pair, RawSection, SectionHeader, partition_offsets, read_ra
 
 __all__ = ["ScdaReader", "fopen_read"]
 
+_CRC_CHUNK = 16 << 20  # bytes per round when a large section is read and checksummed
+
 
 @dataclass
 class _VState:
@@ -509,11 +511,7 @@ class ScdaReader:
             except ScdaError as exc:
                 err = exc
         self._agree(err, what)
-        self._bulk_read(bulk, max(counts) * E, what)
-        if bulk is None:
-            self._crc_skip()
-        else:
-            self._crc_add(*bulk)
+        self._bulk_read_counted(bulk, max(counts) * E, what)
         if self.strict:
             self._agree(self._root_padding(raw, hdr.elem_count * E), what)
         assert raw.end is not None
@@ -671,11 +669,7 @@ class ScdaReader:
                 except ScdaError as exc:
                     err = exc
             self._agree(err, what)
-            self._bulk_read(bulk, max(S), what)
-            if bulk is None:
-                self._crc_skip()
-            else:
-                self._crc_add(*bulk)
+            self._bulk_read_counted(bulk, max(S), what)
             if self.strict:
                 self._agree(self._last_byte_padding(p.raw, v), what)
         self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
@@ -688,6 +682,40 @@ class ScdaReader:
         if C[-1] != N:
             raise ScdaArgumentError(f"elem_counts sum to {C[-1]}; the section has N = {N} elements")
         return counts, C
+
+    def _bulk_read_counted(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
+        """Read this rank's bulk run (collective) and count its bytes for the checksum.
+
+        When checksumming a large section, the run is read in rounds of
+        ``_CRC_CHUNK`` bytes (the same number of collective calls on every
+        rank) and the helper thread CRCs each chunk while the next one is
+        read: on bytes still in the cache, and with no CRC of the whole run
+        left to wait for at the end.
+        """
+        if self._cur is None or max_bulk <= 2 * _CRC_CHUNK:
+            self._bulk_read(bulk, max_bulk, what)
+            if bulk is None:
+                self._crc_skip()
+            else:
+                self._crc_add(*bulk)
+            return
+        assert self._backend is not None
+        err: BaseException | None = None
+        for k in range(-(-max_bulk // _CRC_CHUNK)):
+            part = None
+            if bulk is not None and err is None:
+                sub = bulk[1][k * _CRC_CHUNK : (k + 1) * _CRC_CHUNK]
+                part = (bulk[0] + k * _CRC_CHUNK, sub) if sub.nbytes else None
+            try:
+                self._backend.read([], part, _CRC_CHUNK)  # every rank calls every round: they are collective
+            except ScdaError as exc:
+                err = err or exc
+                continue
+            if part is not None:
+                self._cur.add_later([part])
+        self._agree(err, what)
+        if bulk is None:
+            self._crc_skip()
 
     def _bulk_read(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         err = None

@@ -379,7 +379,6 @@ def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:
 
 
 _CHECK_CHUNK = 1 << 18
-_ALIGN_MASK = {L: np.array([(1 << (L - lv)) - 1 for lv in range(L + 1)], dtype=np.int32) for L in set(sfc.MAXLEVEL.values())}
 
 
 class Forest:
@@ -458,23 +457,33 @@ class Forest:
             self._check_chunk(s, min(n, s + _CHECK_CHUNK))
 
     def _check_chunk(self, s: int, e: int) -> None:
+        """Check leaves ``s:e``: reductions over the chunk, and an exact search only when one fails."""
         L = sfc.MAXLEVEL[self.dim]
-        tree, level = self.tree[s:e], self.level[s:e]
+        tree, level = self.tree[s:e].view(np.uint32), self.level[s:e].view(np.uint8)
+        if e == s:
+            return
         # Unsigned views fold "< 0" into ">= bound": a negative value is huge.
-        bad = tree.view(np.uint32) >= np.uint32(self.num_trees)
-        bad |= level.view(np.uint8) > np.uint8(sfc.QMAXLEVEL[self.dim])
-        if bad.any():
+        if int(tree.max()) >= self.num_trees or int(level.max()) > sfc.QMAXLEVEL[self.dim]:
+            bad = (tree >= np.uint32(self.num_trees)) | (level > np.uint8(sfc.QMAXLEVEL[self.dim]))
             i = s + int(np.flatnonzero(bad)[0])
             raise SchemaError(f"Forest: leaf {i} (tree {int(self.tree[i])}, level {int(self.level[i])}) is out of range")
-        u = self.x[s:e] | self.y[s:e]
+        u = self.x[s:e].view(np.uint32) | self.y[s:e].view(np.uint32)
         if self.z is not None:
-            u |= self.z[s:e]
-        outside = (u & np.int32(~((1 << L) - 1))) != 0  # a coordinate below 0 or beyond the root
-        # A leaf of level l has coordinates that are multiples of 2**(L - l).
-        misaligned = (u & _ALIGN_MASK[L][level]) != 0
-        if outside.any() or misaligned.any():
-            i = int(np.flatnonzero(outside | misaligned)[0])
-            if outside[i]:
+            u |= self.z[s:e].view(np.uint32)
+        # Inside the root: no bit at or above L in any coordinate.  Aligned to level l: the low
+        # L - l bits are zero, that is, the low L bits of u << l are (bits shifted past 32 drop off).
+        root = np.uint32((1 << L) - 1)
+        outside = int(np.bitwise_or.reduce(u)) & ~int(root)
+        np.left_shift(u, level, out=u)
+        misaligned = int(np.bitwise_or.reduce(u)) & int(root)
+        if outside or misaligned:
+            u = self.x[s:e].view(np.uint32) | self.y[s:e].view(np.uint32)
+            if self.z is not None:
+                u |= self.z[s:e].view(np.uint32)
+            out_mask = (u & ~root) != 0
+            bad = out_mask | (((u << level) & root) != 0)
+            i = int(np.flatnonzero(bad)[0])
+            if out_mask[i]:
                 raise SchemaError(f"Forest: leaf {s + i} has coordinates outside its tree")
             raise SchemaError(f"Forest: leaf {s + i} has coordinates not aligned to its level {int(level[i])}")
 
@@ -501,22 +510,76 @@ class Forest:
         """Return the curve key of each leaf ((n,) uint64; :func:`amrckpt.sfc.sfc_keys`)."""
         return sfc.sfc_keys(self.x, self.y, self.z, level=self.level, curve=self.curve, check=False)  # type: ignore[arg-type]
 
-    def to_records(self) -> np.ndarray:
-        """Return the leaves as packed little-endian records (:func:`mesh_record_dtype`), as in the file."""
-        rec = np.empty(len(self), dtype=mesh_record_dtype(self.dim))
-        rec["tree"] = self.tree
-        rec["x"] = self.x
-        rec["y"] = self.y
-        if self.z is not None:
-            rec["z"] = self.z
-        rec["level"] = self.level
+    def to_records(self, *, check: bool = False) -> np.ndarray:
+        """Return the leaves as packed little-endian records (:func:`mesh_record_dtype`), as in the file.
+
+        Not collective.  With ``check=True`` the leaves are also checked as
+        :meth:`check` does, in the same pass over cache-sized chunks (one
+        trip through memory instead of two).
+
+        Returns
+        -------
+        (n,) numpy.ndarray of :func:`mesh_record_dtype` records
+
+        Raises
+        ------
+        SchemaError
+            With ``check=True``, naming the first leaf out of range.
+        """
+        n = len(self)
+        rec = np.empty(n, dtype=mesh_record_dtype(self.dim))
+        names = ("tree", "x", "y", "z", "level") if self.z is not None else ("tree", "x", "y", "level")
+        for s in range(0, n, _CHECK_CHUNK):
+            e = min(n, s + _CHECK_CHUNK)
+            if check:
+                self._check_chunk(s, e)
+            chunk = rec[s:e]
+            for name in names:
+                chunk[name] = getattr(self, name)[s:e]
         return rec
 
     @classmethod
-    def from_records(cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton") -> Forest:
-        """Build from packed records as :meth:`to_records` gives them."""
-        z = rec["z"] if "z" in (rec.dtype.names or ()) else None
-        return cls(rec["tree"], rec["level"], rec["x"], rec["y"], z, num_trees=num_trees, curve=curve)
+    def from_records(cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton", check: bool = False) -> Forest:
+        """Build from packed records as :meth:`to_records` gives them.
+
+        Not collective.  With ``check=True`` the leaves are checked as
+        :meth:`check` does, chunk by chunk while they are unpacked.
+
+        Parameters
+        ----------
+        rec : (n,) numpy.ndarray of :func:`mesh_record_dtype` records
+        num_trees : int
+        curve : {"morton", "hilbert"}, optional
+        check : bool, optional
+
+        Raises
+        ------
+        SchemaError
+            As :class:`Forest` and, with ``check=True``, :meth:`check` do.
+        """
+        names = rec.dtype.names or ()
+        if "tree" not in names or "level" not in names:
+            raise SchemaError(f"Forest.from_records: records {rec.dtype} are not mesh records")
+        n = rec.shape[0]
+        dim = 3 if "z" in names else 2
+        out = cls(
+            np.empty(n, np.int32),
+            np.empty(n, np.int8),
+            np.empty(n, np.int32),
+            np.empty(n, np.int32),
+            np.empty(n, np.int32) if dim == 3 else None,
+            num_trees=num_trees,
+            curve=curve,
+        )
+        fields = ("tree", "x", "y", "z", "level") if dim == 3 else ("tree", "x", "y", "level")
+        for s in range(0, n, _CHECK_CHUNK):
+            e = min(n, s + _CHECK_CHUNK)
+            chunk = rec[s:e]
+            for name in fields:
+                getattr(out, name)[s:e] = chunk[name]
+            if check:
+                out._check_chunk(s, e)
+        return out
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Forest):

@@ -250,10 +250,16 @@ def check_local(state: CheckpointSchema) -> tuple[int, list[_Prepared], Forest |
     cls = type(state)
     kinds = cls.__amrckpt_fields__
     mesh: Forest | None = None
+    records: np.ndarray | None = None
     for name, kind in kinds.items():
         if isinstance(kind, MeshKind):
             mesh = getattr(state, name)
-            validate_field(name, kind, mesh, None)
+            validate_field(name, kind, mesh, None, check_values=False)
+            assert mesh is not None
+            try:  # check the ranges while packing: one pass over the leaves
+                records = mesh.to_records(check=True)
+            except SchemaError as exc:
+                raise SchemaError(f"field {name!r}: {exc}") from exc
     n = len(mesh) if mesh is not None else 0
     out = []
     for name, kind in kinds.items():
@@ -268,17 +274,25 @@ def check_local(state: CheckpointSchema) -> tuple[int, list[_Prepared], Forest |
             json_value, p.digest = _json_value(cls, name, value)
             p.data = _json_bytes(json_value, name) + b"\n"
         elif isinstance(kind, MeshKind):
-            assert mesh is not None
-            p.data = mesh.to_records()
-            p.elem_size = p.data.dtype.itemsize
+            assert records is not None
+            p.data = records
+            p.elem_size = records.dtype.itemsize
         elif isinstance(kind, HpCellsKind):
             p.data = _as_disk(value.values, kind)
-            p.sizes = value.counts.astype(np.uint64) * np.uint64(kind.cell_nbytes)
+            p.sizes = _sizes(value.counts, kind.cell_nbytes)
         elif isinstance(kind, CellsKind):
             p.data = _as_disk(value, kind)
             p.elem_size = kind.cell_nbytes
         out.append(p)
     return n, out, mesh
+
+
+def _sizes(counts: np.ndarray, cell_nbytes: int) -> np.ndarray:
+    """Bytes per leaf of an hp field, (n,) uint64, in one pass (a shift for power-of-two value sizes)."""
+    shift = cell_nbytes.bit_length() - 1
+    if cell_nbytes == 1 << shift:
+        return np.left_shift(counts.view(np.uint64), np.uint64(shift))
+    return np.multiply(counts.view(np.uint64), np.uint64(cell_nbytes))
 
 
 def _field_spec(p: _Prepared) -> FieldSpec:

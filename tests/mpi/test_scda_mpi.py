@@ -7,6 +7,7 @@ failure fails all ranks instead of leaving some waiting.
 from __future__ import annotations
 
 import hashlib
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,19 @@ def test_collective_calls_in_rounds(mpi_tmp: Path, monkeypatch: pytest.MonkeyPat
             f.fread_section_header(decode=True)
             s = f.fread_varray_sizes(rc)
             assert np.array_equal(f.fread_varray_data(rc, s, f.proc_sizes()), vdata[offs[RC[r]] : offs[RC[r + 1]]])
+    # Checksummed reads of large sections go in rounds of _CRC_CHUNK bytes: the same data and CRCs.
+    from amrckpt.scda import _reader
+
+    monkeypatch.setattr(_reader, "_CRC_CHUNK", 700)
+    blob = path.read_bytes()
+    with scda.fopen_read(path, comm=comm, checksum=True) as f:
+        f.fread_section_header()
+        assert np.array_equal(f.fread_array_data(rc), glob[RC[r] * 3 : RC[r + 1] * 3])
+        f.fread_section_header()
+        s = f.fread_varray_sizes(rc)
+        assert np.array_equal(f.fread_varray_data(rc, s, f.proc_sizes()), vdata[offs[RC[r]] : offs[RC[r + 1]]])
+        crcs = f.section_crcs()
+    assert [c for _, _, c in crcs] == [zlib.crc32(blob[a:b]) for a, b, _ in crcs]
 
 
 @pytest.mark.slow
@@ -197,3 +211,35 @@ def _big_section(comm: Any) -> None:
         comm.Barrier()
         if comm.rank == 0:
             path.unlink(missing_ok=True)
+
+
+def test_a_rank_skips_its_data(mpi_tmp: Path) -> None:
+    """``skip=True`` on one rank (libsc's NULL) while the others read, over MPI-IO, with and without checksums."""
+    from amrckpt.scda import _reader
+
+    comm = world()
+    P, r = comm.size, comm.rank
+    N = 3000
+    glob = (np.arange(N * 5) % 253).astype(np.uint8)
+    sizes = (np.arange(N) % 7).astype(np.uint64)
+    offs = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    vdata = (np.arange(int(offs[-1])) % 241).astype(np.uint8)
+    counts = partition_counts(N, P, 0)
+    C = np.concatenate([[0], np.cumsum(counts)])
+    proc = [int(offs[C[p + 1]] - offs[C[p]]) for p in range(P)]
+    path = mpi_tmp / "skip.scda"
+    with scda.fopen_write(path, comm=comm) as f:
+        f.fwrite_array(glob[C[r] * 5 : C[r + 1] * 5], counts, 5, b"A")
+        f.fwrite_varray(vdata[offs[C[r]] : offs[C[r + 1]]], counts, sizes[C[r] : C[r + 1]], proc, b"V")
+    for chunk in (_reader._CRC_CHUNK, 1000):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_reader, "_CRC_CHUNK", chunk)
+            for checksum in (False, True):
+                with scda.fopen_read(path, comm=comm, checksum=checksum) as f:
+                    f.fread_section_header()
+                    got = f.fread_array_data(counts, skip=r == P - 1)
+                    assert got is None if r == P - 1 else np.array_equal(got, glob[C[r] * 5 : C[r + 1] * 5])
+                    f.fread_section_header()
+                    s = f.fread_varray_sizes(counts)
+                    got = f.fread_varray_data(counts, s, f.proc_sizes(), skip=r == P - 1)
+                    assert got is None if r == P - 1 else np.array_equal(got, vdata[offs[C[r]] : offs[C[r + 1]]])

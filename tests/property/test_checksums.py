@@ -6,12 +6,14 @@ import itertools
 import zlib
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amrckpt import _crc, scda
 from amrckpt.comm import run_threads
+from amrckpt.scda import _reader
 from strategies import partitions, section_specs, write_into
 
 
@@ -72,3 +74,17 @@ def test_section_crcs_on_write_and_read(tmp_path_factory: Any, specs: Any, P: in
         assert [c for _, _, c in read] == [zlib.crc32(blob[a:b]) for a, b, _ in read]
     # The logical sections read with decode are the written records.
     assert [(a, b) for a, b, _ in run_threads(1, _read_crcs, path, [], True)[0]] == [(a, b) for a, b, _ in written]
+
+
+@settings(max_examples=30)
+@given(st.lists(section_specs(), min_size=1, max_size=4), st.integers(1, 4), st.integers(1, 3), st.data())
+def test_section_crcs_when_read_in_rounds(tmp_path_factory: Any, specs: Any, Q: int, chunk: int, data: Any) -> None:
+    """Large sections are read and checksummed in rounds (here of 1 to 3 bytes): the same CRCs."""
+    path = tmp_path_factory.mktemp("crc") / "f.scda"
+    run_threads(1, _write_with_crcs, path, specs, [[len(s.sizes)] for s in specs], "unix")
+    blob = path.read_bytes()
+    rparts = [data.draw(partitions(len(s.sizes), Q)) for s in specs]
+    with mock.patch.object(_reader, "_CRC_CHUNK", chunk):
+        for decode in (True, False):
+            read = run_threads(Q, _read_crcs, path, rparts, decode)[0]
+            assert [c for _, _, c in read] == [zlib.crc32(blob[a:b]) for a, b, _ in read]
