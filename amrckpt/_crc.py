@@ -24,6 +24,10 @@ __all__ = ["SectionCrc", "crc32", "crc32_combine", "pool", "shift"]
 
 _POOL: ThreadPoolExecutor | None = None
 
+#: Bytes per round when a large section is written or read with checksums: the helper thread CRCs
+#: each round while the next one moves, on bytes still in the cache (the L3 of a server core holds several).
+CHUNK_NBYTES = 16 << 20
+
 
 def pool() -> ThreadPoolExecutor:
     """Return the helper thread that CRCs bytes while the caller moves more bytes (zlib-ng releases the GIL)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _crc
 from .._crc import SectionCrc, crc32
 from ..comm import Comm, agree, agree_gather, as_comm, digest_of, run_on_root
 from ..errors import (
@@ -34,8 +35,6 @@ from ._format import (
 from ._layout import Pair, RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
 
 __all__ = ["ScdaReader", "fopen_read"]
-
-_CRC_CHUNK = 16 << 20  # bytes per round when a large section is read and checksummed
 
 
 @dataclass
@@ -687,12 +686,13 @@ class ScdaReader:
         """Read this rank's bulk run (collective) and count its bytes for the checksum.
 
         When checksumming a large section, the run is read in rounds of
-        ``_CRC_CHUNK`` bytes (the same number of collective calls on every
+        ``amrckpt._crc.CHUNK_NBYTES`` bytes (the same number of collective calls on every
         rank) and the helper thread CRCs each chunk while the next one is
         read: on bytes still in the cache, and with no CRC of the whole run
         left to wait for at the end.
         """
-        if self._cur is None or max_bulk <= 2 * _CRC_CHUNK:
+        chunk = _crc.CHUNK_NBYTES
+        if self._cur is None or max_bulk <= 2 * chunk:
             self._bulk_read(bulk, max_bulk, what)
             if bulk is None:
                 self._crc_skip()
@@ -701,13 +701,13 @@ class ScdaReader:
             return
         assert self._backend is not None
         err: BaseException | None = None
-        for k in range(-(-max_bulk // _CRC_CHUNK)):
+        for k in range(-(-max_bulk // chunk)):
             part = None
             if bulk is not None and err is None:
-                sub = bulk[1][k * _CRC_CHUNK : (k + 1) * _CRC_CHUNK]
-                part = (bulk[0] + k * _CRC_CHUNK, sub) if sub.nbytes else None
+                sub = bulk[1][k * chunk : (k + 1) * chunk]
+                part = (bulk[0] + k * chunk, sub) if sub.nbytes else None
             try:
-                self._backend.read([], part, _CRC_CHUNK)  # every rank calls every round: they are collective
+                self._backend.read([], part, chunk)  # every rank calls every round: they are collective
             except ScdaError as exc:
                 err = err or exc
                 continue

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _crc
 from .._crc import SectionCrc
 from ..comm import Comm, agree, agree_gather, as_comm, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
@@ -217,21 +218,58 @@ class ScdaWriter:
     def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         err: BaseException | None = None
         assert self._backend is not None
-        crc = None
-        if self._cur is not None:
-            # CRC the bytes in a helper thread while the backend writes them (both release the GIL).
-            crc = self._cur.add_later([*pieces, *([bulk] if bulk is not None else [])])
-        try:
-            self._backend.write(pieces, bulk, max_bulk)
-        except ScdaError as exc:
-            err = exc
-        if crc is not None:
-            crc.result()
+        if self._cur is not None and max_bulk > 2 * _crc.CHUNK_NBYTES:
+            err = self._write_rounds(self._cur, pieces, bulk, max_bulk)
+        else:
+            crc = None
+            if self._cur is not None:
+                # CRC the bytes in a helper thread while the backend writes them (both release the GIL).
+                crc = self._cur.add_later([*pieces, *([bulk] if bulk is not None else [])])
+            try:
+                self._backend.write(pieces, bulk, max_bulk)
+            except ScdaError as exc:
+                err = exc
+            if crc is not None:
+                crc.result()
         try:
             agree(self.comm, err, what=what)
         except ScdaError as exc:
             self._failed = exc
             raise
+
+    def _write_rounds(
+        self, cur: SectionCrc, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int
+    ) -> ScdaError | None:
+        """Write a large bulk run in rounds of ``_crc.CHUNK_NBYTES`` (collective; the same number on every rank).
+
+        The helper thread CRCs each round just written while the next one
+        is written: the bytes are still in the cache.  Returns this rank's
+        first error; after one, the rank joins the remaining rounds with
+        nothing to write, so that no rank waits.
+        """
+        assert self._backend is not None
+        chunk = _crc.CHUNK_NBYTES
+        err: ScdaError | None = None
+        futures = [cur.add_later(list(pieces))] if pieces else []
+        try:
+            self._backend.write(pieces, None, 0)
+        except ScdaError as exc:
+            err = exc
+        for k in range(-(-max_bulk // chunk)):
+            part = None
+            if bulk is not None and err is None:
+                sub = bulk[1][k * chunk : (k + 1) * chunk]
+                part = (bulk[0] + k * chunk, sub) if sub.nbytes else None
+            try:
+                self._backend.write([], part, chunk)
+            except ScdaError as exc:
+                err = err or exc
+                continue
+            if part is not None:
+                futures.append(cur.add_later([part]))
+        for f in futures:
+            f.result()  # the caller's buffers are free again
+        return err
 
     # -- sections ---------------------------------------------------------
 

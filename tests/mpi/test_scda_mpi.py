@@ -158,9 +158,9 @@ def test_collective_calls_in_rounds(mpi_tmp: Path, monkeypatch: pytest.MonkeyPat
             s = f.fread_varray_sizes(rc)
             assert np.array_equal(f.fread_varray_data(rc, s, f.proc_sizes()), vdata[offs[RC[r]] : offs[RC[r + 1]]])
     # Checksummed reads of large sections go in rounds of _CRC_CHUNK bytes: the same data and CRCs.
-    from amrckpt.scda import _reader
+    from amrckpt import _crc
 
-    monkeypatch.setattr(_reader, "_CRC_CHUNK", 700)
+    monkeypatch.setattr(_crc, "CHUNK_NBYTES", 700)
     blob = path.read_bytes()
     with scda.fopen_read(path, comm=comm, checksum=True) as f:
         f.fread_section_header()
@@ -215,7 +215,7 @@ def _big_section(comm: Any) -> None:
 
 def test_a_rank_skips_its_data(mpi_tmp: Path) -> None:
     """``skip=True`` on one rank (libsc's NULL) while the others read, over MPI-IO, with and without checksums."""
-    from amrckpt.scda import _reader
+    from amrckpt import _crc
 
     comm = world()
     P, r = comm.size, comm.rank
@@ -231,9 +231,19 @@ def test_a_rank_skips_its_data(mpi_tmp: Path) -> None:
     with scda.fopen_write(path, comm=comm) as f:
         f.fwrite_array(glob[C[r] * 5 : C[r + 1] * 5], counts, 5, b"A")
         f.fwrite_varray(vdata[offs[C[r]] : offs[C[r + 1]]], counts, sizes[C[r] : C[r + 1]], proc, b"V")
-    for chunk in (_reader._CRC_CHUNK, 1000):
+    with pytest.MonkeyPatch.context() as mp:  # written with checksums in rounds of 1000 bytes: the same file
+        mp.setattr(_crc, "CHUNK_NBYTES", 1000)
+        with scda.fopen_write(mpi_tmp / "rounds.scda", comm=comm, checksum=True) as f:
+            f.fwrite_array(glob[C[r] * 5 : C[r + 1] * 5], counts, 5, b"A")
+            f.fwrite_varray(vdata[offs[C[r]] : offs[C[r + 1]]], counts, sizes[C[r] : C[r + 1]], proc, b"V")
+            crcs = f.section_crcs()
+    comm.Barrier()
+    blob = path.read_bytes()
+    assert (mpi_tmp / "rounds.scda").read_bytes() == blob
+    assert crcs == [zlib.crc32(blob[rec.offset : rec.end]) for rec in f.records]
+    for chunk in (_crc.CHUNK_NBYTES, 1000):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_reader, "_CRC_CHUNK", chunk)
+            mp.setattr(_crc, "CHUNK_NBYTES", chunk)
             for checksum in (False, True):
                 with scda.fopen_read(path, comm=comm, checksum=checksum) as f:
                     f.fread_section_header()

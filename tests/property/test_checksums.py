@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from amrckpt import _crc, scda
 from amrckpt.comm import run_threads
-from amrckpt.scda import _reader
 from strategies import partitions, section_specs, write_into
 
 
@@ -77,14 +76,18 @@ def test_section_crcs_on_write_and_read(tmp_path_factory: Any, specs: Any, P: in
 
 
 @settings(max_examples=30)
-@given(st.lists(section_specs(), min_size=1, max_size=4), st.integers(1, 4), st.integers(1, 3), st.data())
-def test_section_crcs_when_read_in_rounds(tmp_path_factory: Any, specs: Any, Q: int, chunk: int, data: Any) -> None:
-    """Large sections are read and checksummed in rounds (here of 1 to 3 bytes): the same CRCs."""
-    path = tmp_path_factory.mktemp("crc") / "f.scda"
-    run_threads(1, _write_with_crcs, path, specs, [[len(s.sizes)] for s in specs], "unix")
-    blob = path.read_bytes()
+@given(st.lists(section_specs(), min_size=1, max_size=4), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.data())
+def test_section_crcs_in_rounds(tmp_path_factory: Any, specs: Any, P: int, Q: int, chunk: int, data: Any) -> None:
+    """Large sections are written and read with checksums in rounds (here of 1 to 3 bytes): the same bytes and CRCs."""
+    d = tmp_path_factory.mktemp("crc")
+    wparts = [data.draw(partitions(len(s.sizes), P)) for s in specs]
+    run_threads(1, _write_with_crcs, d / "one.scda", specs, [[len(s.sizes)] for s in specs], "unix")
+    blob = (d / "one.scda").read_bytes()
     rparts = [data.draw(partitions(len(s.sizes), Q)) for s in specs]
-    with mock.patch.object(_reader, "_CRC_CHUNK", chunk):
+    with mock.patch.object(_crc, "CHUNK_NBYTES", chunk):
+        written = run_threads(P, _write_with_crcs, d / "f.scda", specs, wparts, "unix")[0]
+        assert (d / "f.scda").read_bytes() == blob
+        assert [c for _, _, c in written] == [zlib.crc32(blob[a:b]) for a, b, _ in written]
         for decode in (True, False):
-            read = run_threads(Q, _read_crcs, path, rparts, decode)[0]
+            read = run_threads(Q, _read_crcs, d / "f.scda", rparts, decode)[0]
             assert [c for _, _, c in read] == [zlib.crc32(blob[a:b]) for a, b, _ in read]
