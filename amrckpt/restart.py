@@ -459,7 +459,8 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition,
     dt = dtype_from_json(fs.dtype, f"{rd.path!r}: field {fs.name!r}")
     if fs.kind == "cells":
         if h.elem_size != dt.itemsize * math.prod(fs.shape):  # before allocating by the manifest's shape
-            raise CheckpointError(f"{rd.path!r}: field {fs.name!r} has {h.elem_size}-byte values in the file, not {fs.shape} of {dt}")
+            what = f"{fs.shape} of {dt}"
+            raise CheckpointError(f"{rd.path!r}: field {fs.name!r} has {h.elem_size}-byte values in the file, not {what}")
         arr = np.empty((n, *fs.shape), dtype=dt)
         f.fread_array_data(counts, dt.itemsize * math.prod(fs.shape), out=arr)
         return arr

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._crc import crc32
 from ..errors import ScdaArgumentError, ScdaCountError, ScdaDecodeError, ScdaFormatError
+from ._codec import MAX_INFLATE_RATIO
 from ._format import (
     COUNT_ENTRY_NBYTES,
     INLINE_DATA_NBYTES,
@@ -247,6 +248,12 @@ def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Pai
             usize = parse_count_entry(first.inline or b"", b"U", f"{first.where}U entry")
         except ScdaFormatError as exc:
             raise ScdaDecodeError(f"{first.where}the data of {magic!r} is not a valid U entry: {exc}") from exc
+        # Every compressed element lies in the file, and deflate expands at most
+        # MAX_INFLATE_RATIO-fold: a larger U is corrupt (and would not fit 64 bits).
+        if usize > MAX_INFLATE_RATIO * (file_size + 1):
+            raise ScdaDecodeError(
+                f"{first.where}U = {usize} uncompressed bytes per element cannot come from a file of {file_size} bytes"
+            )
         nxt = first.end
     else:
         usize = 0

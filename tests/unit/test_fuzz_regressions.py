@@ -1,0 +1,111 @@
+"""One test per crash that fuzzing found (tests/fuzz/campaign.py), each on its minimal input.
+
+Each input is built here from a valid file by the one change that mattered,
+so the test says what the damage was; the acceptable outcome is an error of
+amrckpt's tree (or, for the command line, exit status 1 and our message).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fuzz.harness import Fuzzy, _fuzzy_state, edit_checkpoint
+
+import amrckpt as ac
+from amrckpt import restart, scda
+from amrckpt.cli import main
+from amrckpt.errors import AmrckptError, CheckpointError, ScdaDecodeError
+
+
+def _cli(*argv: Any) -> tuple[int, str]:
+    """Exit status and everything printed (stdout, then stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue() + err.getvalue()
+
+
+def _read_all(path: Path) -> None:
+    with scda.fopen_read(path) as f:
+        while (h := f.fread_section_header(decode=True)) is not None:
+            if h.type == "B":
+                f.fread_block_data()
+            elif h.type == "A":
+                f.fread_array_data([h.elem_count])
+
+
+@pytest.mark.parametrize("kind", ["A", "B"])
+@pytest.mark.parametrize("U", [2**64, 10**26 - 1])
+def test_compressed_section_with_a_u_entry_beyond_64_bits(tmp_path: Path, kind: str, U: int) -> None:
+    """Crash 1: OverflowError in np.full / np.array when the U entry of an 'A/B compressed scda 00' header
+    held 20 to 26 digits (U >= 2**64).  Now rejected when the header is read: deflate expands at most
+    1032-fold, so U cannot exceed 1032 times the file's size."""
+    p = tmp_path / "u.scda"
+    with scda.fopen_write(p) as f:
+        if kind == "A":
+            f.fwrite_array(np.arange(6, dtype="<u8"), [6], 8, b"a", encode=True)
+        else:
+            f.fwrite_block(b"0123456789" * 3, b"b", encode=True)
+    blob = bytearray(p.read_bytes())
+    at = 128 + 64  # the U entry: the data of the inline section that starts the pair
+    assert blob[at : at + 2] == b"U "
+    blob[at : at + 32] = scda.count_entry(b"U", U, "unix")
+    p.write_bytes(bytes(blob))
+    with pytest.raises(ScdaDecodeError, match="cannot come from a file"):
+        _read_all(p)
+    with pytest.raises(ScdaDecodeError, match="cannot come from a file"):
+        scda.scan(p)
+    code, text = _cli("verify", "--no-progress", p)
+    assert code == 1 and "cannot come from a file" in text and "Traceback" not in text
+    # A U the file can hold is still read to the end (and then found wrong by the decoder).
+    blob[at : at + 32] = scda.count_entry(b"U", 9, "unix")
+    p.write_bytes(bytes(blob))
+    with pytest.raises(ScdaDecodeError, match="announces"):
+        _read_all(p)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    p = tmp_path_factory.mktemp("ck") / "c.ckpt"
+    ac.save(_fuzzy_state(3, 1), p)
+    return p.read_bytes()
+
+
+def _set_field(name: str, key: str, value: Any) -> Any:
+    def edit(doc: Any) -> Any:
+        for fs in doc["fields"]:
+            if fs["name"] == name:
+                fs[key] = value
+        return doc
+
+    return edit
+
+
+@pytest.mark.parametrize("shape", [[2**40], [10**6, 10**6], [3]])
+def test_cells_shape_in_the_manifest_does_not_size_an_allocation(tmp_path: Path, checkpoint: bytes, shape: list[int]) -> None:
+    """Crash 2: ValueError "array is too big" (or a MemoryError, or gigabytes allocated) in restart.load when
+    a manifest (with correct CRC32s) gave a cell field a huge per-leaf shape: the array was allocated from
+    the manifest's shape before the file's element size was compared.  Now compared first."""
+    p = tmp_path / "shape.ckpt"
+    p.write_bytes(edit_checkpoint(checkpoint, "amrckpt manifest", _set_field("rho", "shape", shape)))
+    assert restart.verify(p).ok  # every CRC32 is right: only the manifest's meaning is wrong
+    for verify in (True, False):
+        with pytest.raises(CheckpointError, match="'rho' has 8-byte values in the file"):
+            restart.load(p, Fuzzy, verify=verify)
+
+
+def test_every_regression_input_is_an_amrckpt_error_for_every_reader(tmp_path: Path, checkpoint: bytes) -> None:
+    """The inputs above, given to every reader of the harness: only acceptable outcomes."""
+    from fuzz.harness import READERS, run_target
+
+    p = tmp_path / "x.ckpt"
+    p.write_bytes(edit_checkpoint(checkpoint, "amrckpt manifest", _set_field("vel", "shape", [2**40])))
+    for name, target in READERS.items():
+        assert run_target(name, target, p, p.stat().st_size) is None, name
+    with pytest.raises(AmrckptError):
+        restart.load(p, Fuzzy)
