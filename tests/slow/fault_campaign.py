@@ -81,7 +81,8 @@ def main() -> int:
     launcher = Path(mpiexec).resolve()
     python = str(launcher.parent / "python") if a.mpiexec else sys.executable
     extra = ["--map-by", ":OVERSUBSCRIBE"] if (launcher.parent / "ompi_info").exists() else []  # Open MPI: more ranks than cores
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_mpi_yield_when_idle="1")
+    env.setdefault("OMPI_MCA_io", "ompio")
     nprocs = [int(x) for x in a.nprocs.split(",") if x]
     rows: list[dict] = []  # type: ignore[type-arg]
     failed_jobs = []
