@@ -406,8 +406,17 @@ def _check_manifest(m: Manifest, path: str) -> None:
         raise CheckpointError(f"{path!r}: cell fields without a mesh")
 
 
+def _check_leaves(rd: _Reader, name: str, h: scda.SectionHeader | None, m: Manifest) -> None:
+    """Raise CheckpointError unless the A or V section ``h`` of a leaf field has the manifest's leaf count."""
+    if h is not None and h.type in ("A", "V") and h.elem_count != m.num_leaves:
+        raise CheckpointError(f"{rd.path!r}: field {name!r} has {h.elem_count} leaves in the file, the manifest {m.num_leaves}")
+
+
 def _leaf_weights(rd: _Reader, m: Manifest, index: Index) -> np.ndarray:
     """Bytes per leaf (mesh, cells, hp payloads) on this rank under the uniform partition."""
+    if m.mesh is not None:
+        rd.f.fseek_section(_entry(index, m.mesh.field, rd.path).offset)
+        _check_leaves(rd, m.mesh.field, rd.f.fread_section_header(), m)
     part = Partition.uniform(m.num_leaves, rd.comm.size)
     n = int(part.elem_counts[rd.comm.rank])
     fixed = 0
@@ -423,6 +432,8 @@ def _leaf_weights(rd: _Reader, m: Manifest, index: Index) -> np.ndarray:
             sizes = rd.f.fread_varray_sizes(part.elem_counts.tolist())
             assert sizes is not None
             w += sizes.astype(np.int64)
+    if fixed > rd.f.file_size:  # a manifest's shapes, not the file: would not fit int64 either
+        raise CheckpointError(f"{rd.path!r}: the manifest gives each leaf {fixed} bytes, more than the file holds")
     return w + fixed
 
 
@@ -433,6 +444,7 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition,
     h = f.fread_section_header(decode=True)
     if h is None or h.type != fs.section or h.user_string != fs.name.encode() or h.decoded != fs.compressed:
         raise CheckpointError(f"{rd.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it")
+    _check_leaves(rd, fs.name, h, ck.manifest)  # before anything is allocated by the manifest's leaf count
     counts = part.elem_counts.tolist()
     n = counts[comm.rank]
     if fs.kind in ("inline", "block"):

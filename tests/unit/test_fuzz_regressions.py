@@ -109,3 +109,35 @@ def test_every_regression_input_is_an_amrckpt_error_for_every_reader(tmp_path: P
         assert run_target(name, target, p, p.stat().st_size) is None, name
     with pytest.raises(AmrckptError):
         restart.load(p, Fuzzy)
+
+
+@pytest.mark.parametrize("num_leaves", [2**31, 10**6, 9])
+@pytest.mark.parametrize("partition", ["uniform", "weighted"])
+def test_num_leaves_in_the_manifest_does_not_size_an_allocation(
+    tmp_path: Path, checkpoint: bytes, num_leaves: int, partition: str
+) -> None:
+    """Crash 3: MemoryError ("Unable to allocate 26.0 GiB") in restart.load when a manifest (with correct
+    CRC32s) gave num_leaves = 2**31 for a file of 8 leaves: the mesh records, and for a weighted partition
+    the leaf weights, were allocated from the manifest's count.  Now every leaf section's N is compared
+    with num_leaves first."""
+    p = tmp_path / "leaves.ckpt"
+
+    def edit(doc: Any) -> Any:
+        doc["num_leaves"] = num_leaves
+        return doc
+
+    p.write_bytes(edit_checkpoint(checkpoint, "amrckpt manifest", edit))
+    with pytest.raises(CheckpointError, match=f"has 8 leaves in the file, the manifest {num_leaves}"):
+        restart.load(p, Fuzzy, partition=partition)  # type: ignore[arg-type]
+
+
+def test_weighted_partition_with_a_huge_cell_shape(tmp_path: Path, checkpoint: bytes) -> None:
+    """Crash 4: OverflowError in restart.load(partition="weighted") when a manifest gave a cell field the
+    shape [2**63]: the bytes per leaf (a Python int beyond int64) were added to an int64 array.  Now
+    refused when they exceed the file's size."""
+    p = tmp_path / "w.ckpt"
+    p.write_bytes(edit_checkpoint(checkpoint, "amrckpt manifest", _set_field("vel", "shape", [2**63])))
+    with pytest.raises(CheckpointError, match="more than the file holds"):
+        restart.load(p, Fuzzy, partition="weighted")
+    with pytest.raises(CheckpointError, match="'vel' has 8-byte values in the file"):
+        restart.load(p, Fuzzy)
