@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import traceback
+import tracemalloc
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 
-from fuzz.harness import READERS, build_seeds, decoder_case, decoder_target, mutate, run_target  # noqa: E402
+from fuzz.harness import (  # noqa: E402
+    READERS,
+    build_seeds,
+    decoder_case,
+    decoder_target,
+    json_sweep,
+    mutate,
+    run_target,
+)
 
 from _support import interop_dir  # noqa: E402
 from amrckpt.errors import AmrckptError  # noqa: E402
@@ -62,6 +71,8 @@ def worker(args: argparse.Namespace) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
     work = Path(args.workdir)
     seeds = build_seeds(work / "seeds", interop_dir())
+    if not args.no_memory:
+        tracemalloc.start()  # once: see run_target
     readers = {k: v for k, v in READERS.items() if not args.readers or k in args.readers}
     counts: collections.Counter[str] = collections.Counter()
     path = work / "input.bin"
@@ -268,6 +279,59 @@ class Campaign:
             print(f"   {n:8d}  {k}")
 
 
+def sweep(args: argparse.Namespace) -> int:
+    """Every JSON value of every checkpoint seed set to every value of the list, on the checkpoint readers."""
+    warnings.simplefilter("error")
+    work = Path(tempfile.mkdtemp(prefix="amrckpt-sweep-"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    readers = {k: v for k, v in READERS.items() if k.startswith(("restart.", "cli "))}
+    tried: collections.Counter[str] = collections.Counter()
+    found: dict[str, int] = {}
+    path = work / "input.bin"
+    t0 = time.monotonic()
+    if not args.no_memory:
+        tracemalloc.start()  # once: see run_target
+    try:
+        for seed in build_seeds(work / "seeds", None):
+            if seed.kind != "checkpoint":
+                continue
+            for k, (name, where, value, blob) in enumerate(json_sweep(seed.data)):
+                path.write_bytes(blob)
+                for rname, target in readers.items():
+                    faulthandler.dump_traceback_later(args.timeout, exit=True)
+                    crash = run_target(rname, target, path, len(blob), measure=not args.no_memory)
+                    faulthandler.cancel_dump_traceback_later()
+                    tried[rname] += 1
+                    if crash is None:
+                        continue
+                    sig = _signature(rname, crash.kind, crash.message)
+                    found[sig] = found.get(sig, 0) + 1
+                    if found[sig] == 1:
+                        stem = out / f"sweep-{seed.name}-{k}"
+                        stem.with_suffix(".bin").write_bytes(blob)
+                        meta = {
+                            "reader": rname,
+                            "kind": crash.kind,
+                            "message": crash.message,
+                            "block": name,
+                            "path": list(where),
+                            "value": repr(value),
+                        }
+                        stem.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
+                        print(
+                            f"!! {rname}: {crash.kind}: {crash.message[:160]} ({name} {where} = {value!r:.40}) -> {stem}.bin",
+                            flush=True,
+                        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"== JSON sweep in {time.monotonic() - t0:.0f} s")
+    for r, n in sorted(tried.items()):
+        print(f"   {n:8d}  {r}")
+    print(f"== crashes: {sum(found.values())} ({len(found)} distinct)")
+    return 1 if found else 0
+
+
 def replay(path: Path) -> int:
     """Rerun a reproducer on its reader (or every reader) and print the outcome with its traceback."""
     meta = json.loads(path.with_suffix(".json").read_text()) if path.with_suffix(".json").exists() else {}
@@ -307,6 +371,7 @@ def main() -> int:
     ap.add_argument("--memory-limit", type=float, default=4.0, help="address-space limit of a worker, GiB")
     ap.add_argument("--no-memory", action="store_true", help="do not measure allocations (faster)")
     ap.add_argument("--readers", action="append", help=f"only these readers ({', '.join([*READERS, DECODER])})")
+    ap.add_argument("--sweep", action="store_true", help="the deterministic JSON sweep of the checkpoint seeds instead")
     ap.add_argument("--replay", type=Path, help="rerun a reproducer (.bin) and print tracebacks")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
@@ -317,6 +382,8 @@ def main() -> int:
         return replay(args.replay)
     if args.worker:
         return worker(args)
+    if args.sweep:
+        return sweep(args)
     return Campaign(args).main()
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "deadline",
     "decoder_case",
     "edit_checkpoint",
+    "json_sweep",
     "mutate",
     "run_target",
 ]
@@ -399,6 +400,39 @@ def edit_checkpoint(blob: bytes, name: str | None, edit: Callable[[Any], Any], *
     return blob[:ioff] + isec_bytes + footer_head + foot_data
 
 
+def json_sweep(blob: bytes) -> Any:
+    """Yield ``(block, path, value, damaged blob)``: every value of every JSON block set to every value of a list.
+
+    The deterministic complement of :func:`restructure`: the index, the
+    manifest, the provenance and every uncompressed block field of a
+    checkpoint, each value (at any depth) replaced in turn by each of
+    ``_JSON_VALUES``, with every CRC32 resealed.
+    """
+    import copy
+
+    index = _index_of(blob)
+    names: list[str | None] = [None]
+    names += [e["name"] for e in index["sections"] if e["type"] == "B" and not e["compressed"]]
+    for name in names:
+        if name is None:
+            doc = index
+        else:
+            e = next(x for x in index["sections"] if x["name"] == name)
+            sec = _section(blob, e["offset"])
+            doc = json.loads(blob[sec.data_offset : sec.data_offset + sec.elem_size])
+        for path in _leaves(doc):
+            for value in _JSON_VALUES if path else []:
+
+                def edit(d: Any, path: tuple[Any, ...] = path, value: Any = value) -> Any:
+                    parent = d
+                    for k in path[:-1]:
+                        parent = parent[k]
+                    parent[path[-1]] = copy.deepcopy(value)
+                    return d
+
+                yield name, path, value, edit_checkpoint(blob, name, edit)
+
+
 def reseal(blob: bytes) -> bytes:
     """Recompute the CRC32s of a checkpoint's index and footer over its (damaged) bytes.
 
@@ -725,9 +759,19 @@ class Crash:
 
 
 def run_target(name: str, target: Callable[[Any], None], arg: Any, nbytes: int, *, measure: bool = True) -> Crash | None:
-    """Run one reader on one input; return the crash, or None for an acceptable outcome."""
-    if measure:
+    """Run one reader on one input; return the crash, or None for an acceptable outcome.
+
+    The memory measure is the tracemalloc peak above what was allocated
+    before.  Keep tracemalloc running across inputs (start it once): CPython
+    before 3.12.9 can crash in ``tracemalloc.stop()`` while another thread
+    allocates (python/cpython#128679), and amrckpt's CRC helper thread may.
+    """
+    own = measure and not tracemalloc.is_tracing()
+    if own:
         tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0] if measure else 0
+    if measure:
+        tracemalloc.reset_peak()
     try:
         target(arg)
     except AmrckptError:
@@ -735,9 +779,8 @@ def run_target(name: str, target: Callable[[Any], None], arg: Any, nbytes: int, 
     except Exception as exc:  # noqa: BLE001 - the point of fuzzing
         return Crash(name, type(exc).__name__, f"{exc}"[:500])
     finally:
-        peak = 0
-        if measure:
-            peak = tracemalloc.get_traced_memory()[1]
+        peak = tracemalloc.get_traced_memory()[1] - base if measure else 0
+        if own:
             tracemalloc.stop()
     limit = MEMORY_FACTOR * nbytes + MEMORY_SLACK
     if peak > limit:

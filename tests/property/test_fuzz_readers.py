@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+import tracemalloc
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -42,6 +44,14 @@ GROUPS = {
     "restart": [k for k in READERS if k.startswith("restart.")],
     "cli": [k for k in READERS if k.startswith("cli ")],
 }
+
+
+@pytest.fixture(autouse=True)
+def _tracing() -> Iterator[None]:
+    """tracemalloc on for a whole test, not per input (see harness.run_target)."""
+    tracemalloc.start()
+    yield
+    tracemalloc.stop()
 
 
 @cache
