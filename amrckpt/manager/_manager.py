@@ -22,6 +22,7 @@ from ..restart import Loaded, load, read_info
 from ..schema import CheckpointSchema, save
 from ._policies import Decision, EveryNSteps, Moment, SavePolicy
 from ._retention import KeepLast, KeepPolicy
+from ._snapshot import Snapshots, cores_per_rank
 
 __all__ = ["CheckpointManager", "CheckpointRecord", "ManagerError"]
 
@@ -106,6 +107,9 @@ class CheckpointManager(Generic[S]):
         and returns; the simulation goes on while the copy is written.  The
         next save, :meth:`wait` and :meth:`close` wait for it and raise its
         error, if any, on every rank.  Needs ``MPI_THREAD_MULTIPLE`` under MPI.
+        The copy goes into buffers kept between saves (one copy of the state
+        stays allocated until :meth:`close`), by as many threads as this
+        rank has cores to itself (``amrckpt.manager._snapshot``).
     prefix : str, optional
         File names are ``<prefix>-<step, 12 digits>.scda``.
     sync : bool, optional
@@ -163,8 +167,10 @@ class CheckpointManager(Generic[S]):
             except AmrckptError as exc:
                 err = exc
         agree(self.comm, err, what="CheckpointManager")
+        self._snapshots: Snapshots | None = None
         if background:
             self._bg_comm = self._background_comm()
+            self._snapshots = Snapshots(cores_per_rank(getattr(self.comm, "mpi_comm", None)))
         start = getattr(self.save_policy, "start", None)
         if start is not None:
             start()
@@ -286,7 +292,8 @@ class CheckpointManager(Generic[S]):
         if self._bg_comm is None:
             self._commit(self.comm, step, checkpoint, reason, time_value)
         else:
-            copy = checkpoint.model_copy(deep=True)  # the only blocking part of a background save
+            assert self._snapshots is not None
+            copy = self._snapshots.take(checkpoint)  # the only blocking part of a background save
             self._thread = threading.Thread(
                 target=self._background, args=(step, copy, reason, time_value), name=f"amrckpt-save-{step}", daemon=True
             )
@@ -556,6 +563,8 @@ class CheckpointManager(Generic[S]):
                 stop()
             if self._bg_comm is not None and isinstance(self._bg_comm, MPIComm):
                 self._bg_comm.free()
+            if self._snapshots is not None:
+                self._snapshots.clear()
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = -1
