@@ -572,7 +572,9 @@ def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, 
     except AmrckptError as exc:
         return VerifyReport(spath, False, [f"{type(exc).__name__}: {exc}"], None)
     for e, crc in zip(index.sections, crcs, strict=True):
-        if crc != e.crc32:
+        if crc is None:
+            problems.append(f"section {e.name!r} (bytes {e.offset}..{e.end}) is not inside the file")
+        elif crc != e.crc32:
             problems.append(f"section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32")
     ck = None
     try:
@@ -650,13 +652,17 @@ def _structure_problems(path: str, index: Index) -> list[str]:
 _VERIFY_CHUNK = 64 << 20
 
 
-def _crc_ranges(path: str, ranges: list[tuple[int, int]], comm: Comm, info: Any) -> list[int]:
-    """CRC32 of each byte range, the reading spread evenly over the ranks. Collective."""
+def _crc_ranges(path: str, ranges: list[tuple[int, int]], comm: Comm, info: Any) -> list[int | None]:
+    """CRC32 of each byte range (None if it is not inside the file), the reading spread evenly over the ranks. Collective."""
     backend = scda.open_backend(path, "r", comm, info=info)
     terms = []
     err: BaseException | None = None
     try:
-        for start, end in ranges:
+        size = backend.file_size()  # collective; a damaged index may name bytes that the file does not have
+        outside = [not 0 <= start <= end <= size for start, end in ranges]
+        for (start, end), out in zip(ranges, outside, strict=True):
+            if out:
+                start = end = 0  # read nothing: no buffer sized by the index
             n = end - start
             lo = start + n * comm.rank // comm.size
             hi = start + n * (comm.rank + 1) // comm.size
@@ -674,6 +680,7 @@ def _crc_ranges(path: str, ranges: list[tuple[int, int]], comm: Comm, info: Any)
                 pos += k
             terms.append(s.term(end))
         agree_gather(comm, err, None)
-        return comm.allreduce_xor(terms)
+        crcs = comm.allreduce_xor(terms)
+        return [None if out else crc for crc, out in zip(crcs, outside, strict=True)]
     finally:
         backend.close()

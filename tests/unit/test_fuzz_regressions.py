@@ -141,3 +141,26 @@ def test_weighted_partition_with_a_huge_cell_shape(tmp_path: Path, checkpoint: b
         restart.load(p, Fuzzy, partition="weighted")
     with pytest.raises(CheckpointError, match="'vel' has 8-byte values in the file"):
         restart.load(p, Fuzzy)
+
+
+@pytest.mark.parametrize("end", [2**31, 10**30])
+def test_verify_of_an_index_entry_beyond_the_file(tmp_path: Path, checkpoint: bytes, end: int) -> None:
+    """Crash 5 (memory): restart.verify and `amrckpt verify` allocated a 64 MiB read buffer for a
+    10 KB file whose index (with a correct CRC32 in the footer) said that a section ends at byte 2**31:
+    the CRC pass read every range as the index gave it.  Now a range not inside the file is reported
+    as a problem, and nothing is read for it."""
+    from fuzz.harness import READERS, run_target
+
+    p = tmp_path / "end.ckpt"
+
+    def edit(doc: Any) -> Any:
+        doc["sections"][0]["end"] = end
+        return doc
+
+    p.write_bytes(edit_checkpoint(checkpoint, None, edit))
+    rep = restart.verify(p)
+    assert not rep.ok and any("'file header' (bytes 0.." in x and "is not inside the file" in x for x in rep.problems)
+    for name in ("restart.verify", "cli verify"):
+        assert run_target(name, READERS[name], p, p.stat().st_size) is None
+    code, text = _cli("verify", "--no-progress", p)
+    assert code == 1 and "is not inside the file" in text
