@@ -104,6 +104,7 @@ def worker(args: argparse.Namespace) -> int:
                     }
                 )
         if not args.readers or DECODER in args.readers:
+            state.write_text(json.dumps({"i": i, "reader": "harness (decoder case)", "seed_file": "", "edits": []}))
             case = decoder_case(rng)
             state.write_text(json.dumps({"i": i, "reader": DECODER, "seed_file": "", "edits": []}))
             faulthandler.dump_traceback_later(args.timeout, exit=True)

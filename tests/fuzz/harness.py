@@ -704,7 +704,7 @@ def decoder_case(rng: random.Random) -> tuple[np.ndarray, np.ndarray, np.ndarray
                 es[i] += d
                 es[j] -= d
         elif k == 3:
-            us[rng.randrange(n)] = rng.choice([0, 1, 10**6, 2**40, 2**63, 2**64 - 1, us[rng.randrange(n)] + 1])
+            us[rng.randrange(n)] = min(rng.choice([0, 1, 10**6, 2**40, 2**63, 2**64 - 1, us[rng.randrange(n)] + 1]), 2**64 - 1)
         elif k == 4 and b:  # delete bytes, shortening the last element
             pos = rng.randrange(len(b))
             cut = min(rng.randint(1, 10), len(b) - pos, es[-1])
