@@ -14,6 +14,7 @@ bytes are partitioned.  The polynomial arithmetic is zlib's (``multmodp``,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -72,8 +73,9 @@ def _x2n_table() -> list[int]:
 _X2N = _x2n_table()
 
 
+@functools.lru_cache(maxsize=256)
 def _x8nmodp(nbytes: int) -> int:
-    """Return x**(8 nbytes) modulo p."""
+    """Return x**(8 nbytes) modulo p (cached: the rounds of a large section share their length)."""
     p = 1 << 31  # x**0
     k = 3
     n = nbytes
@@ -143,10 +145,13 @@ class SectionCrc:
     def term(self, end: int) -> int:
         """Return this rank's term of the section that ends at ``end``."""
         self.wait()
-        t = 0
-        for stop, c in self.pieces:
-            t ^= shift(c, end - stop)
-        return t
+        # Horner's scheme over the pieces in file order: shift by the distance to the next piece
+        # (often one round's length, whose power of x is cached), then by the distance to the end.
+        acc, last = 0, None
+        for stop, c in sorted(self.pieces):
+            acc = (shift(acc, stop - last) if last is not None else 0) ^ c
+            last = stop
+        return acc if last is None else shift(acc, end - last)
 
 
 def combine_terms(terms: Iterable[int]) -> int:
