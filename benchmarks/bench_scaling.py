@@ -7,13 +7,13 @@ Run (one JSON per process count; the plot script joins them)::
         mpiexec -n $p python -m mpi4py benchmarks/bench_scaling.py --json benchmarks/results/scaling-P$p.json
     done
     mpiexec -n 2 python -m mpi4py benchmarks/bench_scaling.py --leaves 100000000 --reps 3 \\
-        --json benchmarks/results/scaling-1e8-P2.json      # 10^8 leaves: about 2.1 GB of state, 8 GB peak
+        --json benchmarks/results/scaling-large-P2.json    # 10^8 leaves: 2.1 GB of state, about 12 GB peak
     python benchmarks/bench_scaling.py --quick            # small, as CI runs it
 
 The state: a 2D forest of N leaves (2 trees, uniform partition) and one
 float64 cell field, 21 bytes per leaf (13 of mesh: tree, level, x, y).  For
 every N of ``--leaves`` (default 10^4 to 10^7; 10^8 on request, it needs
-about 8 GB of memory and /dev/shm), interleaved (A B C D, D C B A, ...; one
+about 12 GB of memory and /dev/shm), interleaved (A B C D, D C B A, ...; one
 warm-up round dropped, medians of ``--reps``):
 
 * ``save``: :func:`amrckpt.save` (validation, manifest, CRC32, index);

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import os
 import statistics
 import struct
@@ -422,7 +423,10 @@ def compression(n64: int, reps: int) -> list[dict[str, Any]]:
     Interleaved per repetition: ours and the Python loop on all ranks at once
     (between barriers), and ours on rank 0 alone while the others wait
     (``solo``): the per-rank rate with all ranks busy over the solo rate is
-    how per-rank throughput scales with ranks, measured in one run.
+    how per-rank throughput scales with ranks, measured in one run.  Also the
+    zlib-ng calls alone (a ``map`` of ``zlib_ng.compress`` over the
+    elements, nothing else): loop time / zlib time bounds what any encoder
+    that makes one zlib call per element can gain over the loop.
     """
     rng = np.random.default_rng(rank)
     data = memoryview(rng.integers(0, 16, n64 * 64, dtype=np.uint8).tobytes())
@@ -431,11 +435,13 @@ def compression(n64: int, reps: int) -> list[dict[str, Any]]:
         n = n64 * 64 // e
         offsets = np.arange(n + 1, dtype=np.int64) * e
         for level in (1, 9):
-            t: dict[str, list[float]] = {"ours": [], "loop": [], "solo": [], "decode": []}
+            t: dict[str, list[float]] = {"ours": [], "loop": [], "solo": [], "zlib": [], "decode": []}
+            elems = [data[i * e : (i + 1) * e] for i in range(n)]
             cases = [
                 ("ours", lambda o=offsets, lv=level: _codec.encode_elements(data, o, level=lv)),
                 ("loop", lambda n=n, e=e, lv=level: python_loop_encode(data, n, e, lv)),
                 ("solo", lambda o=offsets, lv=level: _codec.encode_elements(data, o, level=lv)),
+                ("zlib", lambda el=elems, lv=level: list(map(zlib_ng.compress, el, itertools.repeat(lv)))),
             ]
             for k in range(reps):
                 got: dict[str, Any] = {}
@@ -467,6 +473,8 @@ def compression(n64: int, reps: int) -> list[dict[str, Any]]:
                     "solo_encode_per_s": comm.bcast(n / med["solo"] if rank == 0 else None),
                     "per_rank_scaling": comm.bcast(med["solo"] / med["ours"] if rank == 0 else None),
                     "ratio_vs_loop_by_rank": comm.gather(ratio, root=0),
+                    "zlib_only_per_s_by_rank": comm.gather(n / med["zlib"], root=0),
+                    "bound_vs_loop_by_rank": comm.gather(med["loop"] / med["zlib"], root=0),
                     "ratio_vs_loop": min(comm.allgather(ratio)),
                 }
             )
@@ -486,11 +494,13 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, nargs="+", default=[64, 256, 1024], help="sizes of the A section (MiB)")
-    ap.add_argument("--v-elems", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000], help="elements of the V section")
-    ap.add_argument("--comp-mib", type=float, default=16, help="uncompressed MiB per rank of the compressed sections")
+    ap.add_argument(
+        "--v-elems", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000], help="elements of the V section (0: none)"
+    )
+    ap.add_argument("--comp-mib", type=float, default=16, help="uncompressed MiB per rank of the compressed sections (0: none)")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--entries", type=int, default=10_000_000, help="E_i entries per rank")
-    ap.add_argument("--elems", type=int, default=1_000_000, help="64-byte elements compressed per rank")
+    ap.add_argument("--entries", type=int, default=10_000_000, help="E_i entries per rank (0: skip)")
+    ap.add_argument("--elems", type=int, default=1_000_000, help="64-byte elements compressed per rank (0: skip)")
     ap.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else "/tmp")
     ap.add_argument("--json", default=None, help="output file (default bench-results/scda-P<P>.json)")
     ap.add_argument("--memory", choices=["warm", "fresh"], default="warm", help="reuse freed pages (see _warm.py) or not")
@@ -508,16 +518,17 @@ def main() -> None:
         for mib in a.mib:
             rows += a_section(files, mib, a.reps, q_read=mib == max(a.mib))
         for n in a.v_elems:
-            rows += v_section(files, n, a.reps, q_read=n == max(a.v_elems))
+            if n:
+                rows += v_section(files, n, a.reps, q_read=n == max(a.v_elems))
         print_rows(rows)
-        comp = compressed_sections(files, a.comp_mib, max(3, a.reps - 2))
+        comp = compressed_sections(files, a.comp_mib, max(3, a.reps - 2)) if a.comp_mib else []
         print_rows(comp)
         say("  (compressed: MiB/s of uncompressed data; ratio = raw time / scda time for the same uncompressed bytes)")
     finally:
         files.remove()
-    ent = entries(a.entries, a.reps)
-    kern = compression(a.elems, max(3, a.reps // 2))
-    if rank == 0:
+    ent = entries(a.entries, a.reps) if a.entries else None
+    kern = compression(a.elems, max(3, a.reps // 2)) if a.elems else []
+    if rank == 0 and ent is not None:
         say(
             f"\nV-section E_i entries, per rank (M entries/s): format {[round(x / 1e6, 1) for x in ent['format_per_s_by_rank']]}, "
             f"parse {[round(x / 1e6, 1) for x in ent['parse_per_s_by_rank']]}"
@@ -528,6 +539,8 @@ def main() -> None:
                 f"{[round(x / 1e3, 1) for x in c['encode_per_s_by_rank']]} k elements/s per rank "
                 f"(plain Python loop: {[round(x / 1e3, 1) for x in c['python_loop_per_s_by_rank']]} k/s; "
                 f"ratio by rank {[round(x, 2) for x in c['ratio_vs_loop_by_rank']]}); "
+                f"zlib calls alone {[round(x / 1e3, 1) for x in c['zlib_only_per_s_by_rank']]} k/s "
+                f"(bound {[round(x, 2) for x in c['bound_vs_loop_by_rank']]}); "
                 f"rank 0 alone {c['solo_encode_per_s'] / 1e3:.1f} k/s (all ranks busy / alone: {c['per_rank_scaling']:.2f}); "
                 f"decode {[round(x / 1e3, 1) for x in c['decode_per_s_by_rank']]} k/s"
             )
