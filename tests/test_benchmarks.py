@@ -68,6 +68,19 @@ def test_bench_scaling_quick(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("amrckpt-bench-*"))
 
 
+def test_plot_performance(tmp_path: Path) -> None:
+    """The figures and tables of docs/performance.md, regenerated from the committed results into a copy."""
+    doc = tmp_path / "performance.md"
+    doc.write_text((REPO / "docs" / "performance.md").read_text())
+    cmd = [sys.executable, str(REPO / "benchmarks" / "plot_performance.py"), "--img", str(tmp_path / "img"), "--doc", str(doc)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in (tmp_path / "img").glob("*.png")) == sorted(
+        p.name for p in (REPO / "docs" / "img").glob("perf-*.png")
+    )
+    assert doc.read_text() == (REPO / "docs" / "performance.md").read_text()  # the committed doc is up to date
+
+
 def test_bench_schema_quick(tmp_path: Path) -> None:
     result, _ = run_quick("bench_schema.py", tmp_path)
     assert {"write warm schema/scda", "read schema/scda", "read scda/raw"} <= set(result["ratios"])
