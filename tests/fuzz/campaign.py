@@ -295,7 +295,7 @@ def sweep(args: argparse.Namespace) -> int:
         tracemalloc.start()  # once: see run_target
     try:
         for seed in build_seeds(work / "seeds", None):
-            if seed.kind != "checkpoint":
+            if seed.kind != "checkpoint" or (args.sweep_seed and seed.name not in args.sweep_seed):
                 continue
             for k, (name, where, value, blob) in enumerate(json_sweep(seed.data)):
                 path.write_bytes(blob)
@@ -373,6 +373,7 @@ def main() -> int:
     ap.add_argument("--no-memory", action="store_true", help="do not measure allocations (faster)")
     ap.add_argument("--readers", action="append", help=f"only these readers ({', '.join([*READERS, DECODER])})")
     ap.add_argument("--sweep", action="store_true", help="the deterministic JSON sweep of the checkpoint seeds instead")
+    ap.add_argument("--sweep-seed", action="append", help="sweep only these seeds (fuzzy-unix.ckpt, fuzzy-mime.ckpt, fuzzy3.ckpt)")
     ap.add_argument("--replay", type=Path, help="rerun a reproducer (.bin) and print tracebacks")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
