@@ -36,7 +36,6 @@ that, the blocked fraction does not.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -53,7 +52,7 @@ import _warm
 
 _warm.ensure(_warm.requested(sys.argv))
 
-from _common import Bench, P, build, comm, rank, say
+from _common import Bench, P, build, comm, rank, say, write_json
 from mpi4py import MPI
 
 import amrckpt as ac
@@ -217,21 +216,19 @@ def main() -> None:
     say("\nratios:")
     for k, v in ratios.items():
         say(f"  {k:<60} {v:.3f}")
-    if rank == 0:
-        out = Path(a.json or f"bench-results/manager-P{P}.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        result = {
-            "benchmark": "manager",
-            "P": P,
-            "leaves": a.leaves,
-            "bytes": nbytes,
-            "cpus": os.cpu_count(),
-            "compute_between_saves_s": compute,
-            "runs": runs,
-            "ratios": ratios,
-        }
-        out.write_text(json.dumps(result, indent=1))
-        say(f"\nwrote {out}")
+    result = {
+        "benchmark": "manager",
+        "P": P,
+        "leaves": a.leaves,
+        "bytes": nbytes,
+        "cpus": os.cpu_count(),
+        "steps_between": a.steps_between,
+        "reps": a.reps,
+        "compute_between_saves_s": compute,
+        "runs": runs,
+        "ratios": ratios,
+    }
+    write_json(a.json, f"bench-results/manager-P{P}.json", result)
 
 
 if __name__ == "__main__":

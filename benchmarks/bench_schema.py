@@ -33,7 +33,6 @@ allocates its arrays, as a restart does.  Files go to ``--dir`` (default
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -46,7 +45,7 @@ import _warm
 
 _warm.ensure(_warm.requested(sys.argv))
 
-from _common import Bench, P, build, comm, rank, say, timed
+from _common import Bench, P, build, comm, rank, say, timed, write_json
 from mpi4py import MPI
 
 import amrckpt as ac
@@ -217,12 +216,8 @@ def main() -> None:
     say("\ntime ratios (1.00 = as fast; the schema layer's target is <= 1.10 over scda), of medians and of minima:")
     for k, v in ratios.items():
         say(f"  {k:<28} {v['median']:.3f}   {v['min']:.3f}")
-    if rank == 0:
-        out = Path(a.json or f"bench-results/schema-P{P}.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        result = {"benchmark": "schema", "P": P, "leaves": a.leaves, "bytes": nbytes, "rows": rows, "ratios": ratios}
-        out.write_text(json.dumps(result, indent=1))
-        say(f"\nwrote {out}")
+    result = {"benchmark": "schema", "P": P, "leaves": a.leaves, "bytes": nbytes, "reps": a.reps, "rows": rows, "ratios": ratios}
+    write_json(a.json, f"bench-results/schema-P{P}.json", result)
 
 
 if __name__ == "__main__":
