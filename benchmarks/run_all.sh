@@ -10,7 +10,7 @@ for p in 1 2; do
     run mpiexec -n $p python -m mpi4py benchmarks/bench_scda.py --json "$out/scda-P$p.json"
     run mpiexec -n $p python -m mpi4py benchmarks/bench_peers.py --json "$out/peers-P$p.json"
     run mpiexec -n $p python -m mpi4py benchmarks/bench_schema.py --json "$out/schema-P$p.json"
-    run mpiexec -n $p python -m mpi4py benchmarks/bench_manager.py --json "$out/manager-P$p.json"
+    run mpiexec -n $p python -m mpi4py benchmarks/bench_manager.py --steps-between 120 --json "$out/manager-P$p.json"
 done
 for p in 1 2 3 4; do
     run mpiexec -n $p python -m mpi4py benchmarks/bench_scaling.py --json "$out/scaling-P$p.json"
