@@ -477,6 +477,8 @@ def _read_field(rd: _Reader, fs: FieldSpec, ck: CheckpointInfo, part: Partition,
         f.fread_array_data(counts, dt.itemsize * math.prod(fs.shape), out=arr)
         return arr
     value_nbytes = dt.itemsize * math.prod(fs.shape)
+    if value_nbytes > f.file_size:  # the manifest's shape, the same on every rank: no value of the file is that large
+        raise CheckpointError(f"{rd.path!r}: field {fs.name!r} has values of {value_nbytes} bytes, more than the file holds")
     sizes = f.fread_varray_sizes(counts)
     assert sizes is not None
     err: BaseException | None = None

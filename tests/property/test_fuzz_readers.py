@@ -57,7 +57,8 @@ def _tracing() -> Iterator[None]:
 @cache
 def seeds() -> tuple[Seed, ...]:
     """The seed files (written once per session; the interop files read in place)."""
-    return tuple(build_seeds(Path(tempfile.mkdtemp(prefix="amrckpt-fuzz-seeds-")), interop_dir()))
+    with tempfile.TemporaryDirectory(prefix="amrckpt-fuzz-seeds-") as d:  # the seeds keep their bytes
+        return tuple(build_seeds(Path(d), interop_dir()))
 
 
 def _check(group: str, seed_index: int, rng: random.Random, tmp: Path) -> None:
@@ -92,12 +93,11 @@ def test_damaged_compressed_elements_give_decode_errors_only(rng: random.Random)
     assert crash is None, crash
 
 
-def test_the_seeds_read_without_error() -> None:
+def test_the_seeds_read_without_error(tmp_path: Path) -> None:
     """The unmutated seeds that are valid files read cleanly (the fuzzing starts from real files)."""
     valid = [s for s in seeds() if not s.name.startswith("reference/neg_") and "quirk" not in s.name]
-    tmp = Path(tempfile.mkdtemp(prefix="amrckpt-fuzz-"))
     for s in valid:
-        p = tmp / "seed.bin"
+        p = tmp_path / "seed.bin"
         p.write_bytes(s.data)
         for name, target in READERS.items():
             if s.kind == "scda" and not name.startswith(("scda.", "cli inspect")):

@@ -164,3 +164,15 @@ def test_verify_of_an_index_entry_beyond_the_file(tmp_path: Path, checkpoint: by
         assert run_target(name, READERS[name], p, p.stat().st_size) is None
     code, text = _cli("verify", "--no-progress", p)
     assert code == 1 and "is not inside the file" in text
+
+
+@pytest.mark.parametrize("shape", [[10**30], [2**63], [2**40, 3]])
+def test_hp_shape_beyond_the_file(tmp_path: Path, checkpoint: bytes, shape: list[int]) -> None:
+    """Crash 6: OverflowError in restart.load when a manifest gave an hp field (values of (2,) >i4) the
+    shape [10**30]: the bytes per value, a Python int beyond 64 bits, went into np.uint64.  Now refused
+    when one value would be larger than the file."""
+    p = tmp_path / "hp.ckpt"
+    p.write_bytes(edit_checkpoint(checkpoint, "amrckpt manifest", _set_field("pairs", "shape", shape)))
+    for partition in ("uniform", "weighted"):
+        with pytest.raises(CheckpointError, match="more than the file holds"):
+            restart.load(p, Fuzzy, partition=partition)  # type: ignore[arg-type]
