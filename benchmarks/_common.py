@@ -126,8 +126,8 @@ def write_json(path: str | None, default: str, result: dict[str, Any]) -> None:
     print(f"\nwrote {out}", flush=True)
 
 
-def build(n_total: int) -> tuple[Bench, list[int], int]:
-    """Return this rank's part of an ``n_total``-leaf state (uniform partition), the counts of all ranks, its first leaf."""
+def local_mesh(n_total: int) -> tuple[ac.Forest, list[int], int, int]:
+    """Return this rank's leaves of an ``n_total``-leaf 2D forest of 2 trees (uniform partition), all counts, ``lo``, ``hi``."""
     level = 1
     while 2 * 4**level < n_total:
         level += 1
@@ -135,9 +135,15 @@ def build(n_total: int) -> tuple[Bench, list[int], int]:
     counts = [n_total * (p + 1) // P - n_total * p // P for p in range(P)]
     lo = sum(counts[:rank])
     hi = lo + counts[rank]
+    mesh = ac.Forest(lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), num_trees=2)
+    return mesh, counts, lo, hi
+
+
+def build(n_total: int) -> tuple[Bench, list[int], int]:
+    """Return this rank's part of an ``n_total``-leaf state (uniform partition), the counts of all ranks, its first leaf."""
+    mesh, counts, lo, hi = local_mesh(n_total)
     rng = np.random.default_rng(rank)
     hp_counts = rng.integers(1, 32, hi - lo)
-    mesh = ac.Forest(lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), num_trees=2)
     state = Bench(
         step=0,
         time=0.0,

@@ -50,11 +50,10 @@ import _warm
 
 _warm.ensure(_warm.requested(sys.argv))
 
-from _common import P, comm, rank, say, stats, write_json
+from _common import P, comm, local_mesh, rank, say, stats, write_json
 from mpi4py import MPI
 
 import amrckpt as ac
-from amrckpt import sfc
 
 
 class Scale(ac.CheckpointSchema, name="bench-scaling", version=1):
@@ -66,15 +65,7 @@ class Scale(ac.CheckpointSchema, name="bench-scaling", version=1):
 
 
 def build(n_total: int) -> tuple[Scale, list[int], int]:
-    level = 1
-    while 2 * 4**level < n_total:
-        level += 1
-    lv = sfc.uniform_leaves(level, num_trees=2, dim=2)
-    counts = [n_total * (p + 1) // P - n_total * p // P for p in range(P)]
-    lo = sum(counts[:rank])
-    hi = lo + counts[rank]
-    mesh = ac.Forest(lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), num_trees=2)
-    del lv
+    mesh, counts, lo, hi = local_mesh(n_total)
     state = Scale(step=0, mesh=mesh, rho=np.random.default_rng(rank).random(hi - lo))
     return state, counts, lo
 

@@ -29,7 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(cmd: list[str], timeout: float, env: dict[str, str]) -> int:
+def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> int:
+    """Run ``cmd`` in the repository, echoed and timed; return its exit code (124 on timeout)."""
     print("+", " ".join(cmd), flush=True)
     t0 = time.monotonic()
     try:

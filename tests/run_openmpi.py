@@ -29,25 +29,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> int:
-    print("+", " ".join(cmd), flush=True)
-    t0 = time.monotonic()
-    try:
-        rc = subprocess.run(cmd, cwd=REPO, env=env, timeout=timeout, check=False).returncode
-    except subprocess.TimeoutExpired:
-        print(f"!! timed out after {timeout:.0f} s", flush=True)
-        rc = 124
-    print(f"-- exit {rc} after {time.monotonic() - t0:.1f} s", flush=True)
-    return rc
+from run_all import REPO, run  # the same echo, timing and timeout
 
 
 def main() -> int:

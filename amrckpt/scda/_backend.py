@@ -24,7 +24,7 @@ import contextlib
 import errno as errno_mod
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -573,6 +573,17 @@ def open_backend(
             raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
         return MPIIOBackend(path, mode, comm, info, truncate)
     raise ScdaArgumentError(f"backend must be 'posix' or 'mpiio', not {backend!r}")
+
+
+def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:
+    """Split a bulk run into the rounds of ``chunk`` bytes that every rank makes (``ceil(max_bulk / chunk)``).
+
+    Yields this rank's piece of each round, or None where it has nothing left
+    (the rank still joins the round: the calls are collective).
+    """
+    for k in range(-(-max_bulk_nbytes // chunk)):
+        sub = bulk[1][k * chunk : (k + 1) * chunk] if bulk is not None else None
+        yield (bulk[0] + k * chunk, sub) if bulk is not None and sub is not None and sub.nbytes else None
 
 
 def byte_view(data: Any, what: str) -> memoryview:

@@ -21,7 +21,7 @@ from ..errors import (
     ScdaFormatError,
     ScdaUsageError,
 )
-from ._backend import Backend, byte_view, open_backend
+from ._backend import Backend, byte_view, open_backend, rounds
 from ._codec import MAX_INFLATE_RATIO, decode_elements
 from ._entries import parse_entries
 from ._format import (
@@ -701,11 +701,9 @@ class ScdaReader:
             return
         assert self._backend is not None
         err: BaseException | None = None
-        for k in range(-(-max_bulk // chunk)):
-            part = None
-            if bulk is not None and err is None:
-                sub = bulk[1][k * chunk : (k + 1) * chunk]
-                part = (bulk[0] + k * chunk, sub) if sub.nbytes else None
+        for part in rounds(bulk, max_bulk, chunk):
+            if err is not None:
+                part = None  # after an error, join the remaining rounds with nothing
             try:
                 self._backend.read([], part, chunk)  # every rank calls every round: they are collective
             except ScdaError as exc:

@@ -13,7 +13,7 @@ from .. import _crc
 from .._crc import SectionCrc
 from ..comm import Comm, agree, agree_gather, as_comm, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
-from ._backend import Backend, byte_view, open_backend
+from ._backend import Backend, byte_view, open_backend, rounds
 from ._codec import encode_elements
 from ._entries import format_entries
 from ._format import (
@@ -255,11 +255,9 @@ class ScdaWriter:
             self._backend.write(pieces, None, 0)
         except ScdaError as exc:
             err = exc
-        for k in range(-(-max_bulk // chunk)):
-            part = None
-            if bulk is not None and err is None:
-                sub = bulk[1][k * chunk : (k + 1) * chunk]
-                part = (bulk[0] + k * chunk, sub) if sub.nbytes else None
+        for part in rounds(bulk, max_bulk, chunk):
+            if err is not None:
+                part = None  # after an error, join the remaining rounds with nothing
             try:
                 self._backend.write([], part, chunk)
             except ScdaError as exc:
