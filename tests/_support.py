@@ -161,6 +161,23 @@ def read_section(f: scda.ScdaReader, hdr: scda.SectionHeader, counts: list[int] 
     return f.fread_varray_data(counts, s, f.proc_sizes()).tobytes()
 
 
+def read_every_section(path: Path, *, decode: bool, strict: bool = False, checksum: bool = False) -> None:
+    """Read every section of an scda file serially, all its data (the readers' fuzz and damage tests)."""
+    with scda.fopen_read(path, strict=strict, checksum=checksum) as f:
+        while (h := f.fread_section_header(decode=decode)) is not None:
+            if h.type == "I":
+                f.fread_inline_data()
+            elif h.type == "B":
+                f.fread_block_data()
+            elif h.type == "A":
+                f.fread_array_data([h.elem_count], h.elem_size)
+            else:
+                s = f.fread_varray_sizes([h.elem_count])
+                f.fread_varray_data([h.elem_count], s, f.proc_sizes())
+        if checksum:
+            f.section_crcs()
+
+
 def random_forest(seed: int, num_trees: int = 2, dim: int = 2, max_level: int = 5, refine: float = 0.35) -> Any:
     """A random complete linear forest (adaptive): refine random leaves, level by level, in Morton order."""
     from amrckpt import sfc

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 import amrckpt as ac
+from _support import read_every_section
 from amrckpt import restart, scda
 from amrckpt.cli import main as cli_main
 from amrckpt.comm import run_threads
@@ -563,22 +564,6 @@ def mutate(seed: Seed, rng: random.Random) -> tuple[bytes, list[str]]:
 # -- the readers ----------------------------------------------------------------
 
 
-def _read_all(path: Path, *, decode: bool, strict: bool = False, checksum: bool = False) -> None:
-    with scda.fopen_read(path, strict=strict, checksum=checksum) as f:
-        while (h := f.fread_section_header(decode=decode)) is not None:
-            if h.type == "I":
-                f.fread_inline_data()
-            elif h.type == "B":
-                f.fread_block_data()
-            elif h.type == "A":
-                f.fread_array_data([h.elem_count], h.elem_size)
-            else:
-                s = f.fread_varray_sizes([h.elem_count])
-                f.fread_varray_data([h.elem_count], s, f.proc_sizes())
-        if checksum:
-            f.section_crcs()
-
-
 def _read_two_ranks(path: Path) -> None:
     """Two thread-ranks, an uneven partition, reading every other section's data."""
 
@@ -660,9 +645,9 @@ def _cli(*argv: str) -> Callable[[Path], None]:
 
 
 READERS: dict[str, Callable[[Path], None]] = {
-    "scda.read(decode)": lambda p: _read_all(p, decode=True),
-    "scda.read(raw)": lambda p: _read_all(p, decode=False),
-    "scda.read(strict,checksum)": lambda p: _read_all(p, decode=True, strict=True, checksum=True),
+    "scda.read(decode)": lambda p: read_every_section(p, decode=True),
+    "scda.read(raw)": lambda p: read_every_section(p, decode=False),
+    "scda.read(strict,checksum)": lambda p: read_every_section(p, decode=True, strict=True, checksum=True),
     "scda.read(P=2)": _read_two_ranks,
     "scda.scan": _scan,
     "restart.read_info": _read_info,

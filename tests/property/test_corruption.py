@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import interop_dir
+from _support import interop_dir, read_every_section
 from amrckpt import scda
 from amrckpt.comm import run_threads
 from amrckpt.errors import AmrckptError
@@ -29,22 +29,12 @@ _LIMIT = 64 << 20  # bytes of Python/numpy memory a small damaged file may cost 
 EXAMPLES = int(os.environ.get("AMRCKPT_FUZZ_EXAMPLES", "150"))
 
 
-def read_all(path: Path, decode: bool) -> None:
-    with scda.fopen_read(path) as f:
-        while (h := f.fread_section_header(decode=decode)) is not None:
-            if h.type == "I":
-                f.fread_inline_data()
-            elif h.type == "B":
-                f.fread_block_data()
-            elif h.type == "A":
-                f.fread_array_data([h.elem_count])
-            else:
-                s = f.fread_varray_sizes([h.elem_count])
-                f.fread_varray_data([h.elem_count], s, f.proc_sizes())
-
-
 def check_damaged(path: Path) -> None:
-    for run in (lambda: read_all(path, True), lambda: read_all(path, False), lambda: scda.scan(path, check_padding=True)):
+    for run in (
+        lambda: read_every_section(path, decode=True),
+        lambda: read_every_section(path, decode=False),
+        lambda: scda.scan(path, check_padding=True),
+    ):
         tracemalloc.start()
         try:
             run()
