@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from zlib_ng import zlib_ng
 
+from .._threads import default_threads, pool
 from ..errors import ScdaDecodeError
 from ._format import Style
 
@@ -60,7 +61,7 @@ def _slices(buf: memoryview, starts: Sequence[int], ends: Sequence[int]) -> map:
 
 
 def encode_elements(
-    data: memoryview, offsets: np.ndarray, *, level: int = 9, style: Style = "unix"
+    data: memoryview, offsets: np.ndarray, *, level: int = 9, style: Style = "unix", threads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Encode elements by the compression convention (paper 3.1).
 
@@ -74,6 +75,12 @@ def encode_elements(
         zlib compression level, 0 to 9 (paper: 9 recommended).
     style : {"unix", "mime"}
         Break bytes after every base64 line.
+    threads : int, optional
+        Threads that encode batches of about 8 MiB at once (zlib-ng
+        releases the GIL); default: :func:`amrckpt._threads.default_threads`
+        (the cores this rank has to itself) when elements are large enough
+        for threads to pay (mean size x 4 at levels 6-9 >= 256 bytes), else
+        1.  The output does not depend on it.
 
     Returns
     -------
@@ -90,13 +97,20 @@ def encode_elements(
     targets = np.arange(_BATCH_NBYTES, int(offsets[-1]), _BATCH_NBYTES)
     cuts = np.searchsorted(offsets, targets).clip(0, n)
     bounds = np.unique(np.concatenate([[0], cuts, [n]]))
-    parts = []
-    sizes = []
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        if hi > lo:
-            e, s = _encode_batch(data, offsets[lo : hi + 1], level, style)
-            parts.append(e)
-            sizes.append(s)
+    spans = [(lo, hi) for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True) if hi > lo]
+    if threads is None:
+        # Threads pay when deflate (no GIL) outweighs the per-element set-up (with the GIL): large
+        # elements or a slow level.  Measured on 2 cores: 4 KiB x1.5-1.7, 64 B level 9 x1.2, 64 B level 1 x0.86.
+        work = int(offsets[-1]) / n * (4 if level >= 6 else 1)
+        threads = default_threads() if work >= 256 else 1
+    nthreads = min(len(spans), max(1, int(threads)))
+
+    def batch(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        return _encode_batch(data, offsets[span[0] : span[1] + 1], level, style)
+
+    done = list(pool(nthreads).map(batch, spans)) if nthreads > 1 else [batch(sp) for sp in spans]
+    parts = [e for e, _ in done]
+    sizes = [s for _, s in done]
     if len(parts) == 1:
         return parts[0], sizes[0]
     return np.concatenate(parts), np.concatenate(sizes)

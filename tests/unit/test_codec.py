@@ -126,3 +126,31 @@ def test_decode_bounds_memory_before_inflating() -> None:
     forged = binascii.b2a_base64(huge.to_bytes(8, "big") + raw[8:], newline=False) + b"=\n"
     with pytest.raises(ScdaDecodeError, match="cannot inflate"):
         decode_one(forged, huge)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_threads_do_not_change_the_output(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_codec, "_BATCH_NBYTES", 777)  # many batches, encoded by several threads at once
+    rng = np.random.default_rng(2)
+    sizes = rng.integers(0, 400, 300)
+    data = memoryview(rng.integers(0, 8, int(sizes.sum()), dtype=np.uint8).tobytes())
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    one, one_sizes = _codec.encode_elements(data, offsets, threads=1)
+    enc, esz = _codec.encode_elements(data, offsets, threads=threads)
+    assert enc.tobytes() == one.tobytes() and np.array_equal(esz, one_sizes)
+
+
+def test_default_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from amrckpt import _threads
+
+    monkeypatch.delenv("AMRCKPT_THREADS", raising=False)
+    for name in _threads._LOCAL_RANKS:
+        monkeypatch.delenv(name, raising=False)
+    cores = _threads.default_threads()
+    assert cores >= 1
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", f"{cores * 2}(x3)")  # more ranks than cores: one thread each
+    assert _threads.default_threads() == 1
+    monkeypatch.setenv("MPI_LOCALNRANKS", "1")
+    assert _threads.default_threads() == cores
+    monkeypatch.setenv("AMRCKPT_THREADS", "7")
+    assert _threads.default_threads() == 7
