@@ -206,17 +206,13 @@ def _scan_until_error(path: str, decode: bool, check_padding: bool) -> tuple[scd
     """
     from .scda._format import parse_file_header
     from .scda._layout import read_raw_section, recognize
-    from .scda._scan import _complete, _logical
+    from .scda._scan import _complete, _logical, exact_reader
 
     with open(path, "rb") as fh:
         fd = fh.fileno()
         size = os.fstat(fd).st_size
 
-        def read(offset: int, nbytes: int) -> bytes:
-            b = os.pread(fd, nbytes, offset)
-            if len(b) != nbytes:
-                raise ScdaCountError(f"the file ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
-            return b
+        read = exact_reader(fd, path)
 
         if size < scda.FILE_HEADER_NBYTES:
             raise ScdaCountError(f"{path!r} has {size} bytes, fewer than the 128-byte scda file header")

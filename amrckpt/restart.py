@@ -26,6 +26,7 @@ from .errors import (
 from .partition import Partition
 from .scda._backend import os_error
 from .scda._layout import read_raw_section
+from .scda._scan import exact_reader
 from .schema._base import CheckpointSchema
 from .schema._kinds import BlockKind, CellsKind, FieldKind, Forest, HpData, InlineKind, disk_dtype, mesh_record_dtype
 from .schema._manifest import (
@@ -602,11 +603,7 @@ def _locate_index(path: str) -> Index:
     try:
         size = os.fstat(fd).st_size
 
-        def read(offset: int, nbytes: int) -> bytes:
-            b = os.pread(fd, nbytes, offset)
-            if len(b) != nbytes:
-                raise IncompleteCheckpointError(f"{path!r} ends at byte {offset + len(b)}")
-            return b
+        read = exact_reader(fd, path, IncompleteCheckpointError)
 
         off = size - FOOTER_NBYTES
         try:

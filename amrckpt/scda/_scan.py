@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ScdaCountError, ScdaError
+from ..errors import AmrckptError, ScdaCountError, ScdaError
 from ._backend import os_error
 from ._entries import parse_entries
 from ._format import COUNT_ENTRY_NBYTES, FILE_HEADER_NBYTES, data_padding_nbytes, padding_form, parse_file_header
@@ -107,6 +108,25 @@ class FileInfo:
     sections: list[SectionInfo]
 
 
+def exact_reader(fd: int, path: str, short: type[AmrckptError] = ScdaCountError) -> Callable[[int, int], bytes]:
+    """Return ``read(offset, nbytes)``: exactly ``nbytes`` bytes of the open file ``fd`` (``pread``), not collective.
+
+    Raises ``short`` (default :class:`ScdaCountError`) where the file ends
+    first and :class:`ScdaIOError` (with its errno) where ``pread`` fails.
+    """
+
+    def read(offset: int, nbytes: int) -> bytes:
+        try:
+            b = os.pread(fd, nbytes, offset)
+        except OSError as exc:
+            raise os_error(exc, path, f"cannot read {nbytes} bytes at byte {offset} of") from exc
+        if len(b) != nbytes:
+            raise short(f"file {path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
+        return b
+
+    return read
+
+
 def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bool = False) -> FileInfo:
     """List every section of an scda file without reading its data.
 
@@ -142,17 +162,7 @@ def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bo
     try:
         size = os.fstat(fd).st_size
 
-        def read(offset: int, nbytes: int) -> bytes:
-            try:
-                b = os.pread(fd, nbytes, offset)
-            except OSError as exc:
-                raise os_error(exc, path, f"cannot read {nbytes} bytes at byte {offset} of") from exc
-            if len(b) != nbytes:
-                raise ScdaCountError(
-                    f"file {path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested"
-                )
-            return b
-
+        read = exact_reader(fd, path)
         if size < FILE_HEADER_NBYTES:
             raise ScdaCountError(f"{path!r} has {size} bytes, fewer than the 128-byte scda file header")
         vendor, user = parse_file_header(read(0, FILE_HEADER_NBYTES))
