@@ -2,16 +2,17 @@
 
 Layers (each imports only the ones below it): :mod:`amrckpt.errors`;
 :mod:`amrckpt.comm` and :mod:`amrckpt.scda`; :mod:`amrckpt.partition` and
-:mod:`amrckpt.sfc`; :mod:`amrckpt.schema`; :mod:`amrckpt.restart`;
-:mod:`amrckpt.manager`.
+:mod:`amrckpt.sfc`; :mod:`amrckpt.container` (the on-disk convention);
+:mod:`amrckpt.schema`; :mod:`amrckpt.restart`; :mod:`amrckpt.manager`.
 ``import amrckpt`` works without any MPI library; mpi4py is imported only
 when an MPI communicator is used.
 """
 
 from __future__ import annotations
 
-from . import comm, errors, manager, partition, restart, scda, schema, sfc
+from . import comm, container, errors, manager, partition, restart, scda, schema, sfc
 from ._version import __version__
+from .container import Geometry, GeometrySpec, RunRecord
 from .errors import (
     AmrckptError,
     CheckpointError,
@@ -44,7 +45,21 @@ from .manager import (
 )
 from .partition import Partition
 from .restart import CheckpointInfo, Loaded, VerifyReport, load, read_info, verify
-from .schema import Block, CellData, Cells, CheckpointSchema, Forest, HpCells, HpData, Inline, Mesh, SaveResult, save
+from .schema import (
+    Array,
+    Block,
+    CellData,
+    Cells,
+    CheckpointSchema,
+    Forest,
+    HpCells,
+    HpData,
+    Inline,
+    Mesh,
+    NDArray,
+    SaveResult,
+    save,
+)
 
 __all__ = [
     "AmrckptError",
@@ -59,6 +74,7 @@ __all__ = [
     "OnFileTrigger",
     "OnSignal",
     "checkpointable",
+    "Array",
     "Block",
     "CellData",
     "Cells",
@@ -69,14 +85,18 @@ __all__ = [
     "CollectiveError",
     "CommError",
     "Forest",
+    "Geometry",
+    "GeometrySpec",
     "HpCells",
     "HpData",
     "IncompleteCheckpointError",
     "Inline",
     "Loaded",
     "Mesh",
+    "NDArray",
     "Partition",
     "PartitionError",
+    "RunRecord",
     "SaveResult",
     "SchemaError",
     "ScdaArgumentError",
@@ -89,6 +109,7 @@ __all__ = [
     "VerifyReport",
     "__version__",
     "comm",
+    "container",
     "errors",
     "load",
     "manager",

@@ -9,7 +9,7 @@ it is committed).
 from __future__ import annotations
 
 from ._decorator import checkpointable
-from ._manager import CheckpointManager, CheckpointRecord, ManagerError
+from ._manager import HISTORY, CheckpointManager, CheckpointRecord, ManagerError
 from ._policies import (
     AnyOf,
     BeforeWallTime,
@@ -26,6 +26,7 @@ from ._policies import (
 from ._retention import KeepAll, KeepAny, KeepEvery, KeepLast, KeepPolicy
 
 __all__ = [
+    "HISTORY",
     "AnyOf",
     "BeforeWallTime",
     "CheckpointManager",

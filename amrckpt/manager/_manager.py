@@ -17,8 +17,9 @@ from typing import Any, Generic, TypeVar
 
 from .. import _faults
 from ..comm import Comm, MPIComm, agree, as_comm, run_on_root
+from ..container import read_info, run_record_path, write_run_record
 from ..errors import AmrckptError, CheckpointError, ManagerError, ScdaError, ScdaIOError, ScdaUsageError, SchemaError
-from ..restart import Loaded, load, read_info
+from ..restart import Loaded, load
 from ..schema import CheckpointSchema, save
 from ._policies import Decision, EveryNSteps, Moment, SavePolicy
 from ._retention import KeepLast, KeepPolicy
@@ -354,6 +355,8 @@ class CheckpointManager(Generic[S]):
                 if final.exists():  # a checkpoint of the same step: keep a link to put it back if the commit fails
                     backup = self.directory / f".{final.name}.previous-{token}"
                     os.link(final, backup)
+                    with contextlib.suppress(FileNotFoundError):  # its run record is not the new file's
+                        run_record_path(final).unlink()
                 _inject("rename", comm, final)
                 os.replace(tmp, final)
                 renamed = True
@@ -374,9 +377,15 @@ class CheckpointManager(Generic[S]):
         self._save_seconds.append(seconds)
         log.info("checkpoint %s committed (%.0f bytes, %.3f s): %s", final.name, result.nbytes, seconds, reason)
         if comm.rank == 0:
+            # What depends on the run is kept beside the file, never in it (the file is a function of the state).
+            run = result.run.model_copy(update={"save_seconds": seconds}) if result.run is not None else None
             entry = {"step": step, "path": final.name, "time": time_value, "save_seconds": seconds, "nbytes": result.nbytes}
             entry |= {"writer_size": comm.size, "reason": reason, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
+            if run is not None:
+                entry |= {"hostname": run.hostname, "mpi_library": run.mpi_library, "amrckpt_version": run.amrckpt_version}
             try:
+                if run is not None:
+                    write_run_record(final, run, sync=self.sync)
                 self._append_history(entry)
                 self._apply_retention()
             except Exception as exc:  # noqa: BLE001 - committed already; the other ranks have returned
@@ -434,6 +443,8 @@ class CheckpointManager(Generic[S]):
                 log.info("retention: removing %s", self.path_of(s).name)
                 with contextlib.suppress(OSError):
                     self.path_of(s).unlink()
+                with contextlib.suppress(OSError):
+                    run_record_path(self.path_of(s)).unlink()
 
     # -- discovering ----------------------------------------------------------
 
@@ -460,7 +471,8 @@ class CheckpointManager(Generic[S]):
         """List the checkpoints in the directory, oldest first, with their metadata and validity.
 
         Collective: rank 0 reads the directory and the checkpoints' metadata
-        (footer, index, manifest, provenance, with CRCs) and broadcasts.
+        (footer, index, manifest, with CRCs; the run record and history
+        beside them) and broadcasts.
         """
         return run_on_root(self.comm, self._history)
 
@@ -487,10 +499,10 @@ class CheckpointManager(Generic[S]):
                     True,
                     None,
                     t if isinstance(t, (int, float)) else e.get("time"),
-                    info.provenance.saved_at,
+                    info.saved_at or e.get("saved_at"),
                     e.get("save_seconds"),
                     _size(path),
-                    info.provenance.writer_size,
+                    info.writer_size or e.get("writer_size"),
                     e.get("reason"),
                 )
             )

@@ -42,7 +42,7 @@ from ._format import (
 )
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader
 from ._reader import ScdaReader, fopen_read
-from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan
+from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan, scan_partial
 from ._writer import ScdaWriter, SectionRecord, fopen_write
 
 __all__ = [
@@ -77,5 +77,6 @@ __all__ = [
     "parse_count_entry",
     "parse_entries",
     "scan",
+    "scan_partial",
     "unpad_string",
 ]
