@@ -170,10 +170,6 @@ def _world_comm() -> Any:
     return MPI.COMM_WORLD
 
 
-def _uniform(N: int, P: int) -> list[int]:
-    return [N * (p + 1) // P - N * p // P for p in range(P)]
-
-
 def _file_style(path: str) -> str:
     """Return the line-break style of a file, from its header's first line."""
     with open(path, "rb") as fh:
@@ -435,23 +431,6 @@ def _status_of(problem: str) -> str:
     return "DAMAGED"
 
 
-def _read_section_data(f: scda.ScdaReader, h: scda.SectionHeader, comm: Comm) -> Any:
-    """Read (and decode) a section's data, spread uniformly over the ranks. Collective.
-
-    Returns what :func:`_write_section` needs: the data, and for V the sizes.
-    """
-    if h.type == "I":
-        return f.fread_inline_data(root=0), None, None
-    if h.type == "B":
-        return f.fread_block_data(root=0), None, None
-    counts = _uniform(h.elem_count, comm.size)
-    if h.type == "A":
-        return f.fread_array_data(counts), counts, None
-    sizes = f.fread_varray_sizes(counts)
-    proc = f.proc_sizes()
-    return f.fread_varray_data(counts, sizes, proc), counts, (sizes, proc)
-
-
 def _verify_plain(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
     c = as_comm(comm)
     try:
@@ -466,7 +445,7 @@ def _verify_plain(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any
                 h = f.fread_section_header(decode=True)
                 if h is None or h.offset != s.offset:
                     raise ScdaFormatError(f"the file changed while it was read: no section at byte {s.offset}")
-                _read_section_data(f, h, c)
+                scda.read_section_data(f, h)
             except AmrckptError as exc:
                 problems.append(
                     f"{type(exc).__name__}: section {s.index} ({s.type} {_q(s.user_string)}, bytes {s.offset}..{s.end}): {exc}"
@@ -572,21 +551,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 # -- convert ------------------------------------------------------------------
 
 
-def _write_section(w: scda.ScdaWriter, h: scda.SectionHeader, read: Any, encode: bool, level: int) -> None:
-    """Write what :func:`_read_section_data` read as one (logical) section. Collective."""
-    data, counts, vsizes = read
-    u = h.user_string
-    if h.type == "I":
-        w.fwrite_inline(data, u)
-    elif h.type == "B":
-        w.fwrite_block(data, u, encode=encode, level=level)
-    elif h.type == "A":
-        w.fwrite_array(data, counts, h.elem_size, u, encode=encode, level=level)
-    else:
-        sizes, proc = vsizes
-        w.fwrite_varray(data, counts, sizes, proc, u, encode=encode, level=level)
-
-
 def _want_encoded(h: scda.SectionHeader, mode: str) -> bool:
     if h.type == "I":
         return False
@@ -602,7 +566,6 @@ def _convert(
     (:func:`amrckpt.container.convert`: CRC32s checked, manifest, index and
     footer made anew); any other scda file section by section.
     """
-    c = as_comm(comm)
     if ck is not None:
         res, changed = convert(
             src,
@@ -626,10 +589,9 @@ def _convert(
     ):
         done = 0
         while (h := f.fread_section_header(decode=True)) is not None:
-            read = _read_section_data(f, h, c)
             stats["sections"] += 1
             enc = _want_encoded(h, mode)
-            _write_section(w, h, read, enc, level)
+            scda.write_section_data(w, scda.read_section_data(f, h), encode=enc, level=level)
             stats["encoded"] += int(enc and not h.decoded)
             stats["decoded"] += int(h.decoded and not enc)
             bar.update(f.offset - done)

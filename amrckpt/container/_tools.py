@@ -21,7 +21,6 @@ from ._convention import (
     Manifest,
     Provenance,
 )
-from ._handlers import Payload
 from ._reader import CheckpointReader
 from ._writer import CheckpointWriter, WriteResult
 
@@ -96,24 +95,6 @@ def read_raw_metadata(path: str, info: scda.FileInfo) -> RawMetadata | None:
     return RawMetadata(manifest, error, prov, found.get(PARTITION_USER_STRING), complete)
 
 
-def _read_payload(r: CheckpointReader, section: str, P: int) -> tuple[Payload, Any]:
-    """Read the current section's data, spread uniformly over the ranks, as a payload to write again. Collective."""
-    f = r.scda
-    h = f.fread_section_header(decode=True)
-    assert h is not None
-    if section == "I":
-        return Payload(f.fread_inline_data(root=0)), h
-    if section == "B":
-        return Payload(f.fread_block_data(root=0)), h
-    N = h.elem_count
-    counts = [N * (p + 1) // P - N * p // P for p in range(P)]
-    if section == "A":
-        return Payload(f.fread_array_data(counts), elem_counts=counts, elem_size=h.elem_size), h
-    sizes = f.fread_varray_sizes(counts)
-    proc = f.proc_sizes()
-    return Payload(f.fread_varray_data(counts, sizes, proc), elem_counts=counts, elem_sizes=sizes, proc_sizes=proc), h
-
-
 def convert(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -171,11 +152,8 @@ def convert(
         with CheckpointWriter(dst, manifest, comm=c, style=style) as w:
             for fs in fields:
                 e = r.entry(fs.name)
-                f = r.scda
-                f.fseek_section(e.offset)
-                payload, _ = _read_payload(r, fs.section, c.size)
-                payload.compress, payload.level = fs.compressed, level
-                w.write_field(fs, payload)
+                h = r.seek_field(m.field(fs.name))
+                w.copy_field(fs, scda.read_section_data(r.scda, h), level=level)
                 if progress is not None:
                     progress.update(e.end - e.offset)
         r.check_crcs()

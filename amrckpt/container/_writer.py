@@ -137,11 +137,24 @@ class CheckpointWriter:
         ScdaUsageError
             If ``fs`` is not the manifest's next field.
         """
+        self._next(fs)
+        handler_for(fs.kind).write(self, fs, payload)
+        self._roles.append("field")
+
+    def copy_field(self, fs: FieldSpec, data: scda.SectionData, *, level: int = 9) -> None:
+        """Write the next field of the manifest from a section's data read elsewhere (a rewrite). Collective.
+
+        The data is written as read (``scda.read_section_data``), compressed
+        if ``fs.compressed``; for :func:`amrckpt.container.convert`.
+        """
+        self._next(fs)
+        scda.write_section_data(self.scda, data, user_string=fs.name.encode(), encode=fs.compressed, level=level)
+        self._roles.append("field")
+
+    def _next(self, fs: FieldSpec) -> None:
         want = next(self._fields, None)
         if want is None or want.name != fs.name:
             raise ScdaUsageError(f"write_field: {fs.name!r} is not the manifest's next field ({want.name if want else None!r})")
-        handler_for(fs.kind).write(self, fs, payload)
-        self._roles.append("field")
 
     def close(self) -> WriteResult:
         """Write the index and the footer, sync if asked, close. Collective.

@@ -9,6 +9,7 @@ The on-disk convention is the container's (:mod:`amrckpt.container`,
 from __future__ import annotations
 
 from ._base import CheckpointSchema, Migration
+from ._json import adapter as field_adapter
 from ._kinds import (
     Array,
     ArrayKind,
@@ -30,7 +31,6 @@ from ._kinds import (
     NDArrayKind,
     Prepared,
 )
-from ._json import adapter as field_adapter
 from ._save import SaveResult, check_local, save
 
 __all__ = [
