@@ -47,7 +47,7 @@ from .container import (
 )
 from .container import verify as verify_checkpoint
 from .errors import AmrckptError, ScdaDecodeError, ScdaFormatError
-from .manager import HISTORY
+from .manager import read_history
 from .partition import Partition
 
 __all__ = ["build_parser", "main", "safe_text"]
@@ -788,16 +788,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 # -- ls -----------------------------------------------------------------------
 
 
-def _history_entries(directory: Path) -> dict[int, dict[str, Any]]:
-    logged: dict[int, dict[str, Any]] = {}
-    with contextlib.suppress(OSError):
-        for line in (directory / HISTORY).read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                e = json.loads(line)
-                logged[int(e["step"])] = e
-    return logged
-
-
 def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str, Any]], list[str]]:
     """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only."""
     pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
@@ -809,7 +799,7 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
             files[int(mt.group(1))] = p
         elif p.name.startswith(f".{prefix}-") and ".partial-" in p.name:
             partial.append(p.name)
-    logged = _history_entries(directory)
+    logged = read_history(directory)
     records = []
     for step, p in sorted(files.items()):
         e = logged.get(step, {})

@@ -9,7 +9,7 @@ it is committed).
 from __future__ import annotations
 
 from ._decorator import checkpointable
-from ._manager import HISTORY, CheckpointManager, CheckpointRecord, ManagerError
+from ._manager import HISTORY, CheckpointManager, CheckpointRecord, ManagerError, read_history
 from ._policies import (
     AnyOf,
     BeforeWallTime,
@@ -46,5 +46,6 @@ __all__ = [
     "OnSignal",
     "SavePolicy",
     "checkpointable",
+    "read_history",
     "slurm_end_time",
 ]

@@ -76,6 +76,28 @@ HISTORY = "amrckpt-history.jsonl"
 LOCK = ".amrckpt.lock"
 
 
+def read_history(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """Read a manager's history (``amrckpt-history.jsonl``): the newest entry of each step.
+
+    Not collective.  The history is advisory (the checkpoints are the
+    truth): a missing file gives ``{}``, and lines that do not parse are
+    skipped.
+
+    Returns
+    -------
+    dict of int to dict
+        Step to its entry (step, path, time, save_seconds, nbytes,
+        writer_size, reason, saved_at, hostname, ...).
+    """
+    logged: dict[int, dict[str, Any]] = {}
+    with contextlib.suppress(OSError):
+        for line in (Path(directory) / HISTORY).read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                e = json.loads(line)
+                logged[int(e["step"])] = e
+    return logged
+
+
 class CheckpointManager(Generic[S]):
     """Checkpoints a simulation into a directory: when to save, atomically, what to keep, where to restart.
 
@@ -477,12 +499,7 @@ class CheckpointManager(Generic[S]):
         return run_on_root(self.comm, self._history)
 
     def _history(self) -> list[CheckpointRecord]:
-        logged: dict[int, dict[str, Any]] = {}
-        with contextlib.suppress(OSError):
-            for line in (self.directory / HISTORY).read_text(encoding="utf-8").splitlines():
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    e = json.loads(line)
-                    logged[int(e["step"])] = e
+        logged = read_history(self.directory)
         records = []
         for step, path in sorted(self._files().items()):
             e = logged.get(step, {})
