@@ -217,7 +217,7 @@ class RunRecord(_Model):
     global_first_quadrant: list[int] | None = Field(
         None, description="p4est's global_first_quadrant of the first mesh when written, (writer_size + 1,)"
     )
-    saved_at: str = Field(description="UTC time the save started, ISO 8601")
+    saved_at: str = Field(description="UTC time the save started, ISO 8601 (2026-11-24T09:26:53Z), as in the manager's history")
     save_seconds: float | None = Field(None, description="wall-clock seconds of the save")
     amrckpt_version: str
     python_version: str

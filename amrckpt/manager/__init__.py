@@ -24,6 +24,7 @@ from ._policies import (
     slurm_end_time,
 )
 from ._retention import KeepAll, KeepAny, KeepEvery, KeepLast, KeepPolicy
+from ._scheduler import job_end_time
 
 __all__ = [
     "HISTORY",
@@ -46,6 +47,7 @@ __all__ = [
     "OnSignal",
     "SavePolicy",
     "checkpointable",
+    "job_end_time",
     "read_history",
     "slurm_end_time",
 ]
