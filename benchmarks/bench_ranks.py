@@ -143,8 +143,18 @@ def install_counters() -> None:
     _backend.MPIIOBackend.__init__ = _counting_init  # type: ignore[method-assign]
 
 
-COLLECTIVE_MPIIO = {"mpiio.Open", "mpiio.Write_at_all", "mpiio.Read_at_all", "mpiio.Set_size", "mpiio.Sync", "mpiio.Close",
-                    "mpiio.Write_all", "mpiio.Read_all", "mpiio.Set_view", "mpiio.Get_size"}
+COLLECTIVE_MPIIO = {
+    "mpiio.Open",
+    "mpiio.Write_at_all",
+    "mpiio.Read_at_all",
+    "mpiio.Set_size",
+    "mpiio.Sync",
+    "mpiio.Close",
+    "mpiio.Write_all",
+    "mpiio.Read_all",
+    "mpiio.Set_view",
+    "mpiio.Get_size",
+}
 
 
 def build(n_total: int) -> tuple[Ranks, list[int], int]:

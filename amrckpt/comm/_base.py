@@ -177,6 +177,7 @@ def agree(
     root: int | None = None,
     root_values: Sequence[int] = (),
     nvalues: int = 0,
+    values: Sequence[int] = (),
     what: str = "",
 ) -> list[int]:
     """Make all ranks agree on success or failure of a step; one allreduce.
@@ -205,13 +206,18 @@ def agree(
         with the agreement, e.g. a block size known only on the root.
     nvalues : int, optional
         The number of root values (collective).
+    values : sequence of int, optional
+        Integers in ``[-2**62, 2**62)`` of every rank (the same number on
+        every rank) whose maxima over ranks are returned after the root's
+        values, in the same allreduce.
     what : str, optional
         Names the call in error messages.
 
     Returns
     -------
     list of int
-        ``root``'s ``root_values`` (empty when ``nvalues == 0``).
+        ``root``'s ``root_values`` (empty when ``nvalues == 0``), then the
+        element-wise maxima of ``values``.
 
     Raises
     ------
@@ -226,6 +232,7 @@ def agree(
             vals.extend(int(v) for v in root_values)
         else:
             vals.extend([_I64_MIN + 1] * nvalues)
+    vals.extend(int(v) for v in values)
     res = comm.allreduce_max(vals)
     if res[0]:
         _raise_agreed(comm, error)

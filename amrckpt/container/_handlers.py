@@ -133,7 +133,7 @@ class BlockHandler(FieldHandler):
     kind = "block"
 
     def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
-        w.scda.fwrite_block(p.data if w.is_root else None, fs.name.encode(), encode=p.compress, level=p.level)
+        w.scda.fwrite_block(p.data if w.is_root or w.defer else None, fs.name.encode(), encode=p.compress, level=p.level)
 
     def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
         return _json(self.raw(r, fs), fs, r.path)

@@ -13,6 +13,7 @@ from .. import _crc
 from .._crc import SectionCrc
 from ..comm import Comm, agree, agree_gather, as_comm, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
+from . import _backend
 from ._backend import Backend, byte_view, open_backend, rounds
 from ._codec import encode_elements
 from ._entries import format_entries
@@ -141,9 +142,19 @@ class ScdaWriter:
         backend: str | None = None,
         checksum: bool = False,
         truncate: bool = True,
+        defer: bool = False,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
+        self._defer = bool(defer)
+        self._pending: BaseException | None = None
+        self._digest = 0
+        self._queue: list[tuple[int, memoryview]] = []
+        self._open_terms: list[tuple[SectionCrc | None, int]] = []
+        self._settled: list[int] | None = None
+        self._nrounds = 1
+        self._sync_at_close = False
+        self.style: Style = "unix"
         err: BaseException | None = None
         header = b""
         digest = 0
@@ -153,8 +164,10 @@ class ScdaWriter:
             digest = digest_of(header)
         except ScdaError as exc:
             err = exc
-        agree(self.comm, err, digest=digest, what="fopen_write")
-        self._backend: Backend | None = open_backend(self.path, "w", self.comm, info=info, backend=backend, truncate=truncate)
+        self._begin("fopen_write", err, digest)
+        self._backend: Backend | None = open_backend(
+            self.path, "w", self.comm, info=info, backend=backend, truncate=truncate, defer=self._defer
+        )
         self._truncate = bool(truncate)
         self._failed: BaseException | None = None
         self._checksum = bool(checksum)
@@ -179,8 +192,14 @@ class ScdaWriter:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is unusable after an earlier error: {self._failed}")
 
     def _begin(self, what: str, err: BaseException | None, digest: int, **kw: Any) -> list[int]:
-        """Agree on argument checks before any byte is written."""
-        return agree(self.comm, err, digest=digest, what=what, **kw)
+        """Agree on argument checks before any byte is written (deferred: note them for :meth:`settle`)."""
+        if not self._defer:
+            return agree(self.comm, err, digest=digest, what=what, **kw)
+        if err is not None and self._pending is None:
+            self._pending = err
+        values = [int(v) for v in kw.get("root_values", ())] if kw.get("nvalues") else []
+        self._digest = digest_of(self._digest, what, digest, *values)
+        return values
 
     def _section_start(self) -> None:
         self._cur = SectionCrc() if self._checksum else None
@@ -188,10 +207,63 @@ class ScdaWriter:
     def _section_end(self, record: SectionRecord) -> SectionRecord:
         self.records.append(record)
         self.offset = record.end
-        if self._cur is not None:
+        if self._defer and self._settled is None:
+            self._open_terms.append((self._cur, record.end))  # the helper thread may still be CRCing it
+            self._cur = None
+        elif self._cur is not None:
             self._terms.append(self._cur.term(record.end))
             self._cur = None
         return record
+
+    def settle(self) -> list[int]:
+        """Agree once on every call of a deferred writer so far; return the CRC32 of every section so far.
+
+        Collective: one allreduce (errors, a digest of every call's
+        collective arguments, the largest number of bytes any rank has to
+        write) and one allreduce of the CRC terms.  Only for a writer
+        opened with ``defer=True``; nothing has been written yet.  After it,
+        sections may still be added (by one rank, e.g. an index): their
+        errors are agreed on by :meth:`fclose`, which writes everything.
+
+        Returns
+        -------
+        list of int
+            The CRC32 of every section written so far (as :meth:`section_crcs`;
+            empty without ``checksum=True``).
+
+        Raises
+        ------
+        AmrckptError
+            On every rank, the agreed error of any rank's call (the file is
+            then unusable except for :meth:`fclose`, which writes nothing).
+        ScdaUsageError
+            If the writer was not opened with ``defer=True`` or is settled already.
+        """
+        if not self._defer or self._settled is not None:
+            raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
+        err: BaseException | None = self._pending
+        if err is None and self._backend is not None:
+            err = self._backend.pending
+        terms: list[int] = []
+        try:
+            terms = [c.term(end) if c is not None else 0 for c, end in self._open_terms]
+        except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
+            err = err or exc
+        nbytes = sum(b.nbytes for _, b in self._queue)
+        try:
+            (most,) = agree(self.comm, err, digest=self._digest, values=[nbytes], what="write")
+        except ScdaError as exc:
+            self._failed = exc
+            raise
+        self._nrounds = max(1, -(-most // _backend.MAX_CALL_NBYTES))
+        self._terms = terms
+        crcs = self.comm.allreduce_xor(terms) if self._checksum else []
+        self._settled = crcs
+        return list(crcs)
+
+    def local_crcs(self) -> list[int]:
+        """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
+        return list(self._terms)
 
     def section_crcs(self) -> list[int]:
         """CRC32 of every section written so far (file header first), as in :attr:`records`.
@@ -217,6 +289,12 @@ class ScdaWriter:
 
     def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         err: BaseException | None = None
+        if self._defer:  # queued for the single write of fclose; CRCed by the helper thread meanwhile
+            allp = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
+            self._queue.extend(allp)
+            if self._cur is not None and allp:
+                self._cur.add_later(allp)
+            return
         assert self._backend is not None
         if self._cur is not None and max_bulk > 2 * _crc.CHUNK_NBYTES:
             err = self._write_rounds(self._cur, pieces, bulk, max_bulk)
@@ -364,9 +442,13 @@ class ScdaWriter:
             ustr = self._user_string(user_string)
             root = self._root(root)
             level = _level(level)
-            if self.comm.rank == root:
+            if self.comm.rank == root or self._defer:  # a deferred writer needs the size E on every rank
                 if data is None:
-                    raise ScdaArgumentError("fwrite_block: data is None on the root")
+                    raise ScdaArgumentError(
+                        "fwrite_block: a writer opened with defer=True needs the block on every rank"
+                        if self._defer
+                        else "fwrite_block: data is None on the root"
+                    )
                 view = byte_view(data, "block data")
                 if encode:
                     enc, _ = encode_elements(view, np.array([0, view.nbytes]), level=level, style=self.style)
@@ -647,7 +729,13 @@ class ScdaWriter:
             enc, esizes = encode_elements(view, offsets, level=level, style=self.style)
         except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
             err = exc
-        S = agree_gather(self.comm, err, int(enc.size))
+        if self._defer and err is None:
+            err = self._pending
+        try:
+            S = agree_gather(self.comm, err, int(enc.size))
+        except ScdaError as exc:
+            self._failed = exc
+            raise
         return self._write_v(off, prefix, ustr, counts, C, esizes, S, memoryview(enc))
 
     # -- small helpers ----------------------------------------------------
@@ -675,6 +763,9 @@ class ScdaWriter:
         was written, so that its size is synced with its bytes.
         """
         self._check_open("sync")
+        if self._defer:  # after the write, in fclose
+            self._sync_at_close = True
+            return
         assert self._backend is not None
         self._backend.sync(None if self._truncate else self.offset)
 
@@ -689,7 +780,29 @@ class ScdaWriter:
         if self._backend is None:
             return
         backend, self._backend = self._backend, None
-        backend.close(None if self._truncate else self.offset)
+        size = None if self._truncate else self.offset
+        if not self._defer:
+            backend.close(size)
+            return
+        if self._settled is None or self._failed is not None:
+            backend.close(None)  # deferred but not settled, or failed: no byte is written (nor the size set)
+            return
+        err: BaseException | None = self._pending
+        queue, self._queue = self._queue, []
+        try:
+            backend.write_gathered(queue if err is None else [], self._nrounds)
+        except ScdaError as exc:
+            err = err or exc
+        if self._sync_at_close:
+            try:
+                backend.sync(size)
+            except ScdaError as exc:  # agreed: every rank has it
+                err = err or exc
+        try:
+            backend.close(size, error=err)
+        except ScdaError as exc:
+            self._failed = exc
+            raise
 
     def __enter__(self) -> ScdaWriter:
         return self
@@ -713,6 +826,7 @@ def fopen_write(
     backend: str | None = None,
     checksum: bool = False,
     truncate: bool = True,
+    defer: bool = False,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -744,6 +858,15 @@ def fopen_write(
         file's pages are reused (faster on file systems where allocating
         them costs, e.g. a tmpfs).  Until then, a crash leaves old bytes
         behind the new ones.
+    defer : bool, optional
+        Defer every agreement and every byte: the ``fwrite_*`` calls check
+        their arguments locally and queue their bytes (CRCed meanwhile by a
+        helper thread); :meth:`ScdaWriter.settle` agrees once on all of them
+        (every rank raises the same error, before anything is written) and
+        combines the CRC32s; :meth:`ScdaWriter.fclose` writes every rank's
+        bytes of the whole file in one collective call (MPI-IO: a file view
+        and ``MPI_File_write_all``) and agrees on its errors.  Block data
+        must then be passed on every rank.  The bytes are the same.
 
     Returns
     -------
@@ -759,5 +882,14 @@ def fopen_write(
         a permission problem).
     """
     return ScdaWriter(
-        path, user_string, comm=comm, style=style, vendor=vendor, info=info, backend=backend, checksum=checksum, truncate=truncate
+        path,
+        user_string,
+        comm=comm,
+        style=style,
+        vendor=vendor,
+        info=info,
+        backend=backend,
+        checksum=checksum,
+        truncate=truncate,
+        defer=defer,
     )

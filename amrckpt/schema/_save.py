@@ -208,7 +208,9 @@ def save(
     _check_across_ranks(cls, prepared, gathered)
     counts = [[g[0][j] for g in gathered] for j in range(len(prepared))]  # (fields, P): libsc's elem_counts
     manifest = _manifest(cls, prepared, gathered, counts)
-    with CheckpointWriter(path, manifest, comm=c, style=style, sync=sync, info=info, backend=backend, truncate=truncate) as w:
+    with CheckpointWriter(
+        path, manifest, comm=c, style=style, sync=sync, info=info, backend=backend, truncate=truncate, defer=True
+    ) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             p.payload.elem_counts = counts[j]
             if fs.section == "V":
