@@ -41,7 +41,7 @@ from ._format import (
     parse_count_entry,
     unpad_string,
 )
-from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader, Share
 from ._reader import ScdaReader, fopen_read
 from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan, scan_partial
 from ._writer import ScdaWriter, SectionRecord, fopen_write
@@ -65,6 +65,7 @@ __all__ = [
     "SectionHeader",
     "SectionInfo",
     "SectionRecord",
+    "Share",
     "Style",
     "copy_section",
     "count_entry",

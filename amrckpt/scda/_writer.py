@@ -33,7 +33,7 @@ from ._format import (
     section_header,
     to_bytes,
 )
-from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, last_owner, partition_offsets, to_count
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
 
 __all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
 
@@ -483,7 +483,7 @@ class ScdaWriter:
     def fwrite_array(
         self,
         data: Any,
-        elem_counts: Sequence[int] | np.ndarray,
+        elem_counts: Sequence[int] | np.ndarray | Share,
         elem_size: int,
         user_string: bytes | str,
         *,
@@ -502,8 +502,9 @@ class ScdaWriter:
             This rank's N_p elements of E bytes each, contiguous
             (``N_p * E`` bytes; any dtype, read as raw bytes).  None where
             ``N_p * E == 0``.
-        elem_counts : (P,) sequence of int
-            N_p, the elements of every rank (paper A.1).  Collective.
+        elem_counts : (P,) sequence of int, or Share
+            N_p, the elements of every rank (paper A.1), or this rank's
+            :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
         elem_size : int
             E, bytes per element.  Collective.
         user_string : bytes or str
@@ -534,33 +535,32 @@ class ScdaWriter:
         """
         what = "fwrite_array"
         err, digest, ustr, view = None, 0, b"", _EMPTY
-        counts: list[int] = []
-        C: list[int] = []
+        share = Share(0, 0, 0, 0, 0)
         E = 0
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
             if not encode:
                 _reserved(ustr, (MAGIC_V,), allow_magic, "array")
-            counts, C = partition_offsets(elem_counts, self.comm.size)
+            share, cdig = self._share(elem_counts, "elem_counts")
             E = to_count(elem_size, "elem_size")
-            self._check_count(C[-1], "N")
+            self._check_count(share.total, "N")
             self._check_count(E, "E")
             level = _level(level)
-            view = _local_view(data, counts[self.comm.rank] * E, "array data")
-            digest = digest_of("A", ustr, counts, E, bool(encode), level)
+            view = _local_view(data, share.count * E, "array data")
+            digest = digest_of("A", ustr, cdig, E, bool(encode), level)
         except ScdaError as exc:
             err = exc
         self._begin(what, err, digest)
         self._section_start()
         off = self.offset
         if encode:
-            n = counts[self.comm.rank]
+            n = share.count
             offsets = np.arange(n + 1, dtype=np.int64) * E
             magic = section_header(b"I", MAGIC_A, self.style) + count_entry(b"U", E, self.style)
-            end = self._write_encoded_v(off, magic, ustr, counts, C, view, offsets, level)
+            end = self._write_encoded_v(off, magic, ustr, share, view, offsets, level)
             return self._section_end(SectionRecord("A", ustr, off, end, True))
-        N = C[-1]
+        N = share.total
         total = N * E
         data_off = off + SECTION_HEADER_NBYTES + 2 * COUNT_ENTRY_NBYTES
         r = self.comm.rank
@@ -568,18 +568,18 @@ class ScdaWriter:
         if r == 0:
             head = section_header(b"A", ustr, self.style) + count_entry(b"N", N, self.style) + count_entry(b"E", E, self.style)
             pieces.append((off, memoryview(head)))
-        if r == last_owner(counts if E else [0]):
+        if r == (share.last if E else 0):
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + C[r] * E, view), max(counts) * E, what)
+        self._io(pieces, (data_off + share.offset * E, view), share.max * E, what)
         return self._section_end(SectionRecord("A", ustr, off, data_off + total + data_padding_nbytes(total), False))
 
     def fwrite_varray(
         self,
         data: Any,
-        elem_counts: Sequence[int] | np.ndarray,
+        elem_counts: Sequence[int] | np.ndarray | Share,
         elem_sizes: Any,
-        proc_sizes: Sequence[int] | np.ndarray,
+        proc_sizes: Sequence[int] | np.ndarray | Share,
         user_string: bytes | str,
         *,
         encode: bool = False,
@@ -595,13 +595,15 @@ class ScdaWriter:
         ----------
         data : bytes-like or numpy.ndarray, or None
             This rank's elements, concatenated: ``proc_sizes[rank]`` bytes.
-        elem_counts : (P,) sequence of int
-            N_p, the elements of every rank.  Collective.
+        elem_counts : (P,) sequence of int, or Share
+            N_p, the elements of every rank (paper A.1), or this rank's
+            :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
         elem_sizes : (N_p,) array_like of int
             E_i, the byte size of each of this rank's elements (paper A.1);
             local, not collective.
-        proc_sizes : (P,) sequence of int
-            S_p, the bytes of every rank (paper eq. 12).  Collective.
+        proc_sizes : (P,) sequence of int, or Share
+            S_p, the bytes of every rank (paper eq. 12), or this rank's
+            :class:`~amrckpt.scda.Share` of them.  Collective.
         user_string : bytes or str
             At most 58 bytes.  Collective.
         encode : bool, optional
@@ -626,32 +628,31 @@ class ScdaWriter:
         """
         what = "fwrite_varray"
         err, digest, ustr, view = None, 0, b"", _EMPTY
-        counts: list[int] = []
-        C: list[int] = []
-        S: list[int] = []
+        share = Share(0, 0, 0, 0, 0)
+        S = Share(0, 0, 0, 0, 0)
         sizes = np.zeros(0, np.uint64)
         r = self.comm.rank
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
-            counts, C = partition_offsets(elem_counts, self.comm.size)
-            S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
-            self._check_count(C[-1], "N")
+            share, cdig = self._share(elem_counts, "elem_counts")
+            S, sdig = self._share(proc_sizes, "proc_sizes")
+            self._check_count(share.total, "N")
             level = _level(level)
-            sizes = _sizes_array(elem_sizes, counts[r])
+            sizes = _sizes_array(elem_sizes, share.count)
             local = int(sizes.sum(dtype=np.uint64)) if sizes.size else 0
-            if sizes.size and (int(sizes.max()) > S[r] or local != S[r]):
-                raise ScdaArgumentError(f"elem_sizes of this rank sum to {local}; proc_sizes[{r}] is {S[r]}")
-            if not sizes.size and S[r]:
-                raise ScdaArgumentError(f"this rank owns no elements but proc_sizes[{r}] is {S[r]}")
-            view = _local_view(data, S[r], "varray data")
-            digest = digest_of("V", ustr, counts, S, bool(encode), level)
+            if sizes.size and (int(sizes.max()) > S.count or local != S.count):
+                raise ScdaArgumentError(f"elem_sizes of this rank sum to {local}; proc_sizes[{r}] is {S.count}")
+            if not sizes.size and S.count:
+                raise ScdaArgumentError(f"this rank owns no elements but proc_sizes[{r}] is {S.count}")
+            view = _local_view(data, S.count, "varray data")
+            digest = digest_of("V", ustr, cdig, sdig, bool(encode), level)
         except ScdaError as exc:
             err = exc
         self._begin(what, err, digest)
         self._section_start()
         off = self.offset
-        N = C[-1]
+        N = share.total
         if encode:
             a_data = off + SECTION_HEADER_NBYTES + 2 * COUNT_ENTRY_NBYTES
             a_total = COUNT_ENTRY_NBYTES * N
@@ -663,35 +664,43 @@ class ScdaWriter:
                 # Every U entry ends in a line feed: the padding is known without data.
                 pad = data_padding(a_total, 0x0A, self.style)
                 pieces = [(off, memoryview(head)), (a_data + a_total, memoryview(pad))]
-            self._io(
-                pieces, (a_data + COUNT_ENTRY_NBYTES * C[r], byte_view(uents, "entries")), COUNT_ENTRY_NBYTES * max(counts), what
-            )
+            bulk = (a_data + COUNT_ENTRY_NBYTES * share.offset, byte_view(uents, "entries"))
+            self._io(pieces, bulk, COUNT_ENTRY_NBYTES * share.max, what)
             v_off = a_data + a_total + data_padding_nbytes(a_total)
             offsets = np.zeros(sizes.size + 1, dtype=np.int64)
             np.cumsum(sizes, out=offsets[1:])
-            end = self._write_encoded_v(v_off, b"", ustr, counts, C, view, offsets, level)
+            end = self._write_encoded_v(v_off, b"", ustr, share, view, offsets, level)
             return self._section_end(SectionRecord("V", ustr, off, end, True))
-        end = self._write_v(off, b"", ustr, counts, C, sizes, S, view)
+        end = self._write_v(off, b"", ustr, share, sizes, S, view)
         return self._section_end(SectionRecord("V", ustr, off, end, False))
+
+    def _share(self, counts: Any, what: str) -> tuple[Share, Any]:
+        """Return this rank's :class:`Share` of ``counts`` (a P-length sequence or a Share) and what to digest of it."""
+        if isinstance(counts, Share):
+            if counts.count < 0 or counts.offset < 0 or counts.total < counts.offset + counts.count:
+                raise ScdaArgumentError(f"{what}: {counts} is not a share of a partition")
+            return counts, counts.collective()
+        c, C = partition_offsets(counts, self.comm.size, what)
+        r = self.comm.rank
+        return Share(c[r], C[r], C[-1], max(c), last_owner(c)), tuple(c)
 
     def _write_v(
         self,
         off: int,
         prefix: bytes,
         ustr: bytes,
-        counts: list[int],
-        C: list[int],
+        share: Share,
         sizes: np.ndarray,
-        S: list[int],
+        S: Share,
         view: memoryview,
     ) -> int:
         """Write a raw V section at ``off`` (after ``prefix``, written by rank 0)."""
         r = self.comm.rank
-        N = C[-1]
+        N = share.total
         v_off = off + len(prefix)
         entries = v_off + SECTION_HEADER_NBYTES + COUNT_ENTRY_NBYTES
         data_off = entries + COUNT_ENTRY_NBYTES * N
-        total = sum(S)
+        total = S.total
         pieces = []
         if r == 0:
             head = prefix + section_header(b"V", ustr, self.style) + count_entry(b"N", N, self.style)
@@ -699,15 +708,15 @@ class ScdaWriter:
         ents = format_entries(b"E", sizes, self.style)
         self._io(
             pieces,
-            (entries + COUNT_ENTRY_NBYTES * C[r], byte_view(ents, "entries")),
-            COUNT_ENTRY_NBYTES * max(counts),
+            (entries + COUNT_ENTRY_NBYTES * share.offset, byte_view(ents, "entries")),
+            COUNT_ENTRY_NBYTES * share.max,
             "fwrite_varray",
         )
         pieces = []
-        if r == last_owner(S):
+        if r == S.last:
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + sum(S[:r]), view), max(S), "fwrite_varray")
+        self._io(pieces, (data_off + S.offset, view), S.max, "fwrite_varray")
         return data_off + total + data_padding_nbytes(total)
 
     def _write_encoded_v(
@@ -715,13 +724,16 @@ class ScdaWriter:
         off: int,
         prefix: bytes,
         ustr: bytes,
-        counts: list[int],
-        C: list[int],
+        share: Share,
         view: memoryview,
         offsets: np.ndarray,
         level: int,
     ) -> int:
-        """Encode this rank's elements and write them as a raw V section."""
+        """Encode this rank's elements and write them as a raw V section.
+
+        Collective: the encoded sizes are known only after encoding, so
+        their share is agreed on here (one gather of one number per rank).
+        """
         err: BaseException | None = None
         enc = np.empty(0, np.uint8)
         esizes = np.empty(0, np.uint64)
@@ -736,7 +748,7 @@ class ScdaWriter:
         except ScdaError as exc:
             self._failed = exc
             raise
-        return self._write_v(off, prefix, ustr, counts, C, esizes, S, memoryview(enc))
+        return self._write_v(off, prefix, ustr, share, esizes, Share.of(S, self.comm.rank, "proc_sizes"), memoryview(enc))
 
     # -- small helpers ----------------------------------------------------
 
