@@ -165,9 +165,12 @@ class ScdaWriter:
         except ScdaError as exc:
             err = exc
         self._begin("fopen_write", err, digest)
-        self._backend: Backend | None = open_backend(
-            self.path, "w", self.comm, info=info, backend=backend, truncate=truncate, defer=self._defer
-        )
+        self._open_args: dict[str, Any] = {"info": info, "backend": backend, "truncate": truncate}
+        self._is_open = True
+        # Deferred: the file is opened by fclose, after settle's agreement (a save that fails creates nothing).
+        self._backend: Backend | None = None
+        if not self._defer:
+            self._backend = open_backend(self.path, "w", self.comm, info=info, backend=backend, truncate=truncate)
         self._truncate = bool(truncate)
         self._failed: BaseException | None = None
         self._checksum = bool(checksum)
@@ -186,7 +189,7 @@ class ScdaWriter:
     # -- plumbing ---------------------------------------------------------
 
     def _check_open(self, what: str) -> None:
-        if self._backend is None:
+        if not self._is_open:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is closed")
         if self._failed is not None:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is unusable after an earlier error: {self._failed}")
@@ -242,8 +245,6 @@ class ScdaWriter:
         if not self._defer or self._settled is not None:
             raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
         err: BaseException | None = self._pending
-        if err is None and self._backend is not None:
-            err = self._backend.pending
         terms: list[int] = []
         try:
             terms = [c.term(end) if c is not None else 0 for c, end in self._open_terms]
@@ -789,30 +790,36 @@ class ScdaWriter:
         ScdaIOError
             On every rank, if any rank cannot close.
         """
-        if self._backend is None:
+        if not self._is_open:
             return
-        backend, self._backend = self._backend, None
+        self._is_open = False
         size = None if self._truncate else self.offset
         if not self._defer:
+            assert self._backend is not None
+            backend, self._backend = self._backend, None
             backend.close(size)
             return
         if self._settled is None or self._failed is not None:
-            backend.close(None)  # deferred but not settled, or failed: no byte is written (nor the size set)
-            return
-        err: BaseException | None = self._pending
+            return  # deferred but not settled, or failed: the file was never opened
+        try:
+            backend = open_backend(self.path, "w", self.comm, defer=True, **self._open_args)
+        except ScdaError as exc:
+            self._failed = exc
+            raise
+        err: BaseException | None = self._pending or backend.pending
         queue, self._queue = self._queue, []
         try:
             backend.write_gathered(queue if err is None else [], self._nrounds)
-        except ScdaError as exc:
+        except Exception as exc:  # noqa: BLE001 - agreed on by every rank when closing
             err = err or exc
         if self._sync_at_close:
             try:
                 backend.sync(size)
-            except ScdaError as exc:  # agreed: every rank has it
+            except Exception as exc:  # noqa: BLE001 - agreed (every rank has it); closed below all the same
                 err = err or exc
         try:
             backend.close(size, error=err)
-        except ScdaError as exc:
+        except BaseException as exc:
             self._failed = exc
             raise
 
@@ -823,7 +830,7 @@ class ScdaWriter:
         self.fclose()
 
     def __repr__(self) -> str:
-        state = "closed" if self._backend is None else f"offset={self.offset}"
+        state = "closed" if not self._is_open else f"offset={self.offset}"
         return f"<ScdaWriter {self.path!r} {state} P={self.comm.size}>"
 
 
@@ -874,11 +881,12 @@ def fopen_write(
         Defer every agreement and every byte: the ``fwrite_*`` calls check
         their arguments locally and queue their bytes (CRCed meanwhile by a
         helper thread); :meth:`ScdaWriter.settle` agrees once on all of them
-        (every rank raises the same error, before anything is written) and
-        combines the CRC32s; :meth:`ScdaWriter.fclose` writes every rank's
-        bytes of the whole file in one collective call (MPI-IO: a file view
-        and ``MPI_File_write_all``) and agrees on its errors.  Block data
-        must then be passed on every rank.  The bytes are the same.
+        (every rank raises the same error, before the file is even opened)
+        and combines the CRC32s; :meth:`ScdaWriter.fclose` opens (creates,
+        truncates) the file, writes every rank's bytes of the whole file in
+        one collective call (MPI-IO: a file view and ``MPI_File_write_all``)
+        and agrees on its errors.  Block data must then be passed on every
+        rank.  The bytes are the same.
 
     Returns
     -------
