@@ -98,7 +98,19 @@ class CountingComm(MPIComm):
         COUNTS["comm.exscan_sum"] += 1
         return super().exscan_sum(value)
 
-    def __getattr__(self, name: str) -> Any:  # methods added later (neighbour exchange, ...) are counted too
+    def exscan_sum_max(self, sums: Any, maxima: Any) -> Any:
+        COUNTS["comm.exscan_sum_max"] += 1
+        return super().exscan_sum_max(sums, maxima)
+
+    def allreduce_max_obj(self, values: Any) -> list[int]:
+        COUNTS["comm.allreduce_max_obj"] += 1
+        return super().allreduce_max_obj(values)
+
+    def allgather_int(self, value: int) -> Any:
+        COUNTS["comm.allgather_int"] += 1
+        return super().allgather_int(value)
+
+    def __getattr__(self, name: str) -> Any:  # methods this class does not know yet are counted too
         attr = getattr(MPIComm, name)
         if callable(attr):
 
