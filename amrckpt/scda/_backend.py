@@ -40,7 +40,7 @@ from ..errors import (
     ScdaPermissionError,
 )
 
-__all__ = ["Backend", "MPIIOBackend", "PosixBackend", "open_backend"]
+__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "open_backend"]
 
 Piece = tuple[int, memoryview]
 
@@ -318,7 +318,14 @@ class MPIIOBackend:
     comm : MPIComm
         The communicator; opening is collective over it.
     info : dict of str to str, or mpi4py.MPI.Info, optional
-        MPI-IO hints passed to ``MPI_File_open`` (e.g. ``striping_factor``).
+        MPI-IO hints passed to ``MPI_File_open`` (e.g. ``striping_factor``),
+        on top of those of the environment variable ``AMRCKPT_MPIIO_HINTS``
+        (:func:`hints`); ROMIO also reads a file of hints named by ``ROMIO_HINTS``.
+    defer : bool, optional
+        ``"w"``: the writer does no independent I/O (one collective write):
+        keep an error of truncating for its agreement, and hint
+        ``romio_no_indep_rw=true`` unless told otherwise (ROMIO then opens
+        the file on the collective-buffering aggregators only).
     """
 
     def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None, truncate: bool = True, defer: bool = False) -> None:
@@ -334,13 +341,21 @@ class MPIIOBackend:
         err: BaseException | None = None
         mpi_info = MPI.INFO_NULL
         free_info = False
-        if isinstance(info, dict):
+        extra = {"romio_no_indep_rw": "true"} if defer and mode == "w" else {}
+        extra.update(hints())
+        if isinstance(info, dict) or (info is None and extra):
             mpi_info = MPI.Info.Create()
             free_info = True
-            for k, v in info.items():
+            for k, v in {**extra, **(info or {})}.items():
                 mpi_info.Set(str(k), str(v))
         elif info is not None:
             mpi_info = info
+            if extra:
+                mpi_info = info.Dup()
+                free_info = True
+                for k, v in extra.items():
+                    if mpi_info.Get(k) is None:
+                        mpi_info.Set(k, v)
         amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
         try:
             self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
@@ -603,6 +618,36 @@ def _injected_mpi_class(MPI: Any) -> Any:
             return f"{super().Get_error_string()} [{self.note}]"
 
     return InjectedMPIException
+
+
+HINTS_ENV = "AMRCKPT_MPIIO_HINTS"
+"""Environment variable of default MPI-IO hints: ``key=value`` pairs separated by commas or semicolons."""
+
+
+def hints(text: str | None = None) -> dict[str, str]:
+    """Return the MPI-IO hints of ``text`` (default: the environment variable ``AMRCKPT_MPIIO_HINTS``). Not collective.
+
+    ``"striping_factor=16,striping_unit=4194304"`` gives
+    ``{"striping_factor": "16", "striping_unit": "4194304"}``.  Every MPI-IO
+    file amrckpt opens gets them, under the ``info`` passed explicitly.
+
+    Raises
+    ------
+    ScdaArgumentError
+        For an item without ``=``.
+    """
+    if text is None:
+        text = os.environ.get(HINTS_ENV, "")
+    out: dict[str, str] = {}
+    for item in text.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ScdaArgumentError(f"MPI-IO hint {item!r}: expected key=value ({HINTS_ENV}, --hint)")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def open_backend(
