@@ -138,7 +138,11 @@ class CheckpointManager(Generic[S]):
     sync : bool, optional
         ``fsync`` files and directory on commit (default True).
     save_kwargs : dict, optional
-        Passed to :func:`amrckpt.save` (``style``, ``info``, ``check_mesh``...).
+        Passed to :func:`amrckpt.save` (``style``, ``check_mesh``...).
+    info : dict of str to str, or mpi4py.MPI.Info, optional
+        MPI-IO hints for every save and restore (``save_kwargs["info"]``
+        wins for saves); see ``docs/scaling.md`` for Lustre and GPFS values,
+        and ``AMRCKPT_MPIIO_HINTS`` for hints from the environment.
 
     Raises
     ------
@@ -159,6 +163,7 @@ class CheckpointManager(Generic[S]):
         prefix: str = "ckpt",
         sync: bool = True,
         save_kwargs: dict[str, Any] | None = None,
+        info: Any = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.directory = Path(directory)
@@ -168,6 +173,9 @@ class CheckpointManager(Generic[S]):
         self.prefix = prefix
         self.sync = sync
         self.save_kwargs = dict(save_kwargs or {})
+        self.info = info
+        if info is not None:
+            self.save_kwargs.setdefault("info", info)
         if not re.fullmatch(r"[A-Za-z0-9_.+-]+", prefix):
             raise ManagerError(f"prefix {prefix!r}: use letters, digits and _ . + - only")
         self._pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
@@ -569,7 +577,7 @@ class CheckpointManager(Generic[S]):
                 log.warning("skipping %s: %s", r.path, r.problem)
                 continue
             try:
-                loaded: Loaded[S] = load(r.path, self.schema, comm=self.comm, partition=partition, fields=fields)
+                loaded: Loaded[S] = load(r.path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
             except (CheckpointError, ScdaError) as exc:
                 log.warning("cannot restore %s, trying the previous checkpoint: %s: %s", r.path, type(exc).__name__, exc)
                 continue
