@@ -1036,15 +1036,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a usage error (argparse printed it)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if args.hint:
-        from .scda._backend import HINTS_ENV, hints
-
         try:
-            given = hints(",".join(args.hint))
+            given = scda.hints(",".join(args.hint))
         except AmrckptError as exc:
             _err(f"amrckpt: error: {exc}")
             return EXIT_USAGE
-        merged = {**hints(), **given}
-        os.environ[HINTS_ENV] = ",".join(f"{k}={v}" for k, v in merged.items())
+        merged = {**scda.hints(), **given}
+        os.environ[scda.HINTS_ENV] = ",".join(f"{k}={v}" for k, v in merged.items())
     if args.command is None:
         parser.print_usage(sys.stderr)
         _err("amrckpt: error: a command is required (inspect, verify, convert, plot, ls); see amrckpt --help")

@@ -466,3 +466,10 @@ def test_convert_under_mpiexec(ckpt: Path, tmp_path: Path) -> None:
     assert out.read_bytes() == serial.read_bytes()  # serial-equivalent
     p = subprocess.run([*cmd, "verify", out, ckpt], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 0 and p.stdout.count("OK ") == 2, p.stdout + p.stderr
+
+
+def test_a_malformed_hint_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from amrckpt.cli import main
+
+    assert main(["--hint", "nokey", "ls", "."]) == 2
+    assert "expected key=value" in capsys.readouterr().err

@@ -543,7 +543,8 @@ class CheckpointReader:
             if e.end != end or e.crc32 != crc:
                 raise checksum_error(e.name, e.offset, e.end, self.path)
             done.append(e.name)
-        return tuple(done)
+        # The index and the manifest were checked by rank 0 when opening (_metadata_on_root).
+        return tuple(n for n in ("amrckpt manifest", "amrckpt index") if n not in done) + tuple(done)
 
     # -- ranges of leaves, on one rank -------------------------------------------
 

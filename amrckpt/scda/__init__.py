@@ -24,7 +24,7 @@ do not depend on how many processes wrote it::
 
 from __future__ import annotations
 
-from ._backend import Backend, MPIIOBackend, PosixBackend, open_backend
+from ._backend import HINTS_ENV, Backend, MPIIOBackend, PosixBackend, hints, open_backend
 from ._codec import decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -48,6 +48,7 @@ from ._writer import ScdaWriter, SectionRecord, fopen_write
 
 __all__ = [
     "FILE_HEADER_NBYTES",
+    "HINTS_ENV",
     "MAGIC_A",
     "MAGIC_B",
     "MAGIC_V",
@@ -76,6 +77,7 @@ __all__ = [
     "fopen_read",
     "fopen_write",
     "format_entries",
+    "hints",
     "open_backend",
     "pad_string",
     "parse_count_entry",

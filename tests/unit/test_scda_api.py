@@ -470,3 +470,15 @@ def test_overwrite_in_place_syncs_the_size(tmp_path: Path, backend: str) -> None
         f.sync()
         assert p.stat().st_size == f.offset < 5000
     assert p.stat().st_size < 5000
+
+
+def test_mpiio_hints_from_text_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scda.hints("striping_factor=16, striping_unit=4194304;cb_nodes=8") == {
+        "striping_factor": "16",
+        "striping_unit": "4194304",
+        "cb_nodes": "8",
+    }
+    monkeypatch.setenv(scda.HINTS_ENV, "romio_cb_write=enable")
+    assert scda.hints() == {"romio_cb_write": "enable"}
+    with pytest.raises(ScdaArgumentError, match="expected key=value"):
+        scda.hints("striping_factor")
