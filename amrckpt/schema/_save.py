@@ -231,8 +231,10 @@ def save(
     leaves, one cell value per local leaf, its elements of distributed
     arrays); inline, block and replicated array fields must be the same on
     every rank.  Everything is checked on every rank before a byte is
-    written, with one gather of O(1) numbers per rank; then every rank
-    writes its own bytes through :class:`amrckpt.container.CheckpointWriter`.
+    written, with one exclusive scan and one reduction of O(1) numbers per
+    rank (nothing of size P); then every rank queues its own bytes through
+    :class:`amrckpt.container.CheckpointWriter`, which agrees once on every
+    error and writes the whole file with one collective write per rank.
     The file's bytes are a function of the state alone: the same state
     saved on any number of ranks, at any time, gives the same file (the
     convention is in ``docs/checkpoints.md``).  What depends on the run is
