@@ -21,7 +21,7 @@ import pytest
 from checkpoint_cases import Advection, assert_state_equal, global_state
 
 import amrckpt as ac
-from _support import REPO, file_entries, require_interop
+from _support import REPO, file_entries, interop_params, require_interop
 from amrckpt import scda, sfc
 from amrckpt.cli import main, safe_text
 from amrckpt.comm import run_threads
@@ -30,12 +30,6 @@ LIBSC = file_entries("libsc")
 REFERENCE = file_entries("reference")
 POSITIVE_REFERENCE = [e for e in REFERENCE if e["expect"]["decode_true"] == "ok"]
 NEGATIVE_REFERENCE = [e for e in REFERENCE if e["expect"]["decode_true"] != "ok"]
-
-
-def params(entries: list[dict[str, Any]]) -> list[Any]:
-    """The entries, or one skipped parameter that says why there are none."""
-    absent = "the interop files are absent: ../shared/interop is not beside this clone (set AMRCKPT_INTEROP_DIR)"
-    return entries or [pytest.param({"name": "absent"}, marks=pytest.mark.skip(reason=absent))]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: Any) -> tuple[int, str, str]:
@@ -132,7 +126,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], ckpt: Path, tmp
 # -- inspect --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", params(LIBSC), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(LIBSC), ids=lambda e: e["name"])
 def test_inspect_libsc_files(capsys: pytest.CaptureFixture[str], entry: dict[str, Any]) -> None:
     path = interop("libsc", entry)
     code, out, _ = run(capsys, "inspect", path)
@@ -162,7 +156,7 @@ def test_inspect_escapes_binary_user_strings(capsys: pytest.CaptureFixture[str])
     assert safe_text(b'a\\b"\x00\xff\n') == 'a\\\\b\\"\\x00\\xff\\n'
 
 
-@pytest.mark.parametrize("entry", params(REFERENCE), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(REFERENCE), ids=lambda e: e["name"])
 def test_inspect_reference_files(capsys: pytest.CaptureFixture[str], entry: dict[str, Any]) -> None:
     code, out, _ = run(capsys, "inspect", "--json", interop("reference", entry))
     doc = json.loads(out)
@@ -267,7 +261,7 @@ def test_verify_damaged_plain_scda(capsys: pytest.CaptureFixture[str], tmp_path:
 # -- convert --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", params(LIBSC), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(LIBSC), ids=lambda e: e["name"])
 def test_convert_libsc_round_trip(capsys: pytest.CaptureFixture[str], entry: dict[str, Any], tmp_path: Path) -> None:
     src = interop("libsc", entry)
     enc, dec = tmp_path / "enc.scda", tmp_path / "dec.scda"
@@ -285,7 +279,7 @@ def test_convert_libsc_round_trip(capsys: pytest.CaptureFixture[str], entry: dic
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dec.scda", "enc.scda"]  # no temporary file left
 
 
-@pytest.mark.parametrize("entry", params(POSITIVE_REFERENCE), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(POSITIVE_REFERENCE), ids=lambda e: e["name"])
 def test_convert_reference_files_to_mime_and_back(
     capsys: pytest.CaptureFixture[str], entry: dict[str, Any], tmp_path: Path
 ) -> None:
