@@ -392,7 +392,9 @@ def test_ls_manager_directory_read_only(capsys: pytest.CaptureFixture[str], tmp_
     before = snapshot(d)
     code, out, _ = run(capsys, "ls", d)
     assert code == 0 and "* ckpt-000000000030.scda" in out and "a restart takes ckpt-000000000030.scda (step 30)" in out
-    assert out.count(" valid\n") == 3 and ".ckpt-000000000040.scda.partial-abc: a save that did not finish" in out
+    assert out.count(" valid (metadata only)\n") == 2 and out.count(" valid (every byte)\n") == 1
+    assert ".ckpt-000000000040.scda.partial-abc: a save that did not finish" in out
+    assert "the others: footer, index and metadata checked, not their data" in out
     row = next(line for line in out.splitlines() if "ckpt-000000000020.scda" in line)
     size = (d / "ckpt-000000000020.scda").stat().st_size / 1024
     assert row.split()[1:6] == ["20", "0.2", f"{size:.1f}", "KiB", "1"]  # step, time, size, writers
@@ -403,8 +405,20 @@ def test_ls_manager_directory_read_only(capsys: pytest.CaptureFixture[str], tmp_
     assert code == 1 and "* ckpt-000000000020.scda" in out and "INVALID: IncompleteCheckpointError" in out
     blob = bytearray((d / "ckpt-000000000020.scda").read_bytes())
     blob[ac.read_info(d / "ckpt-000000000020.scda").index.entry("rho").offset + 200] ^= 1
-    (d / "ckpt-000000000020.scda").write_bytes(blob)  # field data damaged: only --verify sees it
+    (d / "ckpt-000000000020.scda").write_bytes(blob)  # field data damaged: the metadata still verify
     before = snapshot(d)
+    code, out, _ = run(capsys, "ls", d)  # without --verify, the restart target is still checked byte for byte
+    assert code == 1 and "* ckpt-000000000010.scda" in out and "a restart takes ckpt-000000000010.scda (step 10)" in out
+    row = next(line for line in out.splitlines() if "ckpt-000000000020.scda" in line)
+    assert "INVALID" in row and "'rho'" in row
+    code, out, _ = run(capsys, "ls", "--json", d)
+    doc = json.loads(out)
+    assert doc["restart"] == "ckpt-000000000010.scda"
+    assert [(r["step"], r["valid"], r["checked"]) for r in doc["checkpoints"]] == [
+        (10, True, "every byte"),
+        (20, False, "every byte"),
+        (30, False, "metadata"),
+    ]
     code, out, _ = run(capsys, "ls", "--verify", "--json", d)
     doc = json.loads(out)
     assert code == 1 and doc["restart"] == "ckpt-000000000010.scda"
@@ -459,3 +473,31 @@ def test_convert_under_mpiexec(ckpt: Path, tmp_path: Path) -> None:
     assert out.read_bytes() == serial.read_bytes()  # serial-equivalent
     p = subprocess.run([*cmd, "verify", out, ckpt], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 0 and p.stdout.count("OK ") == 2, p.stdout + p.stderr
+
+
+def test_a_closed_pipe_ends_quietly(ckpt: Path, tmp_path: Path) -> None:
+    """``amrckpt ... | head``: the reader is gone before the command writes; no error message, no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        env.pop(var, None)
+    for argv in (["inspect", str(ckpt)], ["inspect", "--json", str(ckpt)], ["--help"], ["ls", str(tmp_path)]):
+        r, w = os.pipe()
+        os.close(r)  # the reader went away: every write fails with EPIPE
+        try:
+            p = subprocess.run(
+                [sys.executable, "-m", "amrckpt", *argv], stdout=w, stderr=subprocess.PIPE, env=env, text=True, check=False
+            )
+        finally:
+            os.close(w)
+        assert p.returncode == (0 if argv == ["--help"] else 141), (argv, p.stderr)  # argparse drops a help it cannot print
+        assert p.stderr == "", (argv, p.stderr)
+
+
+def test_python_dash_m_amrckpt(ckpt: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        env.pop(var, None)
+    p = subprocess.run([sys.executable, "-m", "amrckpt", "--version"], env=env, capture_output=True, text=True, check=False)
+    assert p.returncode == 0 and p.stdout.startswith("amrckpt ")
+    p = subprocess.run([sys.executable, "-m", "amrckpt", "verify", str(ckpt)], env=env, capture_output=True, text=True, check=False)
+    assert p.returncode == 0 and p.stdout.startswith("OK"), p.stdout + p.stderr
