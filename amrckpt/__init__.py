@@ -5,10 +5,14 @@ Layers (each imports only the ones below it): :mod:`amrckpt.errors`;
 :mod:`amrckpt.sfc`; :mod:`amrckpt.schema`; :mod:`amrckpt.restart`;
 :mod:`amrckpt.manager`.
 ``import amrckpt`` works without any MPI library; mpi4py is imported only
-when an MPI communicator is used.
+when an MPI communicator is used.  Messages go to the logger ``amrckpt``
+(a ``NullHandler``: configure logging to see them), on rank 0 where every
+rank would say the same thing.
 """
 
 from __future__ import annotations
+
+import logging
 
 from . import comm, errors, manager, partition, restart, scda, schema, sfc
 from ._version import __version__
@@ -45,6 +49,8 @@ from .manager import (
 from .partition import Partition
 from .restart import CheckpointInfo, Loaded, VerifyReport, load, read_info, verify
 from .schema import Block, CellData, Cells, CheckpointSchema, Forest, HpCells, HpData, Inline, Mesh, SaveResult, save
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library does not print: the application configures logging
 
 __all__ = [
     "AmrckptError",

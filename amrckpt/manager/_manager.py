@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .. import _faults
+from .._logging import RankLogger
 from ..comm import Comm, MPIComm, agree, as_comm, run_on_root
 from ..errors import AmrckptError, CheckpointError, ManagerError, ScdaError, ScdaIOError, ScdaUsageError, SchemaError
 from ..restart import Loaded, load, read_info
@@ -138,6 +139,7 @@ class CheckpointManager(Generic[S]):
         save_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
+        self.log = RankLogger(log, self.comm.rank, self.comm.size)
         self.directory = Path(directory)
         self.schema = schema
         self.save_policy: SavePolicy = save_policy if save_policy is not None else EveryNSteps(100)
@@ -195,7 +197,7 @@ class CheckpointManager(Generic[S]):
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 owner = (d / LOCK).read_text(errors="replace").strip() or "another process"
                 raise ManagerError(f"the checkpoint directory {str(d)!r} is in use by another manager ({owner})") from exc
-            log.warning("cannot lock %s (%s): the file system has no flock; two managers would not be kept apart", d, exc)
+            self.log.warning("cannot lock %s (%s): the file system has no flock; two managers would not be kept apart", d, exc)
             fd = -1
         except ImportError:  # not a POSIX system
             pass
@@ -205,7 +207,7 @@ class CheckpointManager(Generic[S]):
             os.write(fd, f"pid {os.getpid()} on {os.uname().nodename} since {since}\n".encode())
         self._lock_fd = fd
         for stale in d.glob(f".{self.prefix}-*.partial-*"):  # left by a save that never committed
-            log.info("removing %s, left by a save that did not finish", stale)
+            self.log.info("removing %s, left by a save that did not finish", stale)
             with contextlib.suppress(OSError):
                 stale.unlink()
         for kept in d.glob(f".{self.prefix}-*.previous-*"):  # a same-step checkpoint set aside by a commit that was cut short
@@ -214,7 +216,7 @@ class CheckpointManager(Generic[S]):
                 if final.exists():
                     kept.unlink()
                 else:
-                    log.info("putting back %s, set aside by a commit that did not finish", final.name)
+                    self.log.info("putting back %s, set aside by a commit that did not finish", final.name)
                     os.replace(kept, final)
 
     def _background_comm(self) -> Comm:
@@ -372,7 +374,7 @@ class CheckpointManager(Generic[S]):
                 backup.unlink()
         seconds = time.time() - t0
         self._save_seconds.append(seconds)
-        log.info("checkpoint %s committed (%.0f bytes, %.3f s): %s", final.name, result.nbytes, seconds, reason)
+        self.log.info("checkpoint %s committed (%.0f bytes, %.3f s): %s", final.name, result.nbytes, seconds, reason)
         if comm.rank == 0:
             entry = {"step": step, "path": final.name, "time": time_value, "save_seconds": seconds, "nbytes": result.nbytes}
             entry |= {"writer_size": comm.size, "reason": reason, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
@@ -380,7 +382,9 @@ class CheckpointManager(Generic[S]):
                 self._append_history(entry)
                 self._apply_retention()
             except Exception as exc:  # noqa: BLE001 - committed already; the other ranks have returned
-                log.warning("checkpoint %s committed, but history or retention failed: %s: %s", final.name, type(exc).__name__, exc)
+                self.log.warning(
+                    "checkpoint %s committed, but history or retention failed: %s: %s", final.name, type(exc).__name__, exc
+                )
 
     def _begin_commit(self) -> str:
         """Check that the directory is still the one locked (rank 0); return a token for the temporary name."""
@@ -411,14 +415,14 @@ class CheckpointManager(Generic[S]):
         if renamed and self.sync:
             with contextlib.suppress(OSError):
                 _fsync_directory(self.directory, None)
-        log.warning("the commit of %s failed; the directory is as before the save", final.name)
+        self.log.warning("the commit of %s failed; the directory is as before the save", final.name)
 
     def _append_history(self, entry: dict[str, Any]) -> None:
         try:
             with open(self.directory / HISTORY, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry) + "\n")
         except OSError as exc:  # the history is advisory: the checkpoints themselves are the truth
-            log.warning("cannot append to %s: %s", HISTORY, exc)
+            self.log.warning("cannot append to %s: %s", HISTORY, exc)
 
     def _apply_retention(self) -> None:
         """Delete what the keep policy drops (rank 0, after a commit; never the newest valid checkpoint)."""
@@ -431,7 +435,7 @@ class CheckpointManager(Generic[S]):
             keep.add(newest_valid)
         for s in steps:
             if s not in keep:
-                log.info("retention: removing %s", self.path_of(s).name)
+                self.log.info("retention: removing %s", self.path_of(s).name)
                 with contextlib.suppress(OSError):
                     self.path_of(s).unlink()
 
@@ -505,7 +509,7 @@ class CheckpointManager(Generic[S]):
         for r in reversed(self.history()):
             if r.valid:
                 return r
-            log.warning("skipping %s: %s", r.path, r.problem)
+            self.log.warning("skipping %s: %s", r.path, r.problem)
         return None
 
     def restore_latest(self, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None) -> Any:
@@ -534,12 +538,12 @@ class CheckpointManager(Generic[S]):
         self.restored_step = None
         for r in reversed(self.history()):
             if not r.valid:
-                log.warning("skipping %s: %s", r.path, r.problem)
+                self.log.warning("skipping %s: %s", r.path, r.problem)
                 continue
             try:
                 loaded: Loaded[S] = load(r.path, self.schema, comm=self.comm, partition=partition, fields=fields)
             except (CheckpointError, ScdaError) as exc:
-                log.warning("cannot restore %s, trying the previous checkpoint: %s: %s", r.path, type(exc).__name__, exc)
+                self.log.warning("cannot restore %s, trying the previous checkpoint: %s: %s", r.path, type(exc).__name__, exc)
                 continue
             self.restored_step = self._last_step = r.step
             self._last_time = time.time()
