@@ -25,6 +25,8 @@ __all__ = [
     "ManagerError",
     "PartitionError",
     "SchemaError",
+    "StepAlreadyExistsError",
+    "StepNotFoundError",
     "ScdaArgumentError",
     "ScdaCountError",
     "ScdaDecodeError",
@@ -156,6 +158,18 @@ class ChecksumError(CheckpointError):
 
 class ManagerError(AmrckptError, RuntimeError):
     """A checkpoint manager cannot do its job: its directory is in use or not writable."""
+
+
+class StepAlreadyExistsError(ManagerError):
+    """A save of a step that has a checkpoint, or is lower than the newest one (orbax's ``StepAlreadyExistsError``).
+
+    Raised on every rank by :meth:`amrckpt.CheckpointManager.save` unless
+    it is called with ``overwrite=True``; nothing is written.
+    """
+
+
+class StepNotFoundError(ManagerError, LookupError):
+    """A manager has no checkpoint of the step asked for (:meth:`~amrckpt.CheckpointManager.restore`, ``delete``, ``metadata``)."""
 
 
 class CommError(AmrckptError, RuntimeError):

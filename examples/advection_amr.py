@@ -760,8 +760,8 @@ def main(argv: list[str] | None = None) -> int:
                 saved_at = sim.step
             if sim.step % args.report_every == 0 or sim.step == args.steps:
                 _emit(comm, args.json, "step", step=sim.step, time=sim.time, leaves=sim.num_leaves())
-        if saved_at != sim.step and sim.step == args.steps:
-            save(force=True)
+        if saved_at != sim.step and sim.step == args.steps and manager.restored_step != sim.step:
+            save(force=True)  # the final state (not when it is the checkpoint just restored: that step exists)
         manager.wait()
     rates = comm.gather(sim.leaf_updates / sim.step_seconds if sim.step_seconds else 0.0, root=0)
     adapt = comm.gather(sim.adapt_seconds, root=0)

@@ -9,7 +9,15 @@ it is committed).
 from __future__ import annotations
 
 from ._decorator import checkpointable
-from ._manager import CheckpointManager, CheckpointRecord, ManagerError
+from ._manager import (
+    CheckpointManager,
+    CheckpointRecord,
+    ManagerError,
+    SaveHandle,
+    StepAlreadyExistsError,
+    StepMetadata,
+    StepNotFoundError,
+)
 from ._policies import (
     AnyOf,
     BeforeWallTime,
@@ -23,7 +31,7 @@ from ._policies import (
     SavePolicy,
     slurm_end_time,
 )
-from ._retention import KeepAll, KeepAny, KeepEvery, KeepLast, KeepPolicy
+from ._retention import KeepAll, KeepAny, KeepBest, KeepEvery, KeepEveryNSeconds, KeepLast, KeepPolicy
 
 __all__ = [
     "AnyOf",
@@ -35,7 +43,9 @@ __all__ = [
     "EveryNSteps",
     "KeepAll",
     "KeepAny",
+    "KeepBest",
     "KeepEvery",
+    "KeepEveryNSeconds",
     "KeepLast",
     "KeepPolicy",
     "ManagerError",
@@ -43,7 +53,11 @@ __all__ = [
     "Never",
     "OnFileTrigger",
     "OnSignal",
+    "SaveHandle",
     "SavePolicy",
+    "StepAlreadyExistsError",
+    "StepMetadata",
+    "StepNotFoundError",
     "checkpointable",
     "slurm_end_time",
 ]
