@@ -1033,6 +1033,9 @@ class CheckpointManager(Generic[S]):
         sys.stderr.write(f"amrckpt: rank {self.comm.rank} of {self.comm.size}: aborting the MPI job: {text}")
         sys.stderr.flush()
         cast(Any, self.comm).mpi_comm.Abort(1)
+        # MPICH's MPI_Abort can return before the process manager kills the job (seen with the mpich 5 wheel):
+        # this rank must not go on into the collectives after the with block.
+        os._exit(1)
 
     def __repr__(self) -> str:
         return f"CheckpointManager({str(self.directory)!r}, {self.schema.__name__}, P={self.comm.size})"
