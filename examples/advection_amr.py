@@ -2,8 +2,9 @@
 """Advection of a scalar on an adaptive forest of quadtrees, checkpointed and restarted by amrckpt.
 
 A real MPI-parallel AMR solver, written as a model of how a simulation uses
-amrckpt.  Run it with ``mpiexec -n P python examples/advection_amr.py
---dir checkpoints --steps 400``, kill it, and continue with ``--restart
+amrckpt.  Run it with ``mpiexec -n P python -m mpi4py examples/advection_amr.py
+--dir checkpoints --steps 400`` (``-m mpi4py``: an error on one rank aborts
+the job instead of leaving the others waiting), kill it, and continue with ``--restart
 latest`` on any number of processes.
 
 The numerical method

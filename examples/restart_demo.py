@@ -83,7 +83,7 @@ def mpiexec() -> str:
     """Return the mpiexec next to this Python (the ``mpich`` wheel's) or on PATH."""
     exe = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if exe is None:
-        sys.exit("mpiexec not found: pip install -e '.[examples]' installs the mpich wheel")
+        sys.exit("mpiexec not found: pip install -e '.[local-mpi,examples]' installs the mpich wheel")
     return exe
 
 
