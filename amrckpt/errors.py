@@ -177,7 +177,7 @@ class CommError(AmrckptError, RuntimeError):
 
     :class:`~amrckpt.comm.MPIComm` raises it for an ``mpi4py.MPI.Exception``
     from a collective; the fault injection of the tests raises it on every
-    rank of the failing call (see :mod:`amrckpt._faults`).  A real MPI error
+    rank of the failing call.  A real MPI error
     in a collective is reported only on the ranks where MPI reports it: MPI
     offers no agreement on a broken communicator (that needs ULFM's
     ``MPIX_Comm_agree``), so amrckpt cannot promise that the other ranks see it.

@@ -260,7 +260,7 @@ class CheckpointManager(Generic[S]):
         error, if any, on every rank.  Needs ``MPI_THREAD_MULTIPLE`` under MPI.
         The copy goes into buffers kept between saves (one copy of the state
         stays allocated until :meth:`close`), by as many threads as this
-        rank has cores to itself (``amrckpt.manager._snapshot``).
+        rank has cores to itself (the cores of the node divided among its ranks).
     prefix : str, optional
         File names are ``<prefix>-<step, 12 digits>.scda``.
     sync : bool, optional

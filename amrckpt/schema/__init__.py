@@ -2,8 +2,8 @@
 
 See :class:`CheckpointSchema` for declaring a schema, :func:`save` for writing
 one, and :mod:`amrckpt.restart` for reading it back on any number of ranks.
-The on-disk convention is described in :mod:`amrckpt.schema._manifest` and
-``docs/checkpoints.md``; its JSON Schemas are in ``schemas/``.
+The on-disk convention is described in the user guide (``docs/checkpoints.md``,
+"Checkpoint files"); its JSON Schemas are in ``schemas/``.
 """
 
 from __future__ import annotations

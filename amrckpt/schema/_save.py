@@ -362,8 +362,8 @@ def save(
     the same on every rank.  Everything is checked on every rank before a
     byte is written, with one gather of O(1) numbers per rank; then every
     rank writes its own bytes.  The file's bytes up to the end of the last
-    field do not depend on the number of ranks (see
-    :mod:`amrckpt.schema._manifest` for the layout); the CRC32 of every
+    field do not depend on the number of ranks (see ``docs/checkpoints.md``
+    for the layout); the CRC32 of every
     section is recorded in the index.
 
     Parameters
