@@ -948,7 +948,7 @@ def _history_entries(directory: Path) -> dict[int, dict[str, Any]]:
     return logged
 
 
-def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str, Any]], list[str]]:
+def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only.
 
     Each record says how far it was checked (``checked``): ``"every byte"``
@@ -957,7 +957,8 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
     is still checked byte for byte, newest first, as a restart reads it
     (every byte against its CRC32): a damaged newest checkpoint is marked
     invalid and the previous one is checked in turn, so that the one marked
-    ``restart`` is the one a restart takes.
+    ``restart`` is the one a restart takes.  With ``quick``, nothing is
+    checked beyond the metadata.
     """
     pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
     files: dict[int, Path] = {}
@@ -999,7 +1000,7 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
         rec["metadata"] = e.get("metadata")
         rec["schema"] = f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None
         records.append(rec)
-    if not full:  # the restart target: checked byte for byte, as a restart reads it
+    if not full and not quick:  # the restart target: checked byte for byte, as a restart reads it
         for r in reversed(records):
             if not r["valid"]:
                 continue
@@ -1018,7 +1019,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     d = Path(args.directory)
     if not d.is_dir():
         raise _UsageError(f"{d} is not a directory")
-    records, partial = _ls_records(d, args.prefix, args.verify)
+    if args.verify and args.quick:
+        raise _UsageError("--verify and --quick exclude each other")
+    records, partial = _ls_records(d, args.prefix, args.verify, args.quick)
     newest = next((r for r in records if r["restart"]), None)
     if args.json:
         _dump_json({"directory": str(d), "checkpoints": records, "partial": partial, "restart": newest["name"] if newest else None})
@@ -1052,7 +1055,12 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             _out(" ".join(cells) + " " + row[-1])
     for name in partial:
         _out(f"  {name}: a save that did not finish (the next manager removes it)")
-    if newest is not None:
+    if newest is not None and newest["checked"] == "metadata":
+        _out(
+            f"* a restart would try {newest['name']} (step {newest['step']}) first: the newest whose metadata verify "
+            "(--quick: its data were not checked; a restart falls back if they are damaged)"
+        )
+    elif newest is not None:
         _out(
             f"* a restart takes {newest['name']} (step {newest['step']}): the newest checkpoint whose every byte matches its CRC32s"
         )
@@ -1181,7 +1189,8 @@ def build_parser() -> argparse.ArgumentParser:
         "problem if invalid), and mark (*) the one a restart would take: the newest one that\n"
         "loads, i.e. whose every byte matches its CRC32s (checked here, newest first, as a\n"
         "restart does). The others are checked as the manager lists them (footer, index and\n"
-        "metadata); --verify checks every byte of every checkpoint. Each line says which.\n"
+        "metadata); --verify checks every byte of every checkpoint, --quick only metadata.\n"
+        "Each line says which.\n"
         "Read-only: no lock is taken and nothing is removed. Exit status 1 if any checkpoint\n"
         "is invalid.\n\n"
         "example:\n  amrckpt ls run-checkpoints",
@@ -1190,6 +1199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("directory", metavar="DIRECTORY", help="the manager's directory")
     p.add_argument("--prefix", default="ckpt", help="the manager's file prefix (default ckpt)")
     p.add_argument("--verify", action="store_true", help="check every byte of every checkpoint against its CRC32")
+    p.add_argument("--quick", action="store_true", help="check only metadata, even of the restart target (for large checkpoints)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     return parser
 

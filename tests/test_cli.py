@@ -411,6 +411,10 @@ def test_ls_manager_directory_read_only(capsys: pytest.CaptureFixture[str], tmp_
     assert code == 1 and "* ckpt-000000000010.scda" in out and "a restart takes ckpt-000000000010.scda (step 10)" in out
     row = next(line for line in out.splitlines() if "ckpt-000000000020.scda" in line)
     assert "INVALID" in row and "'rho'" in row
+    code, out, _ = run(capsys, "ls", "--quick", d)  # metadata only: says so
+    assert "* ckpt-000000000020.scda" in out and "a restart would try ckpt-000000000020.scda (step 20) first" in out
+    assert "valid (every byte)" not in out
+    assert run(capsys, "ls", "--quick", "--verify", d)[0] == 2
     code, out, _ = run(capsys, "ls", "--json", d)
     doc = json.loads(out)
     assert doc["restart"] == "ckpt-000000000010.scda"
