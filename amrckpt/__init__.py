@@ -2,8 +2,8 @@
 
 Layers (each imports only the ones below it): :mod:`amrckpt.errors`;
 :mod:`amrckpt.comm` and :mod:`amrckpt.scda`; :mod:`amrckpt.partition` and
-:mod:`amrckpt.sfc`; :mod:`amrckpt.schema`; :mod:`amrckpt.restart`;
-:mod:`amrckpt.manager`.
+:mod:`amrckpt.sfc`; :mod:`amrckpt.container` (the on-disk convention);
+:mod:`amrckpt.schema`; :mod:`amrckpt.restart`; :mod:`amrckpt.manager`.
 ``import amrckpt`` works without any MPI library; mpi4py is imported only
 when an MPI communicator is used.  Messages go to the logger ``amrckpt``
 (a ``NullHandler``: configure logging to see them), on rank 0 where every
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from . import comm, errors, manager, partition, restart, scda, schema, sfc
+from . import comm, container, errors, manager, partition, restart, scda, schema, sfc
 from ._version import __version__
+from .container import Geometry, GeometrySpec, RunRecord
 from .errors import (
     AmrckptError,
     CheckpointError,
@@ -54,7 +55,21 @@ from .manager import (
 )
 from .partition import Partition
 from .restart import CheckpointInfo, Loaded, VerifyReport, load, read_info, verify
-from .schema import Block, CellData, Cells, CheckpointSchema, Forest, HpCells, HpData, Inline, Mesh, SaveResult, save
+from .schema import (
+    Array,
+    Block,
+    CellData,
+    Cells,
+    CheckpointSchema,
+    Forest,
+    HpCells,
+    HpData,
+    Inline,
+    Mesh,
+    NDArray,
+    SaveResult,
+    save,
+)
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library does not print: the application configures logging
 
@@ -77,6 +92,7 @@ __all__ = [
     "StepMetadata",
     "StepNotFoundError",
     "checkpointable",
+    "Array",
     "Block",
     "CellData",
     "Cells",
@@ -87,14 +103,18 @@ __all__ = [
     "CollectiveError",
     "CommError",
     "Forest",
+    "Geometry",
+    "GeometrySpec",
     "HpCells",
     "HpData",
     "IncompleteCheckpointError",
     "Inline",
     "Loaded",
     "Mesh",
+    "NDArray",
     "Partition",
     "PartitionError",
+    "RunRecord",
     "SaveResult",
     "SchemaError",
     "ScdaArgumentError",
@@ -107,6 +127,7 @@ __all__ = [
     "VerifyReport",
     "__version__",
     "comm",
+    "container",
     "errors",
     "load",
     "manager",

@@ -28,30 +28,28 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from . import scda
 from ._version import __version__
 from .comm import Comm, agree, as_comm, run_on_root
-from .errors import AmrckptError, CheckpointError, ChecksumError, ScdaCountError, ScdaDecodeError, ScdaFormatError
-from .manager._manager import HISTORY
-from .partition import Partition
-from .restart import CheckpointInfo, read_info
-from .restart import verify as verify_checkpoint
-from .schema import Index, IndexEntry, Manifest, Provenance, mesh_record_dtype
-from .schema._manifest import (
+from .container import (
     FOOTER_NBYTES,
     FOOTER_USER_STRING,
-    INDEX_USER_STRING,
-    MANIFEST_USER_STRING,
-    PARTITION_USER_STRING,
-    PROVENANCE_USER_STRING,
+    CheckpointInfo,
+    CheckpointReader,
+    convert,
     dtype_from_json,
-    footer_bytes,
+    read_info,
+    read_raw_metadata,
+    read_run_record,
 )
-from .schema._save import index_of
+from .container import verify as verify_checkpoint
+from .errors import AmrckptError, ScdaDecodeError, ScdaFormatError
+from .manager import read_history
+from .partition import Partition
 
 __all__ = ["build_parser", "main", "safe_text"]
 
@@ -174,10 +172,6 @@ def _world_comm() -> Any:
     return MPI.COMM_WORLD
 
 
-def _uniform(N: int, P: int) -> list[int]:
-    return [N * (p + 1) // P - N * p // P for p in range(P)]
-
-
 def _file_style(path: str) -> str:
     """Return the line-break style of a file, from its header's first line."""
     with open(path, "rb") as fh:
@@ -200,38 +194,6 @@ def _is_checkpoint_file(path: str) -> bool:
 # -- inspect ------------------------------------------------------------------
 
 
-def _scan_until_error(path: str, decode: bool, check_padding: bool) -> tuple[scda.FileInfo, str]:
-    """Scan a damaged file as far as it goes: the sections before the first error, and the error.
-
-    The same steps as :func:`amrckpt.scda.scan`, which gives all or nothing.
-    An unreadable file header still raises.
-    """
-    from .scda._format import parse_file_header
-    from .scda._layout import read_raw_section, recognize
-    from .scda._scan import _complete, _logical, exact_reader
-
-    with open(path, "rb") as fh:
-        fd = fh.fileno()
-        size = os.fstat(fd).st_size
-
-        read = exact_reader(fd, path)
-
-        if size < scda.FILE_HEADER_NBYTES:
-            raise ScdaCountError(f"{path!r} has {size} bytes, fewer than the 128-byte scda file header")
-        vendor, user = parse_file_header(read(0, scda.FILE_HEADER_NBYTES))
-        sections: list[scda.SectionInfo] = []
-        off = scda.FILE_HEADER_NBYTES
-        try:
-            while off < size:
-                pair = recognize(read, read_raw_section(read, off, size), size, decode)
-                raws = tuple(_complete(read, r, size, check_padding) for r in pair.raws)
-                sections.append(_logical(len(sections), pair, raws, read))
-                off = raws[-1].end
-        except AmrckptError as exc:
-            return scda.FileInfo(path, size, vendor, user, sections), _describe(exc)
-    return scda.FileInfo(path, size, vendor, user, sections), "the scan failed, then succeeded"
-
-
 def _scan(path: str, check_padding: bool) -> tuple[scda.FileInfo, str | None, str | None]:
     """Scan with the compression convention, without it if the file breaks it, or as far as it goes.
 
@@ -251,8 +213,8 @@ def _scan(path: str, check_padding: bool) -> tuple[scda.FileInfo, str | None, st
             return scda.scan(path, decode=False, check_padding=check_padding), decode_error, None
         except AmrckptError:
             pass
-    info, error = _scan_until_error(path, decode, check_padding)
-    return info, decode_error, error
+    info, error = scda.scan_partial(path, decode=decode, check_padding=check_padding)
+    return info, decode_error, _describe(error) if error is not None else "the scan failed, then succeeded"
 
 
 def _section_doc(s: scda.SectionInfo) -> dict[str, Any]:
@@ -288,31 +250,6 @@ def _section_doc(s: scda.SectionInfo) -> dict[str, Any]:
     }
 
 
-def _read_metadata_sections(path: str, info: scda.FileInfo) -> dict[bytes, Any]:
-    """Read the manifest, provenance, partition and footer sections that are present (no CRC check)."""
-    wanted = {MANIFEST_USER_STRING: "B", PROVENANCE_USER_STRING: "B", PARTITION_USER_STRING: "A", FOOTER_USER_STRING: "I"}
-    found: dict[bytes, Any] = {}
-    with scda.fopen_read(path) as f:
-        for s in info.sections:
-            if wanted.get(s.user_string) != s.type or s.user_string in found:
-                continue
-            f.fseek_section(s.offset)
-            h = f.fread_section_header(decode=True)
-            assert h is not None
-            if h.type == "B":
-                data = f.fread_block_data()
-                assert data is not None
-                found[s.user_string] = data.tobytes()
-            elif h.type == "A":
-                if h.elem_size == 8:
-                    arr = f.fread_array_data([h.elem_count])
-                    assert arr is not None
-                    found[s.user_string] = arr.view("<i8")
-            else:
-                found[s.user_string] = (s.offset, f.fread_inline_data())
-    return found
-
-
 def _dtype_text(fs_dtype: Any) -> str:
     if fs_dtype is None:
         return "-"
@@ -325,14 +262,13 @@ def _dtype_text(fs_dtype: Any) -> str:
 
 def _checkpoint_doc(path: str, info: scda.FileInfo) -> dict[str, Any] | None:
     """Return the manifest as a summary, if the file holds one."""
-    if not any(s.type == "B" and s.user_string == MANIFEST_USER_STRING for s in info.sections):
+    raw = read_raw_metadata(path, info)
+    if raw is None:
         return None
-    meta = _read_metadata_sections(path, info)
     doc: dict[str, Any] = {}
-    try:
-        m = Manifest.model_validate_json(meta[MANIFEST_USER_STRING])
-    except ValueError as exc:
-        return {"error": f"the manifest is not valid: {str(exc).splitlines()[0]}"}
+    if raw.manifest is None:
+        return {"error": raw.manifest_error}
+    m = raw.manifest
     doc.update(
         schema_name=m.schema_name,
         schema_version=m.schema_version,
@@ -357,18 +293,20 @@ def _checkpoint_doc(path: str, info: scda.FileInfo) -> dict[str, Any] | None:
         ],
     )
     doc["writer_size"] = None
-    if PROVENANCE_USER_STRING in meta:
-        with contextlib.suppress(ValueError):
-            prov = Provenance.model_validate_json(meta[PROVENANCE_USER_STRING])
-            doc.update(writer_size=prov.writer_size, saved_at=prov.saved_at, hostname=prov.hostname, mpi_library=prov.mpi_library)
-    part = meta.get(PARTITION_USER_STRING)
+    run = read_run_record(path)
+    prov = run if run is not None else raw.provenance
+    if prov is not None:
+        doc.update(writer_size=prov.writer_size, saved_at=prov.saved_at, hostname=prov.hostname, mpi_library=prov.mpi_library)
+    part = raw.writer_counts
     if part is not None and len(part):
         doc["writer_partition"] = {"processes": len(part), "min_leaves": int(part.min()), "max_leaves": int(part.max())}
         if doc["writer_size"] is None:
             doc["writer_size"] = len(part)
-    foot = meta.get(FOOTER_USER_STRING)
-    last = info.sections[-1] if info.sections else None
-    doc["complete"] = foot is not None and last is not None and last.offset == foot[0] and last.end == info.file_size
+    elif run is not None and run.global_first_quadrant is not None:
+        counts = np.diff(np.asarray(run.global_first_quadrant, dtype=np.int64))
+        if len(counts):
+            doc["writer_partition"] = {"processes": len(counts), "min_leaves": int(counts.min()), "max_leaves": int(counts.max())}
+    doc["complete"] = raw.complete
     doc["manifest"] = m.model_dump(mode="json")
     return doc
 
@@ -495,23 +433,6 @@ def _status_of(problem: str) -> str:
     return "DAMAGED"
 
 
-def _read_section_data(f: scda.ScdaReader, h: scda.SectionHeader, comm: Comm) -> Any:
-    """Read (and decode) a section's data, spread uniformly over the ranks. Collective.
-
-    Returns what :func:`_write_section` needs: the data, and for V the sizes.
-    """
-    if h.type == "I":
-        return f.fread_inline_data(root=0), None, None
-    if h.type == "B":
-        return f.fread_block_data(root=0), None, None
-    counts = _uniform(h.elem_count, comm.size)
-    if h.type == "A":
-        return f.fread_array_data(counts), counts, None
-    sizes = f.fread_varray_sizes(counts)
-    proc = f.proc_sizes()
-    return f.fread_varray_data(counts, sizes, proc), counts, (sizes, proc)
-
-
 def _verify_plain(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
     c = as_comm(comm)
     try:
@@ -526,7 +447,7 @@ def _verify_plain(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any
                 h = f.fread_section_header(decode=True)
                 if h is None or h.offset != s.offset:
                     raise ScdaFormatError(f"the file changed while it was read: no section at byte {s.offset}")
-                _read_section_data(f, h, c)
+                scda.read_section_data(f, h)
             except AmrckptError as exc:
                 problems.append(
                     f"{type(exc).__name__}: section {s.index} ({s.type} {_q(s.user_string)}, bytes {s.offset}..{s.end}): {exc}"
@@ -632,21 +553,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 # -- convert ------------------------------------------------------------------
 
 
-def _write_section(w: scda.ScdaWriter, h: scda.SectionHeader, read: Any, encode: bool, level: int) -> None:
-    """Write what :func:`_read_section_data` read as one (logical) section. Collective."""
-    data, counts, vsizes = read
-    u = h.user_string
-    if h.type == "I":
-        w.fwrite_inline(data, u)
-    elif h.type == "B":
-        w.fwrite_block(data, u, encode=encode, level=level)
-    elif h.type == "A":
-        w.fwrite_array(data, counts, h.elem_size, u, encode=encode, level=level)
-    else:
-        sizes, proc = vsizes
-        w.fwrite_varray(data, counts, sizes, proc, u, encode=encode, level=level)
-
-
 def _want_encoded(h: scda.SectionHeader, mode: str) -> bool:
     if h.type == "I":
         return False
@@ -658,74 +564,40 @@ def _convert(
 ) -> dict[str, Any]:
     """Rewrite ``src`` into ``dst`` section by section. Collective.
 
-    For a checkpoint, the manifest's ``compressed`` flags, the index (offsets
-    and CRC32s) and the footer are rebuilt, so that the output is a valid
-    checkpoint; the bytes read are checked against the input's CRC32s.
+    A checkpoint is rewritten field by field by the container
+    (:func:`amrckpt.container.convert`: CRC32s checked, manifest, index and
+    footer made anew); any other scda file section by section.
     """
-    c = as_comm(comm)
-    root = c.rank == 0
-    stats = {"sections": 0, "encoded": 0, "decoded": 0}
-    by_offset: dict[int, IndexEntry] = {}
-    manifest: Manifest | None = None
     if ck is not None:
-        by_offset = {e.offset: e for e in ck.index.sections}
-        m = ck.manifest
-
-        def field_compressed(section: str, compressed: bool) -> bool:
-            return False if section == "I" else {"keep": compressed, "encode": True, "decode": False}[mode]
-
-        manifest = m.model_copy(
-            update={
-                "fields": [fs.model_copy(update={"compressed": field_compressed(fs.section, fs.compressed)}) for fs in m.fields]
-            }
+        res, changed = convert(
+            src,
+            dst,
+            comm=comm,
+            compress=cast("Literal['keep', 'encode', 'decode']", mode),
+            level=level,
+            style=cast("scda.Style", style),
+            progress=bar,
         )
-    roles: list[str] = ["file header"]
+        return {
+            "sections": len(res.index.sections) + 1,
+            "encoded": changed if mode == "encode" else 0,
+            "decoded": changed if mode == "decode" else 0,
+            "file_size": res.nbytes,
+        }
+    stats = {"sections": 0, "encoded": 0, "decoded": 0}
     with (
-        scda.fopen_read(src, comm=comm, checksum=ck is not None) as f,
-        scda.fopen_write(
-            dst, f.user_string, comm=comm, style=cast("scda.Style", style), vendor=f.vendor, checksum=ck is not None
-        ) as w,
+        scda.fopen_read(src, comm=comm) as f,
+        scda.fopen_write(dst, f.user_string, comm=comm, style=cast("scda.Style", style), vendor=f.vendor) as w,
     ):
         done = 0
         while (h := f.fread_section_header(decode=True)) is not None:
-            entry = by_offset.get(h.offset)
-            read = _read_section_data(f, h, c)
             stats["sections"] += 1
-            if ck is not None and manifest is not None and entry is not None and entry.role == "manifest":
-                w.fwrite_block(manifest.model_dump_json(indent=1).encode() + b"\n" if root else None, MANIFEST_USER_STRING)
-                roles.append("manifest")
-            elif ck is not None and h.type == "B" and h.user_string == INDEX_USER_STRING and entry is None:
-                if len(roles) != len(w.records):
-                    raise CheckpointError(f"{src!r}: sections that its index does not list; convert cannot rebuild the index")
-                index = index_of(w, roles)
-                w.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if root else None, INDEX_USER_STRING)
-                roles.append("index")
-            elif ck is not None and h.type == "I" and h.user_string == FOOTER_USER_STRING and entry is None:
-                index_crc = w.section_crcs()[-1]
-                w.fwrite_inline(footer_bytes(w.records[-1].offset, index_crc) if root else None, FOOTER_USER_STRING)
-                roles.append("footer")
-            else:
-                # Checkpoint metadata stays plain: readers look for it without decoding.
-                enc = _want_encoded(h, "keep" if entry is not None and entry.role != "field" else mode)
-                _write_section(w, h, read, enc, level)
-                if entry is not None:
-                    roles.append(entry.role)
-                stats["encoded"] += int(enc and not h.decoded)
-                stats["decoded"] += int(h.decoded and not enc)
+            enc = _want_encoded(h, mode)
+            scda.write_section_data(w, scda.read_section_data(f, h), encode=enc, level=level)
+            stats["encoded"] += int(enc and not h.decoded)
+            stats["decoded"] += int(h.decoded and not enc)
             bar.update(f.offset - done)
             done = f.offset
-        if ck is not None:
-            got = f.section_crcs()
-            for off, end, crc in got:
-                e = by_offset.get(off)
-                if e is not None and crc is not None and (e.end != end or e.crc32 != crc):
-                    err = ChecksumError(f"{src!r}: section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32")
-                    err.section, err.offset, err.end = e.name, e.offset, e.end
-                    raise err
-            if len(roles) != len(w.records) or roles[-1] != "footer":
-                raise CheckpointError(
-                    f"{src!r}: the sections do not follow the checkpoint layout; convert cannot rebuild the index"
-                )
         stats["file_size"] = w.offset
     return stats
 
@@ -789,25 +661,11 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 # -- plot ---------------------------------------------------------------------
 
 
-def _check_crcs(f: scda.ScdaReader, index: Index, path: str) -> None:
-    by_offset = {e.offset: e for e in index.sections}
-    for off, end, crc in f.section_crcs():
-        e = by_offset.get(off)
-        if e is not None and crc is not None and (e.end != end or e.crc32 != crc):
-            err = ChecksumError(
-                f"{path!r}: section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32: the file is damaged"
-            )
-            err.section, err.offset, err.end = e.name, e.offset, e.end
-            raise err
-
-
 def _plot_data(path: str, ck: CheckpointInfo, what: str, ranks: int | None) -> tuple[np.ndarray, np.ndarray, str, str]:
-    """Return the mesh records, the value of each leaf, a label and the kind of colouring."""
+    """Return the mesh records, the value of each leaf, a label and the kind of colouring (CRC32s checked)."""
     m = ck.manifest
     assert m.mesh is not None
     N = m.num_leaves
-    rec = mesh_record_dtype(m.mesh.dim)
-    mesh = np.empty(N, dtype=rec)
     cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
     fs = None
     if what not in ("level", "rank"):
@@ -821,26 +679,20 @@ def _plot_data(path: str, ck: CheckpointInfo, what: str, ranks: int | None) -> t
             raise _UsageError(
                 f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {', '.join(cells) or 'none'}"
             )
-    with scda.fopen_read(path, checksum=True) as f:
-        f.fseek_section(ck.index.entry(m.mesh.field).offset)
-        f.fread_section_header(decode=True)
-        f.fread_array_data([N], rec.itemsize, out=mesh)
+    with CheckpointReader(path, verify=True) as r:
+        mesh = r.read_field(m.mesh.field, [N])
         values: np.ndarray
         if fs is not None:
             dt = dtype_from_json(fs.dtype, f"{path}: field {fs.name!r}")
             per = math.prod(fs.shape)
-            f.fseek_section(ck.index.entry(fs.name).offset)
-            f.fread_section_header(decode=True)
             if dt.names is not None or dt.kind not in "biufc":
                 raise _UsageError(f"field {fs.name!r} has dtype {_dtype_text(fs.dtype)}, which has no colour")
             if fs.kind == "hp":
-                sizes = f.fread_varray_sizes([N])
-                assert sizes is not None
-                values = (sizes // np.uint64(max(dt.itemsize * per, 1))).astype(np.float64)
+                _, counts = r.read_field(fs.name, [N])
+                values = counts.astype(np.float64)
                 label = f"{fs.name}: values per leaf"
             else:
-                arr = np.empty((N, per), dtype=dt)
-                f.fread_array_data([N], dt.itemsize * per, out=arr)
+                arr = r.read_field(fs.name, [N]).reshape(N, per)
                 first = arr[:, 0] if per else np.full(N, np.nan)
                 values = np.abs(first).astype(np.float64) if dt.kind == "c" else first.astype(np.float64)
                 label = ("|" + fs.name + "|" if dt.kind == "c" else fs.name) + (" (first component)" if per > 1 else "")
@@ -849,10 +701,10 @@ def _plot_data(path: str, ck: CheckpointInfo, what: str, ranks: int | None) -> t
         elif what == "level":
             values, label, kind = mesh["level"].astype(np.int64), "refinement level", "level"
         else:
-            P = ranks if ranks is not None else ck.provenance.writer_size
+            P = ranks if ranks is not None else ck.writer_size or 1
             values = Partition.uniform(N, P).owner(np.arange(N, dtype=np.int64))
             label, kind = f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})", f"rank:{P}"
-        _check_crcs(f, ck.index, path)
+        r.check_crcs()
     return mesh, values, label, kind
 
 
@@ -938,16 +790,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 # -- ls -----------------------------------------------------------------------
 
 
-def _history_entries(directory: Path) -> dict[int, dict[str, Any]]:
-    logged: dict[int, dict[str, Any]] = {}
-    with contextlib.suppress(OSError):
-        for line in (directory / HISTORY).read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                e = json.loads(line)
-                logged[int(e["step"])] = e
-    return logged
-
-
 def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only.
 
@@ -969,7 +811,7 @@ def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -
             files[int(mt.group(1))] = p
         elif p.name.startswith(f".{prefix}-") and ".partial-" in p.name:
             partial.append(p.name)
-    logged = _history_entries(directory)
+    logged = read_history(directory)
     records = []
     for step, p in sorted(files.items()):
         e = logged.get(step, {})
@@ -992,8 +834,8 @@ def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -
                 rec.update(valid=False, problem=_describe(exc))
         t = info.manifest.values.get("time") if info is not None else None
         rec["time"] = t if isinstance(t, (int, float)) else e.get("time")
-        rec["writer_size"] = info.provenance.writer_size if info is not None else e.get("writer_size")
-        rec["saved_at"] = info.provenance.saved_at if info is not None else e.get("saved_at")
+        rec["writer_size"] = (info.writer_size if info is not None else None) or e.get("writer_size")
+        rec["saved_at"] = (info.saved_at if info is not None else None) or e.get("saved_at")
         rec["save_seconds"] = e.get("save_seconds")
         rec["reason"] = e.get("reason")
         rec["metrics"] = e.get("metrics")

@@ -6,11 +6,11 @@ Usage::
     python docs/_gen_hexview.py --full     # print it without eliding long JSON blocks
     python docs/_gen_hexview.py --write    # replace the view in docs/checkpoints.md (after a format change or a version bump)
 
-The file is written by ``amrckpt.save`` like any checkpoint; only its
-provenance (time, host, Python and numpy versions, which differ on every
-save) is replaced by fixed values, so that its bytes are the same on every
-machine.  tests/test_docs.py regenerates the view with the amrckpt version
-recorded in the page and fails if a single byte differs.
+The file is written by ``amrckpt.save`` like any checkpoint: its bytes are
+a function of the state (format 2), the same on every machine, for the
+amrckpt version recorded in its manifest.  tests/test_docs.py regenerates
+the view with the amrckpt version recorded in the page and fails if a
+single byte differs.
 """
 
 from __future__ import annotations
@@ -40,34 +40,21 @@ BLOCK = re.compile(
     re.S,
 )
 
-# The provenance of the page's file: fixed, so that the view is the same on every machine.
-FIXED_PROVENANCE = {
-    "saved_at": "2025-01-01T00:00:00+00:00",
-    "python_version": "3.12.0",
-    "numpy_version": "2.0.0",
-    "mpi_library": None,
-    "hostname": "node001",
-    "byteorder": "little",
-}
-
 BYTES_PER_LINE = 16
 MAX_LINES = 6  # longer runs of data show their first 3 and last 2 lines
 
 
 @contextmanager
 def _fixed_environment(version: str) -> Iterator[None]:
+    """Write manifests as amrckpt ``version`` (the only thing of the writer's in a file)."""
     from amrckpt.schema import _save
 
-    saved_version, saved_provenance = _save.__version__, _save._provenance  # type: ignore[attr-defined]
-
-    def provenance(comm: Any) -> Any:
-        return saved_provenance(comm).model_copy(update=dict(FIXED_PROVENANCE, amrckpt_version=version))
-
-    _save.__version__, _save._provenance = version, provenance  # type: ignore[attr-defined]
+    saved_version = _save.__version__  # type: ignore[attr-defined]
+    _save.__version__ = version  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        _save.__version__, _save._provenance = saved_version, saved_provenance  # type: ignore[attr-defined]
+        _save.__version__ = saved_version  # type: ignore[attr-defined]
 
 
 def source() -> str:
@@ -104,9 +91,7 @@ def _plural(n: int, word: str) -> str:
 
 # The sections of amrckpt's convention (docs/checkpoints.md), by user string.
 ROLES = {
-    b"amrckpt manifest": ("the manifest", "JSON: format, schema, leaves, mesh, fields, values"),
-    b"amrckpt provenance": ("the provenance", "JSON: writing processes, time, versions, host"),
-    b"amrckpt partition": ("the writing partition", "leaves of each writing rank"),
+    b"amrckpt manifest": ("the manifest", "JSON: format, schema, meshes (leaves, geometry), fields, values"),
     b"amrckpt index": ("the index", "JSON: offset, end and CRC32 of every section"),
     b"amrckpt footer 1": ("the footer, always the last 96 bytes", "offset and CRC32 of the index, in hex"),
 }
@@ -122,15 +107,13 @@ def _describe(s: Any, raw: bytes, manifest: dict[str, Any], sizes: list[int]) ->
     data = raw[s.data_offset : s.data_offset + s.data_nbytes]
     if s.user_string in ROLES:
         what, holds = ROLES[s.user_string]
-        if s.user_string == b"amrckpt partition":
-            holds = f"{s.elem_count} x <i8, {holds}: {_values(data, '<i8')}"
         return what, holds
     spec = next(f for f in manifest["fields"] if f["name"] == s.user_string.decode())
     what = f"field '{spec['name']}' ({', '.join(str(x) for x in (spec['kind'], spec['dtype'], spec['units']) if x)})"
     if spec["kind"] == "inline":
         return what, f"JSON {data.decode().strip()!r}, padded with spaces by amrckpt"
     if spec["kind"] == "mesh":
-        return what, f"{s.elem_count} records: " + ", ".join(f"{n} {d}" for n, d in manifest["mesh"]["record"])
+        return what, f"{s.elem_count} records: " + ", ".join(f"{n} {d}" for n, d in manifest["meshes"][0]["record"])
     if spec["kind"] == "cells":
         return what, f"{s.elem_count} x {spec['dtype']}: {_values(data, spec['dtype'])}"
     if spec["kind"] == "hp":

@@ -612,7 +612,7 @@ def save(mesh: TreeMesh, model: np.ndarray, path: str, build: BuildParams, comm:
         mesh=ac.Forest(*(a[lo:hi] for a in forest if a is not None), num_trees=layout.num_trees),
         sigma=np.ascontiguousarray(model[mine], dtype="<f8"),
     )
-    return ac.save(state, path, comm=comm, check_mesh=True)
+    return ac.save(state, path, comm=comm, run_record=True)  # the run record keeps the writing partition beside the file
 
 
 @dataclass
@@ -693,7 +693,8 @@ def restore(path: str, comm: Any = None, partition: str = "uniform") -> Restored
     else:
         problems.append("the rebuilt TreeMesh's leaves differ from the leaves read")
     counts = np.diff(loaded.partition.global_first_quadrant).tolist()
-    writers = np.diff(loaded.info.writer_partition.global_first_quadrant).tolist()
+    wp = loaded.info.writer_partition  # from the run record beside the file
+    writers = np.diff(wp.global_first_quadrant).tolist() if wp is not None else []
     return Restored(mesh, model, info, counts, writers, problems)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._decorator import checkpointable
 from ._manager import (
+    HISTORY,
     CheckpointManager,
     CheckpointRecord,
     ManagerError,
@@ -17,6 +18,7 @@ from ._manager import (
     StepAlreadyExistsError,
     StepMetadata,
     StepNotFoundError,
+    read_history,
 )
 from ._policies import (
     AnyOf,
@@ -34,6 +36,7 @@ from ._policies import (
 from ._retention import KeepAll, KeepAny, KeepBest, KeepEvery, KeepEveryNSeconds, KeepLast, KeepPolicy
 
 __all__ = [
+    "HISTORY",
     "AnyOf",
     "BeforeWallTime",
     "CheckpointManager",
@@ -59,5 +62,6 @@ __all__ = [
     "StepMetadata",
     "StepNotFoundError",
     "checkpointable",
+    "read_history",
     "slurm_end_time",
 ]

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar, cast
 from .. import _faults
 from .._logging import RankLogger
 from ..comm import Comm, MPIComm, agree, agree_gather, as_comm, run_on_root
+from ..container import CheckpointInfo, read_info, run_record_path, write_run_record
 from ..errors import (
     AmrckptError,
     CheckpointError,
@@ -30,7 +31,7 @@ from ..errors import (
     StepAlreadyExistsError,
     StepNotFoundError,
 )
-from ..restart import CheckpointInfo, Loaded, load, read_info
+from ..restart import Loaded, load
 from ..schema import CheckpointSchema, save
 from ._policies import Decision, EveryNSteps, Moment, SavePolicy
 from ._retention import KeepLast, KeepPolicy, kept_steps
@@ -224,6 +225,28 @@ class SaveHandle:
 
 HISTORY = "amrckpt-history.jsonl"
 LOCK = ".amrckpt.lock"
+
+
+def read_history(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """Read a manager's history (``amrckpt-history.jsonl``): the newest entry of each step.
+
+    Not collective.  The history is advisory (the checkpoints are the
+    truth): a missing file gives ``{}``, and lines that do not parse are
+    skipped.
+
+    Returns
+    -------
+    dict of int to dict
+        Step to its entry (step, path, time, save_seconds, nbytes,
+        writer_size, reason, saved_at, hostname, ...).
+    """
+    logged: dict[int, dict[str, Any]] = {}
+    with contextlib.suppress(OSError):
+        for line in (Path(directory) / HISTORY).read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                e = json.loads(line)
+                logged[int(e["step"])] = e
+    return logged
 
 
 class CheckpointManager(Generic[S]):
@@ -620,6 +643,8 @@ class CheckpointManager(Generic[S]):
                 if final.exists():  # a checkpoint of the same step: keep a link to put it back if the commit fails
                     backup = self.directory / f".{final.name}.previous-{token}"
                     os.link(final, backup)
+                    with contextlib.suppress(FileNotFoundError):  # its run record is not the new file's
+                        run_record_path(final).unlink()
                 _inject("rename", comm, final)
                 os.replace(tmp, final)
                 renamed = True
@@ -640,10 +665,16 @@ class CheckpointManager(Generic[S]):
         self._save_seconds.append(seconds)
         self.log.info("checkpoint %s committed (%.0f bytes, %.3f s): %s", final.name, result.nbytes, seconds, reason)
         if comm.rank == 0:
+            # What depends on the run is kept beside the file, never in it (the file is a function of the state).
+            run = result.run.model_copy(update={"save_seconds": seconds}) if result.run is not None else None
             entry = {"step": step, "path": final.name, "time": time_value, "save_seconds": seconds, "nbytes": result.nbytes}
             entry |= {"writer_size": comm.size, "reason": reason, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0))}
+            if run is not None:
+                entry |= {"hostname": run.hostname, "mpi_library": run.mpi_library, "amrckpt_version": run.amrckpt_version}
             entry |= {"saved_at_unix": t0, **(extra or {})}
             try:
+                if run is not None:
+                    write_run_record(final, run, sync=self.sync)
                 if overwrite or backup is not None:  # one record per step: the replaced checkpoint's goes
                     self._rewrite_history(drop={step}, add=entry)
                 else:
@@ -693,16 +724,6 @@ class CheckpointManager(Generic[S]):
         except OSError as exc:  # the history is advisory: the checkpoints themselves are the truth
             self.log.warning("cannot append to %s: %s", HISTORY, exc)
 
-    def _read_history(self) -> dict[int, dict[str, Any]]:
-        """Return the history records by step (the last record of a step wins; unreadable lines are skipped)."""
-        logged: dict[int, dict[str, Any]] = {}
-        with contextlib.suppress(OSError):
-            for line in (self.directory / HISTORY).read_text(encoding="utf-8").splitlines():
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    e = json.loads(line)
-                    logged[int(e["step"])] = e
-        return logged
-
     def _rewrite_history(self, drop: set[int], add: dict[str, Any] | None = None) -> None:
         """Rewrite the history without the records of ``drop`` (and with ``add``), atomically (rank 0)."""
         path = self.directory / HISTORY
@@ -735,7 +756,7 @@ class CheckpointManager(Generic[S]):
         steps = sorted(self._files())
         if not steps:
             return
-        keep = kept_steps(self.keep_policy, steps, self._read_history())
+        keep = kept_steps(self.keep_policy, steps, read_history(self.directory))
         newest_valid = next((s for s in reversed(steps) if self._check(s)[0]), None)
         if newest_valid is not None:
             keep.add(newest_valid)
@@ -744,6 +765,8 @@ class CheckpointManager(Generic[S]):
                 self.log.info("retention: removing %s", self.path_of(s).name)
                 with contextlib.suppress(OSError):
                     self.path_of(s).unlink()
+                with contextlib.suppress(OSError):
+                    run_record_path(self.path_of(s)).unlink()
 
     # -- discovering ----------------------------------------------------------
 
@@ -770,12 +793,13 @@ class CheckpointManager(Generic[S]):
         """List the checkpoints in the directory, oldest first, with their metadata and validity.
 
         Collective: rank 0 reads the directory and the checkpoints' metadata
-        (footer, index, manifest, provenance, with CRCs) and broadcasts.
+        (footer, index, manifest, with CRCs; the run record and history
+        beside them) and broadcasts.
         """
         return run_on_root(self.comm, self._history)
 
     def _history(self) -> list[CheckpointRecord]:
-        logged = self._read_history()
+        logged = read_history(self.directory)
         records = []
         for step, path in sorted(self._files().items()):
             e = logged.get(step, {})
@@ -802,10 +826,10 @@ class CheckpointManager(Generic[S]):
                     True,
                     None,
                     t if isinstance(t, (int, float)) else e.get("time"),
-                    info.provenance.saved_at,
+                    info.saved_at or e.get("saved_at"),
                     e.get("save_seconds"),
                     _size(path),
-                    info.provenance.writer_size,
+                    info.writer_size or e.get("writer_size"),
                     e.get("reason"),
                     e.get("metrics"),
                     e.get("metadata"),
@@ -940,8 +964,8 @@ class CheckpointManager(Generic[S]):
     def delete(self, step: int) -> None:
         """Delete the checkpoint of ``step`` and its history record (orbax's ``delete``). Collective.
 
-        Rank 0 removes the file (and syncs the directory if ``sync``); the
-        history loses the step's record.
+        Rank 0 removes the file and its run record (and syncs the directory
+        if ``sync``); the history loses the step's record.
 
         Raises
         ------
@@ -956,6 +980,8 @@ class CheckpointManager(Generic[S]):
             path = self._existing(step)
             try:
                 path.unlink()
+                with contextlib.suppress(FileNotFoundError):  # the run record beside it
+                    run_record_path(path).unlink()
                 if self.sync:
                     _fsync_directory(self.directory, None)
             except OSError as exc:
@@ -989,7 +1015,7 @@ class CheckpointManager(Generic[S]):
         def read() -> StepMetadata:
             path = self._existing(step)
             info = read_info(path)
-            record = self._read_history().get(step, {})
+            record = read_history(self.directory).get(step, {})
             return StepMetadata(step, str(path), info, record.get("metrics"), record.get("metadata"), record)
 
         return run_on_root(self.comm, read)

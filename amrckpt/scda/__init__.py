@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ._backend import Backend, MPIIOBackend, PosixBackend, open_backend
 from ._codec import decode_elements, encode_elements
+from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
 from ._format import (
     FILE_HEADER_NBYTES,
@@ -42,7 +43,7 @@ from ._format import (
 )
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader
 from ._reader import ScdaReader, fopen_read
-from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan
+from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan, scan_partial
 from ._writer import ScdaWriter, SectionRecord, fopen_write
 
 __all__ = [
@@ -60,10 +61,12 @@ __all__ = [
     "RawSectionInfo",
     "ScdaReader",
     "ScdaWriter",
+    "SectionData",
     "SectionHeader",
     "SectionInfo",
     "SectionRecord",
     "Style",
+    "copy_section",
     "count_entry",
     "data_padding",
     "data_padding_nbytes",
@@ -76,6 +79,9 @@ __all__ = [
     "pad_string",
     "parse_count_entry",
     "parse_entries",
+    "read_section_data",
     "scan",
+    "scan_partial",
     "unpad_string",
+    "write_section_data",
 ]

@@ -154,6 +154,34 @@ def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bo
         At the first section that is malformed, truncated or (with
         ``decode``) violates the compression convention.
     """
+    info, error = scan_partial(path, decode=decode, check_padding=check_padding)
+    if error is not None:
+        raise error
+    return info
+
+
+def scan_partial(
+    path: str | os.PathLike[str], *, decode: bool = True, check_padding: bool = False
+) -> tuple[FileInfo, AmrckptError | None]:
+    """Scan a file as far as it goes: the sections before the first error, and that error.
+
+    Not collective, no MPI: the same walk as :func:`scan`, which gives all
+    or nothing; for tools that report what a damaged file still holds.
+
+    Returns
+    -------
+    FileInfo
+        The sections found before the first error.
+    AmrckptError or None
+        The error that stopped the walk, or None if the file is whole.
+
+    Raises
+    ------
+    ScdaIOError
+        If the file cannot be opened.
+    ScdaFormatError, ScdaCountError
+        If the file header itself cannot be read (nothing to list).
+    """
     path = os.fspath(path)
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -168,12 +196,15 @@ def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bo
         vendor, user = parse_file_header(read(0, FILE_HEADER_NBYTES))
         sections: list[SectionInfo] = []
         off = FILE_HEADER_NBYTES
-        while off < size:
-            pair = recognize(read, read_raw_section(read, off, size), size, decode)
-            raws = tuple(_complete(read, r, size, check_padding) for r in pair.raws)
-            sections.append(_logical(len(sections), pair, raws, read))
-            off = raws[-1].end
-        return FileInfo(path, size, vendor, user, sections)
+        try:
+            while off < size:
+                pair = recognize(read, read_raw_section(read, off, size), size, decode)
+                raws = tuple(_complete(read, r, size, check_padding) for r in pair.raws)
+                sections.append(_logical(len(sections), pair, raws, read))
+                off = raws[-1].end
+        except AmrckptError as exc:
+            return FileInfo(path, size, vendor, user, sections), exc
+        return FileInfo(path, size, vendor, user, sections), None
     finally:
         os.close(fd)
 

@@ -2,14 +2,17 @@
 
 See :class:`CheckpointSchema` for declaring a schema, :func:`save` for writing
 one, and :mod:`amrckpt.restart` for reading it back on any number of ranks.
-The on-disk convention is described in the user guide (``docs/checkpoints.md``,
-"Checkpoint files"); its JSON Schemas are in ``schemas/``.
+The on-disk convention is the container's (:mod:`amrckpt.container`,
+``docs/checkpoints.md``); its JSON Schemas are in ``schemas/``.
 """
 
 from __future__ import annotations
 
 from ._base import CheckpointSchema, Migration
+from ._json import adapter as field_adapter
 from ._kinds import (
+    Array,
+    ArrayKind,
     Block,
     BlockKind,
     CellData,
@@ -24,12 +27,15 @@ from ._kinds import (
     InlineKind,
     Mesh,
     MeshKind,
-    mesh_record_dtype,
+    NDArray,
+    NDArrayKind,
+    Prepared,
 )
-from ._manifest import FieldSpec, Index, IndexEntry, Manifest, MeshSpec, Provenance, json_schemas, write_json_schemas
 from ._save import SaveResult, check_local, save
 
 __all__ = [
+    "Array",
+    "ArrayKind",
     "Block",
     "BlockKind",
     "CellData",
@@ -37,25 +43,20 @@ __all__ = [
     "CellsKind",
     "CheckpointSchema",
     "FieldKind",
-    "FieldSpec",
     "Forest",
     "HpCells",
     "HpCellsKind",
     "HpData",
-    "Index",
-    "IndexEntry",
     "Inline",
     "InlineKind",
-    "Manifest",
     "Mesh",
     "MeshKind",
-    "MeshSpec",
     "Migration",
-    "Provenance",
+    "NDArray",
+    "NDArrayKind",
+    "Prepared",
     "SaveResult",
     "check_local",
-    "json_schemas",
-    "mesh_record_dtype",
+    "field_adapter",
     "save",
-    "write_json_schemas",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -49,8 +50,8 @@ class CheckpointSchema(BaseModel):
     ------
     SchemaError
         At class creation: no name or version, a field without a kind, a
-        field name longer than 58 bytes, cell fields without a mesh, more
-        than one mesh.
+        field name longer than 58 bytes, cell fields without a mesh, cell
+        fields that do not say which of several meshes they belong to.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=True)
@@ -82,17 +83,30 @@ class CheckpointSchema(BaseModel):
             found = [m for m in info.metadata if isinstance(m, FieldKind)]
             if len(found) != 1:
                 raise SchemaError(
-                    f"{cls.__name__}.{fname}: declare it with exactly one of Inline(), Block(), Mesh(), Cells(), HpCells()"
+                    f"{cls.__name__}.{fname}: declare it with exactly one of Inline(), Block(), Mesh(), Cells(), HpCells(), "
+                    "Array(), NDArray()"
                 )
             if len(fname.encode()) > 58:
                 raise SchemaError(f"{cls.__name__}.{fname}: a field name is a section's user string: at most 58 bytes")
             kinds[fname] = found[0]
         meshes = [n for n, k in kinds.items() if isinstance(k, MeshKind)]
-        if len(meshes) > 1:
-            raise SchemaError(f"{cls.__name__}: more than one mesh field ({', '.join(meshes)})")
-        cells = [n for n, k in kinds.items() if isinstance(k, CellsKind)]
-        if cells and not meshes:
-            raise SchemaError(f"{cls.__name__}: cell fields ({', '.join(cells)}) need a Mesh() field for their leaves")
+        for fname, k in kinds.items():
+            if not k.per_leaf or isinstance(k, MeshKind):
+                continue
+            assert isinstance(k, CellsKind)
+            if k.mesh is None:
+                if len(meshes) != 1:
+                    raise SchemaError(
+                        f"{cls.__name__}.{fname}: per-leaf values need a Mesh() field for their leaves"
+                        if not meshes
+                        else f"{cls.__name__}.{fname}: the schema has meshes {', '.join(meshes)}: "
+                        "say whose leaves these are (mesh=...)"
+                    )
+                kinds[fname] = dataclasses.replace(k, mesh=meshes[0])
+            elif k.mesh not in meshes:
+                raise SchemaError(
+                    f"{cls.__name__}.{fname}: mesh={k.mesh!r} is not a Mesh() field of the schema ({', '.join(meshes) or 'none'})"
+                )
         cls.__amrckpt_fields__ = kinds
 
     @classmethod

@@ -19,7 +19,10 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from .. import sfc
+from ..comm import digest_of
+from ..container import FieldSpec, GeometrySpec, MeshSpec, Payload, dtype_to_json, mesh_record_dtype
 from ..errors import SchemaError
+from ._json import encode_inline, json_bytes, json_value
 
 __all__ = [
     "Block",
@@ -36,6 +39,11 @@ __all__ = [
     "InlineKind",
     "Mesh",
     "MeshKind",
+    "NDArray",
+    "NDArrayKind",
+    "Prepared",
+    "Array",
+    "ArrayKind",
     "disk_dtype",
 ]
 
@@ -69,9 +77,48 @@ def disk_dtype(dt: np.dtype[Any], native: bool) -> np.dtype[Any]:
     return dt.newbyteorder("=") if native else dt
 
 
+@dataclass
+class Prepared:
+    """One field of this rank's state, checked and ready to be written (what :meth:`FieldKind.prepare` returns).
+
+    Attributes
+    ----------
+    name : str
+    kind : FieldKind
+    payload : amrckpt.container.Payload
+        The bytes or arrays to write; the writer fills in the counts of every rank.
+    value : object
+        The JSON value of an inline field (recorded in the manifest).
+    digest : int
+        A digest of a global value (inline, block, ndarray), to check that ranks agree.
+    count : int
+        Local elements: leaves of a mesh, values of cells, elements of an array.
+    nbytes : int
+        Local bytes of an hp field (S_p).
+    shape : tuple of int
+        The whole shape of an ndarray field.
+    """
+
+    name: str
+    kind: FieldKind
+    payload: Payload
+    value: Any = None
+    digest: int = 0
+    count: int = 0
+    nbytes: int = 0
+    shape: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True)
 class FieldKind:
-    """How a schema field maps onto scda sections (base class).
+    """How a schema field maps onto a section of the checkpoint (base class; orbax's ``TypeHandler``).
+
+    Each kind knows how to check and prepare its value for writing
+    (:meth:`prepare`), describe itself in the manifest (:meth:`describe`)
+    and turn what the container's handler read back into its value
+    (:meth:`from_file`); :func:`amrckpt.save` and :func:`amrckpt.load` are
+    loops over fields.  The section I/O is the container's
+    (:func:`amrckpt.container.handler_for` of :attr:`kind`).
 
     Attributes
     ----------
@@ -87,10 +134,56 @@ class FieldKind:
 
     kind: ClassVar[str] = ""
     section: ClassVar[str] = ""
+    per_leaf: ClassVar[bool] = False
     units: str | None = None
     description: str | None = None
     compress: bool = False
     level: int = 9
+
+    def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
+        """Check one field's local value against the kind and the local leaf count ``n`` (not collective).
+
+        Raises
+        ------
+        SchemaError
+            Naming the field.
+        """
+
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+        """Check this rank's value and prepare it for writing (not collective).
+
+        Parameters
+        ----------
+        cls : type of CheckpointSchema
+            The schema (for the field's pydantic type).
+        name : str
+            The field.
+        value : object
+            This rank's value.
+        n : int or None
+            The local leaf count of the field's mesh (per-leaf kinds).
+
+        Raises
+        ------
+        SchemaError
+            Naming the field.
+        """
+        raise NotImplementedError
+
+    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        """Return the field's manifest entry (a dict for :class:`amrckpt.container.FieldSpec`), given its prepared value."""
+        return {
+            "name": p.name,
+            "kind": self.kind,
+            "section": self.section,
+            "units": self.units,
+            "description": self.description,
+            "compressed": self.compress,
+        }
+
+    def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
+        """Turn what the container's handler read into this kind's value (not collective)."""
+        return raw
 
 
 @dataclass(frozen=True)
@@ -100,6 +193,10 @@ class InlineKind(FieldKind):
     kind: ClassVar[str] = "inline"
     section: ClassVar[str] = "I"
 
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+        jv, d = json_value(cls, name, value)
+        return Prepared(name, self, Payload(encode_inline(jv, name)), value=jv, digest=d)
+
 
 @dataclass(frozen=True)
 class BlockKind(FieldKind):
@@ -107,6 +204,10 @@ class BlockKind(FieldKind):
 
     kind: ClassVar[str] = "block"
     section: ClassVar[str] = "B"
+
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+        jv, d = json_value(cls, name, value)
+        return Prepared(name, self, Payload(json_bytes(jv, name) + b"\n", compress=self.compress, level=self.level), digest=d)
 
 
 @dataclass(frozen=True)
@@ -119,12 +220,44 @@ class MeshKind(FieldKind):
         Quadtrees or octrees.
     curve : {"morton", "hilbert"}
         The space-filling curve the leaves follow (p4est: Morton).
+    geometry : amrckpt.container.GeometrySpec or None
+        Where the trees are in physical space (recorded in the manifest).
     """
 
     kind: ClassVar[str] = "mesh"
     section: ClassVar[str] = "A"
+    per_leaf: ClassVar[bool] = True
     dim: int = 2
     curve: str = "morton"
+    geometry: GeometrySpec | None = None
+
+    def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
+        if not isinstance(value, Forest):
+            raise SchemaError(f"field {name!r}: expected a Forest, got {type(value).__name__}")
+        if value.dim != self.dim or value.curve != self.curve:
+            raise SchemaError(f"field {name!r}: a {value.dim}D {value.curve} forest; the schema declares {self.dim}D {self.curve}")
+        if n is not None and len(value) != n:
+            raise SchemaError(f"field {name!r}: {len(value)} leaves; the partition gives this rank {n}")
+        if self.geometry is not None and len(self.geometry.tree_lower) != value.num_trees:
+            raise SchemaError(f"field {name!r}: {value.num_trees} trees; the schema's geometry has {len(self.geometry.tree_lower)}")
+        if check_values:
+            try:
+                value.check()
+            except SchemaError as exc:
+                raise SchemaError(f"field {name!r}: {exc}") from exc
+
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+        self.check_value(name, value, None, check_values=False)
+        try:  # check the ranges while packing: one pass over the leaves
+            records = value.to_records(check=True)
+        except SchemaError as exc:
+            raise SchemaError(f"field {name!r}: {exc}") from exc
+        payload = Payload(records, elem_size=records.dtype.itemsize, compress=self.compress, level=self.level)
+        return Prepared(name, self, payload, count=len(value))
+
+    def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
+        assert ms is not None
+        return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check)
 
 
 @dataclass(frozen=True)
@@ -141,18 +274,67 @@ class CellsKind(FieldKind):
         then converts to the reading machine's order.
     shape : tuple of int
         The shape of each leaf's value (``()`` for a scalar per leaf).
+    mesh : str or None
+        The mesh field whose leaves the values belong to (resolved when the
+        schema is created: the only mesh, if not given).
     """
 
     kind: ClassVar[str] = "cells"
     section: ClassVar[str] = "A"
+    per_leaf: ClassVar[bool] = True
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype("<f8"))
     native: bool = False
     shape: tuple[int, ...] = ()
+    mesh: str | None = None
 
     @property
     def cell_nbytes(self) -> int:
         """Bytes per leaf."""
         return self.dtype.itemsize * math.prod(self.shape)
+
+    @property
+    def disk_dtype(self) -> np.dtype[Any]:
+        """The dtype in the file: the declared byte order, or the writer's."""
+        return disk_dtype(self.dtype, self.native)
+
+    def _check_dtype(self, name: str, got: np.dtype[Any]) -> None:
+        if got.newbyteorder("=") != self.dtype.newbyteorder("=") or (got.names or ()) != (self.dtype.names or ()):
+            raise SchemaError(f"field {name!r}: dtype {got.str}, the schema declares {self.dtype.str} (no casting)")
+
+    def _as_disk(self, value: np.ndarray) -> np.ndarray:
+        """Return the array in the dtype it has in the file (a byte swap if needed), contiguous."""
+        target = self.disk_dtype
+        if value.dtype != target:
+            value = value.astype(target)  # only the byte order differs: checked
+        return np.ascontiguousarray(value)
+
+    def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
+        if not isinstance(value, np.ndarray):
+            raise SchemaError(f"field {name!r}: expected a numpy array, got {type(value).__name__}")
+        want = (n if n is not None else value.shape[0] if value.ndim else -1, *self.shape)
+        if value.shape != want:
+            raise SchemaError(f"field {name!r}: shape {value.shape}; {want[0]} local leaves of shape {self.shape} need {want}")
+        self._check_dtype(name, value.dtype)
+
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+        self.check_value(name, value, n)
+        payload = Payload(self._as_disk(value), elem_size=self.cell_nbytes, compress=self.compress, level=self.level)
+        return Prepared(name, self, payload, count=int(value.shape[0]))
+
+    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        out = super().describe(p, mesh)
+        out |= {"dtype": dtype_to_json(self.disk_dtype), "shape": list(self.shape), "native_byteorder": self.native}
+        return out | ({"mesh": mesh} if self.per_leaf else {})
+
+    def to_native(self, arr: np.ndarray) -> np.ndarray:
+        """Convert data read from a file to the byte order the schema asks for (native: the reader's)."""
+        target = self.disk_dtype
+        if arr.dtype == target or arr.dtype.newbyteorder("=") != target.newbyteorder("="):
+            return arr  # equal, or not a byte-order difference: check_value reports it
+        return arr.astype(target)
+
+    def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
+        return self.to_native(raw)
 
 
 @dataclass(frozen=True)
@@ -164,6 +346,91 @@ class HpCellsKind(CellsKind):
 
     kind: ClassVar[str] = "hp"
     section: ClassVar[str] = "V"
+
+    def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
+        if not isinstance(value, HpData):
+            raise SchemaError(f"field {name!r}: expected HpData, got {type(value).__name__}")
+        if n is not None and len(value) != n:
+            raise SchemaError(f"field {name!r}: {len(value)} leaves of values; the mesh has {n} local leaves")
+        if value.values.shape[1:] != self.shape:
+            raise SchemaError(f"field {name!r}: values of shape {value.values.shape[1:]}; the schema declares {self.shape}")
+        self._check_dtype(name, value.values.dtype)
+
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+        self.check_value(name, value, n)
+        sizes = _sizes(value.counts, self.cell_nbytes)
+        payload = Payload(self._as_disk(value.values), elem_sizes=sizes, compress=self.compress, level=self.level)
+        return Prepared(name, self, payload, count=len(value), nbytes=int(sizes.sum(dtype=np.uint64)))
+
+    def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
+        values, counts = raw
+        return HpData(self.to_native(values), counts)
+
+
+@dataclass(frozen=True)
+class ArrayKind(CellsKind):
+    """A distributed array that is not per leaf: N_p elements on rank p, in an array section A.
+
+    Read back on any number of ranks, split evenly (or as :func:`amrckpt.load`
+    is told); ``shape`` is the shape of one element.
+    """
+
+    kind: ClassVar[str] = "array"
+    section: ClassVar[str] = "A"
+    per_leaf: ClassVar[bool] = False
+
+    def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
+        super().check_value(name, value, None, check_values=check_values)
+
+    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        return super().describe(p, None)
+
+
+@dataclass(frozen=True)
+class NDArrayKind(CellsKind):
+    """A numpy array that every rank holds in full (replicated), in a block section B; dtype and shape recorded.
+
+    ``shape`` is the whole array's shape, or None for any shape (recorded
+    in the manifest when saved).
+    """
+
+    kind: ClassVar[str] = "ndarray"
+    section: ClassVar[str] = "B"
+    per_leaf: ClassVar[bool] = False
+    any_shape: bool = False
+
+    def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
+        if not isinstance(value, np.ndarray):
+            raise SchemaError(f"field {name!r}: expected a numpy array, got {type(value).__name__}")
+        if not self.any_shape and value.shape != self.shape:
+            raise SchemaError(f"field {name!r}: shape {value.shape}; the schema declares {self.shape}")
+        self._check_dtype(name, value.dtype)
+
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+        self.check_value(name, value, None)
+        data = self._as_disk(value)
+        d = digest_of(data)
+        return Prepared(name, self, Payload(data.tobytes(), compress=self.compress, level=self.level), digest=d, shape=value.shape)
+
+    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        return FieldKind.describe(self, p, None) | {
+            "dtype": dtype_to_json(self.disk_dtype),
+            "shape": list(p.shape),
+            "native_byteorder": self.native,
+        }
+
+    def check_shape(self, name: str, shape: list[int]) -> None:
+        """Check a file's recorded shape against the declaration (SchemaError)."""
+        if not self.any_shape and tuple(shape) != self.shape:
+            raise SchemaError(f"field {name!r}: shape {tuple(shape)} in the file; the schema declares {self.shape}")
+
+
+def _sizes(counts: np.ndarray, cell_nbytes: int) -> np.ndarray:
+    """Bytes per leaf of an hp field, (n,) uint64, in one pass (a shift for power-of-two value sizes)."""
+    shift = cell_nbytes.bit_length() - 1
+    if cell_nbytes == 1 << shift:
+        return np.left_shift(counts.view(np.uint64), np.uint64(shift))
+    return np.multiply(counts.view(np.uint64), np.uint64(cell_nbytes))
 
 
 def _field(kind: FieldKind, default: Any, **kwargs: Any) -> Any:
@@ -240,7 +507,19 @@ def Block(
     )
 
 
-def Mesh(dim: int = 2, *, curve: str = "morton", description: str | None = None, compress: bool = False, level: int = 9) -> Any:
+def Mesh(
+    dim: int = 2,
+    *,
+    curve: str = "morton",
+    brick: tuple[int, ...] | None = None,
+    lower: Any = None,
+    upper: Any = None,
+    units: str | None = None,
+    geometry: GeometrySpec | None = None,
+    description: str | None = None,
+    compress: bool = False,
+    level: int = 9,
+) -> Any:
     """Declare the mesh: the local leaves of a forest, one record per leaf in an array section (scda A).
 
     The leaves are stored in space-filling-curve order, trees first, so
@@ -255,6 +534,18 @@ def Mesh(dim: int = 2, *, curve: str = "morton", description: str | None = None,
         Quadtrees or octrees.
     curve : {"morton", "hilbert"}, optional
         The order of the leaves (:mod:`amrckpt.sfc`).
+    brick : tuple of int, optional
+        The trees form a brick of ``brick[a]`` trees along axis ``a``,
+        numbered row-major (tree = (k * ny + j) * nx + i); recorded in the
+        manifest with each tree's box, so that viewers place the trees
+        (p4est keeps its connectivity with the forest).
+    lower, upper : (dim,) array_like of float, optional
+        The physical corners of the brick (default: 0 and ``brick``, unit trees).
+    units : str, optional
+        Length units of the corners, e.g. ``"m"``.
+    geometry : amrckpt.container.GeometrySpec, optional
+        Any other placement of the trees (their boxes; p4est's vertices and
+        tree_to_vertex), instead of ``brick``.
     description : str, optional
     compress : bool, optional
         Write by the compression convention (paper 3.3).
@@ -268,7 +559,23 @@ def Mesh(dim: int = 2, *, curve: str = "morton", description: str | None = None,
         raise SchemaError(f"mesh dimension must be 2 or 3, not {dim}")
     if curve not in sfc.CURVES:
         raise SchemaError(f"curve must be one of {sfc.CURVES}, not {curve!r}")
-    return _field(MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve), PydanticUndefined)
+    if brick is not None:
+        if geometry is not None:
+            raise SchemaError("Mesh: give brick= or geometry=, not both")
+        from ..container import Geometry
+
+        b = _shape(brick)
+        try:
+            g = Geometry.brick_of(b, math.prod(b), dim, lower, upper)
+        except ValueError as exc:
+            raise SchemaError(f"Mesh: {exc}") from exc
+        geometry = GeometrySpec.model_validate(g.spec().model_dump() | {"units": units})
+    elif lower is not None or upper is not None:
+        raise SchemaError("Mesh: lower= and upper= are the corners of a brick: give brick= too")
+    if geometry is not None and not isinstance(geometry, GeometrySpec):
+        raise SchemaError(f"Mesh: geometry must be an amrckpt.container.GeometrySpec, not {type(geometry).__name__}")
+    kind = MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve, geometry=geometry)
+    return _field(kind, PydanticUndefined)
 
 
 def Cells(
@@ -279,6 +586,7 @@ def Cells(
     description: str | None = None,
     compress: bool = False,
     level: int = 9,
+    mesh: str | None = None,
 ) -> Any:
     """Declare fixed-size data per leaf, stored in an array section (scda A, paper 2.5).
 
@@ -300,6 +608,8 @@ def Cells(
     compress : bool, optional
         Compress every leaf's value (paper 3.3).
     level : int, optional
+    mesh : str, optional
+        The mesh field whose leaves the values belong to; needed when the schema has more than one mesh.
 
     Returns
     -------
@@ -307,7 +617,7 @@ def Cells(
     """
     dt, native = _dtype_spec(dtype, "Cells")
     shape = _shape(shape)
-    kind = CellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape)
+    kind = CellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape, mesh=mesh)
     return _field(kind, PydanticUndefined)
 
 
@@ -319,6 +629,7 @@ def HpCells(
     description: str | None = None,
     compress: bool = False,
     level: int = 9,
+    mesh: str | None = None,
 ) -> Any:
     """Declare a variable number of values per leaf, stored in a variable-size array (scda V, paper 2.6).
 
@@ -331,7 +642,7 @@ def HpCells(
         Type of one value, as for :func:`Cells`.
     shape : tuple of int, optional
         Shape of one value.
-    units, description, compress, level : optional
+    units, description, compress, level, mesh : optional
         As for :func:`Cells` (paper 3.4 for ``compress``).
 
     Returns
@@ -342,7 +653,86 @@ def HpCells(
     shape = _shape(shape)
     if math.prod(shape) == 0:
         raise SchemaError(f"HpCells: values of shape {shape} have no bytes, so the file could not carry their counts")
-    kind = HpCellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape)
+    kind = HpCellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape, mesh=mesh)
+    return _field(kind, PydanticUndefined)
+
+
+def Array(
+    dtype: Any,
+    *,
+    shape: tuple[int, ...] = (),
+    units: str | None = None,
+    description: str | None = None,
+    compress: bool = False,
+    level: int = 9,
+) -> Any:
+    """Declare a distributed array that is not per leaf: N_p elements on rank p, in an array section (scda A).
+
+    The value is a numpy array of shape ``(N_p, *shape)``; ranks may hold
+    any number of elements (particles, boundary faces, a global vector).
+    The file holds the concatenation in rank order, so its bytes do not
+    depend on the number of ranks; :func:`amrckpt.load` gives rank q of Q
+    the elements ``floor(N q / Q) .. floor(N (q + 1) / Q)``.
+
+    Parameters
+    ----------
+    dtype : str or numpy.dtype
+        Any fixed-size dtype, structured ones included (``[("id", "<i8"), ("x", "<f8", (3,))]``).
+    shape : tuple of int, optional
+        Shape of one element.
+    units, description, compress, level : optional
+        As for :func:`Cells`.
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+    """
+    dt, native = _dtype_spec(dtype, "Array")
+    kind = ArrayKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=_shape(shape))
+    return _field(kind, PydanticUndefined)
+
+
+def NDArray(
+    dtype: Any,
+    *,
+    shape: tuple[int, ...] | None = None,
+    units: str | None = None,
+    description: str | None = None,
+    compress: bool = False,
+    level: int = 9,
+    default_factory: Any = None,
+) -> Any:
+    """Declare a numpy array that every rank holds in full (replicated), in a block section (scda B).
+
+    A table of coefficients, a 1D profile, a random state: the same on
+    every rank (checked with a digest when saving), stored once, with its
+    dtype and shape in the manifest.
+
+    Parameters
+    ----------
+    dtype : str or numpy.dtype
+        Any fixed-size dtype, structured ones included.
+    shape : tuple of int, optional
+        The array's shape; None: any shape (the saved one is recorded).
+    units, description, compress, level : optional
+        As for :func:`Cells`.
+    default_factory : callable, optional
+        As for pydantic's Field.
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+    """
+    dt, native = _dtype_spec(dtype, "NDArray")
+    kind = NDArrayKind(
+        **_common(units, description, compress, level),
+        dtype=dt,
+        native=native,
+        shape=_shape(shape) if shape is not None else (),
+        any_shape=shape is None,
+    )
+    if default_factory is not None:
+        return _field(kind, PydanticUndefined, default_factory=default_factory)
     return _field(kind, PydanticUndefined)
 
 
@@ -354,12 +744,6 @@ def _shape(shape: Any) -> tuple[int, ...]:
     if any(s < 0 for s in out):
         raise SchemaError(f"shape {out} has a negative extent")
     return out
-
-
-def mesh_record_dtype(dim: int) -> np.dtype[Any]:
-    """Return the packed record of one leaf in the mesh section: tree, x, y[, z] (<i4), level (i1)."""
-    names = [*["tree", "x", "y", "z"][: dim + 1], "level"]
-    return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
 
 
 def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Write the JSON Schemas of the on-disk manifest, provenance and index.
+"""Write the JSON Schemas of the on-disk manifest, index, run record and (format 1) provenance.
 
 Run from the repository: ``python -m amrckpt.schema.jsonschema [directory]``
 (default ``schemas/``).  A test checks that the committed files are current.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from ._manifest import write_json_schemas
+from ..container import write_json_schemas
 
 __all__ = ["main"]
 

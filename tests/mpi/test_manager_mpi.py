@@ -160,7 +160,7 @@ def test_manager_api_agreed_on_every_rank(mpi_tmp: Path) -> None:
         # KeepBest keeps 20 and 30 (the best two; 30 is also the newest)
         out.append((mgr.all_steps(), mgr.latest_step()))
         md = mgr.metadata(20)
-        out.append((md.metrics, md.metadata, md.info.provenance.writer_size))
+        out.append((md.metrics, md.metadata, md.info.writer_size))
         loaded = mgr.restore(20)
         lo, hi = loaded.partition.local_range(w.rank)
         want = G[20].local(lo, hi)

@@ -101,7 +101,7 @@ def test_disk_full_on_a_real_tmpfs(small_fs: Path, P: int) -> None:
 
     got = run_threads(P, body, timeout=30)
     assert got == [("ScdaIOError", errno.ENOSPC)] * P
-    assert sorted(p.name for p in d.glob("ckpt-*")) == ["ckpt-000000000001.scda", "ckpt-000000000003.scda"]
+    assert sorted(p.name for p in d.glob("ckpt-*.scda")) == ["ckpt-000000000001.scda", "ckpt-000000000003.scda"]
     assert_restores(d, 3)
 
 

@@ -123,7 +123,7 @@ def test_num_leaves_in_the_manifest_does_not_size_an_allocation(
     p = tmp_path / "leaves.ckpt"
 
     def edit(doc: Any) -> Any:
-        doc["num_leaves"] = num_leaves
+        doc["meshes"][0]["num_leaves"] = num_leaves
         return doc
 
     p.write_bytes(edit_checkpoint(checkpoint, "amrckpt manifest", edit))

@@ -144,7 +144,7 @@ def test_restore_latest_on_another_number_of_ranks(tmp_path: Path) -> None:
             lo, hi = loaded.partition.local_range(comm.rank)
             assert_state_equal(loaded.state, _with_step(STATES[30].local(lo, hi), 30))
             assert mgr.restored_step == 30
-            return loaded.info.provenance.writer_size
+            return loaded.info.writer_size  # from the run record the manager keeps beside the file
 
     run_threads(3, write)
     assert run_threads(2, read) == [3, 3]
@@ -179,6 +179,7 @@ def test_failed_save_leaves_nothing_and_keeps_the_previous(tmp_path: Path) -> No
         assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".amrckpt")) == [
             "amrckpt-history.jsonl",
             f"ckpt-{1:012d}.scda",
+            f"ckpt-{1:012d}.scda.run.json",
         ]
         assert mgr.latest().step == 1  # type: ignore[union-attr]
 

@@ -41,11 +41,18 @@ def test_schema_declaration_errors() -> None:
         class NoMesh(ac.CheckpointSchema, name="x", version=1):
             rho: ac.CellData = ac.Cells("<f8")
 
-    with pytest.raises(SchemaError, match="more than one mesh"):
+    with pytest.raises(SchemaError, match=r"meshes a, b: say whose leaves these are \(mesh=\.\.\.\)"):
 
         class TwoMeshes(ac.CheckpointSchema, name="x", version=1):
             a: ac.Forest = ac.Mesh()
             b: ac.Forest = ac.Mesh()
+            rho: ac.CellData = ac.Cells("<f8")
+
+    with pytest.raises(SchemaError, match="mesh='c' is not a Mesh"):
+
+        class WrongMesh(ac.CheckpointSchema, name="x", version=1):
+            a: ac.Forest = ac.Mesh()
+            rho: ac.CellData = ac.Cells("<f8", mesh="c")
 
     with pytest.raises(SchemaError, match="58 bytes"):
         type("Long", (ac.CheckpointSchema,), {"__annotations__": {"x" * 59: int}, "x" * 59: ac.Inline()}, name="x", version=1)
@@ -75,8 +82,8 @@ def test_save_on_P_load_on_Q(tmp_path: Path, P: int, Q: int) -> None:
         loaded = ac.load(path, Advection, comm=comm)
         lo, hi = loaded.partition.local_range(comm.rank)
         assert_state_equal(loaded.state, G.local(lo, hi))
-        assert loaded.info.provenance.writer_size == P
-        assert loaded.info.writer_partition.size == P
+        assert loaded.info.provenance is None  # format 2: nothing about the run in the file
+        assert loaded.info.writer_partition is None  # saved without a run record
         assert {"step", "rho", "modes", "amrckpt manifest"} <= set(loaded.verified)
         return lo, hi
 
@@ -84,20 +91,14 @@ def test_save_on_P_load_on_Q(tmp_path: Path, P: int, Q: int) -> None:
     assert ranges == [(G.N * q // Q, G.N * (q + 1) // Q) for q in range(Q)]  # p4est_load's uniform split
 
 
-def test_file_prefix_does_not_depend_on_P(tmp_path: Path) -> None:
-    """Manifest and fields are byte-identical for any P; only the trailing provenance, partition and index differ."""
+def test_file_does_not_depend_on_P(tmp_path: Path) -> None:
+    """Format 2: the whole file, index and footer included, is byte-identical for any P and partition."""
     blobs = {}
     for P in (1, 2, 3, 4):
         path = tmp_path / f"p{P}.scda"
         save_on(P, path, counts=None if P != 4 else [G.N, 0, 0, 0])
         blobs[P] = path.read_bytes()
-    info = ac.read_info(tmp_path / "p1.scda")
-    end = info.index.entry("modes").end
-    assert len({b[:end] for b in blobs.values()}) == 1
-    crcs = {
-        P: [e.crc32 for e in ac.read_info(tmp_path / f"p{P}.scda").index.sections if e.role != "provenance"][:-1] for P in blobs
-    }
-    assert len({tuple(c) for c in crcs.values()}) == 1
+    assert len(set(blobs.values())) == 1
 
 
 def test_weighted_and_explicit_partitions(tmp_path: Path) -> None:
@@ -157,6 +158,8 @@ def test_inline_fields_are_readable_text(tmp_path: Path) -> None:
         "description": None,
         "compressed": False,
         "native_byteorder": False,
+        "mesh": "mesh",
+        "count": None,
     }
 
 
@@ -173,8 +176,6 @@ def test_a_plain_scda_reader_walks_a_checkpoint(tmp_path: Path) -> None:
         b"rho",
         b"vel",
         b"modes",
-        b"amrckpt provenance",
-        b"amrckpt partition",
         b"amrckpt index",
         b"amrckpt footer 1",
     ]
@@ -259,9 +260,10 @@ def test_inline_too_long_and_mesh_checks(tmp_path: Path) -> None:
     st.mesh.level[[2, 5]] = st.mesh.level[[5, 2]]
     st.mesh.x[[2, 5]] = st.mesh.x[[5, 2]]
     st.mesh.y[[2, 5]] = st.mesh.y[[5, 2]]
-    ac.save(st, tmp_path / "unchecked.scda")  # the local order is only checked on request
-    with pytest.raises(SchemaError, match="Forest"):
-        ac.save(st, tmp_path / "m.scda", check_mesh=True)
+    ac.save(st, tmp_path / "unchecked.scda", check_mesh=False)  # the opt-out of the local order check
+    with pytest.raises(SchemaError, match=r"field 'mesh': Forest: not a linear forest: leaf 3 .*sfc_order, or pass check_mesh=False"):
+        ac.save(st, tmp_path / "m.scda")  # checked by default
+    assert not (tmp_path / "m.scda").exists()  # refused before anything was written
 
 
 # -- byte order and evolution -------------------------------------------------
@@ -407,7 +409,7 @@ def test_json_schemas_in_the_repository_are_current() -> None:
     """schemas/*.json are generated from the pydantic models (python -m amrckpt.schema.jsonschema)."""
     from _support import REPO
 
-    for name, schema in ac.schema.json_schemas().items():
+    for name, schema in ac.container.json_schemas().items():
         path = REPO / "schemas" / name
         assert path.exists(), f"{path} is missing: run python -m amrckpt.schema.jsonschema"
         assert json.loads(path.read_text()) == schema, f"{path} is stale: run python -m amrckpt.schema.jsonschema"

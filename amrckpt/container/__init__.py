@@ -1,0 +1,100 @@
+"""The checkpoint container (layer 3½): the on-disk convention of amrckpt, alone.
+
+Everything that knows how a checkpoint lies in its scda file is here, and
+the layers above (schemas, restart, manager, CLI) go through this package:
+
+- the convention's models: :class:`Manifest` (what the file holds, with
+  :class:`MeshSpec`, :class:`GeometrySpec` and :class:`FieldSpec`),
+  :class:`Index` and the footer, the :class:`RunRecord` of the run that
+  wrote it (kept beside the file, not in it), format 1's
+  :class:`Provenance`;
+- per-kind field handlers (:class:`FieldHandler`, orbax's ``TypeHandler``
+  pattern): how each field kind is written and read;
+- :class:`CheckpointWriter` (header, manifest, fields, index, footer,
+  CRC32s) and :class:`CheckpointReader` (footer → index → manifest →
+  fields, CRC32s against the index, random access by field and by leaf
+  range);
+- :func:`read_info` and :func:`verify`.
+
+gsd's split of its file layer (``gsd.fl``) from its schema layer
+(``gsd.hoomd``) is the model.  The layout, section by section, is in
+``docs/checkpoints.md``; the JSON Schemas of the models in ``schemas/``.
+"""
+
+from __future__ import annotations
+
+from ._convention import (
+    FOOTER_NBYTES,
+    FOOTER_USER_STRING,
+    FORMAT_VERSION,
+    INDEX_USER_STRING,
+    MANIFEST_USER_STRING,
+    READ_FORMAT_VERSIONS,
+    SECTION_OF_KIND,
+    FieldSpec,
+    GeometrySpec,
+    Index,
+    IndexEntry,
+    Manifest,
+    MeshSpec,
+    Provenance,
+    RunRecord,
+    dtype_from_json,
+    dtype_to_json,
+    footer_bytes,
+    json_schemas,
+    mesh_record_dtype,
+    parse_footer,
+    write_json_schemas,
+)
+from ._handlers import HANDLERS, FieldHandler, Payload, handler_for
+from ._reader import CheckpointInfo, CheckpointReader, Geometry, checksum_error, read_info, read_run_record
+from ._tools import RawMetadata, convert, read_raw_metadata
+from ._verify import VerifyReport, locate_index, verify
+from ._writer import CheckpointWriter, WriteResult, run_record, run_record_path, write_run_record
+
+__all__ = [
+    "FOOTER_NBYTES",
+    "FOOTER_USER_STRING",
+    "FORMAT_VERSION",
+    "HANDLERS",
+    "INDEX_USER_STRING",
+    "MANIFEST_USER_STRING",
+    "READ_FORMAT_VERSIONS",
+    "SECTION_OF_KIND",
+    "CheckpointInfo",
+    "CheckpointReader",
+    "CheckpointWriter",
+    "FieldHandler",
+    "FieldSpec",
+    "Geometry",
+    "GeometrySpec",
+    "Index",
+    "IndexEntry",
+    "Manifest",
+    "MeshSpec",
+    "Payload",
+    "Provenance",
+    "RawMetadata",
+    "RunRecord",
+    "VerifyReport",
+    "WriteResult",
+    "checksum_error",
+    "convert",
+    "dtype_from_json",
+    "dtype_to_json",
+    "footer_bytes",
+    "handler_for",
+    "json_schemas",
+    "locate_index",
+    "mesh_record_dtype",
+    "parse_footer",
+    "read_info",
+    "read_raw_metadata",
+    "read_run_record",
+    "run_record",
+    "run_record_path",
+    "verify",
+    "write_json_schemas",
+    "write_run_record",
+]

@@ -1,0 +1,311 @@
+"""Per-kind field handlers: how each field kind is written to and read from its scda section.
+
+orbax's ``TypeHandler`` is the model: one object per field kind knows its
+section type, checks its manifest entry before anything is allocated by it,
+writes its section and reads it back under any partition.  The schema layer
+(:mod:`amrckpt.schema`) prepares a field's :class:`Payload` and turns what
+:meth:`FieldHandler.read` returns into the schema's value types; the writer
+and reader of this package loop over fields and call the handler of each.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ..comm import agree
+from ..errors import CheckpointError
+from ._convention import SECTION_OF_KIND, FieldSpec, Manifest, dtype_from_json, mesh_record_dtype
+
+if TYPE_CHECKING:
+    from ._reader import CheckpointReader
+    from ._writer import CheckpointWriter
+
+__all__ = ["HANDLERS", "FieldHandler", "Payload", "handler_for"]
+
+
+@dataclass
+class Payload:
+    """One field's data, ready to be written by this rank (what :meth:`FieldHandler.write` takes).
+
+    Attributes
+    ----------
+    data : bytes, numpy.ndarray or None
+        I: the 32 data bytes; B: the block's bytes (significant on the root
+        only); A: this rank's elements, contiguous; V: this rank's values.
+    elem_counts : (P,) list of int, optional
+        A and V: N_p of every rank (libsc's ``elem_counts``).
+    elem_size : int, optional
+        A: E, bytes per element.
+    elem_sizes : (N_p,) numpy.ndarray of uint64, optional
+        V: bytes of each local element.
+    proc_sizes : (P,) list of int, optional
+        V: S_p, the bytes of every rank.
+    compress : bool
+        Write by the per-element compression convention (paper section 3).
+    level : int
+        zlib level of the compression.
+    """
+
+    data: Any = None
+    elem_counts: list[int] | None = None
+    elem_size: int = 0
+    elem_sizes: np.ndarray | None = None
+    proc_sizes: list[int] | None = None
+    compress: bool = False
+    level: int = 9
+
+
+class FieldHandler(abc.ABC):
+    """Interface for writing and reading one field kind (orbax's ``TypeHandler``).
+
+    Every method is collective over the writer's or reader's communicator
+    unless it says otherwise.
+    """
+
+    kind: ClassVar[str] = ""
+    per_leaf: ClassVar[bool] = False
+    """Whether the field holds one value (or a run of values) per leaf of a mesh."""
+
+    @property
+    def section(self) -> str:
+        """The scda section type that holds the field."""
+        return SECTION_OF_KIND[self.kind]
+
+    def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
+        """Check a manifest entry before anything is allocated by it (not collective; same outcome on every rank).
+
+        Raises
+        ------
+        CheckpointError
+            If the entry is inconsistent.
+        """
+        if fs.section != self.section or any(d < 0 for d in fs.shape):
+            raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
+
+    @abc.abstractmethod
+    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
+        """Write the field's section (collective)."""
+
+    @abc.abstractmethod
+    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
+        """Read this rank's part of the field under ``elem_counts`` (None for global fields). Collective."""
+
+    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
+        """Bytes per leaf of this rank's leaves under ``elem_counts`` (a constant, or (N_p,) int64). Collective."""
+        return 0
+
+    def value_dtype(self, fs: FieldSpec, path: str) -> np.dtype[Any]:
+        """Return the dtype of one value (cells, hp, array, ndarray), checked."""
+        return dtype_from_json(fs.dtype, f"{path!r}: field {fs.name!r}")
+
+
+def _json(raw: bytes, fs: FieldSpec, path: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise CheckpointError(f"{path!r}: field {fs.name!r} does not hold JSON: {exc}") from exc
+
+
+class InlineHandler(FieldHandler):
+    """``I`` section: a JSON value of at most 31 bytes, written by the root, read by every rank."""
+
+    kind = "inline"
+
+    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
+        w.scda.fwrite_inline(p.data if w.is_root else None, fs.name.encode())
+
+    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
+        r.seek_field(fs)
+        raw: bytes = r.comm.bcast(r.scda.fread_inline_data(root=0) or b"", root=0)
+        r.check_crc(fs.name)  # before parsing: damaged JSON is a damaged section, not a parse error
+        return _json(raw, fs, r.path)
+
+
+class BlockHandler(FieldHandler):
+    """``B`` section: JSON text of any length, written by the root, read by every rank."""
+
+    kind = "block"
+
+    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
+        w.scda.fwrite_block(p.data if w.is_root else None, fs.name.encode(), encode=p.compress, level=p.level)
+
+    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
+        return _json(self.raw(r, fs), fs, r.path)
+
+    def raw(self, r: CheckpointReader, fs: FieldSpec) -> bytes:
+        """Return the block's bytes on every rank, CRC checked. Collective."""
+        r.seek_field(fs)
+        data = r.scda.fread_block_data(root=None)
+        assert data is not None
+        r.check_crc(fs.name)
+        return data.tobytes()
+
+
+class NDArrayHandler(BlockHandler):
+    """``B`` section: a replicated numpy array's bytes (dtype and shape in the manifest), the same on every rank."""
+
+    kind = "ndarray"
+
+    def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
+        super().check_spec(fs, manifest, path)
+        self.value_dtype(fs, path)
+
+    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
+        dt = self.value_dtype(fs, r.path)
+        h = r.seek_field(fs)
+        if h.elem_size != dt.itemsize * math.prod(fs.shape):  # before allocating by the manifest's shape
+            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {h.elem_size} bytes in the file, not {fs.shape} of {dt}")
+        out = np.empty(fs.shape, dtype=dt)
+        r.scda.fread_block_data(root=None, out=out)
+        r.check_crc(fs.name)
+        return out
+
+
+class ArrayHandler(FieldHandler):
+    """``A`` section of fixed-size elements, N_p per rank, read back under any partition (cells, arrays)."""
+
+    kind = "array"
+
+    def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
+        super().check_spec(fs, manifest, path)
+        self.value_dtype(fs, path)
+        if not self.per_leaf and fs.count is None:
+            raise CheckpointError(f"{path!r}: the manifest gives array field {fs.name!r} no element count")
+
+    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
+        assert p.elem_counts is not None
+        w.scda.fwrite_array(p.data, p.elem_counts, p.elem_size, fs.name.encode(), encode=p.compress, level=p.level)
+
+    def elem_nbytes(self, fs: FieldSpec, path: str) -> int:
+        """Bytes of one element (dtype size times the product of the shape)."""
+        return self.value_dtype(fs, path).itemsize * math.prod(fs.shape)
+
+    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
+        assert elem_counts is not None
+        dt = self.value_dtype(fs, r.path)
+        h = r.seek_field(fs)
+        if h.elem_size != self.elem_nbytes(fs, r.path):  # before allocating by the manifest's shape
+            raise CheckpointError(
+                f"{r.path!r}: field {fs.name!r} has {h.elem_size}-byte values in the file, not {fs.shape} of {dt}"
+            )
+        arr = np.empty((elem_counts[r.comm.rank], *fs.shape), dtype=dt)
+        r.scda.fread_array_data(elem_counts, h.elem_size, out=arr)
+        return arr
+
+    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
+        return self.elem_nbytes(fs, r.path) if self.per_leaf else 0
+
+
+class CellsHandler(ArrayHandler):
+    """``A`` section: one fixed-size value per leaf of a mesh."""
+
+    kind = "cells"
+    per_leaf = True
+
+
+class MeshHandler(ArrayHandler):
+    """``A`` section of packed leaf records (:func:`mesh_record_dtype`): tree, coordinates, level."""
+
+    kind = "mesh"
+    per_leaf = True
+
+    def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
+        FieldHandler.check_spec(self, fs, manifest, path)
+        ms = manifest.mesh_of(fs)
+        if ms is None:
+            raise CheckpointError(f"{path!r}: field {fs.name!r} is a mesh, but the manifest describes no such mesh")
+        want = mesh_record_dtype(ms.dim)
+        if [tuple(x) for x in ms.record] != [(nm, want[nm].str) for nm in want.names or ()]:
+            raise CheckpointError(f"{path!r}: the mesh record {ms.record} is not amrckpt's for {ms.dim}D")
+
+    def elem_nbytes(self, fs: FieldSpec, path: str) -> int:
+        raise AssertionError("a mesh's record size comes from its MeshSpec")
+
+    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
+        assert elem_counts is not None
+        ms = r.manifest.mesh_of(fs)
+        assert ms is not None
+        rec = mesh_record_dtype(ms.dim)
+        r.seek_field(fs)
+        buf = np.empty(elem_counts[r.comm.rank], dtype=rec)
+        r.scda.fread_array_data(elem_counts, rec.itemsize, out=buf)
+        return buf
+
+    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
+        ms = r.manifest.mesh_of(fs)
+        assert ms is not None
+        return mesh_record_dtype(ms.dim).itemsize
+
+
+class HpHandler(FieldHandler):
+    """``V`` section: a run of fixed-size values per leaf (hp-adaptive payloads); counts follow from the sizes."""
+
+    kind = "hp"
+    per_leaf = True
+
+    def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
+        super().check_spec(fs, manifest, path)
+        if self.value_dtype(fs, path).itemsize * math.prod(fs.shape) == 0:
+            raise CheckpointError(f"{path!r}: field {fs.name!r} has values of no bytes")
+
+    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
+        assert p.elem_counts is not None and p.proc_sizes is not None
+        w.scda.fwrite_varray(p.data, p.elem_counts, p.elem_sizes, p.proc_sizes, fs.name.encode(), encode=p.compress, level=p.level)
+
+    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
+        r"""Return ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf."""
+        assert elem_counts is not None
+        dt = self.value_dtype(fs, r.path)
+        value_nbytes = dt.itemsize * math.prod(fs.shape)
+        if value_nbytes > r.file_size:  # the manifest's shape, the same on every rank: no value of the file is that large
+            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {value_nbytes} bytes, more than the file holds")
+        r.seek_field(fs)
+        f = r.scda
+        sizes = f.fread_varray_sizes(elem_counts)
+        assert sizes is not None
+        err: BaseException | None = None
+        if sizes.size and _not_multiples(sizes, value_nbytes):
+            err = CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf whose size is not a multiple of {value_nbytes} bytes")
+        agree(r.comm, err, what="load")
+        data = f.fread_varray_data(elem_counts, sizes, f.proc_sizes())
+        assert data is not None
+        values = data.view(dt).reshape(-1, *fs.shape)
+        return values, counts_of(sizes, value_nbytes)
+
+    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
+        r.seek_field(fs)
+        sizes = r.scda.fread_varray_sizes(elem_counts)
+        assert sizes is not None
+        return sizes.astype(np.int64)
+
+
+def counts_of(sizes: np.ndarray, value_nbytes: int) -> np.ndarray:
+    """Values per leaf from bytes per leaf, (n,) int64; a shift for power-of-two value sizes."""
+    counts = sizes.view(np.int64)  # sizes are below 2**63: they fit the file
+    shift = value_nbytes.bit_length() - 1
+    return counts >> shift if value_nbytes == 1 << shift else counts // value_nbytes
+
+
+def _not_multiples(sizes: np.ndarray, value_nbytes: int) -> bool:
+    """Whether a size is not a multiple of ``value_nbytes``; for a power of two, one OR-reduction (no temporary)."""
+    if value_nbytes & (value_nbytes - 1) == 0:
+        return bool(int(np.bitwise_or.reduce(sizes)) & (value_nbytes - 1))
+    return bool(np.any(sizes % np.uint64(value_nbytes)))
+
+
+HANDLERS: dict[str, FieldHandler] = {
+    h.kind: h
+    for h in (InlineHandler(), BlockHandler(), NDArrayHandler(), ArrayHandler(), CellsHandler(), MeshHandler(), HpHandler())
+}
+"""The handler of each field kind of the manifest."""
+
+
+def handler_for(kind: str) -> FieldHandler:
+    """Return the handler of field kind ``kind`` (KeyError for an unknown kind)."""
+    return HANDLERS[kind]

@@ -1,0 +1,679 @@
+"""Reading a checkpoint file: footer, index, manifest, fields by their handlers, CRC32s against the index."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import scda
+from ..comm import Comm, as_comm
+from ..errors import (
+    AmrckptError,
+    CheckpointError,
+    ChecksumError,
+    IncompleteCheckpointError,
+    ScdaError,
+)
+from ..partition import Partition
+from ..scda._layout import SectionHeader, read_raw_section
+from ..scda._scan import exact_reader
+from ._convention import (
+    FOOTER_NBYTES,
+    FOOTER_USER_STRING,
+    INDEX_USER_STRING,
+    MANIFEST_USER_STRING,
+    PARTITION_USER_STRING,
+    PROVENANCE_USER_STRING,
+    READ_FORMAT_VERSIONS,
+    FieldSpec,
+    GeometrySpec,
+    Index,
+    IndexEntry,
+    Manifest,
+    MeshSpec,
+    Provenance,
+    RunRecord,
+    dtype_from_json,
+    mesh_record_dtype,
+    parse_footer,
+)
+from ._handlers import counts_of, handler_for
+from ._writer import run_record_path
+
+__all__ = ["CheckpointInfo", "CheckpointReader", "Geometry", "checksum_error", "parse_model", "read_info", "read_run_record"]
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """The metadata of a checkpoint: what :func:`read_info` returns.
+
+    Attributes
+    ----------
+    manifest : Manifest
+    index : Index
+    provenance : Provenance or None
+        Who wrote it: in the file in format 1, None in format 2 (see ``run``).
+    writer_partition : Partition or None
+        The leaves of each rank that wrote the file (of the first mesh): in
+        the file in format 1; in format 2 from the run record beside the
+        file, if there is one; else None.
+    run : RunRecord or None
+        The run record beside the file (``<checkpoint>.run.json``), if any.
+    """
+
+    manifest: Manifest
+    index: Index
+    provenance: Provenance | None = None
+    writer_partition: Partition | None = None
+    run: RunRecord | None = None
+
+    @property
+    def writer_size(self) -> int | None:
+        """The number of processes that wrote the file, where known."""
+        if self.run is not None:
+            return self.run.writer_size
+        return self.provenance.writer_size if self.provenance is not None else None
+
+    @property
+    def saved_at(self) -> str | None:
+        """When the save started (UTC, ISO 8601), where known."""
+        if self.run is not None:
+            return self.run.saved_at
+        return self.provenance.saved_at if self.provenance is not None else None
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The trees of a mesh in physical space (from the manifest's :class:`GeometrySpec`).
+
+    Attributes
+    ----------
+    tree_lower, tree_upper : (num_trees, dim) numpy.ndarray of float64
+        The box of each tree.  Without a geometry in the file: unit trees in
+        a row (tree ``k`` at ``[k, k + 1) x [0, 1)``), or a ``brick`` layout
+        given by the caller (row-major: tree = (k * ny + j) * nx + i).
+    brick : tuple of int or None
+    units : str or None
+    """
+
+    tree_lower: np.ndarray
+    tree_upper: np.ndarray
+    brick: tuple[int, ...] | None = None
+    units: str | None = None
+
+    @classmethod
+    def of(cls, mesh: MeshSpec, brick: tuple[int, ...] | None = None) -> Geometry:
+        """Return the geometry of ``mesh``: stored in the file, else a ``brick`` of unit trees, else a row of unit trees.
+
+        Raises
+        ------
+        CheckpointError
+            If the stored geometry does not have one box per tree.
+        ValueError
+            If ``brick`` does not have ``dim`` positive entries holding the trees.
+        """
+        g = mesh.geometry
+        if g is not None and brick is None:
+            lo, hi = np.asarray(g.tree_lower, dtype=np.float64), np.asarray(g.tree_upper, dtype=np.float64)
+            if lo.shape != (mesh.num_trees, mesh.dim) or hi.shape != lo.shape:
+                raise CheckpointError(f"the geometry of mesh {mesh.field!r} does not give one box per tree")
+            return cls(lo, hi, tuple(g.brick) if g.brick else None, g.units)
+        if brick is None:
+            brick = (mesh.num_trees, *([1] * (mesh.dim - 1)))
+        return cls.brick_of(brick, mesh.num_trees, mesh.dim)
+
+    @classmethod
+    def brick_of(cls, brick: tuple[int, ...], num_trees: int, dim: int, lower: Any = None, upper: Any = None) -> Geometry:
+        """Return a brick of ``brick`` trees per axis, row-major, the trees of size ``(upper - lower) / brick``."""
+        b = tuple(int(x) for x in brick)
+        if len(b) != dim or min(b) < 1 or math.prod(b) < num_trees:
+            raise ValueError(f"brick {b}: give {dim} positive tree counts per axis, holding {num_trees} trees")
+        k = np.arange(num_trees)
+        ijk = np.stack([(k // math.prod(b[:a])) % b[a] for a in range(dim)], axis=1).astype(np.float64)
+        lo = np.zeros(dim) if lower is None else np.asarray(lower, dtype=np.float64)
+        hi = np.asarray(b, dtype=np.float64) if upper is None else np.asarray(upper, dtype=np.float64)
+        size = (hi - lo) / np.asarray(b, dtype=np.float64)
+        return cls(lo + ijk * size, lo + (ijk + 1) * size, b)
+
+    def spec(self) -> GeometrySpec:
+        """Return this geometry as the manifest stores it."""
+        return GeometrySpec(
+            brick=list(self.brick) if self.brick else None,
+            tree_lower=self.tree_lower.tolist(),
+            tree_upper=self.tree_upper.tolist(),
+            units=self.units,
+        )
+
+
+def parse_model(model: Any, raw: bytes, what: str, path: str) -> Any:
+    """Validate JSON ``raw`` as pydantic ``model``; CheckpointError naming ``what`` and the first problem."""
+    try:
+        return model.model_validate_json(raw)
+    except ValueError as exc:
+        first = exc.errors()[0] if hasattr(exc, "errors") else {"msg": str(exc), "loc": ()}
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise CheckpointError(f"{path!r}: the {what} is not valid: {first['msg']}{' at ' + where if where else ''}") from exc
+
+
+def checksum_error(name: str, offset: int, end: int | None, path: str) -> ChecksumError:
+    """Return the error for a section whose bytes do not match the index's CRC32 (section, offset, end attached)."""
+    where = f"bytes {offset}..{end}" if end is not None else f"at byte {offset}"
+    err = ChecksumError(f"{path!r}: section {name!r} ({where}) does not match its CRC32: the file is damaged")
+    err.section, err.offset, err.end = name, offset, end if end is not None else -1
+    return err
+
+
+def read_run_record(path: str | os.PathLike[str]) -> RunRecord | None:
+    """Return the run record beside checkpoint ``path`` (``<path>.run.json``), or None if there is none or it is unreadable.
+
+    Not collective.  The record is advisory (the checkpoint is the truth):
+    a damaged record is ignored.
+    """
+    try:
+        raw = run_record_path(path).read_bytes()
+    except OSError:
+        return None
+    try:
+        rec: RunRecord = RunRecord.model_validate_json(raw)
+    except ValueError:
+        return None
+    return rec
+
+
+class CheckpointReader:
+    """One checkpoint opened for reading; a context manager.
+
+    Opening reads the footer, the index it points at and the manifest (with
+    their CRC32s if ``verify``): collective, any number of ranks, whatever
+    number wrote the file.  :meth:`read_field` reads one field by its
+    kind's handler under a partition (collective); :meth:`check_crcs`
+    compares everything read with the index.  :meth:`read_mesh`,
+    :meth:`read_cells` and :meth:`read_hp` read a range of leaves on the
+    calling rank alone (not collective), for tools that stream a file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint.
+    comm : None, mpi4py.MPI.Comm or Comm, optional
+        The communicator (None: serial).
+    verify : bool, optional
+        Check the CRC32 of every section read against the index.
+    info, backend : optional
+        MPI-IO hints and backend, as for :func:`amrckpt.scda.fopen_read`.
+    defer_crc : bool, optional
+        CRC the bytes read in a helper thread until :meth:`check_crcs`
+        (for readers that hand nothing out before it).
+
+    Raises
+    ------
+    IncompleteCheckpointError
+        On every rank: no footer (the save did not finish, or the file was cut short).
+    ChecksumError
+        On every rank: the index or manifest does not match its CRC32.
+    CheckpointError
+        On every rank: a malformed index or manifest, or a format this release does not read.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        comm: Any = None,
+        verify: bool = True,
+        info: Any = None,
+        backend: str | None = None,
+        defer_crc: bool = False,
+    ) -> None:
+        self.comm: Comm = as_comm(comm)
+        self.verify = verify
+        self.scda: scda.ScdaReader = scda.fopen_read(path, comm=self.comm, info=info, backend=backend, checksum=verify)
+        self.path = self.scda.path
+        self.file_size = self.scda.file_size
+        self._fd: int | None = None
+        try:
+            self.scda._defer_crc = defer_crc
+            self.index = self._index()
+            self.manifest: Manifest = parse_model(
+                Manifest, self._metadata_block("amrckpt manifest", MANIFEST_USER_STRING), "manifest", self.path
+            )
+            self._check_manifest()
+            self.provenance: Provenance | None = None
+            self._writer_partition: Partition | None = None
+            if self.manifest.format_version == 1:
+                raw = self._metadata_block("amrckpt provenance", PROVENANCE_USER_STRING)
+                self.provenance = parse_model(Provenance, raw, "provenance", self.path)
+                self._writer_partition = self._format1_partition(self.provenance)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- metadata -----------------------------------------------------------
+
+    def _footer(self) -> tuple[int, int]:
+        f = self.scda
+        off = f.file_size - FOOTER_NBYTES
+        if off < scda.FILE_HEADER_NBYTES or off % 32:
+            raise IncompleteCheckpointError(f"{self.path!r}: {f.file_size} bytes cannot end in an amrckpt footer (cut short?)")
+        try:
+            f.fseek_section(off)
+            h = f.fread_section_header()
+        except ScdaError as exc:
+            raise IncompleteCheckpointError(f"{self.path!r}: no amrckpt footer at the end (cut short?): {exc}") from exc
+        if h is None or h.type != "I" or h.user_string != FOOTER_USER_STRING:
+            raise IncompleteCheckpointError(f"{self.path!r}: no amrckpt footer at the end (the save did not finish)")
+        data: bytes = self.comm.bcast(f.fread_inline_data(root=0) or b"", root=0)
+        return parse_footer(h.user_string, data, repr(self.path))
+
+    def _block_at(self, offset: int, user_string: bytes) -> bytes:
+        f = self.scda
+        try:
+            f.fseek_section(offset)
+            h = f.fread_section_header()
+        except ScdaError as exc:
+            raise CheckpointError(f"{self.path!r}: no section {user_string.decode()!r} at byte {offset}: {exc}") from exc
+        if h is None or h.type != "B" or h.user_string != user_string:
+            raise CheckpointError(f"{self.path!r}: expected section {user_string.decode()!r} at byte {offset}")
+        data = f.fread_block_data(root=None)
+        assert data is not None
+        return data.tobytes()
+
+    def _crc_matches(self, offset: int, crc: int) -> bool:
+        got = {o: c for o, _, c in self.scda.section_crcs()}
+        return got.get(offset) == crc
+
+    def _index(self) -> Index:
+        index_offset, index_crc = self._footer()
+        raw = self._block_at(index_offset, INDEX_USER_STRING)
+        if self.verify and not self._crc_matches(index_offset, index_crc):
+            raise checksum_error("amrckpt index", index_offset, None, self.path)
+        index: Index = parse_model(Index, raw, "index", self.path)
+        return index
+
+    def entry(self, name: str) -> IndexEntry:
+        """Return the index entry of section ``name``. Not collective.
+
+        Raises
+        ------
+        CheckpointError
+            If the index has no such section.
+        """
+        try:
+            return self.index.entry(name)
+        except KeyError:
+            raise CheckpointError(f"{self.path!r}: the index has no section {name!r}") from None
+
+    def check_crc(self, name: str) -> None:
+        """Compare the CRC32 of section ``name``, just read, with the index. Collective; no-op without ``verify``.
+
+        Raises
+        ------
+        ChecksumError
+            On every rank, naming the section and its bytes.
+        """
+        if not self.verify:
+            return
+        e = self.entry(name)
+        if not self._crc_matches(e.offset, e.crc32):
+            raise checksum_error(name, e.offset, e.end, self.path)
+
+    def _metadata_block(self, name: str, user_string: bytes) -> bytes:
+        e = self.entry(name)
+        data = self._block_at(e.offset, user_string)
+        self.check_crc(name)
+        return data
+
+    def _check_manifest(self) -> None:
+        """Check what reading relies on before the manifest is used (same outcome on every rank)."""
+        m, path = self.manifest, self.path
+        if m.format_version not in READ_FORMAT_VERSIONS:
+            raise CheckpointError(
+                f"{path!r} is of amrckpt format {m.format_version}; this release ({m.amrckpt_version} wrote it) reads "
+                f"formats {', '.join(map(str, READ_FORMAT_VERSIONS))}: upgrade amrckpt"
+            )
+        names = [fs.name for fs in m.fields]
+        if len(set(names)) != len(names):
+            raise CheckpointError(f"{path!r}: the manifest names a field twice")
+        meshes = [ms.field for ms in m.meshes]
+        if len(set(meshes)) != len(meshes):
+            raise CheckpointError(f"{path!r}: the manifest describes a mesh twice")
+        for ms in m.meshes:
+            if ms.field not in names or m.field(ms.field).kind != "mesh":
+                raise CheckpointError(f"{path!r}: the manifest's mesh field {ms.field!r} is not a mesh field")
+        for fs in m.fields:
+            try:
+                h = handler_for(fs.kind)
+            except KeyError:
+                raise CheckpointError(f"{path!r}: field {fs.name!r} is of kind {fs.kind!r}, unknown to this release") from None
+            h.check_spec(fs, m, path)
+            if h.per_leaf and m.mesh_of(fs) is None:
+                raise CheckpointError(f"{path!r}: field {fs.name!r} holds values per leaf, but the manifest has no mesh for it")
+
+    def _format1_partition(self, prov: Provenance) -> Partition:
+        """Return the writing partition section of a format-1 file."""
+        f = self.scda
+        e = self.entry("amrckpt partition")
+        f.fseek_section(e.offset)
+        h = f.fread_section_header()
+        if h is None or h.type != "A" or h.user_string != PARTITION_USER_STRING or h.elem_size != 8:
+            raise CheckpointError(f"{self.path!r}: malformed writing partition section")
+        P = h.elem_count
+        counts = [P] + [0] * (self.comm.size - 1)
+        data = f.fread_array_data(counts)
+        self.check_crc(e.name)
+        mine: list[int] = data.view("<i8").tolist() if data is not None and self.comm.rank == 0 else []
+        counts = self.comm.bcast(mine, root=0)
+        if len(counts) != prov.writer_size or sum(counts) < 0:
+            raise CheckpointError(
+                f"{self.path!r}: the writing partition has {len(counts)} ranks, the provenance {prov.writer_size}"
+            )
+        return Partition.from_counts(counts)
+
+    @property
+    def info(self) -> CheckpointInfo:
+        """Manifest, index, provenance (format 1), writing partition and run record, where known. Collective."""
+        run = self._run_record()
+        return CheckpointInfo(self.manifest, self.index, self.provenance, self.writer_partition(run), run)
+
+    def _run_record(self) -> RunRecord | None:
+        rec: RunRecord | None = self.comm.bcast(read_run_record(self.path) if self.comm.rank == 0 else None, root=0)
+        return rec
+
+    def writer_partition(self, run: RunRecord | None = None) -> Partition | None:
+        """Return the partition of the first mesh's leaves when written, where known (format 1, or a run record). Collective.
+
+        A run record that does not fit the file (another leaf count) is ignored.
+        """
+        if self._writer_partition is not None:
+            return self._writer_partition
+        run = run if run is not None else self._run_record()
+        gfq = run.global_first_quadrant if run is not None else None
+        if gfq is None or len(gfq) != run.writer_size + 1 or gfq[-1] != self.manifest.num_leaves:  # type: ignore[union-attr]
+            return None
+        try:
+            return Partition.from_offsets(gfq)
+        except AmrckptError:
+            return None
+
+    @property
+    def geometry(self) -> Geometry | None:
+        """The geometry of the first mesh (None without a mesh). Not collective."""
+        m = self.manifest.mesh
+        return Geometry.of(m) if m is not None else None
+
+    # -- fields ---------------------------------------------------------------
+
+    def seek_field(self, fs: FieldSpec) -> SectionHeader:
+        """Move to field ``fs``'s section through the index and read its header (decoded). Collective.
+
+        Raises
+        ------
+        CheckpointError
+            If the section there is not the field the manifest describes, or
+            an A/V section holds another number of elements than its mesh has leaves.
+        """
+        e = self.entry(fs.name)
+        f = self.scda
+        try:
+            f.fseek_section(e.offset)
+            h = f.fread_section_header(decode=True)
+        except ScdaError as exc:
+            raise CheckpointError(f"{self.path!r}: no section of field {fs.name!r} at byte {e.offset}: {exc}") from exc
+        if h is None or h.type != fs.section or h.user_string != fs.name.encode() or h.decoded != fs.compressed:
+            raise CheckpointError(
+                f"{self.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it"
+            )
+        want = self.elem_count(fs)
+        if h.type in ("A", "V") and want is not None and h.elem_count != want:
+            # before anything is allocated by the manifest's count
+            what = "leaves" if handler_for(fs.kind).per_leaf else "elements"
+            raise CheckpointError(f"{self.path!r}: field {fs.name!r} has {h.elem_count} {what} in the file, the manifest {want}")
+        return h
+
+    def elem_count(self, fs: FieldSpec) -> int | None:
+        """Return the global element count the manifest gives field ``fs`` (leaves of its mesh, or its count). Not collective."""
+        ms = self.manifest.mesh_of(fs)
+        if ms is not None and handler_for(fs.kind).per_leaf:
+            return ms.num_leaves
+        return fs.count
+
+    def read_field(self, name: str, elem_counts: list[int] | None = None) -> Any:
+        r"""Read this rank's part of field ``name`` by its handler. Collective.
+
+        Parameters
+        ----------
+        name : str
+            The field.
+        elem_counts : (P,) list of int, optional
+            N_p of each rank, for per-leaf fields and arrays; global fields ignore it.
+
+        Returns
+        -------
+        object
+            inline, block: the JSON value; ndarray: the array; mesh:
+            (N_p,) records of :func:`mesh_record_dtype`; cells, array:
+            (N_p, \\*shape) of the field's dtype; hp: ``(values, counts)``.
+
+        Raises
+        ------
+        CheckpointError, ChecksumError, ScdaError
+            On every rank.
+        """
+        try:
+            fs = self.manifest.field(name)
+        except KeyError:
+            raise CheckpointError(f"{self.path!r} has no field {name!r}") from None
+        return handler_for(fs.kind).read(self, fs, elem_counts)
+
+    def leaf_weights(self, mesh: str | None = None) -> np.ndarray:
+        """Bytes per leaf (mesh record, cells, hp payloads) of this rank's leaves under the uniform partition. Collective.
+
+        Returns
+        -------
+        (N_p,) numpy.ndarray of int64
+        """
+        ms = self.manifest.mesh if mesh is None else next((m for m in self.manifest.meshes if m.field == mesh), None)
+        if ms is None:
+            return np.zeros(0, dtype=np.int64)
+        self.seek_field(self.manifest.field(ms.field))  # the leaf count checked before anything is sized by it
+        part = Partition.uniform(ms.num_leaves, self.comm.size)
+        counts = part.elem_counts.tolist()
+        w = np.zeros(counts[self.comm.rank], dtype=np.int64)
+        fixed = 0
+        for fs in self.manifest.fields:
+            if self.manifest.mesh_of(fs) is not ms:
+                continue
+            got = handler_for(fs.kind).leaf_nbytes(self, fs, counts)
+            if isinstance(got, np.ndarray):
+                w += got
+            else:
+                fixed += got
+        if fixed > self.file_size:  # a manifest's shapes, not the file: would not fit int64 either
+            raise CheckpointError(f"{self.path!r}: the manifest gives each leaf {fixed} bytes, more than the file holds")
+        return w + fixed
+
+    def check_crcs(self) -> tuple[str, ...]:
+        """Compare the CRC32 of every section read in full with the index. Collective.
+
+        Returns
+        -------
+        tuple of str
+            The names of the sections checked.
+
+        Raises
+        ------
+        ChecksumError
+            On every rank, naming the first section that does not match.
+        """
+        if not self.verify:
+            return ()
+        by_offset = {e.offset: e for e in self.index.sections}
+        done = []
+        for off, end, crc in self.scda.section_crcs():
+            e = by_offset.get(off)
+            if e is None or crc is None:
+                continue
+            if e.end != end or e.crc32 != crc:
+                raise checksum_error(e.name, e.offset, e.end, self.path)
+            done.append(e.name)
+        return tuple(done)
+
+    # -- ranges of leaves, on one rank -------------------------------------------
+
+    def _pread(self) -> Any:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            except OSError as exc:
+                raise CheckpointError(f"{self.path!r}: cannot open for reading: {exc.strerror or exc}") from exc
+        return exact_reader(self._fd, self.path, IncompleteCheckpointError)
+
+    def _range_check(self, fs: FieldSpec, start: int, count: int) -> int:
+        N = self.elem_count(fs)
+        assert N is not None
+        if start < 0 or count < 0 or start + count > N:
+            raise ValueError(f"leaves {start}..{start + count} are not inside field {fs.name!r} of {N} leaves")
+        return N
+
+    def _fixed_range(self, fs: FieldSpec, start: int, count: int, dt: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+        N = self._range_check(fs, start, count)
+        e = self.entry(fs.name)
+        E = dt.itemsize * math.prod(shape)
+        out = np.empty((count, *shape), dtype=dt)
+        if fs.compressed:  # one zlib stream per element: decode the whole section serially, keep the range
+            with scda.fopen_read(self.path) as f:
+                f.fseek_section(e.offset)
+                f.fread_section_header(decode=True)
+                whole = f.fread_array_data([N], E)
+                assert whole is not None
+            out.reshape(-1).view(np.uint8)[:] = whole[start * E : (start + count) * E]
+            return out
+        read = self._pread()
+        raw = read_raw_section(read, e.offset, self.file_size)
+        if raw.type != "A" or raw.elem_size != E or raw.elem_count != N:
+            raise CheckpointError(
+                f"{self.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it"
+            )
+        if count:
+            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(read(raw.data_offset + start * E, count * E), dtype=np.uint8)
+        return out
+
+    def read_mesh(self, start: int, count: int, mesh: str | None = None) -> np.ndarray:
+        """Leaves ``start .. start + count - 1`` of a mesh (the first by default), on this rank alone. Not collective.
+
+        Returns
+        -------
+        (count,) numpy.ndarray of :func:`mesh_record_dtype`
+            Fields ``tree``, ``x``, ``y`` [, ``z``] (``<i4``; coordinates in units
+            of ``2**-maxlevel`` of a tree) and ``level`` (``i1``), in curve order.
+        """
+        ms = self.manifest.mesh if mesh is None else next(m for m in self.manifest.meshes if m.field == mesh)
+        if ms is None:
+            raise CheckpointError(f"{self.path!r} holds no mesh")
+        rec = mesh_record_dtype(ms.dim)
+        return self._fixed_range(self.manifest.field(ms.field), start, count, rec, ())
+
+    def read_cells(self, name: str, start: int, count: int) -> np.ndarray:
+        r"""Values of leaves ``start .. start + count - 1`` of a cells (or array) field, on this rank alone. Not collective.
+
+        Returns
+        -------
+        (count, \\*shape) numpy.ndarray of the field's dtype (as stored)
+        """
+        fs = self.manifest.field(name)
+        if fs.kind not in ("cells", "array"):
+            raise ValueError(f"field {name!r} is a {fs.kind} field, not cells")
+        return self._fixed_range(fs, start, count, dtype_from_json(fs.dtype, name), tuple(fs.shape))
+
+    def read_hp(self, name: str, start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        r"""Values of leaves ``start .. start + count - 1`` of an hp field, on this rank alone. Not collective.
+
+        The sizes of the leaves before ``start`` are read (in chunks) to find
+        where the range's values begin.
+
+        Returns
+        -------
+        counts : (count,) numpy.ndarray of int64
+            Values per leaf.
+        values : (sum(counts), \\*shape) numpy.ndarray of the field's dtype
+        """
+        fs = self.manifest.field(name)
+        if fs.kind != "hp":
+            raise ValueError(f"field {name!r} is a {fs.kind} field, not hp")
+        N = self._range_check(fs, start, count)
+        dt = dtype_from_json(fs.dtype, name)
+        vbytes = dt.itemsize * math.prod(fs.shape)
+        e = self.entry(fs.name)
+        if fs.compressed:
+            with scda.fopen_read(self.path) as f:
+                f.fseek_section(e.offset)
+                f.fread_section_header(decode=True)
+                sizes = f.fread_varray_sizes([N])
+                assert sizes is not None
+                data = f.fread_varray_data([N], sizes, f.proc_sizes())
+                assert data is not None
+            before = int(sizes[:start].sum())
+            mine = sizes[start : start + count]
+            values = data[before : before + int(mine.sum())].view(dt).reshape(-1, *fs.shape)
+            return counts_of(mine, vbytes), values.copy()
+        read = self._pread()
+        raw = read_raw_section(read, e.offset, self.file_size)
+        if raw.type != "V" or raw.elem_count != N:
+            raise CheckpointError(
+                f"{self.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it"
+            )
+        entries = raw.entries_offset
+
+        def sizes_of(lo: int, n: int) -> np.ndarray:
+            buf = np.frombuffer(read(entries + 32 * lo, 32 * n), dtype=np.uint8)
+            return scda.parse_entries(b"E", buf, first_index=lo, offset=entries + 32 * lo, what=raw.where)
+
+        before = 0
+        chunk = 1 << 16
+        for lo in range(0, start, chunk):
+            before += int(sizes_of(lo, min(chunk, start - lo)).sum())
+        mine = sizes_of(start, count) if count else np.zeros(0, dtype=np.uint64)
+        if mine.size and np.any(mine % np.uint64(vbytes)):
+            raise CheckpointError(f"{self.path!r}: field {name!r} has a leaf whose size is not a multiple of {vbytes} bytes")
+        nbytes = int(mine.sum())
+        data_start = raw.data_offset
+        if data_start + before + nbytes > self.file_size:
+            raise IncompleteCheckpointError(f"{self.path!r}: field {name!r} runs past the end of the file")
+        values = np.frombuffer(bytearray(read(data_start + before, nbytes)), dtype=dt).reshape(-1, *fs.shape)
+        return counts_of(mine, vbytes), values
+
+    # -- closing ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the file (collective)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.scda.fclose()
+
+    def __enter__(self) -> CheckpointReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def read_info(path: str | os.PathLike[str], *, comm: Any = None, verify: bool = True, info: Any = None) -> CheckpointInfo:
+    """Read a checkpoint's manifest, index, (format 1) provenance, writing partition and run record (no field data).
+
+    Collective (any number of ranks; serial with ``comm=None``).
+
+    Raises
+    ------
+    IncompleteCheckpointError
+        If the file has no footer (the save did not finish).
+    CheckpointError
+        If the index or manifest is malformed; ChecksumError if they do not
+        match their CRC32s.
+    """
+    with CheckpointReader(path, comm=comm, verify=verify, info=info) as r:
+        return r.info

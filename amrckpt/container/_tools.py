@@ -1,0 +1,161 @@
+"""What tools need beyond reading and writing: the metadata of damaged files, and rewriting a checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from .. import scda
+from .._version import __version__
+from ..comm import as_comm
+from ._convention import (
+    FOOTER_USER_STRING,
+    FORMAT_VERSION,
+    MANIFEST_USER_STRING,
+    PARTITION_USER_STRING,
+    PROVENANCE_USER_STRING,
+    Manifest,
+    Provenance,
+)
+from ._reader import CheckpointReader
+from ._writer import CheckpointWriter, WriteResult
+
+__all__ = ["RawMetadata", "convert", "read_raw_metadata"]
+
+
+@dataclass(frozen=True)
+class RawMetadata:
+    """The convention's sections found by a scan of a (possibly damaged) file, unchecked.
+
+    Attributes
+    ----------
+    manifest : Manifest or None
+        None if absent; see ``manifest_error``.
+    manifest_error : str or None
+        Why the manifest block that is there does not validate.
+    provenance : Provenance or None
+        Format 1 only.
+    writer_counts : (P,) numpy.ndarray of int64 or None
+        Format 1's writing partition.
+    complete : bool
+        Whether the last section is a footer that ends the file.
+    """
+
+    manifest: Manifest | None
+    manifest_error: str | None
+    provenance: Provenance | None
+    writer_counts: np.ndarray | None
+    complete: bool
+
+
+def read_raw_metadata(path: str, info: scda.FileInfo) -> RawMetadata | None:
+    """Read the manifest, (format 1) provenance and partition, and the footer among the sections of a scan.
+
+    Not collective, no CRC checks: for tools that describe damaged files
+    (``amrckpt inspect``).  None if the file holds no manifest block.
+    """
+    wanted = {MANIFEST_USER_STRING: "B", PROVENANCE_USER_STRING: "B", PARTITION_USER_STRING: "A", FOOTER_USER_STRING: "I"}
+    if not any(s.type == "B" and s.user_string == MANIFEST_USER_STRING for s in info.sections):
+        return None
+    found: dict[bytes, Any] = {}
+    with scda.fopen_read(path) as f:
+        for s in info.sections:
+            if wanted.get(s.user_string) != s.type or s.user_string in found:
+                continue
+            f.fseek_section(s.offset)
+            h = f.fread_section_header(decode=True)
+            assert h is not None
+            if h.type == "B":
+                data = f.fread_block_data()
+                assert data is not None
+                found[s.user_string] = data.tobytes()
+            elif h.type == "A":
+                if h.elem_size == 8:
+                    arr = f.fread_array_data([h.elem_count])
+                    assert arr is not None
+                    found[s.user_string] = arr.view("<i8")
+            else:
+                found[s.user_string] = s.offset
+    manifest, error = None, None
+    try:
+        manifest = Manifest.model_validate_json(found[MANIFEST_USER_STRING])
+    except ValueError as exc:
+        error = f"the manifest is not valid: {str(exc).splitlines()[0]}"
+    prov = None
+    if PROVENANCE_USER_STRING in found:
+        with contextlib.suppress(ValueError):
+            prov = Provenance.model_validate_json(found[PROVENANCE_USER_STRING])
+    last = info.sections[-1] if info.sections else None
+    foot = found.get(FOOTER_USER_STRING)
+    complete = foot is not None and last is not None and last.offset == foot and last.end == info.file_size
+    return RawMetadata(manifest, error, prov, found.get(PARTITION_USER_STRING), complete)
+
+
+def convert(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    comm: Any = None,
+    compress: Literal["keep", "encode", "decode"] = "keep",
+    level: int = 9,
+    style: scda.Style = "unix",
+    progress: Any = None,
+) -> tuple[WriteResult, int]:
+    """Rewrite checkpoint ``src`` as ``dst`` field by field, in the current format. Collective.
+
+    Every byte read is checked against ``src``'s CRC32s; the manifest's
+    ``compressed`` flags, the index and the footer are made anew, so that
+    ``dst`` is a valid checkpoint; a format-1 file becomes format 2 (its
+    provenance and writing partition are left out).
+
+    Parameters
+    ----------
+    src, dst : str or os.PathLike
+        The checkpoint and the new file (created or truncated).
+    comm : None, mpi4py.MPI.Comm or Comm, optional
+    compress : {"keep", "encode", "decode"}, optional
+        Keep each field's compression, compress every field (paper section 3) or none.
+    level : int, optional
+        zlib level of new compression.
+    style : {"unix", "mime"}, optional
+        Line breaks of the new file.
+    progress : object with ``update(nbytes)``, optional
+        Told the bytes of ``src`` read, field by field.
+
+    Returns
+    -------
+    WriteResult
+        What was written.
+    int
+        The number of fields whose compression changed.
+
+    Raises
+    ------
+    ChecksumError, CheckpointError, ScdaError
+        On every rank, if ``src`` is damaged or ``dst`` cannot be written.
+    """
+    c = as_comm(comm)
+    changed = 0
+    with CheckpointReader(src, comm=c, verify=True) as r:
+        m = r.manifest
+
+        def compressed(section: str, now: bool) -> bool:
+            return False if section == "I" else {"keep": now, "encode": True, "decode": False}[compress]
+
+        fields = [fs.model_copy(update={"compressed": compressed(fs.section, fs.compressed)}) for fs in m.fields]
+        changed = sum(a.compressed != b.compressed for a, b in zip(fields, m.fields, strict=True))
+        manifest = m.model_copy(update={"fields": fields, "format_version": FORMAT_VERSION, "amrckpt_version": __version__})
+        with CheckpointWriter(dst, manifest, comm=c, style=style) as w:
+            for fs in fields:
+                e = r.entry(fs.name)
+                h = r.seek_field(m.field(fs.name))
+                w.copy_field(fs, scda.read_section_data(r.scda, h), level=level)
+                if progress is not None:
+                    progress.update(e.end - e.offset)
+        r.check_crcs()
+    assert w.result is not None
+    return w.result, changed

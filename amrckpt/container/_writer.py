@@ -1,0 +1,274 @@
+"""Writing a checkpoint file: header, manifest, field sections, index, footer, CRC32s (collective)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import scda
+from .._version import __version__
+from ..comm import Comm, MPIComm, as_comm
+from ..errors import ScdaUsageError
+from ._convention import (
+    FOOTER_USER_STRING,
+    INDEX_USER_STRING,
+    MANIFEST_USER_STRING,
+    FieldSpec,
+    Index,
+    IndexEntry,
+    Manifest,
+    RunRecord,
+    footer_bytes,
+)
+from ._handlers import Payload, handler_for
+
+__all__ = ["CheckpointWriter", "WriteResult", "run_record", "run_record_path", "write_run_record"]
+
+RUN_RECORD_SUFFIX = ".run.json"
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What :meth:`CheckpointWriter.close` wrote.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    nbytes : int
+        Its size in bytes.
+    manifest : Manifest
+        The manifest written into it.
+    index : Index
+        Its index (offsets and CRC32 of every section).
+    """
+
+    path: str
+    nbytes: int
+    manifest: Manifest
+    index: Index
+
+
+class CheckpointWriter:
+    """One checkpoint file being written; a context manager.
+
+    Collective: every rank of ``comm`` opens it, writes the manifest, then
+    each field in the manifest's order with :meth:`write_field`, and closes
+    it; :meth:`close` writes the index and the footer.  The bytes do not
+    depend on the number of ranks (format 2: nothing about the run is in the
+    file).  A writer that is left by an exception is closed without an
+    index or footer: what it wrote is not a checkpoint, and readers say so.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (created or truncated).
+    manifest : Manifest
+        What the file will hold; written at once (the same on every rank).
+    comm : None, mpi4py.MPI.Comm or Comm, optional
+        The communicator (None: serial).
+    style : {"unix", "mime"}, optional
+        Line breaks of the scda padding.
+    sync : bool, optional
+        ``fsync`` (``MPI_File_sync``) before closing.
+    info, backend, truncate : optional
+        MPI-IO hints, backend choice and truncation, as for :func:`amrckpt.scda.fopen_write`.
+
+    Raises
+    ------
+    ScdaIOError
+        On every rank, if the file cannot be created or written.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        manifest: Manifest,
+        *,
+        comm: Any = None,
+        style: scda.Style = "unix",
+        sync: bool = False,
+        info: Any = None,
+        backend: str | None = None,
+        truncate: bool = True,
+    ) -> None:
+        self.comm: Comm = as_comm(comm)
+        self.path = os.fspath(path)
+        self.manifest = manifest
+        self.is_root = self.comm.rank == 0
+        self._sync = sync
+        self._fields = iter(manifest.fields)
+        header = f"amrckpt {manifest.schema_name} v{manifest.schema_version}".encode()[:58]
+        self.scda: scda.ScdaWriter = scda.fopen_write(
+            path,
+            header,
+            comm=self.comm,
+            style=style,
+            vendor=b"amrckpt",
+            info=info,
+            backend=backend,
+            checksum=True,
+            truncate=truncate,
+        )
+        self._roles = ["file header"]
+        try:
+            self.scda.fwrite_block(
+                manifest.model_dump_json(indent=1).encode() + b"\n" if self.is_root else None, MANIFEST_USER_STRING
+            )
+        except BaseException:
+            self.scda.fclose()
+            raise
+        self._roles.append("manifest")
+        self.result: WriteResult | None = None
+
+    def write_field(self, fs: FieldSpec, payload: Payload) -> None:
+        """Write the next field of the manifest by its kind's handler. Collective.
+
+        Raises
+        ------
+        ScdaUsageError
+            If ``fs`` is not the manifest's next field.
+        """
+        self._next(fs)
+        handler_for(fs.kind).write(self, fs, payload)
+        self._roles.append("field")
+
+    def copy_field(self, fs: FieldSpec, data: scda.SectionData, *, level: int = 9) -> None:
+        """Write the next field of the manifest from a section's data read elsewhere (a rewrite). Collective.
+
+        The data is written as read (``scda.read_section_data``), compressed
+        if ``fs.compressed``; for :func:`amrckpt.container.convert`.
+        """
+        self._next(fs)
+        scda.write_section_data(self.scda, data, user_string=fs.name.encode(), encode=fs.compressed, level=level)
+        self._roles.append("field")
+
+    def _next(self, fs: FieldSpec) -> None:
+        want = next(self._fields, None)
+        if want is None or want.name != fs.name:
+            raise ScdaUsageError(f"write_field: {fs.name!r} is not the manifest's next field ({want.name if want else None!r})")
+
+    def close(self) -> WriteResult:
+        """Write the index and the footer, sync if asked, close. Collective.
+
+        Returns
+        -------
+        WriteResult
+        """
+        if self.result is not None:
+            return self.result
+        f = self.scda
+        missing = next(self._fields, None)
+        if missing is not None:
+            f.fclose()
+            raise ScdaUsageError(f"close: field {missing.name!r} of the manifest was not written")
+        try:
+            index = self._index()
+            f.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if self.is_root else None, INDEX_USER_STRING)
+            index_crc = f.section_crcs()[-1]
+            f.fwrite_inline(footer_bytes(f.records[-1].offset, index_crc) if self.is_root else None, FOOTER_USER_STRING)
+            if self._sync:
+                f.sync()
+            nbytes = f.offset
+        finally:
+            f.fclose()
+        self.result = WriteResult(self.path, nbytes, self.manifest, index)
+        return self.result
+
+    def _index(self) -> Index:
+        """Return the index of the sections written so far: offsets, ends and CRC32s. Collective (one allreduce)."""
+        f = self.scda
+        crcs = f.section_crcs()
+        return Index(
+            sections=[
+                IndexEntry(
+                    name="file header" if r.type == "F" else r.user_string.decode("utf-8", "replace"),
+                    role=role,  # type: ignore[arg-type]
+                    type=r.type,  # type: ignore[arg-type]
+                    compressed=r.encoded,
+                    offset=r.offset,
+                    end=r.end,
+                    crc32=crc,
+                )
+                for r, role, crc in zip(f.records, self._roles, crcs, strict=True)
+            ]
+        )
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.scda.fclose()
+
+
+def run_record(comm: Any, global_first_quadrant: list[int] | None, saved_at: float, save_seconds: float | None = None) -> RunRecord:
+    """Describe the run that wrote a checkpoint (what format 2 keeps out of the file). Not collective.
+
+    Parameters
+    ----------
+    comm : Comm
+        The writing communicator (its size; MPI library version if MPI).
+    global_first_quadrant : (P + 1,) list of int or None
+        p4est's offsets of the first mesh's leaves when written.
+    saved_at : float
+        Unix time the save started (seconds).
+    save_seconds : float, optional
+        Wall-clock seconds of the save.
+    """
+    c = as_comm(comm)
+    mpi = None
+    if isinstance(c, MPIComm):
+        from mpi4py import MPI
+
+        mpi = MPI.Get_library_version().strip().splitlines()[0]
+    return RunRecord(
+        writer_size=c.size,
+        global_first_quadrant=global_first_quadrant,
+        saved_at=datetime.datetime.fromtimestamp(saved_at, datetime.timezone.utc).isoformat(timespec="seconds"),
+        save_seconds=save_seconds,
+        amrckpt_version=__version__,
+        python_version=platform.python_version(),
+        numpy_version=np.__version__,
+        mpi_library=mpi,
+        hostname=socket.gethostname(),
+        byteorder=sys.byteorder,
+    )
+
+
+def run_record_path(path: str | os.PathLike[str]) -> Path:
+    """Return the run record beside checkpoint ``path``: ``<path>.run.json``."""
+    p = Path(path)
+    return p.with_name(p.name + RUN_RECORD_SUFFIX)
+
+
+def write_run_record(path: str | os.PathLike[str], record: RunRecord, *, sync: bool = False) -> Path:
+    """Write ``record`` as the run record of checkpoint ``path`` (not collective: call it on one rank).
+
+    Written under a temporary name and renamed, so a reader never sees half
+    a record.
+
+    Raises
+    ------
+    OSError
+        If it cannot be written.
+    """
+    out = run_record_path(path)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(record.model_dump_json(indent=1) + "\n")
+        if sync:
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, out)
+    return out

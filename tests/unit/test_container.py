@@ -1,0 +1,324 @@
+"""The container layer: reproducible bytes, format-1 golden files, the data model, random access."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from checkpoint_cases import Advection, assert_state_equal, global_state
+
+import amrckpt as ac
+from amrckpt import sfc
+from amrckpt.comm import run_threads
+from amrckpt.container import CheckpointReader, Geometry, read_run_record, run_record_path
+from amrckpt.errors import CheckpointError, SchemaError
+from amrckpt.manager import EveryNSteps
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+G = global_state(seed=7, max_level=4)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def uneven(N: int, P: int) -> list[int]:
+    """A partition unlike the uniform one: rank 0 holds a third more, the last rank may be empty."""
+    if P == 1:
+        return [N]
+    first = min(N, N // P + N // 3)
+    rest = N - first
+    return [first] + [rest * (p + 1) // (P - 1) - rest * p // (P - 1) for p in range(P - 1)]
+
+
+# -- bytes are a function of the state ----------------------------------------
+
+
+def test_one_state_one_sha256_on_any_P_at_any_time_through_save_and_manager(tmp_path: Path) -> None:
+    """P = 1..4, uniform and uneven partitions, two moments, plain save and the manager: one file."""
+    digests = {}
+    for P in (1, 2, 3, 4):
+        for how in ("uniform", "uneven"):
+            path = tmp_path / f"{how}-{P}.scda"
+            counts = None if how == "uniform" else uneven(G.N, P)
+            res = run_threads(P, lambda comm, c=counts, p=path: ac.save(G.for_rank(comm, c), p, comm=comm))
+            assert res[0].run.writer_size == P  # what depends on the run is returned, not written
+            digests[path.name] = sha256(path)
+    time.sleep(1.1)  # a later moment: nothing of the clock is in the file
+    later = tmp_path / "later.scda"
+    run_threads(2, lambda comm: ac.save(G.for_rank(comm), later, comm=comm))
+    digests[later.name] = sha256(later)
+    for P in (1, 3):
+        d = tmp_path / f"manager-{P}"
+
+        def body(comm: Any, d: Path = d) -> None:
+            with ac.CheckpointManager(d, Advection, comm=comm, save_policy=EveryNSteps(1)) as mgr:
+                mgr.save(G.step, G.for_rank(comm))
+
+        run_threads(P, body)
+        path = d / f"ckpt-{G.step:012d}.scda"
+        digests[f"manager-{P}"] = sha256(path)
+        run = read_run_record(path)  # the manager keeps the run beside the file
+        assert run is not None and run.writer_size == P and run.global_first_quadrant[-1] == G.N  # type: ignore[index]
+    assert len(set(digests.values())) == 1, digests
+
+
+def test_run_record_restores_the_writing_partition(tmp_path: Path) -> None:
+    path = tmp_path / "w.scda"
+    counts = uneven(G.N, 3)
+    run_threads(3, lambda comm: ac.save(G.for_rank(comm, counts), path, comm=comm, run_record=True))
+    assert json.loads(run_record_path(path).read_text())["writer_size"] == 3
+
+    def read(comm: Any) -> tuple[int, int]:
+        loaded = ac.load(path, Advection, comm=comm, partition="writer")
+        lo, hi = loaded.partition.local_range(comm.rank)  # type: ignore[union-attr]
+        assert_state_equal(loaded.state, G.local(lo, hi))
+        return lo, hi
+
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    assert run_threads(3, read) == [(int(bounds[p]), int(bounds[p + 1])) for p in range(3)]
+    with pytest.raises(SchemaError, match="written on 3 ranks; this job has 2"):
+        run_threads(2, lambda comm: ac.load(path, Advection, comm=comm, partition="writer"))
+    run_record_path(path).unlink()
+    with pytest.raises(SchemaError, match=r"writing partition is unknown .*run\.json"):
+        ac.load(path, Advection, partition="writer")
+
+
+# -- format 1 is still read -----------------------------------------------------
+
+
+@pytest.mark.parametrize("P", [1, 3])
+def test_golden_format_1_files_load(P: int) -> None:
+    ref = np.load(GOLDEN / "advection2d-seed3.npz")
+    path = GOLDEN / f"advection2d-v2-format1-P{P}.scda"
+    loaded = ac.load(path, Advection)
+    st = loaded.state
+    assert loaded.info.manifest.format_version == 1 and loaded.info.provenance is not None
+    assert loaded.info.writer_size == P and loaded.info.writer_partition.size == P  # type: ignore[union-attr]
+    assert np.array_equal(st.mesh.tree, ref["tree"]) and np.array_equal(st.mesh.x, ref["x"])
+    assert np.array_equal(st.rho, ref["rho"]) and np.array_equal(st.vel, ref["vel"])
+    assert np.array_equal(st.modes.values, ref["modes"]) and np.array_equal(st.modes.counts, ref["counts"])
+    assert ac.verify(path).ok
+    if P == 3:
+        got = run_threads(3, lambda comm: ac.load(path, Advection, comm=comm, partition="writer").partition)
+        assert got[0] == loaded.info.writer_partition
+
+
+def test_golden_format_1_migrates_from_schema_v1(tmp_path: Path) -> None:
+    """A format-1 file of schema v1 (big-endian rho, MIME) loads into v2 through a migration."""
+
+    class V2(ac.CheckpointSchema, name="advection2d", version=2):
+        step: int = ac.Inline()
+        mesh: ac.Forest = ac.Mesh(dim=2)
+        rho: ac.CellData = ac.Cells("<f8", units="kg m^-3")
+        nu: float = ac.Inline(0.0)
+
+    @V2.migration(from_version=1)
+    def up(fields: dict[str, Any]) -> dict[str, Any]:
+        fields["rho"] = fields["rho"].astype("<f8")
+        fields["nu"] = 0.1
+        return fields
+
+    ref = np.load(GOLDEN / "advection2d-seed3.npz")
+    st = ac.load(GOLDEN / "advection2d-v1-format1-P1.scda", V2).state
+    assert st.step == 7 and st.nu == 0.1 and np.array_equal(st.rho, ref["rho"]) and st.rho.dtype == np.dtype("<f8")
+    # convert rewrites it in format 2, field for field
+    out = tmp_path / "v1-format2.scda"
+    ac.container.convert(GOLDEN / "advection2d-v1-format1-P1.scda", out)
+    info = ac.read_info(out)
+    assert info.manifest.format_version == 2 and info.provenance is None
+    assert np.array_equal(ac.load(out, V2).state.rho, ref["rho"])
+
+
+# -- the data model ----------------------------------------------------------------
+
+PARTICLE = np.dtype([("id", "<i8"), ("x", "<f8", (3,)), ("alive", "?")])
+
+
+class Rich(ac.CheckpointSchema, name="rich", version=1):
+    step: int = ac.Inline()
+    time: float = ac.Inline(units="s")
+    coarse: ac.Forest = ac.Mesh(dim=2, brick=(2, 1), lower=(0.0, 0.0), upper=(2e3, 1e3), units="m")
+    fine: ac.Forest = ac.Mesh(dim=2)
+    rho: ac.CellData = ac.Cells("<f8", mesh="coarse", units="kg m^-3")
+    phi: ac.CellData = ac.Cells("<f4", mesh="fine")
+    particles: np.ndarray = ac.Array(PARTICLE)
+    table: np.ndarray = ac.NDArray("<f8", shape=(3, 4))
+    profile: np.ndarray = ac.NDArray(">i4")
+
+
+def rich_global() -> dict[str, Any]:
+    rng = np.random.default_rng(5)
+    c = sfc.uniform_leaves(2, num_trees=2, dim=2)
+    f = sfc.uniform_leaves(3, num_trees=1, dim=2)
+    parts = np.zeros(23, dtype=PARTICLE)
+    parts["id"] = np.arange(23) * 7
+    parts["x"] = rng.standard_normal((23, 3))
+    parts["alive"] = rng.random(23) < 0.5
+    return {
+        "c": c,
+        "f": f,
+        "rho": rng.random(c.num_leaves),
+        "phi": rng.random(f.num_leaves).astype("<f4"),
+        "particles": parts,
+        "table": np.arange(12, dtype="<f8").reshape(3, 4),
+        "profile": np.arange(-5, 6, dtype=">i4"),
+    }
+
+
+RG = rich_global()
+
+
+def rich_rank(comm: Any, particle_counts: list[int] | None = None) -> Rich:
+    P, r = comm.size, comm.rank
+    c, f = RG["c"], RG["f"]
+    a, b = c.num_leaves * r // P, c.num_leaves * (r + 1) // P
+    u, v = f.num_leaves * r // P, f.num_leaves * (r + 1) // P
+    counts = particle_counts or [23 * (p + 1) // P - 23 * p // P for p in range(P)]
+    lo = sum(counts[:r])
+    return Rich(
+        step=4,
+        time=0.5,
+        coarse=ac.Forest(c.tree[a:b], c.level[a:b], c.x[a:b], c.y[a:b], num_trees=2),
+        fine=ac.Forest(f.tree[u:v], f.level[u:v], f.x[u:v], f.y[u:v], num_trees=1),
+        rho=RG["rho"][a:b],
+        phi=RG["phi"][u:v],
+        particles=RG["particles"][lo : lo + counts[r]],
+        table=RG["table"].copy(),
+        profile=RG["profile"].copy(),
+    )
+
+
+@pytest.mark.parametrize("P", [1, 2, 3])
+@pytest.mark.parametrize("Q", [1, 2, 4])
+def test_two_meshes_arrays_and_replicated_arrays_on_any_P_and_Q(tmp_path: Path, P: int, Q: int) -> None:
+    path = tmp_path / "rich.scda"
+    run_threads(P, lambda comm: ac.save(rich_rank(comm, [23, *([0] * (P - 1))] if P > 1 else None), path, comm=comm))
+
+    def read(comm: Any) -> bool:
+        loaded = ac.load(path, Rich, comm=comm)
+        st, parts = loaded.state, loaded.partitions
+        a, b = parts["coarse"].local_range(comm.rank)
+        u, v = parts["fine"].local_range(comm.rank)
+        x, y = parts["particles"].local_range(comm.rank)
+        assert (x, y) == (23 * comm.rank // comm.size, 23 * (comm.rank + 1) // comm.size)
+        assert np.array_equal(st.rho, RG["rho"][a:b]) and np.array_equal(st.phi, RG["phi"][u:v])
+        assert st.particles.dtype == PARTICLE and np.array_equal(st.particles, RG["particles"][x:y])
+        assert np.array_equal(st.table, RG["table"]) and st.profile.dtype == np.dtype(">i4")
+        assert np.array_equal(st.profile, RG["profile"])
+        assert len(st.coarse) == b - a and len(st.fine) == v - u and loaded.partition == parts["coarse"]
+        return True
+
+    assert all(run_threads(Q, read))
+    m = ac.read_info(path).manifest
+    assert [ms.field for ms in m.meshes] == ["coarse", "fine"] and [ms.num_leaves for ms in m.meshes] == [32, 64]
+    assert m.field("phi").mesh == "fine" and m.field("particles").count == 23 and m.field("table").shape == [3, 4]
+    assert m.field("profile").shape == [11] and m.field("profile").dtype == ">i4"
+
+
+def test_geometry_is_in_the_file() -> None:
+    m = Rich.__amrckpt_fields__["coarse"]
+    g = m.geometry  # type: ignore[attr-defined]
+    assert g is not None and g.brick == [2, 1] and g.units == "m"
+    assert g.tree_lower == [[0.0, 0.0], [1000.0, 0.0]] and g.tree_upper == [[1000.0, 1000.0], [2000.0, 1000.0]]
+
+
+def test_geometry_read_back_and_default(tmp_path: Path) -> None:
+    path = tmp_path / "g.scda"
+    ac.save(rich_rank(ac.comm.SerialComm()), path)
+    with CheckpointReader(path) as r:
+        geo = r.geometry
+        assert geo is not None and geo.brick == (2, 1)
+        assert np.array_equal(geo.tree_upper, [[1000.0, 1000.0], [2000.0, 1000.0]])
+        fine = Geometry.of(r.manifest.meshes[1])  # none stored: unit trees in a row
+        assert np.array_equal(fine.tree_lower, [[0.0, 0.0]]) and np.array_equal(fine.tree_upper, [[1.0, 1.0]])
+    b = Geometry.brick_of((2, 2, 1), 3, 3)
+    assert b.tree_lower.tolist() == [[0, 0, 0], [1, 0, 0], [0, 1, 0]]
+    with pytest.raises(SchemaError, match="brick"):
+        ac.Mesh(dim=2, brick=(2,))
+
+
+def test_replicated_and_distributed_arrays_are_checked(tmp_path: Path) -> None:
+    def differ(comm: Any) -> Any:
+        st = rich_rank(comm)
+        if comm.rank == 1:
+            st.table = st.table + 1.0
+        return ac.save(st, tmp_path / "x.scda", comm=comm)
+
+    with pytest.raises(SchemaError, match="field 'table' differs between ranks"):
+        run_threads(2, differ)
+    assert not (tmp_path / "x.scda").exists()
+    st = rich_rank(ac.comm.SerialComm())
+    with pytest.raises(SchemaError, match=r"field 'table': shape \(4, 3\)"):
+        st.table = np.zeros((4, 3))
+        ac.save(st, tmp_path / "y.scda")
+
+
+def test_inline_fields_always_load_with_fields(tmp_path: Path) -> None:
+    path = tmp_path / "a.scda"
+    ac.save(G.local(0, G.N), path)
+    st = ac.load(path, Advection, fields=["rho"]).state
+    assert st.step == G.step and st.time == G.time and np.array_equal(st.rho, G.rho)
+    assert "vel" not in st.__dict__ or st.__dict__.get("vel") is None
+
+
+def test_every_rank_passing_the_whole_mesh_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match=r"every rank passed the same \d+ leaves.*not the whole mesh"):
+        run_threads(3, lambda comm: ac.save(G.local(0, G.N), tmp_path / "w.scda", comm=comm))
+    assert not (tmp_path / "w.scda").exists()
+
+
+def test_unknown_kind_and_missing_count_are_refused(tmp_path: Path) -> None:
+    from fuzz.harness import edit_checkpoint
+
+    path = tmp_path / "a.scda"
+    ac.save(rich_rank(ac.comm.SerialComm()), path)
+    raw = path.read_bytes()
+
+    def kind(doc: Any) -> Any:
+        doc["fields"][0]["kind"] = "teapot"
+        return doc
+
+    def count(doc: Any) -> Any:
+        next(f for f in doc["fields"] if f["name"] == "particles")["count"] = None
+        return doc
+
+    for edit, msg in ((kind, "the manifest is not valid: Input should be 'inline'"), (count, "no element count")):
+        bad = tmp_path / "bad.scda"
+        bad.write_bytes(edit_checkpoint(raw, "amrckpt manifest", edit))
+        with pytest.raises(CheckpointError, match=msg):
+            ac.load(bad, Rich)
+
+
+# -- random access by leaf range ------------------------------------------------------
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_ranges_of_leaves_on_one_rank(tmp_path: Path, compress: bool) -> None:
+    class A(ac.CheckpointSchema, name="advection2d", version=2):
+        step: int = ac.Inline()
+        time: float = ac.Inline(units="s")
+        params: dict[str, Any] = ac.Block()
+        mesh: ac.Forest = ac.Mesh(dim=2, compress=compress)
+        rho: ac.CellData = ac.Cells("<f8", compress=compress)
+        vel: ac.CellData = ac.Cells("<f8", shape=(2,), compress=compress)
+        modes: ac.HpData = ac.HpCells("<f8", compress=compress)
+
+    path = tmp_path / "r.scda"
+    st = G.local(0, G.N)
+    ac.save(A(**{**dict(st), "params": {"cfl": 0.4}}), path)
+    off = np.concatenate([[0], np.cumsum(G.counts)])
+    with CheckpointReader(path) as r:
+        for lo, n in ((0, G.N), (3, 17), (G.N - 5, 5), (G.N, 0)):
+            rec = r.read_mesh(lo, n)
+            assert np.array_equal(rec["x"], G.leaves.x[lo : lo + n]) and np.array_equal(rec["level"], G.leaves.level[lo : lo + n])
+            assert np.array_equal(r.read_cells("vel", lo, n), G.vel[lo : lo + n])
+            counts, values = r.read_hp("modes", lo, n)
+            assert np.array_equal(counts, G.counts[lo : lo + n]) and np.array_equal(values, G.modes[off[lo] : off[lo + n]])
+        with pytest.raises(ValueError, match="not inside"):
+            r.read_cells("rho", G.N - 1, 2)

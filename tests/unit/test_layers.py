@@ -1,0 +1,57 @@
+"""The layering of the package: only the container layer reaches into other packages' private modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from _support import REPO
+
+PACKAGE = REPO / "amrckpt"
+
+
+def _imports(path: Path) -> list[str]:
+    """The absolute names of the amrckpt modules that ``path`` imports (relative imports resolved)."""
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            mod = [*base, *(node.module.split(".") if node.module else [])]
+            if mod[:1] != ["amrckpt"]:
+                continue
+            out.append(".".join(mod))
+            out += [".".join([*mod, a.name]) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("amrckpt")]
+    return out
+
+
+def _violations(path: Path) -> list[str]:
+    own = path.relative_to(REPO).parts[1] if len(path.relative_to(REPO).parts) > 2 else None  # its subpackage
+    bad = []
+    for name in _imports(path):
+        parts = name.split(".")
+        # amrckpt.<package>._<private>...: private to <package>; amrckpt._x are the package's shared utilities
+        if len(parts) >= 3 and parts[2].startswith("_") and not parts[2].startswith("__") and parts[1] != own:
+            if own == "container" and parts[1] == "scda":
+                continue  # the container layer knows the file layer's internals, and alone does
+            bad.append(name)
+    return bad
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_private_imports_across_packages(path: Path) -> None:
+    assert not _violations(path), f"{path.relative_to(REPO)} imports private modules of other packages: {_violations(path)}"
+
+
+def test_the_walk_finds_what_it_must() -> None:
+    """The check itself: a private import across packages is seen, relative or absolute."""
+    cli = PACKAGE / "cli.py"
+    assert "amrckpt.container" in _imports(cli) and "amrckpt.scda" in _imports(cli)
+    reader = PACKAGE / "container" / "_reader.py"
+    assert "amrckpt.scda._layout" in _imports(reader) and not _violations(reader)
