@@ -32,10 +32,14 @@ def kept_steps(policy: KeepPolicy, steps: Sequence[int], history: History) -> se
 
 @runtime_checkable
 class KeepPolicy(Protocol):
-    """Decides which of the valid checkpoints (by step, oldest first) to keep.
+    """Decides which of the checkpoints (by step, oldest first) to keep.
 
     The manager never deletes the newest valid checkpoint, whatever the
-    policy says, and deletes only after a new checkpoint was committed.
+    policy says, and deletes only after a new checkpoint was committed.  A
+    policy that judges by the history records (the ``metrics`` of each
+    save, its time) also has ``keep_with_history(steps, history)``, which
+    the manager calls instead (:func:`kept_steps`); see :class:`KeepBest`.
+    Called on rank 0 only: the outcome needs no agreement.
     """
 
     def keep(self, steps: Sequence[int]) -> set[int]:
