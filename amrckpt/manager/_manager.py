@@ -109,10 +109,10 @@ class StepMetadata:
     path : str
         The checkpoint file.
     info : CheckpointInfo
-        What the file says of itself: manifest (schema, fields, dtypes,
-        leaves, inline values such as ``time``), provenance, index and
-        writing partition (footer, index and metadata checked against their
-        CRC32s; the data are not read).
+        What :func:`amrckpt.read_info` reads: the file's manifest (schema,
+        fields, dtypes, leaves, inline values such as ``time``) and index,
+        checked against their CRC32s, and the run record beside the file
+        (writers, save time); the data are not read.
     metrics : dict or None
         The ``metrics`` of the save (JSON), from the history.
     metadata : dict or None
