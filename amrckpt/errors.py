@@ -22,6 +22,7 @@ __all__ = [
     "CollectiveError",
     "CommError",
     "IncompleteCheckpointError",
+    "LaunchError",
     "ManagerError",
     "PartitionError",
     "SchemaError",
@@ -181,6 +182,16 @@ class CommError(AmrckptError, RuntimeError):
     in a collective is reported only on the ranks where MPI reports it: MPI
     offers no agreement on a broken communicator (that needs ULFM's
     ``MPIX_Comm_agree``), so amrckpt cannot promise that the other ranks see it.
+    """
+
+
+class LaunchError(AmrckptError, RuntimeError):
+    """The processes were not started as one MPI job: the launcher started N tasks, but ``MPI.COMM_WORLD`` is smaller.
+
+    Typically ``srun -n 4`` without a process-management interface that the
+    MPI library speaks (``--mpi=none``): each task is an MPI world of one and
+    would write the same files.  Raised on every such process before
+    anything is written; the message names the variables compared and the fix.
     """
 
 

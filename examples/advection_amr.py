@@ -58,7 +58,8 @@ The state (step, time, parameters, mesh, scalar, velocity, hp coefficients)
 is the schema :class:`AdvectionState`; the class :class:`Simulation` is
 decorated with :func:`amrckpt.checkpointable`, and a
 :class:`amrckpt.CheckpointManager` saves every ``--checkpoint-every`` steps,
-on SIGTERM or SIGUSR1 (then the run stops), and at the end.  ``--restart
+on SIGTERM or SIGUSR1 (then the run stops), before the time limit of a
+batch job (``--wall-time-margin``; then the run stops), and at the end.  ``--restart
 latest`` loads the newest valid checkpoint with the weighted partition and
 rebuilds the ghost layer (``__amrckpt_restored__``).
 
@@ -717,6 +718,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-every", type=int, default=10, help="steps between progress reports")
     ap.add_argument("--json", action="store_true", help="progress as JSON lines (for a driver)")
     ap.add_argument("--background", action="store_true", help="save in a background thread")
+    ap.add_argument(
+        "--wall-time-margin",
+        type=float,
+        default=60.0,
+        help="in a batch job, checkpoint and stop this many seconds (at least) before the time limit; 0: never (BeforeWallTime)",
+    )
+    ap.add_argument("--wall-time-refresh", type=float, default=None, help="seconds between re-reads of the job's time limit")
+    ap.add_argument("--pace", type=float, default=0.0, help="least wall time of a step [s]: stands in for a costly step (demos)")
+    ap.add_argument("--done-file", default=None, help="create this file when the run reaches --steps (for chains of batch jobs)")
     for name, field in Params.model_fields.items():
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(field.default), default=field.default, help=field.description)
     args = ap.parse_args(argv)
@@ -724,6 +734,8 @@ def main(argv: list[str] | None = None) -> int:
     params = Params(**{name: getattr(args, name) for name in Params.model_fields})
 
     policy = ac.EveryNSteps(args.checkpoint_every) | ac.OnSignal()
+    if args.wall_time_margin > 0:  # inert outside a batch job; in one, the end comes from the scheduler (rank 0 asks)
+        policy = policy | ac.BeforeWallTime(min_margin=args.wall_time_margin, refresh=args.wall_time_refresh)
     t_start = time.perf_counter()
     with ac.CheckpointManager(
         args.dir, AdvectionState, comm=comm, save_policy=policy, keep_policy=ac.KeepLast(args.keep), background=args.background
@@ -756,7 +768,10 @@ def main(argv: list[str] | None = None) -> int:
 
         saved_at = -1
         while sim.step < args.steps and not manager.halt_requested:
+            t_step = time.monotonic()
             sim.advance()
+            if args.pace > 0:
+                time.sleep(max(0.0, args.pace - (time.monotonic() - t_step)))
             if save():
                 saved_at = sim.step
             if sim.step % args.report_every == 0 or sim.step == args.steps:
@@ -764,6 +779,9 @@ def main(argv: list[str] | None = None) -> int:
         if saved_at != sim.step and sim.step == args.steps and manager.restored_step != sim.step:
             save(force=True)  # the final state (not when it is the checkpoint just restored: that step exists)
         manager.wait()
+    if args.done_file and sim.step >= args.steps and comm.rank == 0:
+        with open(args.done_file, "w") as fh:
+            fh.write(f"{sim.step}\n")
     rates = comm.gather(sim.leaf_updates / sim.step_seconds if sim.step_seconds else 0.0, root=0)
     adapt = comm.gather(sim.adapt_seconds, root=0)
     _emit(

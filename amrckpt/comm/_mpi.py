@@ -44,6 +44,9 @@ class MPIComm:
     def __init__(self, comm: Any) -> None:
         from mpi4py import MPI
 
+        from ._launch import check_mpi_world
+
+        check_mpi_world(MPI)  # a launch that did not form one MPI world is refused before anything is written
         self._MPI = MPI
         self.mpi_comm = comm
         self._rank: int = comm.Get_rank()

@@ -203,42 +203,34 @@ class Manifest(_Model):
         raise KeyError(name)
 
 
-class RunRecord(_Model):
-    """How a checkpoint was written: what depends on the run, kept out of the file (format 2).
-
-    Returned by :func:`amrckpt.save` (``SaveResult.run``), written beside the
-    file as ``<checkpoint>.run.json`` by the manager (and by ``save`` on
-    request); :func:`amrckpt.load` with ``partition="writer"`` reads the
-    writing partition from it.
-    """
-
-    format: Literal["amrckpt run"] = "amrckpt run"
-    writer_size: int = Field(ge=1, description="number of processes that wrote the file")
-    global_first_quadrant: list[int] | None = Field(
-        None, description="p4est's global_first_quadrant of the first mesh when written, (writer_size + 1,)"
-    )
-    saved_at: str = Field(description="UTC time the save started, ISO 8601")
-    save_seconds: float | None = Field(None, description="wall-clock seconds of the save")
-    amrckpt_version: str
-    python_version: str
-    numpy_version: str
-    mpi_library: str | None = Field(None, description="MPI library version string, or None for a serial save")
-    hostname: str | None = None
-    byteorder: Literal["little", "big"] = Field(description="byte order of the writing machine")
-    file_sha256: str | None = Field(default=None, description="not computed by save; set by tools that hash the file")
-
-
 class Provenance(_Model):
     """Who wrote a format-1 checkpoint (the JSON of its ``amrckpt provenance`` block); format 2 has none."""
 
     writer_size: int = Field(ge=1, description="number of processes that wrote the file")
-    saved_at: str = Field(description="UTC time the save started, ISO 8601")
+    saved_at: str = Field(description="UTC time the save started, ISO 8601 (2026-11-24T09:26:53Z)")
     amrckpt_version: str
     python_version: str
     numpy_version: str
     mpi_library: str | None = Field(None, description="MPI library version string, or None for a serial save")
     hostname: str | None = None
     byteorder: Literal["little", "big"] = Field(description="byte order of the writing machine")
+
+
+class RunRecord(Provenance):
+    """How a checkpoint was written: what depends on the run, kept out of the file (format 2).
+
+    Format 1's provenance, and the writing partition and the save's wall
+    time.  Returned by :func:`amrckpt.save` (``SaveResult.run``), written
+    beside the file as ``<checkpoint>.run.json`` by the manager (and by
+    ``save`` on request); :func:`amrckpt.load` with ``partition="writer"``
+    reads the writing partition from it.
+    """
+
+    format: Literal["amrckpt run"] = "amrckpt run"
+    global_first_quadrant: list[int] | None = Field(
+        default=None, description="p4est's global_first_quadrant of the first mesh when written, (writer_size + 1,)"
+    )
+    save_seconds: float | None = Field(default=None, description="wall-clock seconds of the save")
 
 
 class IndexEntry(_Model):

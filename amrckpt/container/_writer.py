@@ -235,7 +235,7 @@ def run_record(comm: Any, global_first_quadrant: list[int] | None, saved_at: flo
     return RunRecord(
         writer_size=c.size,
         global_first_quadrant=global_first_quadrant,
-        saved_at=datetime.datetime.fromtimestamp(saved_at, datetime.timezone.utc).isoformat(timespec="seconds"),
+        saved_at=datetime.datetime.fromtimestamp(saved_at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         save_seconds=save_seconds,
         amrckpt_version=__version__,
         python_version=platform.python_version(),

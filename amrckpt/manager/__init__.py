@@ -34,6 +34,7 @@ from ._policies import (
     slurm_end_time,
 )
 from ._retention import KeepAll, KeepAny, KeepBest, KeepEvery, KeepEveryNSeconds, KeepLast, KeepPolicy
+from ._scheduler import job_end_time
 
 __all__ = [
     "HISTORY",
@@ -62,6 +63,7 @@ __all__ = [
     "StepMetadata",
     "StepNotFoundError",
     "checkpointable",
+    "job_end_time",
     "read_history",
     "slurm_end_time",
 ]

@@ -357,6 +357,9 @@ class CheckpointManager(Generic[S]):
         if background:
             self._bg_comm = self._background_comm()
             self._snapshots = Snapshots(cores_per_rank(getattr(self.comm, "mpi_comm", None)))
+        bind = getattr(self.save_policy, "bind", None)  # collective: e.g. BeforeWallTime learns the job's end on rank 0
+        if bind is not None:
+            bind(self.comm)
         start = getattr(self.save_policy, "start", None)
         if start is not None:
             start()

@@ -10,15 +10,19 @@ when only one of them received a signal.  Policies combine with ``|``.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from ..comm import Comm
 from ..errors import AmrckptError
+from ._scheduler import JobClock, detect_scheduler, env_end_time, launcher_rank
 
 __all__ = [
     "AnyOf",
@@ -33,6 +37,8 @@ __all__ = [
     "SavePolicy",
     "slurm_end_time",
 ]
+
+log = logging.getLogger("amrckpt.manager")
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class _Combinable:
     def __or__(self, other: SavePolicy) -> AnyOf:
         return AnyOf([self, other])  # type: ignore[list-item]
 
+    def bind(self, comm: Comm) -> None:
+        """Learn what needs the manager's communicator (collective; called when the manager is created)."""
+
     def start(self) -> None:
         """Prepare when the manager starts (install signal handlers)."""
 
@@ -111,6 +120,11 @@ class AnyOf(_Combinable):
         for p in self.policies:
             out = out | p.decide(moment)
         return out
+
+    def bind(self, comm: Comm) -> None:
+        """Bind every policy (collective)."""
+        for p in self.policies:
+            getattr(p, "bind", lambda c: None)(comm)
 
     def start(self) -> None:
         """Start every policy."""
@@ -173,19 +187,16 @@ class EveryNSeconds(_Combinable):
 
 
 def slurm_end_time(environ: dict[str, str] | None = None) -> float | None:
-    """Return the job's end (Unix time) from Slurm's environment, or None outside a Slurm job.
+    """Return the job's end (Unix time) from Slurm's environment, or None outside a Slurm job or if it is not exported.
 
-    ``SLURM_JOB_END_TIME`` (Slurm >= 21.08) gives it directly; otherwise it is
-    estimated from ``SLURM_JOB_START_TIME`` and the time limit in minutes.
+    ``SLURM_JOB_END_TIME`` (exported since Slurm 23.02) gives it directly;
+    otherwise it is ``SLURM_JOB_START_TIME`` plus the time limit
+    (``SLURM_JOB_TIME_LIMIT``, ``SLURM_TIMELIMIT`` or ``SBATCH_TIMELIMIT``).
+    Slurm 22.05 exports none of them: :func:`~amrckpt.manager.job_end_time`
+    then asks Slurm (``scontrol show job``), as :class:`BeforeWallTime` does.
+    Not collective; runs no command.
     """
-    env = os.environ if environ is None else environ
-    end = env.get("SLURM_JOB_END_TIME")
-    if end and end.isdigit():
-        return float(end)
-    start, limit = env.get("SLURM_JOB_START_TIME"), env.get("SBATCH_TIMELIMIT") or env.get("SLURM_TIMELIMIT")
-    if start and start.isdigit() and limit and limit.isdigit():
-        return float(start) + 60.0 * float(limit)
-    return None
+    return env_end_time(os.environ if environ is None else environ)
 
 
 @dataclass
@@ -195,42 +206,119 @@ class BeforeWallTime(_Combinable):
     The margin is learned: twice the longest save of this job so far plus a
     safety of ``min_margin`` seconds, so that the last checkpoint finishes
     before the scheduler kills the job (SCR's halt seconds).  "Once" is
-    judged from the shared decisions (no save yet inside the margin), not
-    from this rank's own answers, so all ranks agree even when their
-    clocks put them on either side of the margin.
+    judged from the shared decisions (no save yet inside the margin).
+
+    Where the end comes from (unless ``end_time`` is given): the job's
+    environment if the scheduler exports it (``SLURM_JOB_END_TIME``),
+    otherwise one query to the scheduler (``scontrol show job
+    $SLURM_JOB_ID``; PBS ``qstat -f``, LSF ``bjobs``, Flux ``flux job
+    timeleft``: :mod:`amrckpt.manager._scheduler`).  Inside a
+    :class:`~amrckpt.CheckpointManager` the query runs on the manager's
+    rank 0 only, when the manager is created, and its answer is broadcast
+    (:attr:`end_time` is the same on every rank).  Later, rank 0 refreshes
+    it now and then, so that a limit changed during the job (``scontrol
+    update JobId=... TimeLimit=...``) is honoured: when half of the time
+    left at the last query has passed (at least ``min_interval`` apart), or
+    every ``refresh`` seconds, and never more than ``max_queries`` queries
+    per job.  Rank 0 then alone decides by the wall time, and the manager's
+    allreduce makes its decision every rank's.
 
     Parameters
     ----------
     end_time : float or datetime.datetime, optional
-        When the job will be killed (Unix time).  Default: from Slurm's
-        environment (:func:`slurm_end_time`); without it, the policy never
-        triggers.
+        When the job will be killed (Unix time).  Default: from the
+        scheduler, as above; outside a batch job, or for a job without a
+        time limit, the policy never triggers (logged at the start).
     min_margin : float, optional
         Seconds of margin at least (default 60).
     halt : bool, optional
         Ask the job to stop after that checkpoint (default True).
+    refresh : float, optional
+        Seconds between refreshes of the end (default: the halving schedule).
+    max_queries : int, optional
+        Scheduler queries per job at most (default 8).
+    min_interval : float, optional
+        Seconds between two queries at least (default 60).
     """
 
     end_time: float | datetime.datetime | None = None
     min_margin: float = 60.0
     halt: bool = True
+    refresh: float | None = None
+    max_queries: int = 8
+    min_interval: float = 60.0
+    _explicit: bool = field(default=False, init=False, repr=False)
+    _root: bool | None = field(default=None, init=False, repr=False)
+    _clock: JobClock | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.end_time, datetime.datetime):
             self.end_time = self.end_time.timestamp()
-        if self.end_time is None:
-            self.end_time = slurm_end_time()
+        self._explicit = self.end_time is not None
+        if self.refresh is not None and not self.refresh > 0:
+            raise AmrckptError(f"BeforeWallTime: refresh must be a positive number of seconds, not {self.refresh!r}")
+
+    def _new_clock(self, may_query: bool) -> JobClock:
+        return JobClock(
+            refresh=self.refresh,
+            max_queries=self.max_queries if may_query else 0,
+            min_interval=self.min_interval,
+        )
+
+    def bind(self, comm: Comm) -> None:
+        """Learn the job's end on rank 0 of ``comm`` (environment, else one query) and broadcast it. Collective.
+
+        Called by :class:`~amrckpt.CheckpointManager` when it is created.
+        Never raises for a scheduler that cannot be asked (logged instead).
+        """
+        self._root = comm.rank == 0
+        if self._explicit:
+            return
+        end = None
+        if self._root:
+            self._clock = self._new_clock(True)
+            end = self._clock.end()
+            sched = detect_scheduler()
+            if end is not None:
+                log.info(
+                    "BeforeWallTime: the job ends at %s UTC (%s, %.0f s from now)",
+                    time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end)),
+                    self._clock.source,
+                    end - time.time(),
+                )
+            elif sched is not None:
+                log.warning(
+                    "BeforeWallTime: %s job %s has no known end (no time limit, or the scheduler could not be asked); "
+                    "it will not trigger unless a refresh learns one",
+                    sched.name,
+                    sched.job_id,
+                )
+        else:
+            self._clock = None
+        self.end_time = comm.bcast(end, 0)
 
     def margin(self, moment: Moment) -> float:
         """Return the seconds before the end at which to save: learned from the save times."""
         longest = max(moment.save_seconds, default=0.0)
         return max(self.min_margin, 2.0 * longest + self.min_margin / 2)
 
+    def _end(self, now: float) -> float | None:
+        if self._explicit:
+            return float(self.end_time)  # type: ignore[arg-type]
+        if self._root is False:
+            return None  # rank 0 decides; the manager shares its decision
+        if self._clock is None:  # not bound to a manager: query only as the launcher's rank 0
+            rank = launcher_rank()
+            self._clock = self._new_clock(rank is None or rank == 0)
+        end = self._clock.end(now)
+        self.end_time = end
+        return end
+
     def decide(self, moment: Moment) -> Decision:
         """Save when less than the margin is left and no save was taken inside the margin yet."""
-        if self.end_time is None:
+        end = self._end(moment.now)
+        if end is None:
             return Decision()
-        end = float(self.end_time)  # type: ignore[arg-type]
         margin = self.margin(moment)
         left = end - moment.now
         if left > margin or (moment.last_save_time is not None and moment.last_save_time >= end - margin):

@@ -17,10 +17,10 @@ from ..comm import Comm, agree, agree_gather, as_comm
 from ..container import (
     CheckpointWriter,
     FieldSpec,
-    Index,
     Manifest,
     MeshSpec,
     RunRecord,
+    WriteResult,
     mesh_record_dtype,
     run_record,
     write_run_record,
@@ -35,22 +35,14 @@ __all__ = ["SaveResult", "check_local", "save"]
 
 
 @dataclass(frozen=True)
-class SaveResult:
-    """What :func:`save` wrote.
+class SaveResult(WriteResult):
+    """What :func:`save` wrote: the container's :class:`~amrckpt.container.WriteResult`, and the run.
 
     Attributes
     ----------
-    path : str
-        The file.
-    nbytes : int
-        Its size in bytes.
     num_leaves : int
         The global number of leaves of the (first) mesh.
-    manifest : Manifest
-        The manifest written into it.
-    index : Index
-        Its index (offsets and CRC32 of every section).
-    run : RunRecord
+    run : RunRecord or None
         How it was written (ranks, writing partition, host, times): kept out
         of the file; written beside it as ``<path>.run.json`` with
         ``save(..., run_record=True)`` and by the manager.
@@ -58,11 +50,7 @@ class SaveResult:
         The writing partition of the first mesh's leaves.
     """
 
-    path: str
-    nbytes: int
-    num_leaves: int
-    manifest: Manifest
-    index: Index
+    num_leaves: int = 0
     run: RunRecord | None = None
     partition: Partition | None = None
 
@@ -233,7 +221,7 @@ def save(
     run = run_record_of(c, gfq, t0)
     if run_record:
         _write_record(c, result.path, run, sync)
-    return SaveResult(result.path, result.nbytes, manifest.num_leaves, manifest, result.index, run, partition)
+    return SaveResult(result.path, result.nbytes, manifest, result.index, manifest.num_leaves, run, partition)
 
 
 def run_record_of(comm: Comm, gfq: list[int] | None, t0: float) -> RunRecord:

@@ -16,7 +16,7 @@ def _imports(path: Path) -> list[str]:
     """The absolute names of the amrckpt modules that ``path`` imports (relative imports resolved)."""
     rel = path.relative_to(REPO).with_suffix("")
     parts = list(rel.parts)
-    package = parts[:-1]  # a module's package, and an __init__'s own
+    package = parts[:-1]  # a module's package; an __init__'s is its own folder
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):

@@ -1,0 +1,226 @@
+"""amrckpt under a real Slurm (22.05 on CI): the job scripts of examples/slurm/ with one-minute time limits.
+
+* wall time alone (no ``--signal``): the job checkpoints and ends COMPLETED before its limit, and the
+  chain's next job continues on another task count, bit-identical to an uninterrupted run;
+* ``--signal=USR1@N`` with srun, and ``--signal=B:USR1@N`` with mpiexec and a forwarding trap: checkpoint,
+  clean end, resume on another task count bit-identical;
+* ``scancel`` (SIGTERM) and ``scontrol requeue``: the next run restarts from the newest checkpoint, the one
+  taken at the SIGTERM; no partial file is ever restored or left behind;
+* a time limit shortened with ``scontrol update`` while the job runs is honoured;
+* ``srun --mpi=none -n 2`` (no PMI: two MPI worlds of one) is refused before anything is written.
+
+Every test is skipped, with the reason, where Slurm is not up (``sudo bash .ci/slurm-up`` brings it up).
+The jobs run the example solver with ``--pace`` (a least wall time per step) so that a one-minute job
+reaches a predictable step; resumes run unpaced.  Slurm sends ``--signal`` up to 60 s early (its event
+resolution), so a signal test only asserts that the checkpoint was taken at the signal, whenever it came.
+"""
+
+from __future__ import annotations
+
+import calendar
+import subprocess
+import sys
+import time
+from functools import cache
+from pathlib import Path
+
+import pytest
+from slurm_jobs import SOLVER, TALLY, Job, Slurm
+
+import amrckpt as ac
+
+sys.path.insert(0, str(SOLVER.parent))
+import advection_amr as adv
+
+pytestmark = pytest.mark.slurm
+
+STEPS = 1300
+"""Where every run ends: a paced first job (25 steps/s at most, halted within 60 s) stays below it."""
+PACED = "--json --pace 0.04 --checkpoint-every 100 --report-every 100"
+UNPACED = "--json --checkpoint-every 100 --report-every 100"
+
+
+@cache
+def reference(steps: int) -> dict[str, str]:
+    """Field hashes of an uninterrupted run to ``steps`` on 2 processes (mpiexec, outside Slurm)."""
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="amrckpt-slurm-ref-"))
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    cmd = [mpiexec, "-n", "2", sys.executable, str(SOLVER), "--dir", str(work), "--steps", str(steps)]
+    cmd += ["--checkpoint-every", str(steps), "--wall-time-margin", "0", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=_clean_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    return adv.field_hashes(str(work / f"ckpt-{steps:012d}.scda"))
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "PMI_", "PMIX_", "OMPI_"))}
+
+
+def history(directory: Path) -> list[ac.CheckpointRecord]:
+    with ac.CheckpointManager(directory, adv.AdvectionState) as manager:
+        return manager.history()
+
+
+def assert_clean(directory: Path) -> None:
+    """Every checkpoint verifies, and no partial file was left behind."""
+    partial = sorted(p.name for p in directory.glob(".ckpt-*"))
+    assert not partial, partial
+    for r in history(directory):
+        assert r.valid, (r.path, r.problem)
+
+
+def assert_identical(directory: Path, steps: int, what: str) -> None:
+    final = directory / f"ckpt-{steps:012d}.scda"
+    assert final.exists(), sorted(p.name for p in directory.iterdir())
+    assert adv.field_hashes(str(final)) == reference(steps), f"{what}: the resumed run differs from the uninterrupted one"
+    TALLY.identical += 1
+
+
+def saved_before_limit(job: Job, info: dict[str, str], reason: str) -> int:
+    """The step of the job's checkpoint taken for ``reason``; asserts it was committed before the job's limit."""
+    start = int(info["StartTime"])
+    records = [r for r in history(job.cwd / "ckpt") if r.reason and reason in r.reason]
+    assert records, f"no checkpoint for {reason!r}:\n{job.output()}"
+    r = records[-1]
+    saved = calendar.timegm(time.strptime(r.saved_at or "", "%Y-%m-%dT%H:%M:%SZ"))
+    assert saved - start < 60, (saved - start, r)
+    TALLY.before_limit += 1
+    return r.step
+
+
+def test_wall_time_alone_then_the_chain_continues_on_another_task_count(slurm: Slurm) -> None:
+    """No --signal: BeforeWallTime learns the end from scontrol (Slurm 22.05 exports none), checkpoints, the job COMPLETES."""
+    first = slurm.sbatch(
+        "chain.sbatch", "--time=1", "--ntasks=4", name="chain",
+        CKPT_DIR="ckpt", STEPS=str(STEPS), MARGIN="20", NEXT_NTASKS="2", SOLVER_ARGS=PACED,
+    )  # fmt: skip
+    info = first.wait(timeout=150)
+    assert info["JobState"] == "COMPLETED", first.output()
+    assert int(info["EndTime"]) - int(info["StartTime"]) < 60
+    done = first.events("done")[-1]
+    assert done["halted"] and done["step"] < STEPS, first.output()
+    step = saved_before_limit(first, info, "of wall time left")
+    assert step == done["step"]
+    # The next link (submitted by the first with --dependency=afterany) runs on 2 tasks and finishes the run.
+    next_id = next(line.rsplit(" ", 1)[1] for line in first.output().splitlines() if "next link: job" in line)
+    second = Job(next_id, first.cwd, "chain")
+    info2 = second.wait(timeout=150)
+    subprocess.run(["scancel", "--quiet", "--name=chain"], check=False)  # the third link, cancelled by the second already
+    TALLY.jobs += 1
+    assert info2["JobState"] == "COMPLETED", second.output()
+    start = [e for e in second.output().splitlines() if '"event": "start"' in e]
+    assert start and f'"step": {step}' in start[-1] and '"ranks": 2' in start[-1], second.output()
+    assert (first.cwd / "ckpt" / "DONE").read_text().strip() == str(STEPS)
+    assert_clean(first.cwd / "ckpt")
+    assert_identical(first.cwd / "ckpt", STEPS, "chain 4 -> 2 tasks")
+    TALLY.notes.append(f"wall time alone: job {first.id} saved step {step}, COMPLETED within its 1-min limit; job {next_id} on 2")
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_signal_then_resume_on_another_task_count(slurm: Slurm, launcher: str) -> None:
+    """--signal=USR1@30 (srun: to the tasks; mpiexec: B: to the batch shell, whose trap forwards it)."""
+    script, signal = ("srun.sbatch", "--signal=USR1@30") if launcher == "srun" else ("mpiexec.sbatch", "--signal=B:USR1@30")
+    first = slurm.sbatch(
+        script, "--time=1", "--ntasks=4", signal, name="first", CKPT_DIR="ckpt", STEPS=str(STEPS), MARGIN="5", SOLVER_ARGS=PACED
+    )
+    info = first.wait(timeout=150)
+    assert info["JobState"] == "COMPLETED", first.output()
+    done = first.events("done")[-1]
+    assert done["halted"], first.output()
+    step = saved_before_limit(first, info, "SIGUSR1")
+    assert step == done["step"]
+    ntasks = 3 if launcher == "srun" else 2
+    resume = slurm.sbatch(
+        script, "--time=1", f"--ntasks={ntasks}", name="resume", CKPT_DIR="ckpt", STEPS=str(STEPS), MARGIN="5", SOLVER_ARGS=UNPACED
+    )
+    info = resume.wait(timeout=150)
+    assert info["JobState"] == "COMPLETED", resume.output()
+    start = resume.events("start")[-1]
+    assert start["restored"] and start["step"] == step and start["ranks"] == ntasks
+    assert_clean(first.cwd / "ckpt")
+    assert_identical(first.cwd / "ckpt", STEPS, f"{launcher}: 4 -> {ntasks} tasks")
+    TALLY.notes.append(f"{launcher} {signal}: job {first.id} saved step {step} at SIGUSR1, resumed on {ntasks} by job {resume.id}")
+
+
+def _wait_for_step(job: Job, step: int, timeout: float = 90.0) -> None:
+    t0 = time.monotonic()
+    while not any(e.get("step", 0) >= step for e in job.events("step")):
+        assert time.monotonic() - t0 < timeout, job.output()
+        assert job.state() in ("PENDING", "RUNNING", "CONFIGURING"), job.output()
+        time.sleep(0.5)
+
+
+def test_scancel_checkpoints_at_sigterm_and_the_next_job_restarts_there(slurm: Slurm) -> None:
+    first = slurm.sbatch(
+        "srun.sbatch", "--time=2", "--ntasks=4", "--signal=USR1@1", name="first",
+        CKPT_DIR="ckpt", STEPS=str(STEPS), MARGIN="5", SOLVER_ARGS=PACED,
+    )  # fmt: skip
+    _wait_for_step(first, 200)
+    subprocess.run(["scancel", first.id], check=True)
+    info = first.wait(timeout=60)
+    assert info["JobState"] == "CANCELLED", first.output()
+    records = history(first.cwd / "ckpt")
+    assert records[-1].reason and "SIGTERM" in records[-1].reason, records
+    step = records[-1].step
+    resume = slurm.sbatch(
+        "srun.sbatch", "--time=1", "--ntasks=3", name="resume", CKPT_DIR="ckpt", STEPS=str(STEPS), MARGIN="5", SOLVER_ARGS=UNPACED
+    )
+    assert resume.wait(timeout=150)["JobState"] == "COMPLETED", resume.output()
+    start = resume.events("start")[-1]
+    assert start["restored"] and start["step"] == step
+    assert_clean(first.cwd / "ckpt")
+    assert_identical(first.cwd / "ckpt", STEPS, "scancel, 4 -> 3 tasks")
+    TALLY.notes.append(f"scancel: job {first.id} saved step {step} at SIGTERM (CANCELLED), resumed on 3 by job {resume.id}")
+
+
+def test_requeue_restarts_from_the_newest_checkpoint(slurm: Slurm) -> None:
+    steps = 600
+    job = slurm.sbatch(
+        "srun.sbatch", "--time=2", "--ntasks=4", "--signal=USR1@1", "--requeue", name="requeued",
+        CKPT_DIR="ckpt", STEPS=str(steps), MARGIN="5", SOLVER_ARGS=PACED,
+    )  # fmt: skip
+    _wait_for_step(job, 200)
+    subprocess.run(["scontrol", "requeue", job.id], check=True)
+    job.wait(timeout=60, states={"PENDING"})
+    # A requeued job waits 2 minutes (its BeginTime); let it start now.
+    subprocess.run(["scontrol", "update", f"JobId={job.id}", "StartTime=now"], check=True)
+    info = job.wait(timeout=150)
+    assert info["JobState"] == "COMPLETED" and info.get("Restarts") == "1", job.output()
+    starts = job.events("start")
+    assert len(starts) == 2 and not starts[0]["restored"] and starts[1]["restored"], job.output()
+    sigterm = [r for r in history(job.cwd / "ckpt") if r.reason and "SIGTERM" in r.reason]
+    assert sigterm and starts[1]["step"] == sigterm[-1].step, (starts, sigterm)
+    assert_clean(job.cwd / "ckpt")
+    assert_identical(job.cwd / "ckpt", steps, "requeue, 4 -> 4 tasks")
+    TALLY.notes.append(f"requeue: job {job.id} saved step {sigterm[-1].step} at SIGTERM and restarted there")
+
+
+def test_a_time_limit_shortened_during_the_job_is_honoured(slurm: Slurm) -> None:
+    job = slurm.sbatch(
+        "srun.sbatch", "--time=3", "--ntasks=4", "--signal=USR1@1", name="cut",
+        CKPT_DIR="ckpt", STEPS="100000", MARGIN="20", SOLVER_ARGS=PACED + " --wall-time-refresh 5",
+    )  # fmt: skip
+    _wait_for_step(job, 100)
+    subprocess.run(["scontrol", "update", f"JobId={job.id}", "TimeLimit=1"], check=True)
+    info = job.wait(timeout=150)
+    assert info["JobState"] == "COMPLETED", job.output()
+    assert info["TimeLimit"] == "00:01:00"
+    assert int(info["EndTime"]) - int(info["StartTime"]) < 60
+    step = saved_before_limit(job, info, "of wall time left")
+    assert_clean(job.cwd / "ckpt")
+    TALLY.notes.append(f"scontrol update TimeLimit=1 (from 3): job {job.id} saved step {step} before the new limit")
+
+
+def test_srun_without_pmi_is_refused_before_anything_is_written(slurm: Slurm, tmp_path: Path) -> None:
+    ckpt = tmp_path / "never"
+    cmd = ["srun", "--mpi=none", "-n", "2", "--time=1", sys.executable, str(SOLVER), "--dir", str(ckpt), "--steps", "10"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=slurm.env, capture_output=True, text=True, timeout=120, check=False)
+    TALLY.jobs += 1
+    assert r.returncode != 0
+    assert r.stderr.count("LaunchError") >= 2, r.stderr  # on both tasks
+    assert "srun --mpi=pmi2" in r.stderr and "SLURM_STEP_NUM_TASKS=2" in r.stderr
+    assert not ckpt.exists()
