@@ -14,6 +14,9 @@ Two numpydoc habits that the renderer gets wrong are also straightened out:
 * a role in the *type* of a parameter, return value or attribute (``into :
   class decorated with :func:`checkpointable```) becomes plain text: types
   are shown as code, where a cross-reference would stay raw;
+* a ``:mod:`` role to a private module of amrckpt names and links its
+  public package (``amrckpt.manager._scheduler`` -> ``amrckpt.manager``):
+  the pages never send a reader into a private module;
 * parameters documented together (``x, y, z : (N,) array_like of int``)
   become one entry each, with the same type and description: griffe would
   give all of them the default of the first (``z`` shown as required when
@@ -160,6 +163,11 @@ class SphinxRoles(griffe.Extension):
 
                 def link(m: re.Match[str]) -> str:
                     short, target = m.group(2) == "~", m.group(3)
+                    parts = target.split(".")
+                    private = next((i for i, part in enumerate(parts) if part.startswith("_")), None)
+                    if private is not None and parts[0] == "amrckpt" and m.group(1) == "mod":
+                        # A private module: the pages name and link its public package instead.
+                        target, short = ".".join(parts[:private]), False
                     text = target.rsplit(".", 1)[-1] if short else target
                     path = canonical(obj, target)
                     if path is not None and path in paths:
