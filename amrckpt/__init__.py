@@ -5,10 +5,14 @@ Layers (each imports only the ones below it): :mod:`amrckpt.errors`;
 :mod:`amrckpt.sfc`; :mod:`amrckpt.container` (the on-disk convention);
 :mod:`amrckpt.schema`; :mod:`amrckpt.restart`; :mod:`amrckpt.manager`.
 ``import amrckpt`` works without any MPI library; mpi4py is imported only
-when an MPI communicator is used.
+when an MPI communicator is used.  Messages go to the logger ``amrckpt``
+(a ``NullHandler``: configure logging to see them), on rank 0 where every
+rank would say the same thing.
 """
 
 from __future__ import annotations
+
+import logging
 
 from . import comm, container, errors, manager, partition, restart, scda, schema, sfc
 from ._version import __version__
@@ -30,6 +34,8 @@ from .errors import (
     ScdaIOError,
     ScdaUsageError,
     SchemaError,
+    StepAlreadyExistsError,
+    StepNotFoundError,
 )
 from .manager import (
     BeforeWallTime,
@@ -37,10 +43,14 @@ from .manager import (
     CheckpointRecord,
     EveryNSeconds,
     EveryNSteps,
+    KeepBest,
     KeepEvery,
+    KeepEveryNSeconds,
     KeepLast,
     OnFileTrigger,
     OnSignal,
+    SaveHandle,
+    StepMetadata,
     checkpointable,
 )
 from .partition import Partition
@@ -61,6 +71,8 @@ from .schema import (
     save,
 )
 
+logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library does not print: the application configures logging
+
 __all__ = [
     "AmrckptError",
     "BeforeWallTime",
@@ -68,11 +80,17 @@ __all__ = [
     "CheckpointRecord",
     "EveryNSeconds",
     "EveryNSteps",
+    "KeepBest",
     "KeepEvery",
+    "KeepEveryNSeconds",
     "KeepLast",
     "ManagerError",
     "OnFileTrigger",
     "OnSignal",
+    "SaveHandle",
+    "StepAlreadyExistsError",
+    "StepMetadata",
+    "StepNotFoundError",
     "checkpointable",
     "Array",
     "Block",

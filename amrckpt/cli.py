@@ -9,7 +9,8 @@ Subcommands (``amrckpt COMMAND --help`` for each)::
     amrckpt ls DIRECTORY                            the checkpoints a CheckpointManager wrote there
 
 Exit status: 0 on success, 1 when a file is damaged, incomplete or invalid
-(or cannot be read), 2 for usage errors.  ``verify`` and ``convert`` run in
+(or cannot be read), 2 for usage errors; 141 and no message when the reader
+of the output goes away (``amrckpt ls DIR | head``).  ``verify`` and ``convert`` run in
 parallel when started with ``mpiexec -n P`` (mpi4py is imported only then);
 the other subcommands are serial.  Nothing here imports mpi4py, matplotlib or
 tqdm at module level.
@@ -55,6 +56,7 @@ __all__ = ["build_parser", "main", "safe_text"]
 EXIT_OK = 0
 EXIT_BAD = 1
 EXIT_USAGE = 2
+EXIT_PIPE = 141  # 128 + SIGPIPE: the standard output's reader went away
 _RANK = [0]  # this process's rank in the communicator of the running command (for error messages)
 
 _INSTALL_MATPLOTLIB = "plot needs matplotlib: pip install matplotlib (or pip install 'amrckpt[examples]')"
@@ -788,8 +790,18 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 # -- ls -----------------------------------------------------------------------
 
 
-def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str, Any]], list[str]]:
-    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only."""
+def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only.
+
+    Each record says how far it was checked (``checked``): ``"every byte"``
+    (:func:`amrckpt.verify`) or ``"metadata"`` (footer, index and metadata
+    CRCs, :func:`amrckpt.read_info`).  Without ``full``, the restart target
+    is still checked byte for byte, newest first, as a restart reads it
+    (every byte against its CRC32): a damaged newest checkpoint is marked
+    invalid and the previous one is checked in turn, so that the one marked
+    ``restart`` is the one a restart takes.  With ``quick``, nothing is
+    checked beyond the metadata.
+    """
     pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
     files: dict[int, Path] = {}
     partial = []
@@ -804,6 +816,7 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
     for step, p in sorted(files.items()):
         e = logged.get(step, {})
         rec: dict[str, Any] = {"step": step, "path": str(p), "name": p.name, "valid": True, "problem": None}
+        rec["checked"] = "every byte" if full else "metadata"
         try:
             rec["nbytes"] = p.stat().st_size
         except OSError:
@@ -825,8 +838,19 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
         rec["saved_at"] = (info.saved_at if info is not None else None) or e.get("saved_at")
         rec["save_seconds"] = e.get("save_seconds")
         rec["reason"] = e.get("reason")
+        rec["metrics"] = e.get("metrics")
+        rec["metadata"] = e.get("metadata")
         rec["schema"] = f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None
         records.append(rec)
+    if not full and not quick:  # the restart target: checked byte for byte, as a restart reads it
+        for r in reversed(records):
+            if not r["valid"]:
+                continue
+            rep = verify_checkpoint(r["path"])
+            r["checked"] = "every byte"
+            if rep.ok:
+                break
+            r.update(valid=False, problem=rep.problems[0])
     newest = next((r for r in reversed(records) if r["valid"]), None)
     for r in records:
         r["restart"] = r is newest
@@ -837,7 +861,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     d = Path(args.directory)
     if not d.is_dir():
         raise _UsageError(f"{d} is not a directory")
-    records, partial = _ls_records(d, args.prefix, args.verify)
+    if args.verify and args.quick:
+        raise _UsageError("--verify and --quick exclude each other")
+    records, partial = _ls_records(d, args.prefix, args.verify, args.quick)
     newest = next((r for r in records if r["restart"]), None)
     if args.json:
         _dump_json({"directory": str(d), "checkpoints": records, "partial": partial, "restart": newest["name"] if newest else None})
@@ -848,6 +874,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         rows = [("", "FILE", "STEP", "TIME", "SIZE", "WRITERS", "SAVED AT (UTC)", "STATUS")]
         for r in records:
             t = r["time"]
+            if r["valid"]:
+                status = "valid (every byte)" if r["checked"] == "every byte" else "valid (metadata only)"
+            else:
+                status = f"INVALID: {r['problem']}"
             rows.append(
                 (
                     "*" if r["restart"] else "",
@@ -857,7 +887,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
                     _human(r["nbytes"]),
                     str(r["writer_size"]) if r["writer_size"] is not None else "-",
                     r["saved_at"] or "-",
-                    "valid" if r["valid"] else f"INVALID: {r['problem']}",
+                    status,
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -867,9 +897,19 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             _out(" ".join(cells) + " " + row[-1])
     for name in partial:
         _out(f"  {name}: a save that did not finish (the next manager removes it)")
-    if newest is not None:
-        how = "footer, index and metadata checked" if not args.verify else "every byte checked"
-        _out(f"* a restart takes {newest['name']} (step {newest['step']}): the newest valid checkpoint ({how})")
+    if newest is not None and newest["checked"] == "metadata":
+        _out(
+            f"* a restart would try {newest['name']} (step {newest['step']}) first: the newest whose metadata verify "
+            "(--quick: its data were not checked; a restart falls back if they are damaged)"
+        )
+    elif newest is not None:
+        _out(
+            f"* a restart takes {newest['name']} (step {newest['step']}): the newest checkpoint whose every byte matches its CRC32s"
+        )
+        if not args.verify and any(r["checked"] == "metadata" for r in records):
+            _out(
+                "  (the others: footer, index and metadata checked, not their data; --verify checks every byte of every checkpoint)"
+            )
     elif records:
         _out("no valid checkpoint: a restart would start from the beginning")
     return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
@@ -988,16 +1028,20 @@ def build_parser() -> argparse.ArgumentParser:
         "list a manager's checkpoints and say which one a restart takes",
         "List the checkpoints a CheckpointManager wrote into DIRECTORY, oldest first: step,\n"
         "simulation time, size, number of writing processes, save time and validity (with the\n"
-        "problem if invalid), and mark (*) the one a restart would take: the newest valid one.\n"
-        "Valid means, as for the manager, that footer, index and metadata verify; --verify\n"
-        "checks every byte. Read-only: no lock is taken and nothing is removed. Exit status 1\n"
-        "if any checkpoint is invalid.\n\n"
+        "problem if invalid), and mark (*) the one a restart would take: the newest one that\n"
+        "loads, i.e. whose every byte matches its CRC32s (checked here, newest first, as a\n"
+        "restart does). The others are checked as the manager lists them (footer, index and\n"
+        "metadata); --verify checks every byte of every checkpoint, --quick only metadata.\n"
+        "Each line says which.\n"
+        "Read-only: no lock is taken and nothing is removed. Exit status 1 if any checkpoint\n"
+        "is invalid.\n\n"
         "example:\n  amrckpt ls run-checkpoints",
         _cmd_ls,
     )
     p.add_argument("directory", metavar="DIRECTORY", help="the manager's directory")
     p.add_argument("--prefix", default="ckpt", help="the manager's file prefix (default ckpt)")
     p.add_argument("--verify", action="store_true", help="check every byte of every checkpoint against its CRC32")
+    p.add_argument("--quick", action="store_true", help="check only metadata, even of the restart target (for large checkpoints)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     return parser
 
@@ -1014,7 +1058,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The exit status: 0 success, 1 a damaged, incomplete, invalid or
-        unreadable file, 2 a usage error.
+        unreadable file, 2 a usage error, 141 (128 + SIGPIPE, as the
+        coreutils) when the reader of the standard output went away
+        (``amrckpt ls DIR | head``): the command ends quietly.
 
     Examples
     --------
@@ -1022,6 +1068,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     OK          state.scda: scda file, 3 sections, 1024 bytes: every section read and decoded
     0
     """
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen here
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no traceback when Python flushes stdout at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return EXIT_PIPE
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -1036,6 +1095,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         _err(f"amrckpt {args.command}: error: {exc}")
         return EXIT_USAGE
+    except BrokenPipeError:  # the standard output's reader went away: not a file error
+        raise
     except (AmrckptError, OSError) as exc:
         where = args.__dict__.get("file") or args.__dict__.get("input") or args.__dict__.get("directory")
         _err(f"amrckpt {args.command}: {where + ': ' if where else ''}{_describe(exc)}")
