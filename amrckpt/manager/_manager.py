@@ -1004,7 +1004,7 @@ class CheckpointManager(Generic[S]):
         Returns
         -------
         StepMetadata
-            The file's own description (schema, fields, leaves, provenance),
+            The file's own description (schema, fields, leaves, geometry; the run record beside it),
             the save's ``metrics`` and ``metadata``, and the history record.
 
         Raises
