@@ -1,0 +1,120 @@
+"""Where each leaf of a forest lies: tree boxes from the checkpoint (or a brick), leaf boxes, cell corners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError
+
+__all__ = ["cell_corners", "leaf_boxes", "tree_boxes"]
+
+# Corners of a cell, as VTK_QUAD (9) and VTK_HEXAHEDRON (12) order them (and yt's Quad4 and Hex8):
+# counter-clockwise around the bottom face, then the same around the top face.  Row c is corner c;
+# column d is 1 where the corner takes the upper bound along axis d.
+_CORNERS = {
+    2: np.array([[0, 0], [1, 0], [1, 1], [0, 1]], dtype=bool),
+    3: np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], dtype=bool),
+}
+VTK_CELL_TYPE = {2: 9, 3: 12}
+"""VTK cell type of a leaf: VTK_QUAD in 2D, VTK_HEXAHEDRON in 3D."""
+
+
+def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return the physical box of every tree of a checkpoint's forest.
+
+    The one place where the exporters decide where trees lie: the geometry
+    stored in the checkpoint (``reader.geometry``; a row of unit trees,
+    tree i at x in [i, i + 1), when the file stores none), or, for files
+    written before geometry was stored, a brick given by the caller.
+
+    Parameters
+    ----------
+    reader : amrckpt.container.CheckpointReader
+        An open checkpoint with a mesh.
+    brick : tuple of int, optional
+        ``(nx, ny)`` in 2D, ``(nx, ny, nz)`` in 3D (a missing ``nz`` is 1):
+        unit trees laid out row-major, tree ``t = (k * ny + j) * nx + i`` at
+        ``[i, i + 1) x [j, j + 1) x [k, k + 1)``, as p4est's brick
+        connectivity and ``examples/advection_amr.py`` number them.
+        Overrides the stored geometry.
+
+    Returns
+    -------
+    lower, upper : (num_trees, dim) numpy.ndarray of float64
+        Lower and upper corner of each tree, in the checkpoint's length unit.
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint has no mesh.
+    ValueError
+        If ``brick`` has the wrong length, a size below 1, or fewer trees
+        than the forest.
+    """
+    m = reader.manifest.mesh
+    if m is None:
+        raise CheckpointError(f"{getattr(reader, 'path', 'the checkpoint')!r} holds no mesh: nothing to place")
+    dim, num_trees = int(m.dim), int(m.num_trees)
+    if brick is None:
+        g = reader.geometry
+        lower = np.asarray(g.tree_lower, dtype=np.float64).reshape(num_trees, dim)
+        upper = np.asarray(g.tree_upper, dtype=np.float64).reshape(num_trees, dim)
+        return lower, upper
+    sizes = [int(b) for b in brick] + [1] * (dim - len(brick))
+    if len(sizes) != dim or min(sizes) < 1:
+        raise ValueError(f"brick {tuple(brick)}: give {dim} sizes of at least 1 (trees along each axis)")
+    if int(np.prod(sizes)) < num_trees:
+        raise ValueError(f"brick {tuple(sizes)} has {int(np.prod(sizes))} trees; the forest has {num_trees}")
+    t = np.arange(num_trees, dtype=np.int64)
+    lower = np.stack([(t // int(np.prod(sizes[:d]))) % sizes[d] for d in range(dim)], axis=1).astype(np.float64)
+    return lower, lower + 1.0
+
+
+def leaf_boxes(mesh: np.ndarray, lower: np.ndarray, upper: np.ndarray, maxlevel: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return the physical box of each leaf.
+
+    Parameters
+    ----------
+    mesh : (n,) numpy.ndarray of mesh records
+        Fields ``tree``, ``level``, ``x``, ``y`` [, ``z``]: integer anchor
+        coordinates in units of ``2**-maxlevel`` of a tree (p4est's).
+    lower, upper : (num_trees, dim) numpy.ndarray of float64
+        The tree boxes (:func:`tree_boxes`).
+    maxlevel : int
+        p4est's ``MAXLEVEL`` of the coordinates.
+
+    Returns
+    -------
+    lo, hi : (n, dim) numpy.ndarray of float64
+        Lower and upper corner of each leaf: ``lower[tree] + (x / 2**maxlevel)
+        * (upper - lower)[tree]``, and a side of ``2**-level`` of its tree's.
+    """
+    dim = lower.shape[1]
+    tree = mesh["tree"].astype(np.intp)
+    extent = (upper - lower)[tree]
+    anchor = np.stack([mesh[c] for c in ("x", "y", "z")[:dim]], axis=1).astype(np.float64)
+    lo = lower[tree] + np.ldexp(anchor, -maxlevel) * extent
+    hi = lo + np.ldexp(1.0, -mesh["level"].astype(np.int64))[:, None] * extent
+    return lo, hi
+
+
+def cell_corners(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Return the corners of each box as 3D points, in VTK_QUAD / VTK_HEXAHEDRON order.
+
+    Parameters
+    ----------
+    lo, hi : (n, dim) numpy.ndarray of float64
+        The boxes (:func:`leaf_boxes`), ``dim`` 2 or 3.
+
+    Returns
+    -------
+    (n * 2**dim, 3) numpy.ndarray of float64
+        Corner ``c`` of box ``i`` in row ``i * 2**dim + c``; z = 0 in 2D.
+    """
+    n, dim = lo.shape
+    sel = _CORNERS[dim]
+    pts = np.zeros((n, len(sel), 3), dtype=np.float64)
+    pts[:, :, :dim] = np.where(sel[None, :, :], hi[:, None, :], lo[:, None, :])
+    return pts.reshape(-1, 3)
