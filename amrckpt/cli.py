@@ -835,11 +835,13 @@ def _slice_leaves(
         try:
             fs = m.field(what)
         except KeyError:
-            raise _UsageError(f"{path} has no field {what!r}; choose level, rank or a cell field: {', '.join(cells) or 'none'}") from None
+            choices = ", ".join(cells) or "none"
+            raise _UsageError(f"{path} has no field {what!r}; choose level, rank or a cell field: {choices}") from None
         name = f"{what}.count" if fs.kind == "hp" else what
         found = [a for a in arrays if a.name == name or (fs.kind == "cells" and a.field == what)]
         if fs.kind not in ("cells", "hp") or not found:
-            raise _UsageError(f"field {what!r} ({fs.kind}, {_dtype_text(fs.dtype)}) has no colour; choose one of: {', '.join(cells) or 'none'}")
+            choices = ", ".join(cells) or "none"
+            raise _UsageError(f"field {what!r} ({fs.kind}, {_dtype_text(fs.dtype)}) has no colour; choose one of: {choices}")
         arr, kind = found[0], "field"
         label = f"{what}: values per leaf" if fs.kind == "hp" else arr.name + (" (first component)" if arr.ncomp > 1 else "")
         label += f" [{fs.units}]" if fs.units and fs.kind != "hp" else ""
@@ -894,7 +896,8 @@ def _plot_slice(args: argparse.Namespace, path: str, ck: CheckpointInfo) -> int:
     x1, y1 = hi.max(axis=0)
     width = 8.0
     fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * (y1 - y0) / max(x1 - x0, 1e-300) + 0.9)), constrained_layout=True)
-    pc = PolyCollection(cast(Any, verts), array=values, edgecolors="k" if n <= 20000 else "face", linewidths=0.1 if n <= 20000 else 0.0)
+    few = n <= 20000
+    pc = PolyCollection(cast(Any, verts), array=values, edgecolors="k" if few else "face", linewidths=0.1 if few else 0.0)
     ticks = None
     if kind == "level" and n:
         lo_l, hi_l = int(values.min()), int(values.max())
@@ -1224,7 +1227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output", metavar="OUT.vtkhdf", help="the VTKHDF file (replaced if it exists)")
     p.add_argument("--brick", default=None, metavar="NX,NY[,NZ]", help="trees as a brick of unit trees, row-major (old files)")
     p.add_argument("--ranks", type=int, default=None, metavar="Q", help="add the cell array rank: owners on Q ranks")
-    p.add_argument("--hp", choices=["first", "mean"], default="first", help="hp fields: first value or mean per leaf (default first)")
+    p.add_argument("--hp", choices=["first", "mean"], default="first", help="hp fields: first value or mean per leaf")
     p.add_argument("--units-in-names", action="store_true", help="name arrays 'NAME [UNITS]'")
     p.add_argument("--prefix", default="ckpt", help="the manager's file prefix, for a directory (default ckpt)")
     p.add_argument("--chunk", type=int, default=1 << 17, metavar="LEAVES", help="leaves converted at a time (default 131072)")

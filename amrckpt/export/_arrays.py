@@ -72,18 +72,25 @@ class CellArray:
 
 
 def _stored(dt: np.dtype[Any]) -> np.dtype[Any] | None:
-    """The dtype that a numeric scalar dtype is stored as (None: no colour for it)."""
+    """Return the dtype that a numeric scalar dtype is stored as (None: not numeric)."""
     if dt.kind == "b":
         return np.dtype(np.uint8)
     if dt.kind in "iu":
         return dt.newbyteorder("=")
     if dt.kind == "f":
-        return np.dtype(np.float32) if dt.itemsize < 4 else np.dtype(f"f{dt.itemsize}") if dt.itemsize <= 8 else np.dtype(np.float64)
+        return np.dtype(np.float32) if dt.itemsize < 4 else np.dtype(np.float64) if dt.itemsize > 8 else dt.newbyteorder("=")
     return None
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
-    return a.reshape(len(a), -1)
+    return a.reshape(a.shape[0], math.prod(a.shape[1:]))
+
+
+def _member(member: str) -> Callable[[np.ndarray], np.ndarray]:
+    def pick(a: np.ndarray) -> np.ndarray:
+        return _flat(a[member])
+
+    return pick
 
 
 def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str | None) -> list[CellArray]:
@@ -110,11 +117,7 @@ def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str
             if st is None:
                 logger.info("field %s: member %s of dtype %s has no numeric value; not exported", name, member, sub)
                 continue
-            out.append(
-                CellArray(
-                    f"{name}.{member}", "cells", name, st, per * math.prod(sub_shape), units, lambda a, m=member: _flat(a[m])
-                )
-            )
+            out.append(CellArray(f"{name}.{member}", "cells", name, st, per * math.prod(sub_shape), units, _member(member)))
         return out
     logger.info("field %s of dtype %s has no numeric value; not exported", name, dt)
     return []
@@ -162,7 +165,7 @@ def plan_arrays(manifest: Manifest, *, hp: HpSummary = "first", ranks: int | Non
             arrays += _cells_arrays(fs.name, dt, fs.shape, fs.units)
             continue
         arrays.append(CellArray(f"{fs.name}.count", "hp.count", fs.name, np.dtype(np.int64), 1, None))
-        if _stored(dt) is not None and dt.kind != "b" and math.prod(fs.shape):
+        if _stored(dt) is not None and dt.kind != "b" and math.prod(fs.shape) > 0:
             arrays.append(CellArray(f"{fs.name}.{hp}", f"hp.{hp}", fs.name, np.dtype(np.float64), math.prod(fs.shape), fs.units))
     if ranks is not None:
         arrays.append(CellArray("rank", "rank", None, np.dtype(np.int32), 1, None, ranks=ranks))
@@ -176,7 +179,7 @@ def plan_arrays(manifest: Manifest, *, hp: HpSummary = "first", ranks: int | Non
 def _hp_summary(counts: np.ndarray, values: np.ndarray, how: str) -> np.ndarray:
     """Per-leaf first value or mean of hp values, ``(count, ncomp)`` float64, NaN for empty leaves."""
     n = len(counts)
-    flat = values.reshape(len(values), -1).astype(np.float64)
+    flat = values.reshape(values.shape[0], math.prod(values.shape[1:])).astype(np.float64)
     out = np.full((n, flat.shape[1]), np.nan)
     has = counts > 0
     starts = (np.cumsum(counts) - counts)[has]
@@ -240,7 +243,9 @@ def leaf_values(arrays: Sequence[CellArray], reader: Any, mesh: np.ndarray, star
 _CKPT = re.compile(r"(?P<prefix>.+)-(?P<step>\d{12,})\.scda")
 
 
-def checkpoint_paths(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], prefix: str = "ckpt") -> tuple[list[Path], bool]:
+def checkpoint_paths(
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], prefix: str = "ckpt"
+) -> tuple[list[Path], bool]:
     """Return the checkpoints to export, and whether they form a time series.
 
     Parameters

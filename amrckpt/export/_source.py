@@ -76,7 +76,7 @@ class CheckpointReader:
         self.manifest: Manifest = self._info.manifest
         m = self.manifest.mesh
         self.geometry = Geometry.unit_row(m.num_trees, m.dim) if m is not None else None
-        self._fh = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        self._fh = open(self.path, "rb")  # closed by close()
         self._cache: dict[str, Any] = {}
 
     def __enter__(self) -> CheckpointReader:
@@ -96,7 +96,7 @@ class CheckpointReader:
         return data
 
     def _whole(self, fs: FieldSpec, elem_size: int) -> Any:
-        """A compressed section, read whole once: fixed-size data, or (sizes, data) of a V section."""
+        """Return a compressed section, read whole once: fixed-size data, or (sizes, data) of a V section."""
         if fs.name not in self._cache:
             with scda.fopen_read(self.path) as f:
                 f.fseek_section(self._info.index.entry(fs.name).offset)

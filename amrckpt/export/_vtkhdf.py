@@ -90,8 +90,14 @@ def _survey(paths: Sequence[Path], hp: HpSummary, ranks: int | None, verify: boo
             if m.mesh is None:
                 raise CheckpointError(f"{os.fspath(p)!r} holds no mesh (schema {m.schema_name}): nothing to export")
             out.append(
-                _Step(p, m.num_leaves, m.mesh.dim, _number(m.values.get("step"), int), _number(m.values.get("time"), float),
-                      plan_arrays(m, hp=hp, ranks=ranks))
+                _Step(
+                    p,
+                    m.num_leaves,
+                    m.mesh.dim,
+                    _number(m.values.get("step"), int),
+                    _number(m.values.get("time"), float),
+                    plan_arrays(m, hp=hp, ranks=ranks),
+                )
             )
     dims = {s.dim for s in out}
     if len(dims) > 1:
@@ -100,7 +106,7 @@ def _survey(paths: Sequence[Path], hp: HpSummary, ranks: int | None, verify: boo
 
 
 def _common_arrays(steps: Sequence[_Step]) -> list[CellArray]:
-    """The arrays of the first step that every step has, alike (others are logged and left out)."""
+    """Return the arrays of the first step that every step has, alike (others are logged and left out)."""
     first = steps[0].arrays
     keep = set.intersection(*({a.key for a in s.arrays} for s in steps))
     dropped = [a.name for a in first if a.key not in keep]
@@ -169,8 +175,19 @@ def _create(h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], series
     return d
 
 
-def _write_range(d: dict[str, Any], reader: Any, arrays: Sequence[CellArray], geometry: tuple[np.ndarray, np.ndarray],
-                 maxlevel: int, step_index: int, cells_before: int, num_leaves: int, a: int, b: int, chunk: int) -> None:
+def _write_range(
+    d: dict[str, Any],
+    reader: Any,
+    arrays: Sequence[CellArray],
+    geometry: tuple[np.ndarray, np.ndarray],
+    maxlevel: int,
+    step_index: int,
+    cells_before: int,
+    num_leaves: int,
+    a: int,
+    b: int,
+    chunk: int,
+) -> None:
     """Write leaves ``a .. b - 1`` of one step, ``chunk`` leaves at a time (not collective)."""
     lower, upper = geometry
     dim = lower.shape[1]
@@ -290,7 +307,7 @@ def to_vtkhdf(
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
     c = as_comm(comm)
     paths, series = checkpoint_paths(source, prefix)
-    steps = run_on_root(c, lambda: _survey(paths, hp, ranks, verify))
+    steps = _survey(paths, hp, ranks, verify) if c.size == 1 else run_on_root(c, lambda: _survey(paths, hp, ranks, verify))
     arrays = _common_arrays(steps)
     out_path = Path(out)
     parallel = c.size > 1 and bool(h5py.get_config().mpi)
@@ -322,7 +339,7 @@ def to_vtkhdf(
                 tmp.unlink(missing_ok=True)
                 raise
 
-        run_on_root(c, serial)
+        serial() if c.size == 1 else run_on_root(c, serial)
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)
     return ExportResult(
         out_path,

@@ -143,7 +143,7 @@ def to_yt(
     sim_time = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
     params: dict[str, Any] = dict(m.values)
     params.update(schema_name=m.schema_name, schema_version=m.schema_version, source=path_s, units=units)
-    return yt.load_unstructured_mesh(
+    return yt.loaders.load_unstructured_mesh(
         np.arange(N * nv, dtype=np.int64).reshape(N, nv),
         coords.reshape(N * nv, dim),
         elem_data=elem,
