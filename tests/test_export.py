@@ -352,3 +352,25 @@ def test_import_amrckpt_stays_light() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+# -- the pictures of docs/visualisation.md ------------------------------------------
+
+
+def test_docs_pictures_regenerate(tmp_path: Path) -> None:
+    """docs/_gen_visualisation.py makes every picture of the page from the examples (rendered off-screen)."""
+    for module in ("h5py", "pyvista", "yt", "matplotlib", "discretize"):
+        need(module)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "docs" / "_gen_visualisation.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (REPO / "docs" / "visualisation.md").read_text(encoding="utf-8")
+    for name in ("visualisation-pyvista.png", "visualisation-yt.png", "visualisation-slice3d.png"):
+        png = tmp_path / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
+        assert (REPO / "docs" / "img" / name).is_file() and f"img/{name}" in page

@@ -66,7 +66,10 @@ def to_yt(
     ``NAME_0``, ``NAME_1``, ...; each with the field's units where unyt knows
     them (:func:`yt_units`).  ``ds.current_time`` is the checkpoint's
     ``time`` (in seconds if the field's units are ``s``), and
-    ``ds.parameters`` holds its inline values, schema and units.  Slices
+    ``ds.parameters`` holds its inline values, ``schema_name``,
+    ``schema_version``, ``source``, the fields' ``units`` as the checkpoint
+    spells them, and ``bounds`` (lower and upper corner of the forest; yt
+    pads its domain by 10% around an unstructured mesh).  Slices
     (``yt.SlicePlot(ds, "z", ("connect1", "q"))``) and ``ds.r[:]`` work;
     covering grids do not (yt's unstructured meshes have none).
 
@@ -142,7 +145,8 @@ def to_yt(
     t = m.values.get("time")
     sim_time = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
     params: dict[str, Any] = dict(m.values)
-    params.update(schema_name=m.schema_name, schema_version=m.schema_version, source=path_s, units=units)
+    bounds = ([float(v) for v in lower.min(axis=0)], [float(v) for v in upper.max(axis=0)])
+    params.update(schema_name=m.schema_name, schema_version=m.schema_version, source=path_s, units=units, bounds=bounds)
     return yt.loaders.load_unstructured_mesh(
         np.arange(N * nv, dtype=np.int64).reshape(N, nv),
         coords.reshape(N * nv, dim),
