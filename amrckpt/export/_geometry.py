@@ -92,11 +92,23 @@ def leaf_boxes(mesh: np.ndarray, lower: np.ndarray, upper: np.ndarray, maxlevel:
         * (upper - lower)[tree]``, and a side of ``2**-level`` of its tree's.
     """
     dim = lower.shape[1]
-    tree = mesh["tree"].astype(np.intp)
-    extent = (upper - lower)[tree]
-    anchor = np.stack([mesh[c] for c in ("x", "y", "z")[:dim]], axis=1).astype(np.float64)
-    lo = lower[tree] + np.ldexp(anchor, -maxlevel) * extent
-    hi = lo + np.ldexp(1.0, -mesh["level"].astype(np.int64))[:, None] * extent
+    tree = mesh["tree"]
+    one_tree = lower.shape[0] == 1
+    side = np.ldexp(1.0, -np.arange(maxlevel + 1))[mesh["level"]]  # 2**-level, by table
+    lo = np.empty((len(mesh), dim), dtype=np.float64)
+    hi = np.empty((len(mesh), dim), dtype=np.float64)
+    for d, c in enumerate(("x", "y", "z")[:dim]):  # a loop over axes; every axis is one vector operation
+        ext = upper[:, d] - lower[:, d]
+        if one_tree or (ext == ext[0]).all():
+            e: Any = ext[0]
+            base = lower[0, d] if one_tree else np.take(lower[:, d], tree)
+        else:
+            e = np.take(ext, tree)
+            base = np.take(lower[:, d], tree)
+        np.multiply(mesh[c], e * 2.0**-maxlevel, out=lo[:, d])
+        lo[:, d] += base
+        np.multiply(side, e, out=hi[:, d])
+        hi[:, d] += lo[:, d]
     return lo, hi
 
 
@@ -115,6 +127,10 @@ def cell_corners(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """
     n, dim = lo.shape
     sel = _CORNERS[dim]
-    pts = np.zeros((n, len(sel), 3), dtype=np.float64)
-    pts[:, :, :dim] = np.where(sel[None, :, :], hi[:, None, :], lo[:, None, :])
+    pts = np.empty((n, len(sel), 3), dtype=np.float64)
+    for c, corner in enumerate(sel):  # 4 or 8 corners, 2 or 3 axes: each a strided copy of n values
+        for d in range(dim):
+            pts[:, c, d] = hi[:, d] if corner[d] else lo[:, d]
+        if dim == 2:
+            pts[:, c, 2] = 0.0
     return pts.reshape(-1, 3)

@@ -134,8 +134,10 @@ def _create(h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], series
     root.create_dataset("NumberOfCells", data=n)
     root.create_dataset("NumberOfConnectivityIds", data=nv * n)
     d["Points"] = root.create_dataset("Points", (nv * total, 3), dtype=np.float64)
-    d["Connectivity"] = root.create_dataset("Connectivity", (nv * total,), dtype=np.int64)
-    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=np.int64)
+    # Point ids count from each step's first point: int32 unless a step has 2**31 points (VTK widens them to vtkIdType).
+    ids = np.int32 if nv * int(n.max(initial=0)) < 2**31 else np.int64
+    d["Connectivity"] = root.create_dataset("Connectivity", (nv * total,), dtype=ids)
+    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids)
     d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8)
     cd = root.create_group("CellData")
     for a in arrays:
@@ -199,14 +201,15 @@ def _write_range(
         lo, hi = leaf_boxes(mesh, lower, upper, maxlevel)
         c0 = cells_before + s
         d["Points"][nv * c0 : nv * (cells_before + e)] = cell_corners(lo, hi)
-        d["Connectivity"][nv * c0 : nv * (cells_before + e)] = np.arange(nv * s, nv * e, dtype=np.int64)
+        ids = d["Connectivity"].dtype
+        d["Connectivity"][nv * c0 : nv * (cells_before + e)] = np.arange(nv * s, nv * e, dtype=ids)
         last = e == num_leaves
-        d["Offsets"][off0 + s : off0 + e + last] = nv * np.arange(s, e + last, dtype=np.int64)
+        d["Offsets"][off0 + s : off0 + e + last] = np.arange(nv * s, nv * (e + last), nv, dtype=ids)
         d["Types"][c0 : cells_before + e] = np.full(e - s, VTK_CELL_TYPE[dim], dtype=np.uint8)
         for arr, v in zip(arrays, leaf_values(arrays, reader, mesh, s, num_leaves), strict=True):
             d["cell:" + arr.name][c0 : cells_before + e] = v
     if num_leaves == 0 and a == 0:
-        d["Offsets"][off0 : off0 + 1] = np.zeros(1, dtype=np.int64)
+        d["Offsets"][off0 : off0 + 1] = np.zeros(1, dtype=d["Offsets"].dtype)
 
 
 def _h5py() -> Any:
