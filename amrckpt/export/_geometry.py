@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import CheckpointError
 
-__all__ = ["cell_corners", "leaf_boxes", "tree_boxes"]
+__all__ = ["cell_corners", "float32_exact", "leaf_boxes", "tree_boxes"]
 
 # Corners of a cell, as VTK_QUAD (9) and VTK_HEXAHEDRON (12) order them (and yt's Quad4 and Hex8):
 # counter-clockwise around the bottom face, then the same around the top face.  Row c is corner c;
@@ -134,3 +134,32 @@ def cell_corners(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         if dim == 2:
             pts[:, c, 2] = 0.0
     return pts.reshape(-1, 3)
+
+
+def float32_exact(lower: np.ndarray, upper: np.ndarray, max_level: int) -> bool:
+    """Return whether every corner of every leaf up to ``max_level`` is exactly a float32.
+
+    True when the tree sides are integer multiples of ``2**f`` (``2**f`` the
+    largest power of two not above the smallest side), the tree corners are
+    multiples of ``q = 2**(f - max_level)``, and no coordinate reaches
+    ``2**24 q``: every corner is then an integer multiple of ``q`` below
+    ``2**24`` of them (a row of unit trees: leaves up to level 20 or so).
+
+    Parameters
+    ----------
+    lower, upper : (num_trees, dim) numpy.ndarray of float64
+        The tree boxes (:func:`tree_boxes`).
+    max_level : int
+        The finest level of a leaf.
+    """
+    ext = upper - lower
+    if ext.size == 0:
+        return True
+    if not (np.isfinite(lower).all() and np.isfinite(upper).all() and (ext > 0).all()):
+        return False
+    f = float(np.floor(np.log2(ext.min())))
+    q = 2.0 ** (f - max_level)
+    whole = [ext / 2.0**f, lower / q]
+    if not all((w == np.round(w)).all() for w in whole):
+        return False
+    return bool(max(float(np.abs(lower).max()), float(np.abs(upper).max())) / q < 2.0**24)
