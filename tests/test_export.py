@@ -374,3 +374,37 @@ def test_docs_pictures_regenerate(tmp_path: Path) -> None:
         png = tmp_path / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
         assert (REPO / "docs" / "img" / name).is_file() and f"img/{name}" in page
+
+
+def test_points_are_float32_only_where_exact(cube: tuple[Path, Heat3D, Any], tmp_path: Path) -> None:
+    h5py = need("h5py")
+    from amrckpt.export import float32_exact
+
+    unit = (np.zeros((2, 2)), np.array([[1.0, 1.0], [2.0, 1.0]]))
+    assert float32_exact(*unit, 20) and not float32_exact(*unit, 24)
+    assert not float32_exact(np.zeros((1, 2)), np.full((1, 2), 0.1), 3)  # 0.1 is no float32
+    assert float32_exact(np.array([[-4.0, 2.0]]), np.array([[-2.0, 4.0]]), 10)
+    path = cube[0]
+    a = ac.export.to_vtkhdf(path, tmp_path / "a.vtkhdf")
+    b = ac.export.to_vtkhdf(path, tmp_path / "b.vtkhdf", points="float64")
+    with h5py.File(a.path) as fa, h5py.File(b.path) as fb:
+        assert fa["VTKHDF/Points"].dtype == np.float32 and fb["VTKHDF/Points"].dtype == np.float64
+        np.testing.assert_array_equal(fa["VTKHDF/Points"][()], fb["VTKHDF/Points"][()])
+
+
+def test_benchmark_quick(tmp_path: Path) -> None:
+    need("h5py")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_export.py"), "--quick", "--dir", str(tmp_path), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    result = json.loads(out.read_text())
+    assert result["leaves"] >= 2000 and result["ratio_export_over_load"] > 0 and "ratio export / load" in proc.stdout
+    assert not list(tmp_path.glob("amrckpt-bench-*"))
