@@ -95,8 +95,8 @@ def leaf_boxes(mesh: np.ndarray, lower: np.ndarray, upper: np.ndarray, maxlevel:
     tree = mesh["tree"]
     one_tree = lower.shape[0] == 1
     side = np.ldexp(1.0, -np.arange(maxlevel + 1))[mesh["level"]]  # 2**-level, by table
-    lo = np.empty((len(mesh), dim), dtype=np.float64)
-    hi = np.empty((len(mesh), dim), dtype=np.float64)
+    lo = np.empty((dim, len(mesh)), dtype=np.float64).T  # axis-major underneath: each axis is contiguous
+    hi = np.empty((dim, len(mesh)), dtype=np.float64).T
     for d, c in enumerate(("x", "y", "z")[:dim]):  # a loop over axes; every axis is one vector operation
         ext = upper[:, d] - lower[:, d]
         if one_tree or (ext == ext[0]).all():
@@ -112,22 +112,24 @@ def leaf_boxes(mesh: np.ndarray, lower: np.ndarray, upper: np.ndarray, maxlevel:
     return lo, hi
 
 
-def cell_corners(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def cell_corners(lo: np.ndarray, hi: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
     """Return the corners of each box as 3D points, in VTK_QUAD / VTK_HEXAHEDRON order.
 
     Parameters
     ----------
     lo, hi : (n, dim) numpy.ndarray of float64
         The boxes (:func:`leaf_boxes`), ``dim`` 2 or 3.
+    dtype : numpy dtype, optional
+        Of the points (float64, or float32 where :func:`float32_exact`).
 
     Returns
     -------
-    (n * 2**dim, 3) numpy.ndarray of float64
+    (n * 2**dim, 3) numpy.ndarray of ``dtype``
         Corner ``c`` of box ``i`` in row ``i * 2**dim + c``; z = 0 in 2D.
     """
     n, dim = lo.shape
     sel = _CORNERS[dim]
-    pts = np.empty((n, len(sel), 3), dtype=np.float64)
+    pts = np.empty((n, len(sel), 3), dtype=dtype)
     for c, corner in enumerate(sel):  # 4 or 8 corners, 2 or 3 axes: each a strided copy of n values
         for d in range(dim):
             pts[:, c, d] = hi[:, d] if corner[d] else lo[:, d]

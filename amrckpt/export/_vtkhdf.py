@@ -225,7 +225,7 @@ def _write_range(
         e = min(s + chunk, b)
         mesh = reader.read_mesh(s, e - s)
         lo, hi = leaf_boxes(mesh, lower, upper, maxlevel)
-        return s, e, cell_corners(lo, hi).astype(points_dtype, copy=False), leaf_values(arrays, reader, mesh, s, num_leaves)
+        return s, e, cell_corners(lo, hi, points_dtype), leaf_values(arrays, reader, mesh, s, num_leaves)
 
     def write(s: int, e: int, points: np.ndarray, values: list[np.ndarray]) -> None:
         c0, c1 = cells_before + s, cells_before + e
