@@ -37,6 +37,7 @@ class Heat3D(ac.CheckpointSchema, name="heat3d", version=1):
     grad: ac.CellData = ac.Cells("<f8", shape=(3,), units="K/m")
     flag: ac.CellData = ac.Cells("?")
     z: ac.CellData = ac.Cells("<c16")
+    rec: ac.CellData = ac.Cells([("p", "<f4"), ("n", "<i2", (2,))])
     modes: ac.HpData = ac.HpCells("<f8")
 
 
@@ -53,6 +54,7 @@ def heat3d(seed: int, step: int, max_level: int = 3) -> tuple[Heat3D, Any]:
         grad=rng.standard_normal((N, 3)),
         flag=rng.random(N) < 0.5,
         z=rng.standard_normal(N) + 1j * rng.standard_normal(N),
+        rec=np.array([(k, (k, -k)) for k in range(N)], dtype=[("p", "<f4"), ("n", "<i2", (2,))]),
         modes=ac.HpData(rng.standard_normal(int(counts.sum())), counts),
     )
     return state, lv
@@ -173,7 +175,7 @@ def test_3d_checkpoint_read_by_vtk_every_dtype(cube: tuple[Path, Heat3D, Any], t
     h5py = need("h5py")
     path, state, lv = cube
     res = ac.export.to_vtkhdf(path, tmp_path / "cube.vtkhdf", hp="mean", chunk_leaves=7)
-    assert res.arrays == ("level", "tree", "T", "grad", "flag", "z.real", "z.imag", "modes.count", "modes.mean")
+    assert res.arrays == ("level", "tree", "T", "grad", "flag", "z.real", "z.imag", "rec.p", "rec.n", "modes.count", "modes.mean")
     _, grid = read_vtk(res.path)
     N = len(lv.tree)
     assert grid.GetNumberOfCells() == N
@@ -187,6 +189,8 @@ def test_3d_checkpoint_read_by_vtk_every_dtype(cube: tuple[Path, Heat3D, Any], t
     np.testing.assert_array_equal(cell_array(grid, "flag"), state.flag.astype(np.uint8))
     np.testing.assert_array_equal(cell_array(grid, "z.real"), state.z.real)
     np.testing.assert_array_equal(cell_array(grid, "z.imag"), state.z.imag)
+    np.testing.assert_array_equal(cell_array(grid, "rec.p"), state.rec["p"])
+    np.testing.assert_array_equal(cell_array(grid, "rec.n"), state.rec["n"])
     counts, values = state.modes.counts, state.modes.values
     start = np.cumsum(counts) - counts
     mean = np.array([values[s : s + c].mean() if c else np.nan for s, c in zip(start, counts, strict=True)])

@@ -86,11 +86,22 @@ def _flat(a: np.ndarray) -> np.ndarray:
     return a.reshape(a.shape[0], math.prod(a.shape[1:]))
 
 
-def _member(member: str) -> Callable[[np.ndarray], np.ndarray]:
-    def pick(a: np.ndarray) -> np.ndarray:
-        return _flat(a[member])
+@dataclass(frozen=True)
+class _Pick:
+    """Turn a field's values ``(count, *shape)`` into ``(count, ncomp)``: a record member, a complex part, or all.
 
-    return pick
+    A small object rather than a closure, so that plans travel between ranks (pickle).
+    """
+
+    member: str | None = None
+    part: str | None = None
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        if self.member is not None:
+            a = a[self.member]
+        if self.part is not None:
+            a = a.real if self.part == "real" else a.imag
+        return _flat(a)
 
 
 def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str | None) -> list[CellArray]:
@@ -99,12 +110,12 @@ def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str
         return []
     stored = _stored(dt)
     if stored is not None:
-        return [CellArray(name, "cells", name, stored, per, units, _flat)]
+        return [CellArray(name, "cells", name, stored, per, units, _Pick())]
     if dt.kind == "c":
         part = np.dtype(f"f{dt.itemsize // 2}") if dt.itemsize <= 16 else np.dtype(np.float64)
         return [
-            CellArray(f"{name}.real", "cells", name, part, per, units, lambda a: _flat(a.real)),
-            CellArray(f"{name}.imag", "cells", name, part, per, units, lambda a: _flat(a.imag)),
+            CellArray(f"{name}.real", "cells", name, part, per, units, _Pick(part="real")),
+            CellArray(f"{name}.imag", "cells", name, part, per, units, _Pick(part="imag")),
         ]
     out: list[CellArray] = []
     if dt.names is not None:
@@ -117,7 +128,7 @@ def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str
             if st is None:
                 logger.info("field %s: member %s of dtype %s has no numeric value; not exported", name, member, sub)
                 continue
-            out.append(CellArray(f"{name}.{member}", "cells", name, st, per * math.prod(sub_shape), units, _member(member)))
+            out.append(CellArray(f"{name}.{member}", "cells", name, st, per * math.prod(sub_shape), units, _Pick(member=member)))
         return out
     logger.info("field %s of dtype %s has no numeric value; not exported", name, dt)
     return []
