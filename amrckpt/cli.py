@@ -827,7 +827,7 @@ def _slice_leaves(
 
     m = ck.manifest
     cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
-    P = ranks if ranks is not None else ck.provenance.writer_size
+    P = ranks if ranks is not None else ck.writer_size or 1
     arrays = plan_arrays(m, ranks=P)
     if what == "level" or what == "rank":
         arr, label, kind = next(a for a in arrays if a.name == what), what, what

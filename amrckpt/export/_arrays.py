@@ -13,10 +13,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..container import Manifest, dtype_from_json
 from ..errors import CheckpointError
 from ..partition import Partition
-from ..schema import Manifest
-from ..schema._manifest import dtype_from_json
 
 __all__ = ["CellArray", "HpSummary", "checkpoint_paths", "leaf_values", "plan_arrays"]
 

@@ -24,10 +24,11 @@ VTK_CELL_TYPE = {2: 9, 3: 12}
 def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Return the physical box of every tree of a checkpoint's forest.
 
-    The one place where the exporters decide where trees lie: the geometry
-    stored in the checkpoint (``reader.geometry``; a row of unit trees,
-    tree i at x in [i, i + 1), when the file stores none), or, for files
-    written before geometry was stored, a brick given by the caller.
+    The one place where the exporters decide where trees lie, through
+    :meth:`amrckpt.container.Geometry.of`: the geometry stored in the
+    checkpoint (a row of unit trees, tree i at x in [i, i + 1), when the
+    file stores none), or, for files written before geometry was stored, a
+    brick given by the caller.
 
     Parameters
     ----------
@@ -53,23 +54,15 @@ def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None) -> tuple[np.nd
         If ``brick`` has the wrong length, a size below 1, or fewer trees
         than the forest.
     """
+    from ..container import Geometry
+
     m = reader.manifest.mesh
     if m is None:
         raise CheckpointError(f"{getattr(reader, 'path', 'the checkpoint')!r} holds no mesh: nothing to place")
-    dim, num_trees = int(m.dim), int(m.num_trees)
-    if brick is None:
-        g = reader.geometry
-        lower = np.asarray(g.tree_lower, dtype=np.float64).reshape(num_trees, dim)
-        upper = np.asarray(g.tree_upper, dtype=np.float64).reshape(num_trees, dim)
-        return lower, upper
-    sizes = [int(b) for b in brick] + [1] * (dim - len(brick))
-    if len(sizes) != dim or min(sizes) < 1:
-        raise ValueError(f"brick {tuple(brick)}: give {dim} sizes of at least 1 (trees along each axis)")
-    if int(np.prod(sizes)) < num_trees:
-        raise ValueError(f"brick {tuple(sizes)} has {int(np.prod(sizes))} trees; the forest has {num_trees}")
-    t = np.arange(num_trees, dtype=np.int64)
-    lower = np.stack([(t // int(np.prod(sizes[:d]))) % sizes[d] for d in range(dim)], axis=1).astype(np.float64)
-    return lower, lower + 1.0
+    if brick is not None:
+        brick = tuple(int(b) for b in brick) + (1,) * (m.dim - len(brick))
+    g = Geometry.of(m, brick)
+    return np.asarray(g.tree_lower, dtype=np.float64), np.asarray(g.tree_upper, dtype=np.float64)
 
 
 def leaf_boxes(mesh: np.ndarray, lower: np.ndarray, upper: np.ndarray, maxlevel: int) -> tuple[np.ndarray, np.ndarray]:

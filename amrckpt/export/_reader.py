@@ -1,4 +1,4 @@
-"""The one place the exporters open a checkpoint."""
+"""The one place the exporters open a checkpoint: :class:`amrckpt.container.CheckpointReader`."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ __all__ = ["open_reader"]
 
 
 def open_reader(path: str | os.PathLike[str], *, comm: Any = None, verify: bool = True) -> Any:
-    """Return an open ``CheckpointReader`` of ``path`` (a context manager).
+    """Return an open :class:`amrckpt.container.CheckpointReader` of ``path`` (a context manager).
 
     Parameters
     ----------
     path : str or os.PathLike
         The checkpoint.
     comm : optional
-        Passed to the reader (None: serial).
+        The communicator of the reader (None: serial); the exporters read
+        leaf ranges with its non-collective ``read_mesh``, ``read_cells`` and
+        ``read_hp``.
     verify : bool, optional
-        Check what is read against the checkpoint's CRC32s.
+        Check the metadata against the checkpoint's CRC32s.
     """
-    from ._source import CheckpointReader
+    from ..container import CheckpointReader
 
     return CheckpointReader(path, comm=comm, verify=verify)
