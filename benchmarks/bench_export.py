@@ -15,9 +15,14 @@ Timed, interleaved (load, export, export, load, ...), medians printed:
 
 * ``load``: :func:`amrckpt.load` of the whole state (every byte read checked
   against its CRC32), as a restart on one process does;
-* ``export``: :func:`amrckpt.export.to_vtkhdf` of the same file (the default
-  chunks of 131072 leaves), the leaves' corner points, connectivity, offsets,
-  types and every cell array written with h5py.
+* ``export``: :func:`amrckpt.export.to_vtkhdf` of the same file (``--chunk``
+  leaves at a time, default 131072), the leaves' corner points,
+  connectivity, offsets, types and every cell array written with h5py.
+
+The hp field is read by ``CheckpointReader.read_hp``, which finds where a
+range's values begin by reading the sizes of every leaf before it: streamed
+in chunks, that is quadratic in the number of chunks (``--chunk 1048576``
+shows the export without it).
 
 The issue's target: an export takes no more than twice a load.  Files go to
 ``--dir`` (default /dev/shm, a tmpfs), so the file system's page allocation
@@ -91,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each (default 3)")
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None, help="where the files go")
     ap.add_argument("--json", default=None, help="result file (default benchmarks/results/export-<dim>d.json)")
+    ap.add_argument("--chunk", type=int, default=ac.export.DEFAULT_CHUNK_LEAVES, help="leaves per export chunk (default 131072)")
     ap.add_argument("--quick", action="store_true", help="about 2000 leaves, one repetition")
     args = ap.parse_args(argv)
     if args.quick:
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             ac.load(path, schema)
 
         def export() -> None:
-            ac.export.to_vtkhdf(path, work / "state.vtkhdf")
+            ac.export.to_vtkhdf(path, work / "state.vtkhdf", chunk_leaves=args.chunk)
 
         order = [("load", load), ("export", export)]
         for rep in range(args.reps):
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["export"] / med["load"]
     sizes = f"checkpoint {ckpt_nbytes / 2**20:.1f} MiB, VTKHDF {out_nbytes / 2**20:.1f} MiB"
-    print(f"{N} leaves ({args.dim}D), {sizes}, {args.reps} rep(s)")
+    print(f"{N} leaves ({args.dim}D), {sizes}, chunks of {args.chunk} leaves, {args.reps} rep(s)")
     for k, v in times.items():
         print(f"  {k:6s} median {med[k]:.3f} s  (min {min(v):.3f}, max {max(v):.3f})")
     print(f"  ratio export / load = {ratio:.2f} (target: at most 2)")
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         "leaves": N,
         "dim": args.dim,
         "reps": args.reps,
+        "chunk_leaves": args.chunk,
         "checkpoint_nbytes": ckpt_nbytes,
         "vtkhdf_nbytes": out_nbytes,
         "seconds": times,
