@@ -950,7 +950,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     try:
         res: ExportResult = to_vtkhdf(
             src, args.output, brick=brick, ranks=args.ranks, hp=args.hp, units_in_names=args.units_in_names,
-            prefix=args.prefix, chunk_leaves=args.chunk, comm=comm,
+            mesh=args.mesh, prefix=args.prefix, chunk_leaves=args.chunk, comm=comm,
         )
     except ImportError as exc:
         _err(f"amrckpt export: {exc}")
@@ -1229,6 +1229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=int, default=None, metavar="Q", help="add the cell array rank: owners on Q ranks")
     p.add_argument("--hp", choices=["first", "mean"], default="first", help="hp fields: first value or mean per leaf")
     p.add_argument("--units-in-names", action="store_true", help="name arrays 'NAME [UNITS]'")
+    p.add_argument("--mesh", default=None, metavar="NAME", help="of a checkpoint of several meshes, this one (default the first)")
     p.add_argument("--prefix", default="ckpt", help="the manager's file prefix, for a directory (default ckpt)")
     p.add_argument("--chunk", type=int, default=1 << 17, metavar="LEAVES", help="leaves converted at a time (default 131072)")
 

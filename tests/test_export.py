@@ -412,3 +412,43 @@ def test_benchmark_quick(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["leaves"] >= 2000 and result["ratio_export_over_load"] > 0 and "ratio export / load" in proc.stdout
     assert not list(tmp_path.glob("amrckpt-bench-*"))
+
+
+class Coupled(ac.CheckpointSchema, name="coupled-viz", version=1):
+    step: int = ac.Inline()
+    ocean: ac.Forest = ac.Mesh(dim=2, brick=(2, 1), lower=(0.0, 0.0), upper=(2e5, 1e5), units="m")
+    ice: ac.Forest = ac.Mesh(dim=2)
+    T: ac.CellData = ac.Cells("<f8", mesh="ocean", units="K")
+    h: ac.CellData = ac.Cells("<f4", mesh="ice", units="m")
+
+
+def test_stored_geometry_and_several_meshes(tmp_path: Path) -> None:
+    """Trees are placed by the geometry in the file; each mesh exports with its own fields."""
+    h5py = need("h5py")
+    ocean, ice = random_forest(4, num_trees=2, dim=2, max_level=4), sfc.uniform_leaves(2, num_trees=1, dim=2)
+    state = Coupled(
+        step=1,
+        ocean=ac.Forest(ocean.tree, ocean.level, ocean.x, ocean.y, num_trees=2),
+        ice=ac.Forest(ice.tree, ice.level, ice.x, ice.y, num_trees=1),
+        T=np.arange(ocean.num_leaves, dtype=float),
+        h=np.ones(ice.num_leaves, dtype="<f4"),
+    )
+    ac.save(state, tmp_path / "c.scda")
+    res = ac.export.to_vtkhdf(tmp_path / "c.scda", tmp_path / "ocean.vtkhdf")
+    assert res.arrays == ("level", "tree", "T") and res.num_cells == (ocean.num_leaves,)
+    _, grid = read_vtk(res.path)
+    lo, hi, _ = cell_bounds(grid)
+    want_lo, want_hi = boxes(ocean, (2, 1))
+    np.testing.assert_allclose(lo[:, :2], want_lo * 1e5, rtol=0, atol=1e-9)  # trees of 1e5 m
+    np.testing.assert_allclose(hi[:, :2], want_hi * 1e5, rtol=0, atol=1e-9)
+    with h5py.File(res.path) as f:
+        assert f["VTKHDF/Points"].dtype == np.float64  # 1e5 m / 2**4 is no float32
+        assert f["amrckpt"].attrs["length_units"] == "m"
+    ice_res = ac.export.to_vtkhdf(tmp_path / "c.scda", tmp_path / "ice.vtkhdf", mesh="ice")
+    assert ice_res.arrays == ("level", "tree", "h") and ice_res.num_cells == (16,)
+    with pytest.raises(ValueError, match="no mesh 'sea'"):
+        ac.export.to_vtkhdf(tmp_path / "c.scda", tmp_path / "x.vtkhdf", mesh="sea")
+    need("yt")
+    ds = ac.to_yt(tmp_path / "c.scda")
+    assert str(ds.length_unit.units) == "m" and ds.r[:]["connect1", "T"].size == ocean.num_leaves
+    assert ac.to_yt(tmp_path / "c.scda", mesh="ice").r[:]["connect1", "h"].size == 16

@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..container import Manifest, dtype_from_json
+from ..container import Manifest, MeshSpec, dtype_from_json
 from ..errors import CheckpointError
 from ..partition import Partition
 
-__all__ = ["CellArray", "HpSummary", "checkpoint_paths", "leaf_values", "plan_arrays"]
+__all__ = ["CellArray", "HpSummary", "checkpoint_paths", "leaf_values", "mesh_spec", "plan_arrays"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,29 @@ def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str
     return []
 
 
-def plan_arrays(manifest: Manifest, *, hp: HpSummary = "first", ranks: int | None = None) -> list[CellArray]:
+def mesh_spec(manifest: Manifest, mesh: str | None = None) -> MeshSpec:
+    """Return the mesh ``mesh`` of a checkpoint (its first mesh by default).
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint holds no mesh.
+    ValueError
+        If it holds no mesh named ``mesh`` (the message lists its meshes).
+    """
+    if not manifest.meshes:
+        raise CheckpointError(f"the checkpoint (schema {manifest.schema_name}) holds no mesh: nothing to place")
+    if mesh is None:
+        return manifest.meshes[0]
+    for ms in manifest.meshes:
+        if ms.field == mesh:
+            return ms
+    raise ValueError(f"the checkpoint has no mesh {mesh!r}; its meshes: {', '.join(m.field for m in manifest.meshes)}")
+
+
+def plan_arrays(
+    manifest: Manifest, *, hp: HpSummary = "first", ranks: int | None = None, mesh: str | None = None
+) -> list[CellArray]:
     """Return the cell arrays an export of this checkpoint holds, in order.
 
     ``level`` (uint8) and ``tree`` (int32) first; then every ``cells`` field
@@ -154,6 +176,9 @@ def plan_arrays(manifest: Manifest, *, hp: HpSummary = "first", ranks: int | Non
     ranks : int, optional
         Add ``rank``: the owner of each leaf under the uniform partition on
         this many ranks (p4est's ``floor(N p / P)`` split).
+    mesh : str, optional
+        The mesh whose leaves are the cells (the first by default): only the
+        fields on its leaves are planned.
 
     Returns
     -------
@@ -167,8 +192,10 @@ def plan_arrays(manifest: Manifest, *, hp: HpSummary = "first", ranks: int | Non
         CellArray("level", "level", None, np.dtype(np.uint8), 1, None),
         CellArray("tree", "tree", None, np.dtype(np.int32), 1, None),
     ]
+    ms = mesh_spec(manifest, mesh)
     for fs in manifest.fields:
-        if fs.kind not in ("cells", "hp"):
+        on = manifest.mesh_of(fs) if fs.kind in ("cells", "hp") else None
+        if on is None or on.field != ms.field:
             continue
         dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
         if fs.kind == "cells":

@@ -6,8 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError
-
 __all__ = ["cell_corners", "float32_exact", "leaf_boxes", "tree_boxes"]
 
 # Corners of a cell, as VTK_QUAD (9) and VTK_HEXAHEDRON (12) order them (and yt's Quad4 and Hex8):
@@ -21,7 +19,7 @@ VTK_CELL_TYPE = {2: 9, 3: 12}
 """VTK cell type of a leaf: VTK_QUAD in 2D, VTK_HEXAHEDRON in 3D."""
 
 
-def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None, mesh: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Return the physical box of every tree of a checkpoint's forest.
 
     The one place where the exporters decide where trees lie, through
@@ -40,6 +38,8 @@ def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None) -> tuple[np.nd
         ``[i, i + 1) x [j, j + 1) x [k, k + 1)``, as p4est's brick
         connectivity and ``examples/advection_amr.py`` number them.
         Overrides the stored geometry.
+    mesh : str, optional
+        Which mesh of the checkpoint (the first by default).
 
     Returns
     -------
@@ -51,14 +51,13 @@ def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None) -> tuple[np.nd
     CheckpointError
         If the checkpoint has no mesh.
     ValueError
-        If ``brick`` has the wrong length, a size below 1, or fewer trees
+        If it has no mesh ``mesh``; if ``brick`` has the wrong length, a size below 1, or fewer trees
         than the forest.
     """
     from ..container import Geometry
+    from ._arrays import mesh_spec
 
-    m = reader.manifest.mesh
-    if m is None:
-        raise CheckpointError(f"{getattr(reader, 'path', 'the checkpoint')!r} holds no mesh: nothing to place")
+    m = mesh_spec(reader.manifest, mesh)
     if brick is not None:
         brick = tuple(int(b) for b in brick) + (1,) * (m.dim - len(brick))
     g = Geometry.of(m, brick)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..comm import as_comm, run_on_root
 from ..errors import CheckpointError
-from ._arrays import CellArray, HpSummary, checkpoint_paths, leaf_values, plan_arrays
+from ._arrays import CellArray, HpSummary, checkpoint_paths, leaf_values, mesh_spec, plan_arrays
 from ._geometry import VTK_CELL_TYPE, cell_corners, float32_exact, leaf_boxes, tree_boxes
 from ._reader import open_reader
 
@@ -82,36 +82,48 @@ class _Step:
     time: float | None
     arrays: list[CellArray]
     float32: bool
+    mesh: str
+    length_units: str | None
 
 
-def _float32_points(r: Any, brick: tuple[int, ...] | None, chunk: int) -> bool:
-    """Whether every corner of this checkpoint's leaves is exactly a float32 (one pass over the levels)."""
-    m = r.manifest
-    lower, upper = tree_boxes(r, brick)
+def _float32_points(r: Any, brick: tuple[int, ...] | None, chunk: int, mesh: str) -> bool:
+    """Whether every corner of this mesh's leaves is exactly a float32 (one pass over the levels)."""
+    N = mesh_spec(r.manifest, mesh).num_leaves
+    lower, upper = tree_boxes(r, brick, mesh)
     finest = 0
-    for s in range(0, m.num_leaves, chunk):
-        finest = max(finest, int(r.read_mesh(s, min(chunk, m.num_leaves - s))["level"].max()))
+    for s in range(0, N, chunk):
+        finest = max(finest, int(r.read_mesh(s, min(chunk, N - s), mesh)["level"].max()))
     return float32_exact(lower, upper, finest)
 
 
 def _survey(
-    paths: Sequence[Path], hp: HpSummary, ranks: int | None, verify: bool, points: str, brick: tuple[int, ...] | None, chunk: int
+    paths: Sequence[Path],
+    hp: HpSummary,
+    ranks: int | None,
+    verify: bool,
+    points: str,
+    brick: tuple[int, ...] | None,
+    chunk: int,
+    mesh: str | None,
 ) -> list[_Step]:
     out = []
     for p in paths:
         with open_reader(p, verify=verify) as r:
             m = r.manifest
-            if m.mesh is None:
+            if not m.meshes:
                 raise CheckpointError(f"{os.fspath(p)!r} holds no mesh (schema {m.schema_name}): nothing to export")
+            ms = mesh_spec(m, mesh)
             out.append(
                 _Step(
                     p,
-                    m.num_leaves,
-                    m.mesh.dim,
+                    ms.num_leaves,
+                    ms.dim,
                     _number(m.values.get("step"), int),
                     _number(m.values.get("time"), float),
-                    plan_arrays(m, hp=hp, ranks=ranks),
-                    points == "auto" and _float32_points(r, brick, chunk),
+                    plan_arrays(m, hp=hp, ranks=ranks, mesh=ms.field),
+                    points == "auto" and _float32_points(r, brick, chunk, ms.field),
+                    ms.field,
+                    ms.geometry.units if ms.geometry is not None else None,
                 )
             )
     dims = {s.dim for s in out}
@@ -189,7 +201,10 @@ def _create(h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], series
             fds.create_dataset(name, data=np.ones((S, 2), dtype=np.int64))
     meta = h5.create_group("amrckpt")  # outside /VTKHDF: ignored by VTK (spec 2.2)
     meta.attrs["sources"] = [os.fspath(s.path) for s in steps]
+    meta.attrs["mesh"] = [s.mesh for s in steps]
     meta.attrs["leaf_order"] = "curve order of each checkpoint: cell i of a step is its leaf i"
+    if steps[0].length_units:
+        meta.attrs["length_units"] = steps[0].length_units
     return d
 
 
@@ -206,6 +221,7 @@ def _write_range(
     b: int,
     chunk: int,
     prefetch: bool,
+    mesh: str,
 ) -> None:
     """Write leaves ``a .. b - 1`` of one step, ``chunk`` leaves at a time (not collective).
 
@@ -223,9 +239,9 @@ def _write_range(
 
     def convert(s: int) -> tuple[int, int, np.ndarray, list[np.ndarray]]:
         e = min(s + chunk, b)
-        mesh = reader.read_mesh(s, e - s)
-        lo, hi = leaf_boxes(mesh, lower, upper, maxlevel)
-        return s, e, cell_corners(lo, hi, points_dtype), leaf_values(arrays, reader, mesh, s, num_leaves)
+        leaves = reader.read_mesh(s, e - s, mesh)
+        lo, hi = leaf_boxes(leaves, lower, upper, maxlevel)
+        return s, e, cell_corners(lo, hi, points_dtype), leaf_values(arrays, reader, leaves, s, num_leaves)
 
     def write(s: int, e: int, points: np.ndarray, values: list[np.ndarray]) -> None:
         c0, c1 = cells_before + s, cells_before + e
@@ -270,6 +286,7 @@ def to_vtkhdf(
     hp: HpSummary = "first",
     units_in_names: bool = False,
     points: Literal["auto", "float64"] = "auto",
+    mesh: str | None = None,
     prefix: str = "ckpt",
     chunk_leaves: int = DEFAULT_CHUNK_LEAVES,
     comm: Any = None,
@@ -321,6 +338,10 @@ def to_vtkhdf(
         every step is exactly a float32 (:func:`float32_exact`: leaves up to
         level 20 or so of unit trees), which saves a third of the file,
         else float64; ``"float64"``: always float64.
+    mesh : str, optional
+        The mesh whose leaves become the cells, for a checkpoint of several
+        meshes (the first by default); the fields on its leaves are
+        exported.
     prefix : str, optional
         The manager's file prefix, for a directory.
     chunk_leaves : int, optional
@@ -361,7 +382,7 @@ def to_vtkhdf(
         raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
 
     def survey() -> list[_Step]:
-        return _survey(paths, hp, ranks, verify, points, brick, chunk_leaves)
+        return _survey(paths, hp, ranks, verify, points, brick, chunk_leaves, mesh)
 
     steps = survey() if c.size == 1 else run_on_root(c, survey)
     arrays = _common_arrays(steps)
@@ -373,11 +394,11 @@ def to_vtkhdf(
         before = 0
         for i, st in enumerate(steps):
             with open_reader(st.path, verify=verify) as r:
-                ms = r.manifest.mesh
-                geometry = tree_boxes(r, brick)
+                maxlevel = mesh_spec(r.manifest, st.mesh).maxlevel
+                geometry = tree_boxes(r, brick, st.mesh)
                 N = st.num_leaves
                 a, b = N * rank // size, N * (rank + 1) // size
-                _write_range(d, r, arrays, geometry, ms.maxlevel, i, before, N, a, b, chunk_leaves, prefetch=not parallel)
+                _write_range(d, r, arrays, geometry, maxlevel, i, before, N, a, b, chunk_leaves, not parallel, st.mesh)
             before += N
 
     if parallel:

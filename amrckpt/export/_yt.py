@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import CellArray, HpSummary, leaf_values, plan_arrays
+from ._arrays import CellArray, HpSummary, leaf_values, mesh_spec, plan_arrays
 from ._geometry import leaf_boxes, tree_boxes
 from ._reader import open_reader
 from ._vtkhdf import DEFAULT_CHUNK_LEAVES
@@ -52,6 +52,7 @@ def to_yt(
     hp: HpSummary = "first",
     ranks: int | None = None,
     length_unit: str | None = None,
+    mesh: str | None = None,
     chunk_leaves: int = DEFAULT_CHUNK_LEAVES,
     verify: bool = True,
 ) -> Any:
@@ -89,7 +90,11 @@ def to_yt(
         partition on this many ranks.
     length_unit : str, optional
         The length of one unit of the geometry (``"m"``, ``"km"``); default
-        yt's ``code_length`` of 1 cm.
+        the units of the geometry stored in the checkpoint, else yt's
+        ``code_length`` of 1 cm.
+    mesh : str, optional
+        The mesh whose leaves become the elements, for a checkpoint of
+        several meshes (the first by default).
     chunk_leaves : int, optional
         Leaves read at a time.
     verify : bool, optional
@@ -117,19 +122,21 @@ def to_yt(
         raise ImportError(INSTALL_YT) from exc
     with open_reader(path, verify=verify) as r:
         m = r.manifest
-        arrays: list[CellArray] = plan_arrays(m, hp=hp, ranks=ranks)
-        lower, upper = tree_boxes(r, brick)
-        assert m.mesh is not None
-        dim, N, maxlevel = m.mesh.dim, m.num_leaves, m.mesh.maxlevel
+        ms = mesh_spec(m, mesh)
+        arrays: list[CellArray] = plan_arrays(m, hp=hp, ranks=ranks, mesh=ms.field)
+        lower, upper = tree_boxes(r, brick, ms.field)
+        if length_unit is None and brick is None and ms.geometry is not None and ms.geometry.units:
+            length_unit = yt_units(ms.geometry.units)
+        dim, N, maxlevel = ms.dim, ms.num_leaves, ms.maxlevel
         nv = 1 << dim
         coords = np.empty((N, nv, dim), dtype=np.float64)
         values = [np.empty((N,) if a.ncomp == 1 else (N, a.ncomp), dtype=a.dtype) for a in arrays]
         for s in range(0, N, max(1, chunk_leaves)):
             e = min(s + chunk_leaves, N)
-            mesh = r.read_mesh(s, e - s)
-            lo, hi = leaf_boxes(mesh, lower, upper, maxlevel)
+            leaves = r.read_mesh(s, e - s, ms.field)
+            lo, hi = leaf_boxes(leaves, lower, upper, maxlevel)
             coords[s:e] = np.where(_CORNERS[dim][None, :, :], hi[:, None, :], lo[:, None, :])
-            for v, chunk in zip(values, leaf_values(arrays, r, mesh, s, N), strict=True):
+            for v, chunk in zip(values, leaf_values(arrays, r, leaves, s, N), strict=True):
                 v[s:e] = chunk
         path_s = os.fspath(path)
         units = {fs.name: fs.units for fs in m.fields if fs.units}
