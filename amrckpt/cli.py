@@ -823,7 +823,7 @@ def _slice_leaves(
     """
     from .export import DEFAULT_CHUNK_LEAVES, leaf_boxes, plan_arrays, tree_boxes
     from .export._arrays import leaf_values
-    from .export._reader import open_reader
+    from .export._reader import HpWindow, open_reader
 
     m = ck.manifest
     cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
@@ -852,6 +852,7 @@ def _slice_leaves(
     keep_lo, keep_hi, keep_v = [], [], []
     with open_reader(path, verify=True) as r:
         lower, upper = tree_boxes(r, brick)
+        hp_reader = HpWindow(r)
         plane = float(at) if at is not None else 0.5 * (float(lower[:, axis].min()) + float(upper[:, axis].max()))
         N = m.num_leaves
         assert m.mesh is not None
@@ -861,7 +862,7 @@ def _slice_leaves(
             cut = (lo[:, axis] <= plane) & (plane < hi[:, axis])
             if not cut.any():
                 continue
-            v = leaf_values([arr], r, mesh, s, N)[0][cut]  # the chunk's values (rank needs its global indices), then the cut
+            v = leaf_values([arr], hp_reader, mesh, s, N)[0][cut]  # the chunk's values (rank: global indices), then the cut
             v = v.reshape(len(v), -1)[:, 0]
             keep_lo.append(np.delete(lo[cut], axis, axis=1))
             keep_hi.append(np.delete(hi[cut], axis, axis=1))
