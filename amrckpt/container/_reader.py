@@ -235,6 +235,7 @@ class CheckpointReader:
         self.path = self.scda.path
         self.file_size = self.scda.file_size
         self._fd: int | None = None
+        self._hp_cursor: dict[str, tuple[int, int]] = {}  # read_hp: (leaf, byte) where the last range ended
         try:
             self.scda._defer_crc = defer_crc
             self.index = self._index()
@@ -593,7 +594,9 @@ class CheckpointReader:
         r"""Values of leaves ``start .. start + count - 1`` of an hp field, on this rank alone. Not collective.
 
         The sizes of the leaves before ``start`` are read (in chunks) to find
-        where the range's values begin.
+        where the range's values begin, from the end of the previous range of
+        the same field when that lies before ``start``: reading a field in
+        order, range after range, reads every size once.
 
         Returns
         -------
@@ -632,9 +635,13 @@ class CheckpointReader:
             buf = np.frombuffer(read(entries + 32 * lo, 32 * n), dtype=np.uint8)
             return scda.parse_entries(b"E", buf, first_index=lo, offset=entries + 32 * lo, what=raw.where)
 
-        before = 0
+        # Where leaf `start`'s values begin: from the end of the previous range read of this field when
+        # that is at or before `start` (streaming in order costs O(N) in all), else from the first leaf.
+        first, before = self._hp_cursor.get(fs.name, (0, 0))
+        if first > start:
+            first, before = 0, 0
         chunk = 1 << 16
-        for lo in range(0, start, chunk):
+        for lo in range(first, start, chunk):
             before += int(sizes_of(lo, min(chunk, start - lo)).sum())
         mine = sizes_of(start, count) if count else np.zeros(0, dtype=np.uint64)
         if mine.size and np.any(mine % np.uint64(vbytes)):
@@ -644,6 +651,7 @@ class CheckpointReader:
         if data_start + before + nbytes > self.file_size:
             raise IncompleteCheckpointError(f"{self.path!r}: field {name!r} runs past the end of the file")
         values = np.frombuffer(bytearray(read(data_start + before, nbytes)), dtype=dt).reshape(-1, *fs.shape)
+        self._hp_cursor[fs.name] = (start + count, before + nbytes)
         return counts_of(mine, vbytes), values
 
     # -- closing ----------------------------------------------------------------
