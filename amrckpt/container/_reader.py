@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import scda
+from .._crc import crc32
 from ..comm import Comm, as_comm
 from ..errors import (
     AmrckptError,
@@ -193,7 +194,8 @@ class CheckpointReader:
     kind's handler under a partition (collective); :meth:`check_crcs`
     compares everything read with the index.  :meth:`read_mesh`,
     :meth:`read_cells` and :meth:`read_hp` read a range of leaves on the
-    calling rank alone (not collective), for tools that stream a file.
+    calling rank alone (not collective), for tools that stream a file; their
+    sections are checked against the index by :meth:`check_crcs` too.
 
     Parameters
     ----------
@@ -236,6 +238,7 @@ class CheckpointReader:
         self.file_size = self.scda.file_size
         self._fd: int | None = None
         self._hp_cursor: dict[str, tuple[int, int]] = {}  # read_hp: (leaf, byte) where the last range ended
+        self._ranged: set[str] = set()  # fields read by ranges: their CRC32s checked by check_crcs
         try:
             self.scda._defer_crc = defer_crc
             self.index = self._index()
@@ -500,6 +503,10 @@ class CheckpointReader:
     def check_crcs(self) -> tuple[str, ...]:
         """Compare the CRC32 of every section read in full with the index. Collective.
 
+        Fields read by leaf ranges (:meth:`read_mesh`, :meth:`read_cells`,
+        :meth:`read_hp`) are checked too, each by one more pass over its
+        section on the calling rank (from the page cache, usually).
+
         Returns
         -------
         tuple of str
@@ -508,7 +515,8 @@ class CheckpointReader:
         Raises
         ------
         ChecksumError
-            On every rank, naming the first section that does not match.
+            On every rank (on the calling rank for fields read by ranges),
+            naming the first section that does not match.
         """
         if not self.verify:
             return ()
@@ -521,6 +529,16 @@ class CheckpointReader:
             if e.end != end or e.crc32 != crc:
                 raise checksum_error(e.name, e.offset, e.end, self.path)
             done.append(e.name)
+        for name in sorted(self._ranged - set(done)):  # read by ranges on this rank: one pass over each section
+            e = self.entry(name)
+            read, crc = self._pread(), 0
+            if not 0 <= e.offset <= e.end <= self.file_size:
+                raise checksum_error(name, e.offset, e.end, self.path)
+            for off in range(e.offset, e.end, 16 << 20):
+                crc = crc32(read(off, min(16 << 20, e.end - off)), crc)
+            if crc != e.crc32:
+                raise checksum_error(name, e.offset, e.end, self.path)
+            done.append(name)
         return tuple(done)
 
     # -- ranges of leaves, on one rank -------------------------------------------
@@ -542,6 +560,7 @@ class CheckpointReader:
 
     def _fixed_range(self, fs: FieldSpec, start: int, count: int, dt: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
         N = self._range_check(fs, start, count)
+        self._ranged.add(fs.name)
         e = self.entry(fs.name)
         E = dt.itemsize * math.prod(shape)
         out = np.empty((count, *shape), dtype=dt)
@@ -608,6 +627,7 @@ class CheckpointReader:
         if fs.kind != "hp":
             raise ValueError(f"field {name!r} is a {fs.kind} field, not hp")
         N = self._range_check(fs, start, count)
+        self._ranged.add(fs.name)
         dt = dtype_from_json(fs.dtype, name)
         vbytes = dt.itemsize * math.prod(fs.shape)
         e = self.entry(fs.name)

@@ -35,11 +35,10 @@ def open_reader(path: str | os.PathLike[str], *, comm: Any = None, verify: bool 
 class HpWindow:
     """A reader whose ``read_hp`` reads ``window`` leaves at a time and hands out slices, for a sequential stream.
 
-    ``CheckpointReader.read_hp(name, start, count)`` reads the sizes of every
-    leaf before ``start`` to find where the range's values begin, so a field
-    streamed in chunks costs a number of size reads that grows with the
-    square of the number of chunks.  Reading windows of many chunks divides
-    that by the chunks per window; the memory held is one window of values.
+    ``CheckpointReader.read_hp`` continues from the end of the previous range,
+    so streaming costs one read of every size anyway; windows of many chunks
+    make fewer, larger reads (one per window instead of one per chunk); the
+    memory held is one window of values.
     Everything else is the wrapped reader's.  Not thread-safe: one thread
     streams through it.
 

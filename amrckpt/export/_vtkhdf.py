@@ -399,6 +399,7 @@ def to_vtkhdf(
                 N = st.num_leaves
                 a, b = N * rank // size, N * (rank + 1) // size
                 _write_range(d, HpWindow(r), arrays, geometry, maxlevel, i, before, N, a, b, chunk_leaves, not parallel, st.mesh)
+                r.check_crcs()  # every section read against the index (verify=True), before the file is kept
             before += N
 
     if parallel:

@@ -139,6 +139,7 @@ def to_yt(
             coords[s:e] = np.where(_CORNERS[dim][None, :, :], hi[:, None, :], lo[:, None, :])
             for v, chunk in zip(values, leaf_values(arrays, hp_reader, leaves, s, N), strict=True):
                 v[s:e] = chunk
+        r.check_crcs()  # every section read against the index (verify=True)
         path_s = os.fspath(path)
         units = {fs.name: fs.units for fs in m.fields if fs.units}
         time_units = units.get("time")
