@@ -1218,7 +1218,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if args.command is None:
         parser.print_usage(sys.stderr)
-        _err("amrckpt: error: a command is required (inspect, verify, convert, plot, ls); see amrckpt --help")
+        _err("amrckpt: error: a command is required (inspect, verify, convert, plot, export, ls); see amrckpt --help")
         return EXIT_USAGE
     try:
         return int(args.func(args))
