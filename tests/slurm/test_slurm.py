@@ -9,7 +9,8 @@
 * a time limit shortened with ``scontrol update`` while the job runs is honoured;
 * ``srun --mpi=none -n 2`` (no PMI: two MPI worlds of one) is refused before anything is written.
 
-Every test is skipped, with the reason, where Slurm is not up (``sudo bash .ci/slurm-up`` brings it up).
+Every test is skipped, with the reason, where Slurm is not up (``sudo bash .ci/slurm-up`` brings it up),
+unless ``AMRCKPT_REQUIRE_SLURM=1`` (set by .ci/run), which makes that a failure.  About 8 minutes.
 The jobs run the example solver with ``--pace`` (a least wall time per step) so that a one-minute job
 reaches a predictable step; resumes run unpaced.  Slurm sends ``--signal`` up to 60 s early (its event
 resolution), so a signal test only asserts that the checkpoint was taken at the signal, whenever it came.
@@ -34,7 +35,7 @@ import amrckpt as ac
 sys.path.insert(0, str(SOLVER.parent))
 import advection_amr as adv
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 STEPS = 1300
 """Where every run ends: a paced first job (25 steps/s at most, halted within 60 s) stays below it."""
