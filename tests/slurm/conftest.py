@@ -41,5 +41,5 @@ def slurm(tmp_path: Path) -> Iterator[Slurm]:
     ids = [j.id for j in s.jobs]
     if ids:
         subprocess.run(["scancel", "--quiet", *ids], check=False, capture_output=True)
-    if any(j.name == "chain" for j in s.jobs):  # the links a chain submitted itself
-        subprocess.run(["scancel", "--quiet", "--name=chain"], check=False, capture_output=True)
+    for name in sorted({j.name for j in s.jobs}):  # and the links a chain submitted itself (same name)
+        subprocess.run(["scancel", "--quiet", f"--name={name}"], check=False, capture_output=True)
