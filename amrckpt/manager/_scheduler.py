@@ -91,7 +91,7 @@ def detect_scheduler(environ: Mapping[str, str] | None = None) -> Scheduler | No
 def launcher_rank(environ: Mapping[str, str] | None = None) -> int | None:
     """Return this process's rank as its launcher set it (PMI, PMIx, Open MPI, Slurm), or None. Not collective."""
     env = os.environ if environ is None else environ
-    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_RANKID", "SLURM_PROCID"):
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
         value = env.get(var, "").strip()
         if value.isdigit():
             return int(value)
