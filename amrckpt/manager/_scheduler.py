@@ -1,7 +1,7 @@
 """When does this batch job end?  The job's environment, or one query to its scheduler (Slurm, PBS, LSF, Flux).
 
 :class:`~amrckpt.manager.BeforeWallTime` needs the time at which the
-scheduler will kill the job.  Some schedulers export it (Slurm >= 23.02:
+scheduler will kill the job.  Some schedulers export it (newer Slurm releases:
 ``SLURM_JOB_END_TIME``); Slurm 22.05, still common, exports neither the end
 nor the start nor the limit, so the end must be asked for
 (``scontrol show job $SLURM_JOB_ID``).  This module reads the environment,
@@ -275,7 +275,7 @@ def parse_flux_timeleft(text: str, now: float) -> float | None:
 def env_end_time(environ: Mapping[str, str] | None = None) -> float | None:
     """Return the job's end (Unix time) if the environment gives it, else None. Not collective; no query.
 
-    Slurm: ``SLURM_JOB_END_TIME`` (exported since Slurm 23.02), else
+    Slurm: ``SLURM_JOB_END_TIME`` (exported by newer releases, not by 22.05), else
     ``SLURM_JOB_START_TIME`` plus the limit (``SLURM_JOB_TIME_LIMIT``,
     ``SLURM_TIMELIMIT`` or ``SBATCH_TIMELIMIT``, any ``--time`` notation).
     Slurm 22.05 exports none of them: then use :func:`job_end_time`, which asks.
