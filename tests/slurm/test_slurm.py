@@ -32,6 +32,7 @@ import pytest
 from slurm_jobs import SOLVER, TALLY, Job, Slurm
 
 import amrckpt as ac
+from amrckpt.manager._scheduler import parse_duration
 
 sys.path.insert(0, str(SOLVER.parent))
 import advection_amr as adv
@@ -94,12 +95,13 @@ def assert_identical(directory: Path, steps: int, what: str) -> None:
 
 def saved_before_limit(job: Job, info: dict[str, str], reason: str) -> int:
     """The step of the job's checkpoint taken for ``reason``; asserts it was committed before the job's limit."""
-    start = int(info["StartTime"])
+    start, limit = int(info["StartTime"]), parse_duration(info["TimeLimit"])
+    assert limit is not None
     records = [r for r in logged(job.cwd / "ckpt") if reason in (r.get("reason") or "")]
     assert records, f"no checkpoint for {reason!r}:\n{job.output()}"
     r = records[-1]
     committed = datetime.datetime.fromisoformat(r["saved_at"].replace("Z", "+00:00")).timestamp() + r["save_seconds"]
-    assert committed - start < 60, (committed - start, r)
+    assert committed - start < limit, (committed - start, limit, r)
     TALLY.before_limit += 1
     return int(r["step"])
 
