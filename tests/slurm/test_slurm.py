@@ -10,7 +10,7 @@
 * ``srun --mpi=none -n 2`` (no PMI: two MPI worlds of one) is refused before anything is written.
 
 Every test is skipped, with the reason, where Slurm is not up (``sudo bash .ci/slurm-up`` brings it up),
-unless ``AMRCKPT_REQUIRE_SLURM=1`` (set by .ci/run), which makes that a failure.  About 8 minutes.
+unless ``AMRCKPT_REQUIRE_SLURM=1`` (set by .ci/run), which makes that a failure.  10 to 13 minutes.
 The jobs run the example solver with ``--pace`` (a least wall time per step) so that a one-minute job
 reaches a predictable step; resumes run unpaced.  Slurm sends ``--signal`` up to 60 s early (its event
 resolution), so a signal test only asserts that the checkpoint was taken at the signal, whenever it came, and
