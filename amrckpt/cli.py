@@ -5,11 +5,13 @@ Subcommands (``amrckpt COMMAND --help`` for each)::
     amrckpt inspect FILE [--json] [--sections]      header, sections, manifest of any scda file
     amrckpt verify FILE...                          structure and CRC32s; exit 1 if any file is damaged
     amrckpt convert IN OUT [--encode | --decode]    rewrite with or without compression, unix or mime
-    amrckpt plot FILE --field NAME|level|rank       a PNG of a 2D checkpoint's mesh
+    amrckpt plot FILE --field NAME|level|rank       a PNG of a 2D checkpoint's mesh, or a slice of a 3D one
+    amrckpt export SOURCE OUT.vtkhdf                a checkpoint or a manager's directory as VTKHDF (ParaView)
     amrckpt ls DIRECTORY                            the checkpoints a CheckpointManager wrote there
 
 Exit status: 0 on success, 1 when a file is damaged, incomplete or invalid
-(or cannot be read), 2 for usage errors.  ``verify`` and ``convert`` run in
+(or cannot be read), 2 for usage errors; 141 and no message when the reader
+of the output goes away (``amrckpt ls DIR | head``).  ``verify`` and ``convert`` run in
 parallel when started with ``mpiexec -n P`` (mpi4py is imported only then);
 the other subcommands are serial.  Nothing here imports mpi4py, matplotlib or
 tqdm at module level.
@@ -48,13 +50,13 @@ from .container import (
 from .container import verify as verify_checkpoint
 from .errors import AmrckptError, ScdaDecodeError, ScdaFormatError
 from .manager import read_history
-from .partition import Partition
 
 __all__ = ["build_parser", "main", "safe_text"]
 
 EXIT_OK = 0
 EXIT_BAD = 1
 EXIT_USAGE = 2
+EXIT_PIPE = 141  # 128 + SIGPIPE: the standard output's reader went away
 _RANK = [0]  # this process's rank in the communicator of the running command (for error messages)
 
 _INSTALL_MATPLOTLIB = "plot needs matplotlib: pip install matplotlib (or pip install 'amrckpt[examples]')"
@@ -659,63 +661,96 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 # -- plot ---------------------------------------------------------------------
 
 
-def _plot_data(path: str, ck: CheckpointInfo, what: str, ranks: int | None) -> tuple[np.ndarray, np.ndarray, str, str]:
-    """Return the mesh records, the value of each leaf, a label and the kind of colouring (CRC32s checked)."""
+def _parse_brick_nd(text: str | None, dim: int) -> tuple[int, ...] | None:
+    """``--brick NX,NY[,NZ]`` as a tuple, or None without it (the geometry stored in the file places the trees)."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*[x,]\s*(\d+)\s*(?:[x,]\s*(\d+)\s*)?", text)
+    if not m or (m.group(3) is not None) != (dim == 3) or any(int(g) < 1 for g in m.groups() if g is not None):
+        raise _UsageError(
+            f"--brick {text!r}: give NX,NY" + (",NZ" if dim == 3 else "") + " (trees along each axis), e.g. --brick 2,1"
+        )
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def _parse_slice(text: str | None) -> tuple[int, float | None]:
+    """``--slice AXIS[=VALUE]`` as (axis index, value or None for the middle of the domain)."""
+    m = re.fullmatch(r"\s*([xyz])\s*(?:=\s*(\S+)\s*)?", text or "z")
+    try:
+        if m is None:
+            raise ValueError
+        return "xyz".index(m.group(1)), None if m.group(2) is None else float(m.group(2))
+    except ValueError:
+        raise _UsageError(f"--slice {text!r}: give x, y or z, and optionally =VALUE (e.g. --slice z=0.5)") from None
+
+
+def _plot_leaves(
+    path: str, ck: CheckpointInfo, what: str, ranks: int | None, brick: tuple[int, ...] | None, axis: int | None, at: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None, str, str]:
+    """Return the leaves to draw: 2D boxes (lo, hi), a value each, the plane (3D), a label and the kind of colouring.
+
+    Streams the leaves in chunks through :mod:`amrckpt.export` (the same
+    geometry and per-leaf values as ``amrckpt export``), CRC32s checked.  A
+    2D mesh is drawn whole; of a 3D mesh, the leaves cut by the plane
+    ``axis = at`` (default: through the middle of the domain).
+    """
+    from .export import DEFAULT_CHUNK_LEAVES, leaf_boxes, leaf_values, plan_arrays, tree_boxes
+
     m = ck.manifest
     assert m.mesh is not None
-    N = m.num_leaves
     cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
-    fs = None
-    if what not in ("level", "rank"):
+    P = ranks if ranks is not None else ck.writer_size or 1
+    arrays = plan_arrays(m, ranks=P)
+    if what in ("level", "rank"):
+        arr, kind = next(a for a in arrays if a.name == what), what
+        label = "refinement level" if what == "level" else f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})"
+        kind = f"rank:{P}" if what == "rank" else kind
+    else:
         try:
             fs = m.field(what)
         except KeyError:
-            raise _UsageError(
-                f"{path} has no field {what!r}; choose level, rank or a cell field: {', '.join(cells) or 'none'}"
-            ) from None
+            choices = ", ".join(cells) or "none"
+            raise _UsageError(f"{path} has no field {what!r}; choose level, rank or a cell field: {choices}") from None
         if fs.kind not in ("cells", "hp"):
-            raise _UsageError(
-                f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {', '.join(cells) or 'none'}"
-            )
+            choices = ", ".join(cells) or "none"
+            raise _UsageError(f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {choices}")
+        name = f"{what}.count" if fs.kind == "hp" else what
+        found = [a for a in arrays if a.name == name or (fs.kind == "cells" and a.field == what)]
+        if not found:
+            raise _UsageError(f"field {what!r} has dtype {_dtype_text(fs.dtype)}, which has no colour")
+        arr, kind = found[0], "field"
+        dt = dtype_from_json(fs.dtype, what)
+        many = arr.ncomp > 1 or len(found) > 1
+        label = f"{what}: values per leaf" if fs.kind == "hp" else ("|" + what + "|" if dt.kind == "c" else what)
+        label += " (first component)" if fs.kind != "hp" and many else ""
+        label += f" [{fs.units}]" if fs.units and fs.kind != "hp" else ""
+    keep_lo, keep_hi, keep_v = [], [], []
     with CheckpointReader(path, verify=True) as r:
-        mesh = r.read_field(m.mesh.field, [N])
-        values: np.ndarray
-        if fs is not None:
-            dt = dtype_from_json(fs.dtype, f"{path}: field {fs.name!r}")
-            per = math.prod(fs.shape)
-            if dt.names is not None or dt.kind not in "biufc":
-                raise _UsageError(f"field {fs.name!r} has dtype {_dtype_text(fs.dtype)}, which has no colour")
-            if fs.kind == "hp":
-                _, counts = r.read_field(fs.name, [N])
-                values = counts.astype(np.float64)
-                label = f"{fs.name}: values per leaf"
-            else:
-                arr = r.read_field(fs.name, [N]).reshape(N, per)
-                first = arr[:, 0] if per else np.full(N, np.nan)
-                values = np.abs(first).astype(np.float64) if dt.kind == "c" else first.astype(np.float64)
-                label = ("|" + fs.name + "|" if dt.kind == "c" else fs.name) + (" (first component)" if per > 1 else "")
-                label += f" [{fs.units}]" if fs.units else ""
-            kind = "field"
-        elif what == "level":
-            values, label, kind = mesh["level"].astype(np.int64), "refinement level", "level"
-        else:
-            P = ranks if ranks is not None else ck.writer_size or 1
-            values = Partition.uniform(N, P).owner(np.arange(N, dtype=np.int64))
-            label, kind = f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})", f"rank:{P}"
+        lower, upper = tree_boxes(r, brick)
+        plane = None
+        if axis is not None:
+            plane = float(at) if at is not None else 0.5 * (float(lower[:, axis].min()) + float(upper[:, axis].max()))
+        N = m.num_leaves
+        for s in range(0, N, DEFAULT_CHUNK_LEAVES):
+            mesh = r.read_mesh(s, min(DEFAULT_CHUNK_LEAVES, N - s))
+            lo, hi = leaf_boxes(mesh, lower, upper, m.mesh.maxlevel)
+            v = leaf_values([arr], r, mesh, s, N)[0]  # the chunk's values (rank: global indices)
+            v = v.reshape(len(v), -1)[:, 0]
+            if axis is not None and plane is not None:
+                cut = (lo[:, axis] <= plane) & (plane < hi[:, axis])
+                lo, hi, v = np.delete(lo[cut], axis, axis=1), np.delete(hi[cut], axis, axis=1), v[cut]
+            keep_lo.append(lo)
+            keep_hi.append(hi)
+            keep_v.append(np.abs(v) if np.iscomplexobj(v) else v.astype(np.float64))
         r.check_crcs()
-    return mesh, values, label, kind
+    n = sum(len(v) for v in keep_v)
+    if axis is not None and not n:
+        raise _UsageError(f"the plane {'xyz'[axis]} = {plane:g} cuts no leaf of {path}")
 
+    def cat(xs: list[np.ndarray], k: int) -> np.ndarray:
+        return np.concatenate(xs) if xs else np.zeros((0, k))
 
-def _parse_brick(text: str | None, num_trees: int) -> tuple[int, int]:
-    if text is None:
-        return num_trees, 1
-    m = re.fullmatch(r"\s*(\d+)\s*[x,]\s*(\d+)\s*", text)
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise _UsageError(f"--brick {text!r}: give NX,NY (trees per row and column), e.g. --brick 2,1")
-    nx, ny = int(m.group(1)), int(m.group(2))
-    if nx * ny < num_trees:
-        raise _UsageError(f"--brick {nx},{ny} has {nx * ny} trees; the checkpoint has {num_trees}")
-    return nx, ny
+    return cat(keep_lo, 2), cat(keep_hi, 2), cat(keep_v, 1).reshape(-1), plane, label, kind
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -726,9 +761,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     m = ck.manifest
     if m.mesh is None:
         raise _UsageError(f"{path} holds no mesh (schema {m.schema_name}): nothing to draw")
-    if m.mesh.dim != 2:
-        raise _UsageError(f"plot draws 2D meshes; {path} holds a {m.mesh.dim}D mesh")
-    nx, ny = _parse_brick(args.brick, m.mesh.num_trees)
+    dim = m.mesh.dim
+    brick = _parse_brick_nd(args.brick, dim)
+    if brick is not None and math.prod(brick) < m.mesh.num_trees:
+        raise _UsageError(f"--brick {args.brick} has {math.prod(brick)} trees; the checkpoint has {m.mesh.num_trees}")
+    axis, at = _parse_slice(args.slice) if dim == 3 else (None, None)
+    if dim == 2 and args.slice is not None:
+        raise _UsageError(f"--slice cuts a 3D mesh; {path} holds a 2D one")
     try:
         import matplotlib
 
@@ -738,26 +777,28 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     except ImportError:
         _err(f"amrckpt plot: {_INSTALL_MATPLOTLIB}")
         return EXIT_BAD
-    mesh, values, label, kind = _plot_data(path, ck, args.field, args.ranks)
-    N = len(mesh)
-    root = float(1 << m.mesh.maxlevel)
-    tree = mesh["tree"].astype(np.int64)
-    h = np.ldexp(1.0, -mesh["level"].astype(np.int64))
-    x0 = (tree % nx) + mesh["x"] / root
-    y0 = (tree // nx) + mesh["y"] / root
-    x1, y1 = x0 + h, y0 + h
-    verts = np.stack([np.stack([x0, y0], 1), np.stack([x1, y0], 1), np.stack([x1, y1], 1), np.stack([x0, y1], 1)], 1)
+    try:
+        lo, hi, values, plane, label, kind = _plot_leaves(path, ck, args.field, args.ranks, brick, axis, at)
+    except ValueError as exc:
+        if isinstance(exc, AmrckptError):  # a damaged file (ChecksumError is a ValueError too): not a usage error
+            raise
+        raise _UsageError(str(exc)) from exc
+    units = ck.manifest.mesh.geometry.units if ck.manifest.mesh.geometry is not None else None  # type: ignore[union-attr]
+    u, v = [a for a in "xyz"[:dim] if axis is None or a != "xyz"[axis]]
+    verts = np.stack([lo, np.stack([hi[:, 0], lo[:, 1]], 1), hi, np.stack([lo[:, 0], hi[:, 1]], 1)], 1)
+    n = len(values)
+    x0, y0 = lo.min(axis=0) if n else (0.0, 0.0)
+    x1, y1 = hi.max(axis=0) if n else (1.0, 1.0)
     width = 8.0
-    fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * ny / nx + 0.9)), constrained_layout=True)
-    pc = PolyCollection(
-        cast(Any, verts), array=values, edgecolors="k" if N <= 20000 else "face", linewidths=0.1 if N <= 20000 else 0.0
-    )
+    fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * (y1 - y0) / max(x1 - x0, 1e-300) + 0.9)), constrained_layout=True)
+    few = n <= 20000
+    pc = PolyCollection(cast(Any, verts), array=values, edgecolors="k" if few else "face", linewidths=0.1 if few else 0.0)
     ticks = None
-    if kind == "level" and N:
-        lo, hi = int(values.min()), int(values.max())
-        pc.set_cmap(plt.get_cmap("viridis", hi - lo + 1))
-        pc.set_clim(lo - 0.5, hi + 0.5)
-        ticks = list(range(lo, hi + 1))
+    if kind == "level" and n:
+        lo_l, hi_l = int(values.min()), int(values.max())
+        pc.set_cmap(plt.get_cmap("viridis", hi_l - lo_l + 1))
+        pc.set_clim(lo_l - 0.5, hi_l + 0.5)
+        ticks = list(range(lo_l, hi_l + 1))
     elif kind.startswith("rank:"):
         P = int(kind[5:])
         pc.set_cmap(plt.get_cmap("tab10" if P <= 10 else "tab20" if P <= 20 else "turbo", P))
@@ -766,30 +807,96 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     else:
         pc.set_cmap("viridis")
     ax.add_collection(pc)
-    ax.set_xlim(0, nx)
-    ax.set_ylim(0, ny)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
-    ax.set_xlabel("x (tree units)")
-    ax.set_ylabel("y (tree units)")
-    step = m.values.get("step")
-    t = m.values.get("time")
-    title = f"{Path(path).name}: {m.schema_name} v{m.schema_version}, {N} leaves"
+    ax.set_xlabel(f"{u} [{units}]" if units else u)
+    ax.set_ylabel(f"{v} [{units}]" if units else v)
+    step, t = m.values.get("step"), m.values.get("time")
+    title = f"{Path(path).name}: {m.schema_name} v{m.schema_version}, "
+    title += (
+        f"slice {'xyz'[axis]} = {plane:g}, {n} of {m.num_leaves} leaves"
+        if axis is not None and plane is not None
+        else f"{n} leaves"
+    )
     title += f", step {step}" if step is not None else ""
     title += f", time {t:g}" if isinstance(t, (int, float)) else ""
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9 if axis is not None else None)
     fig.colorbar(pc, ax=ax, label=label, shrink=0.85, ticks=ticks)
-    out = args.output or f"{Path(path).stem}-{args.field}.png"
+    suffix = f"-{'xyz'[axis]}" if axis is not None else ""
+    out = args.output or f"{Path(path).stem}-{args.field}{suffix}.png"
     fig.savefig(out, dpi=args.dpi)
     plt.close(fig)
-    _out(f"wrote {out}: {N} leaves of {path} coloured by {label}")
+    if axis is not None and plane is not None:
+        _out(f"wrote {out}: the {n} leaves of {path} cut by {'xyz'[axis]} = {plane:g}, coloured by {label}")
+    else:
+        _out(f"wrote {out}: {n} leaves of {path} coloured by {label}")
+    return EXIT_OK
+
+
+# -- export ---------------------------------------------------------------------
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    """``amrckpt export SOURCE OUT``: a checkpoint or a manager's directory as VTKHDF (collective under mpiexec)."""
+    from .export import ExportResult, to_vtkhdf
+
+    if args.ranks is not None and args.ranks < 1:
+        raise _UsageError("--ranks must be at least 1")
+    if args.chunk < 1:
+        raise _UsageError("--chunk must be at least 1")
+    src = Path(args.source)
+    if not src.exists():
+        raise _UsageError(f"{src}: no such file or directory")
+    dim = 3 if args.brick is not None and args.brick.count(",") + args.brick.count("x") == 2 else 2
+    brick = _parse_brick_nd(args.brick, dim)
+    comm = _world_comm()
+    try:
+        res: ExportResult = to_vtkhdf(
+            src,
+            args.output,
+            brick=brick,
+            ranks=args.ranks,
+            hp=args.hp,
+            units_in_names=args.units_in_names,
+            mesh=args.mesh,
+            prefix=args.prefix,
+            chunk_leaves=args.chunk,
+            comm=comm,
+        )
+    except ImportError as exc:
+        _err(f"amrckpt export: {exc}")
+        return EXIT_BAD
+    except (ValueError, FileNotFoundError) as exc:
+        raise _UsageError(str(exc)) from exc
+    if _RANK[0] == 0:
+        if res.series:
+            _out(
+                f"wrote {res.path}: a time series of {len(res.sources)} step(s) from {src}, {sum(res.num_cells)} cells in all, "
+                f"arrays {', '.join(res.arrays)}"
+            )
+        else:
+            st, t = res.steps[0], res.times[0]
+            when = (f", step {st}" if st is not None else "") + (f", time {t:g}" if t is not None else "")
+            _out(f"wrote {res.path}: {res.num_cells[0]} cells from {src}{when}, arrays {', '.join(res.arrays)}")
     return EXIT_OK
 
 
 # -- ls -----------------------------------------------------------------------
 
 
-def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str, Any]], list[str]]:
-    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only."""
+def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only.
+
+    Each record says how far it was checked (``checked``): ``"every byte"``
+    (:func:`amrckpt.verify`) or ``"metadata"`` (footer, index and metadata
+    CRCs, :func:`amrckpt.read_info`).  Without ``full``, the restart target
+    is still checked byte for byte, newest first, as a restart reads it
+    (every byte against its CRC32): a damaged newest checkpoint is marked
+    invalid and the previous one is checked in turn, so that the one marked
+    ``restart`` is the one a restart takes.  With ``quick``, nothing is
+    checked beyond the metadata.
+    """
     pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
     files: dict[int, Path] = {}
     partial = []
@@ -804,6 +911,7 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
     for step, p in sorted(files.items()):
         e = logged.get(step, {})
         rec: dict[str, Any] = {"step": step, "path": str(p), "name": p.name, "valid": True, "problem": None}
+        rec["checked"] = "every byte" if full else "metadata"
         try:
             rec["nbytes"] = p.stat().st_size
         except OSError:
@@ -825,8 +933,19 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
         rec["saved_at"] = (info.saved_at if info is not None else None) or e.get("saved_at")
         rec["save_seconds"] = e.get("save_seconds")
         rec["reason"] = e.get("reason")
+        rec["metrics"] = e.get("metrics")
+        rec["metadata"] = e.get("metadata")
         rec["schema"] = f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None
         records.append(rec)
+    if not full and not quick:  # the restart target: checked byte for byte, as a restart reads it
+        for r in reversed(records):
+            if not r["valid"]:
+                continue
+            rep = verify_checkpoint(r["path"])
+            r["checked"] = "every byte"
+            if rep.ok:
+                break
+            r.update(valid=False, problem=rep.problems[0])
     newest = next((r for r in reversed(records) if r["valid"]), None)
     for r in records:
         r["restart"] = r is newest
@@ -837,7 +956,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     d = Path(args.directory)
     if not d.is_dir():
         raise _UsageError(f"{d} is not a directory")
-    records, partial = _ls_records(d, args.prefix, args.verify)
+    if args.verify and args.quick:
+        raise _UsageError("--verify and --quick exclude each other")
+    records, partial = _ls_records(d, args.prefix, args.verify, args.quick)
     newest = next((r for r in records if r["restart"]), None)
     if args.json:
         _dump_json({"directory": str(d), "checkpoints": records, "partial": partial, "restart": newest["name"] if newest else None})
@@ -848,6 +969,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         rows = [("", "FILE", "STEP", "TIME", "SIZE", "WRITERS", "SAVED AT (UTC)", "STATUS")]
         for r in records:
             t = r["time"]
+            if r["valid"]:
+                status = "valid (every byte)" if r["checked"] == "every byte" else "valid (metadata only)"
+            else:
+                status = f"INVALID: {r['problem']}"
             rows.append(
                 (
                     "*" if r["restart"] else "",
@@ -857,7 +982,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
                     _human(r["nbytes"]),
                     str(r["writer_size"]) if r["writer_size"] is not None else "-",
                     r["saved_at"] or "-",
-                    "valid" if r["valid"] else f"INVALID: {r['problem']}",
+                    status,
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -867,9 +992,19 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             _out(" ".join(cells) + " " + row[-1])
     for name in partial:
         _out(f"  {name}: a save that did not finish (the next manager removes it)")
-    if newest is not None:
-        how = "footer, index and metadata checked" if not args.verify else "every byte checked"
-        _out(f"* a restart takes {newest['name']} (step {newest['step']}): the newest valid checkpoint ({how})")
+    if newest is not None and newest["checked"] == "metadata":
+        _out(
+            f"* a restart would try {newest['name']} (step {newest['step']}) first: the newest whose metadata verify "
+            "(--quick: its data were not checked; a restart falls back if they are damaged)"
+        )
+    elif newest is not None:
+        _out(
+            f"* a restart takes {newest['name']} (step {newest['step']}): the newest checkpoint whose every byte matches its CRC32s"
+        )
+        if not args.verify and any(r["checked"] == "metadata" for r in records):
+            _out(
+                "  (the others: footer, index and metadata checked, not their data; --verify checks every byte of every checkpoint)"
+            )
     elif records:
         _out("no valid checkpoint: a restart would start from the beginning")
     return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
@@ -896,7 +1031,7 @@ def build_parser() -> argparse.ArgumentParser:
     -------
     argparse.ArgumentParser
         With one subparser per subcommand (``inspect``, ``verify``,
-        ``convert``, ``plot``, ``ls``), each bound to its function.
+        ``convert``, ``plot``, ``ls``, ``export``), each bound to its function.
     """
     parser = argparse.ArgumentParser(
         prog="amrckpt",
@@ -974,21 +1109,56 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subparser(
         sub,
         "plot",
-        "draw a 2D checkpoint's mesh, leaves coloured by a field, level or rank",
+        "draw a 2D checkpoint's mesh, or a slice of a 3D one, leaves coloured by a field, level or rank",
         "Draw the leaves of a 2D checkpoint as rectangles coloured by a cell field (its first\n"
         "component; for an hp field, the number of values per leaf), by refinement level, or by\n"
         "the rank that would own each leaf under a uniform partition on P ranks. Trees are laid\n"
-        "out as a brick, row-major (tree = j * NX + i). Needs matplotlib.\n\n"
+        "out as a brick, row-major (tree = j * NX + i). Needs matplotlib.\n"
+        "A 3D checkpoint is cut by the plane --slice AXIS=VALUE (default z through the middle of\n"
+        "the domain): the leaves it cuts, placed as amrckpt export places them (--brick NX,NY,NZ).\n\n"
         "example:\n  amrckpt plot ckpt-000000000100.scda --field rho -o rho.png\n"
-        "  amrckpt plot ckpt-000000000100.scda --field rank --ranks 8 --brick 2,1",
+        "  amrckpt plot ckpt-000000000100.scda --field rank --ranks 8 --brick 2,1\n"
+        "  amrckpt plot model3d.scda --field sigma --slice y=0.25",
         _cmd_plot,
     )
-    p.add_argument("file", metavar="FILE", help="a 2D amrckpt checkpoint")
+    p.add_argument("file", metavar="FILE", help="a 2D or 3D amrckpt checkpoint")
     p.add_argument("--field", required=True, metavar="NAME|level|rank", help="a cell field's name, 'level' or 'rank'")
     p.add_argument("--ranks", type=int, default=None, metavar="P", help="ranks for --field rank (default: the writing processes)")
-    p.add_argument("--brick", default=None, metavar="NX,NY", help="trees per row and column (default: all trees in one row)")
+    p.add_argument(
+        "--brick",
+        default=None,
+        metavar="NX,NY[,NZ]",
+        help="place the trees as a brick of unit trees, row-major (default: the file's geometry)",
+    )
     p.add_argument("-o", "--output", default=None, metavar="OUT.png", help="the picture (default: FILE-stem-FIELD.png here)")
     p.add_argument("--dpi", type=int, default=150, help="resolution (default 150)")
+    p.add_argument("--slice", default=None, metavar="AXIS[=VALUE]", help="3D: the plane drawn (default z through the middle)")
+
+    p = _subparser(
+        sub,
+        "export",
+        "write a checkpoint, or a manager's directory, as VTKHDF for ParaView",
+        "Write a checkpoint as a VTKHDF UnstructuredGrid that ParaView (5.12+), VisIt and VTK open:\n"
+        "one quad (2D) or hexahedron (3D) per leaf, in curve order, placed by the forest geometry\n"
+        "of the checkpoint (or --brick), with cell data level, tree, every cell field (vector\n"
+        "values as components, units in an attribute or --units-in-names), each hp field as\n"
+        "NAME.count and NAME.first (or NAME.mean), and rank with --ranks. A manager's directory\n"
+        "becomes one file with a time series (VTKHDF Steps: the checkpoints' times). Leaves are\n"
+        "converted in chunks. Runs under mpiexec -n P (every rank writes its part when h5py has\n"
+        "MPI; otherwise rank 0 writes). Needs h5py (pip install 'amrckpt[viz]').\n\n"
+        "example:\n  amrckpt export run/ckpt-000000000100.scda step100.vtkhdf --brick 2,1\n"
+        "  amrckpt export run run.vtkhdf --ranks 4 && paraview run.vtkhdf",
+        _cmd_export,
+    )
+    p.add_argument("source", metavar="CHECKPOINT_OR_DIRECTORY", help="a checkpoint, or a manager's directory (a time series)")
+    p.add_argument("output", metavar="OUT.vtkhdf", help="the VTKHDF file (replaced if it exists)")
+    p.add_argument("--brick", default=None, metavar="NX,NY[,NZ]", help="trees as a brick of unit trees, row-major (old files)")
+    p.add_argument("--ranks", type=int, default=None, metavar="Q", help="add the cell array rank: owners on Q ranks")
+    p.add_argument("--hp", choices=["first", "mean"], default="first", help="hp fields: first value or mean per leaf")
+    p.add_argument("--units-in-names", action="store_true", help="name arrays 'NAME [UNITS]'")
+    p.add_argument("--mesh", default=None, metavar="NAME", help="of a checkpoint of several meshes, this one (default the first)")
+    p.add_argument("--prefix", default="ckpt", help="the manager's file prefix, for a directory (default ckpt)")
+    p.add_argument("--chunk", type=int, default=1 << 17, metavar="LEAVES", help="leaves converted at a time (default 131072)")
 
     p = _subparser(
         sub,
@@ -996,16 +1166,20 @@ def build_parser() -> argparse.ArgumentParser:
         "list a manager's checkpoints and say which one a restart takes",
         "List the checkpoints a CheckpointManager wrote into DIRECTORY, oldest first: step,\n"
         "simulation time, size, number of writing processes, save time and validity (with the\n"
-        "problem if invalid), and mark (*) the one a restart would take: the newest valid one.\n"
-        "Valid means, as for the manager, that footer, index and metadata verify; --verify\n"
-        "checks every byte. Read-only: no lock is taken and nothing is removed. Exit status 1\n"
-        "if any checkpoint is invalid.\n\n"
+        "problem if invalid), and mark (*) the one a restart would take: the newest one that\n"
+        "loads, i.e. whose every byte matches its CRC32s (checked here, newest first, as a\n"
+        "restart does). The others are checked as the manager lists them (footer, index and\n"
+        "metadata); --verify checks every byte of every checkpoint, --quick only metadata.\n"
+        "Each line says which.\n"
+        "Read-only: no lock is taken and nothing is removed. Exit status 1 if any checkpoint\n"
+        "is invalid.\n\n"
         "example:\n  amrckpt ls run-checkpoints",
         _cmd_ls,
     )
     p.add_argument("directory", metavar="DIRECTORY", help="the manager's directory")
     p.add_argument("--prefix", default="ckpt", help="the manager's file prefix (default ckpt)")
     p.add_argument("--verify", action="store_true", help="check every byte of every checkpoint against its CRC32")
+    p.add_argument("--quick", action="store_true", help="check only metadata, even of the restart target (for large checkpoints)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     return parser
 
@@ -1022,7 +1196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The exit status: 0 success, 1 a damaged, incomplete, invalid or
-        unreadable file, 2 a usage error.
+        unreadable file, 2 a usage error, 141 (128 + SIGPIPE, as the
+        coreutils) when the reader of the standard output went away
+        (``amrckpt ls DIR | head``): the command ends quietly.
 
     Examples
     --------
@@ -1030,6 +1206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     OK          state.scda: scda file, 3 sections, 1024 bytes: every section read and decoded
     0
     """
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen here
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no traceback when Python flushes stdout at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return EXIT_PIPE
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -1045,13 +1234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[scda.HINTS_ENV] = ",".join(f"{k}={v}" for k, v in merged.items())
     if args.command is None:
         parser.print_usage(sys.stderr)
-        _err("amrckpt: error: a command is required (inspect, verify, convert, plot, ls); see amrckpt --help")
+        _err("amrckpt: error: a command is required (inspect, verify, convert, plot, export, ls); see amrckpt --help")
         return EXIT_USAGE
     try:
         return int(args.func(args))
     except _UsageError as exc:
         _err(f"amrckpt {args.command}: error: {exc}")
         return EXIT_USAGE
+    except BrokenPipeError:  # the standard output's reader went away: not a file error
+        raise
     except (AmrckptError, OSError) as exc:
         where = args.__dict__.get("file") or args.__dict__.get("input") or args.__dict__.get("directory")
         _err(f"amrckpt {args.command}: {where + ': ' if where else ''}{_describe(exc)}")

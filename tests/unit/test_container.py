@@ -322,3 +322,22 @@ def test_ranges_of_leaves_on_one_rank(tmp_path: Path, compress: bool) -> None:
             assert np.array_equal(counts, G.counts[lo : lo + n]) and np.array_equal(values, G.modes[off[lo] : off[lo + n]])
         with pytest.raises(ValueError, match="not inside"):
             r.read_cells("rho", G.N - 1, 2)
+
+
+def test_ranges_are_checked_against_the_index(tmp_path: Path) -> None:
+    """A range read of a damaged field raises ChecksumError at check_crcs; the undamaged fields pass."""
+    path = tmp_path / "d.scda"
+    ac.save(G.local(0, G.N), path)
+    e = ac.read_info(path).index.entry("rho")
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 40] ^= 0x01  # a data byte of rho
+    path.write_bytes(bytes(raw))
+    with CheckpointReader(path) as r:
+        r.read_cells("vel", 0, 5)
+        assert "vel" in r.check_crcs()
+        r.read_cells("rho", 0, 5)
+        with pytest.raises(ac.ChecksumError, match="'rho'"):
+            r.check_crcs()
+    with CheckpointReader(path, verify=False) as r:
+        r.read_cells("rho", 0, 5)
+        assert r.check_crcs() == ()
