@@ -1041,6 +1041,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"amrckpt {__version__}")
+    parser.add_argument(
+        "--hint",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an MPI-IO hint for every file opened under MPI (repeatable; e.g. --hint striping_factor=16 --hint "
+        "cb_nodes=8); added to AMRCKPT_MPIIO_HINTS (docs/scaling.md lists values for Lustre and GPFS)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = _subparser(
@@ -1216,6 +1224,14 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (argparse printed it)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.hint:
+        try:
+            given = scda.hints(",".join(args.hint))
+        except AmrckptError as exc:
+            _err(f"amrckpt: error: {exc}")
+            return EXIT_USAGE
+        merged = {**scda.hints(), **given}
+        os.environ[scda.HINTS_ENV] = ",".join(f"{k}={v}" for k, v in merged.items())
     if args.command is None:
         parser.print_usage(sys.stderr)
         _err("amrckpt: error: a command is required (inspect, verify, convert, plot, export, ls); see amrckpt --help")

@@ -94,3 +94,17 @@ def test_bench_manager_quick(tmp_path: Path) -> None:
     assert all(len(r["save_call_s"]) == 3 for runs in result["runs"].values() for r in runs)
     assert result["ratios"]["background blocked / blocking save (means)"] > 0
     assert not list(tmp_path.glob("amrckpt-bench-manager-*"))  # cleaned up
+
+
+def test_bench_ranks_quick(tmp_path: Path) -> None:
+    result, _ = run_quick("bench_ranks.py", tmp_path)
+    assert set(result["over_raw"]) == {"save", "load"}
+    save = result["counts"]["save"]
+    assert save["max"].get("mpiio.Write_at", 0) == 0 and save["max"]["mpiio.Write_all"] == 1  # one collective write
+    assert save["comm_collectives"] <= 5 + result["fields"]
+    assert result["tracemalloc"]["save"]["peak_max"] > 0
+
+
+def test_bench_constants_quick(tmp_path: Path) -> None:
+    result, _ = run_quick("bench_constants.py", tmp_path)
+    assert {"barrier", "allreduce_8xint64", "set_view_write_all_1kB"} <= set(result["seconds"])

@@ -480,6 +480,13 @@ def test_convert_under_mpiexec(ckpt: Path, tmp_path: Path) -> None:
     assert p.returncode == 0 and p.stdout.count("OK ") == 2, p.stdout + p.stderr
 
 
+def test_a_malformed_hint_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from amrckpt.cli import main
+
+    assert main(["--hint", "nokey", "ls", "."]) == 2
+    assert "expected key=value" in capsys.readouterr().err
+
+
 def test_a_closed_pipe_ends_quietly(ckpt: Path, tmp_path: Path) -> None:
     """``amrckpt ... | head``: the reader is gone before the command writes; no error message, no traceback."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ScdaArgumentError
-from ._base import Comm, SerialComm, agree, agree_gather, digest_of, run_on_root
+from ._base import Comm, SerialComm, agree, agree_gather, agree_max, allgather_int, digest_of, exscan_sum_max, run_on_root
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm, run_threads
 
@@ -22,8 +22,11 @@ __all__ = [
     "ThreadComm",
     "agree",
     "agree_gather",
+    "agree_max",
+    "allgather_int",
     "as_comm",
     "digest_of",
+    "exscan_sum_max",
     "run_on_root",
     "run_threads",
 ]

@@ -6,6 +6,7 @@ Nothing here imports mpi4py: serial checkpoints work on machines without MPI.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -13,7 +14,17 @@ import numpy as np
 
 from .. import _faults, errors
 
-__all__ = ["Comm", "SerialComm", "agree", "agree_gather", "digest_of", "run_on_root"]
+__all__ = [
+    "Comm",
+    "SerialComm",
+    "agree",
+    "agree_gather",
+    "agree_max",
+    "allgather_int",
+    "digest_of",
+    "exscan_sum_max",
+    "run_on_root",
+]
 
 T = TypeVar("T")
 
@@ -134,6 +145,24 @@ class SerialComm:
             _faults.collective(self, "exscan")
         return 0
 
+    def exscan_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Return zeros and -1s (nothing below rank 0)."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "exscan")
+        return [0] * len(sums), [-1] * len(maxima)
+
+    def allreduce_max_obj(self, values: Sequence[int]) -> list[int]:
+        """Return ``values`` as a list."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allreduce")
+        return [int(v) for v in values]
+
+    def allgather_int(self, value: int) -> np.ndarray:
+        """Return ``[value]`` as an int64 array."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allgather")
+        return np.array([value], dtype=np.int64)
+
     def dup(self) -> SerialComm:
         """Return a new serial communicator."""
         if _faults.ACTIVE is not None:
@@ -177,6 +206,7 @@ def agree(
     root: int | None = None,
     root_values: Sequence[int] = (),
     nvalues: int = 0,
+    values: Sequence[int] = (),
     what: str = "",
 ) -> list[int]:
     """Make all ranks agree on success or failure of a step; one allreduce.
@@ -205,13 +235,18 @@ def agree(
         with the agreement, e.g. a block size known only on the root.
     nvalues : int, optional
         The number of root values (collective).
+    values : sequence of int, optional
+        Integers in ``[-2**62, 2**62)`` of every rank (the same number on
+        every rank) whose maxima over ranks are returned after the root's
+        values, in the same allreduce.
     what : str, optional
         Names the call in error messages.
 
     Returns
     -------
     list of int
-        ``root``'s ``root_values`` (empty when ``nvalues == 0``).
+        ``root``'s ``root_values`` (empty when ``nvalues == 0``), then the
+        element-wise maxima of ``values``.
 
     Raises
     ------
@@ -226,6 +261,7 @@ def agree(
             vals.extend(int(v) for v in root_values)
         else:
             vals.extend([_I64_MIN + 1] * nvalues)
+    vals.extend(int(v) for v in values)
     res = comm.allreduce_max(vals)
     if res[0]:
         _raise_agreed(comm, error)
@@ -253,6 +289,84 @@ def agree_gather(comm: Comm, error: BaseException | None, value: T) -> list[T]:
     if any(d is not None for d in descs):
         _raise_from(comm, error, descs)
     return [g[1] for g in gathered]
+
+
+_PAD = -(2**256)
+"""What a shorter list of values is padded with in a maximum (ranks that disagree on the schema)."""
+
+
+def max_columns(lists: Sequence[Sequence[int]]) -> list[int]:
+    """Element-wise maximum of lists of Python ints of any lengths (shorter lists padded with a very negative number)."""
+    return [max(col) for col in itertools.zip_longest(*lists, fillvalue=_PAD)]
+
+
+def sum_max_columns(a: tuple[Sequence[int], Sequence[int]], b: tuple[Sequence[int], Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Combine two ``(sums, maxima)`` pairs: element-wise sums and maxima (lists of any lengths)."""
+    sums = [x + y for x, y in itertools.zip_longest(a[0], b[0], fillvalue=0)]
+    return sums, [max(x, y) for x, y in itertools.zip_longest(a[1], b[1], fillvalue=-1)]
+
+
+def exscan_sum_max(comm: Comm, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Exclusive prefix sums of ``sums`` and prefix maxima of ``maxima`` over the ranks below this one, in one collective.
+
+    Collective.  ``sums`` and ``maxima`` are Python ints of any size
+    (``maxima`` at least -1); rank 0 gets zeros and -1s.  Uses the
+    communicator's ``exscan_sum_max`` (one ``MPI_Exscan`` of O(1) numbers per
+    rank, O(log P) steps) if it has one, else one allgather.
+
+    Returns
+    -------
+    sums : list of int
+        ``sum(sums of rank q for q < rank)``, element-wise.
+    maxima : list of int
+        ``max(maxima of rank q for q < rank)``, element-wise (-1 on rank 0).
+    """
+    fn = getattr(comm, "exscan_sum_max", None)
+    if fn is not None:
+        out: tuple[list[int], list[int]] = fn(sums, maxima)
+        return out
+    g = comm.allgather((list(sums), list(maxima)))[: comm.rank]
+    acc: tuple[list[int], list[int]] = ([0] * len(sums), [-1] * len(maxima))
+    for x in g:
+        acc = sum_max_columns(acc, x)
+    return acc
+
+
+def agree_max(comm: Comm, error: BaseException | None, values: Sequence[int]) -> list[int]:
+    """Agree on errors and return the element-wise maxima of ``values`` over ranks, in one collective.
+
+    Collective.  Like :func:`agree` (every rank raises the agreed error if
+    any rank passes one), but ``values`` are Python ints of any size, and
+    ranks may pass lists of different lengths (shorter ones are padded with
+    a very negative number): a rank that failed early, or that saves another
+    schema, cannot make the others wait or misread.  Uses the communicator's
+    ``allreduce_max_obj`` if it has one, else one allgather.
+
+    Returns
+    -------
+    list of int
+        The maxima, as long as the longest list.
+
+    Raises
+    ------
+    AmrckptError
+        On every rank, if any rank passed an error.
+    """
+    vals = [1 if error is not None else 0, *(int(v) for v in values)]
+    fn = getattr(comm, "allreduce_max_obj", None)
+    res: list[int] = fn(vals) if fn is not None else max_columns(comm.allgather(vals))
+    if res[0] > 0:
+        _raise_agreed(comm, error)
+    return res[1:]
+
+
+def allgather_int(comm: Comm, value: int) -> np.ndarray:
+    """Return every rank's int64 ``value``, by rank: a (P,) int64 array (``MPI_Allgather`` of 8 bytes per rank). Collective."""
+    fn = getattr(comm, "allgather_int", None)
+    if fn is not None:
+        out: np.ndarray = fn(value)
+        return out
+    return np.array(comm.allgather(int(value)), dtype=np.int64)
 
 
 def run_on_root(comm: Comm, fn: Callable[[], T], root: int = 0) -> T:

@@ -130,5 +130,43 @@ class MPIComm:
         r = self._call("MPI_Exscan", self.mpi_comm.exscan, int(value), op=self._MPI.SUM)
         return 0 if r is None else int(r)
 
+    def exscan_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Exclusive prefix sums and maxima of Python ints: one pickle-based ``MPI_Exscan`` (rank 0: zeros, -1s). Collective."""
+        from ._base import sum_max_columns
+
+        obj = ([int(v) for v in sums], [int(v) for v in maxima])
+        r = self._call("MPI_Exscan", self.mpi_comm.exscan, obj, op=_user_op(self._MPI, sum_max_columns))
+        if r is None:
+            return [0] * len(sums), [-1] * len(maxima)
+        return list(r[0]), list(r[1])
+
+    def allreduce_max_obj(self, values: Sequence[int]) -> list[int]:
+        """Element-wise maximum of lists of Python ints (any lengths): one pickle-based ``MPI_Allreduce``. Collective."""
+        res = self._call("MPI_Allreduce", self.mpi_comm.allreduce, [int(v) for v in values], op=_user_op(self._MPI, _max2))
+        return [int(v) for v in res]
+
+    def allgather_int(self, value: int) -> np.ndarray:
+        """``MPI_Allgather`` of one int64 per rank: a (P,) int64 array. Collective."""
+        out = np.empty(self._size, dtype=np.int64)
+        self._call("MPI_Allgather", self.mpi_comm.Allgather, np.array([value], dtype=np.int64), out)
+        return out
+
     def __repr__(self) -> str:
         return f"MPIComm(rank={self._rank}, size={self._size})"
+
+
+def _max2(a: list[int], b: list[int]) -> list[int]:
+    from ._base import max_columns
+
+    return max_columns([a, b])
+
+
+_OPS: dict[Any, Any] = {}
+
+
+def _user_op(MPI: Any, fn: Callable[[Any, Any], Any]) -> Any:
+    """Return (once) a commutative ``MPI.Op`` of ``fn`` for mpi4py's pickle-based reductions."""
+    op = _OPS.get(fn)
+    if op is None:
+        op = _OPS[fn] = MPI.Op.Create(lambda a, b, dt=None: fn(a, b), commute=True)
+    return op

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from .. import _faults
 
 __all__ = ["ThreadComm", "run_threads"]
@@ -99,6 +101,25 @@ class ThreadComm:
     def exscan_sum(self, value: int) -> int:
         """Exact sum over the ranks below this one. Collective."""
         return sum(self._gather(int(value), "exscan")[: self._rank])
+
+    def exscan_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Exclusive prefix sums and maxima over the ranks below this one (rank 0: zeros, -1s). Collective."""
+        from ._base import sum_max_columns
+
+        acc: tuple[list[int], list[int]] = ([0] * len(sums), [-1] * len(maxima))
+        for x in self._gather(([int(v) for v in sums], [int(v) for v in maxima]), "exscan")[: self._rank]:
+            acc = sum_max_columns(acc, x)
+        return acc
+
+    def allreduce_max_obj(self, values: Sequence[int]) -> list[int]:
+        """Element-wise maximum of lists of Python ints of any lengths. Collective."""
+        from ._base import max_columns
+
+        return max_columns(self._gather([int(v) for v in values], "allreduce"))
+
+    def allgather_int(self, value: int) -> np.ndarray:
+        """Every rank's int64 ``value``, by rank. Collective."""
+        return np.array(self._gather(int(value), "allgather"), dtype=np.int64)
 
     def __repr__(self) -> str:
         return f"ThreadComm(rank={self._rank}, size={self.size})"

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..comm import agree
 from ..errors import CheckpointError
+from ..scda import Share
 from ._convention import SECTION_OF_KIND, FieldSpec, Manifest, dtype_from_json, mesh_record_dtype
 
 if TYPE_CHECKING:
@@ -38,14 +39,15 @@ class Payload:
     data : bytes, numpy.ndarray or None
         I: the 32 data bytes; B: the block's bytes (significant on the root
         only); A: this rank's elements, contiguous; V: this rank's values.
-    elem_counts : (P,) list of int, optional
-        A and V: N_p of every rank (libsc's ``elem_counts``).
+    elem_counts : (P,) list of int, or amrckpt.scda.Share, optional
+        A and V: N_p of every rank (libsc's ``elem_counts``), or this
+        rank's share of them (:func:`amrckpt.save`: no P-length list).
     elem_size : int, optional
         A: E, bytes per element.
     elem_sizes : (N_p,) numpy.ndarray of uint64, optional
         V: bytes of each local element.
-    proc_sizes : (P,) list of int, optional
-        V: S_p, the bytes of every rank.
+    proc_sizes : (P,) list of int, or amrckpt.scda.Share, optional
+        V: S_p, the bytes of every rank, or this rank's share of them.
     compress : bool
         Write by the per-element compression convention (paper section 3).
     level : int
@@ -53,10 +55,10 @@ class Payload:
     """
 
     data: Any = None
-    elem_counts: list[int] | None = None
+    elem_counts: list[int] | Share | None = None
     elem_size: int = 0
     elem_sizes: np.ndarray | None = None
-    proc_sizes: list[int] | None = None
+    proc_sizes: list[int] | Share | None = None
     compress: bool = False
     level: int = 9
 
@@ -133,7 +135,7 @@ class BlockHandler(FieldHandler):
     kind = "block"
 
     def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
-        w.scda.fwrite_block(p.data if w.is_root else None, fs.name.encode(), encode=p.compress, level=p.level)
+        w.scda.fwrite_block(p.data if w.is_root or w.defer else None, fs.name.encode(), encode=p.compress, level=p.level)
 
     def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
         return _json(self.raw(r, fs), fs, r.path)

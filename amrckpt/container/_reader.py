@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import scda
 from .._crc import crc32
-from ..comm import Comm, as_comm
+from ..comm import Comm, as_comm, run_on_root
 from ..errors import (
     AmrckptError,
     CheckpointError,
@@ -241,10 +241,9 @@ class CheckpointReader:
         self._ranged: set[str] = set()  # fields read by ranges: their CRC32s checked by check_crcs
         try:
             self.scda._defer_crc = defer_crc
-            self.index = self._index()
-            self.manifest: Manifest = parse_model(
-                Manifest, self._metadata_block("amrckpt manifest", MANIFEST_USER_STRING), "manifest", self.path
-            )
+            index_raw, manifest_raw = run_on_root(self.comm, self._metadata_on_root)
+            self.index: Index = parse_model(Index, index_raw, "index", self.path)
+            self.manifest: Manifest = parse_model(Manifest, manifest_raw, "manifest", self.path)
             self._check_manifest()
             self.provenance: Provenance | None = None
             self._writer_partition: Partition | None = None
@@ -258,20 +257,51 @@ class CheckpointReader:
 
     # -- metadata -----------------------------------------------------------
 
-    def _footer(self) -> tuple[int, int]:
-        f = self.scda
-        off = f.file_size - FOOTER_NBYTES
+    def _metadata_on_root(self) -> tuple[bytes, bytes]:
+        """Read the footer, the index and the manifest on this rank alone, CRC-checked; return the index's and manifest's JSON.
+
+        Not collective: :func:`~amrckpt.comm.run_on_root` runs it on rank 0
+        and broadcasts the result or the error, so opening a checkpoint costs
+        one broadcast whatever P (each section is read with one or two
+        independent reads).
+        """
+        size = self.file_size
+        read = self.scda._read_bytes
+        off = size - FOOTER_NBYTES
         if off < scda.FILE_HEADER_NBYTES or off % 32:
-            raise IncompleteCheckpointError(f"{self.path!r}: {f.file_size} bytes cannot end in an amrckpt footer (cut short?)")
+            raise IncompleteCheckpointError(f"{self.path!r}: {size} bytes cannot end in an amrckpt footer (cut short?)")
         try:
-            f.fseek_section(off)
-            h = f.fread_section_header()
+            foot = read_raw_section(read, off, size)
         except ScdaError as exc:
             raise IncompleteCheckpointError(f"{self.path!r}: no amrckpt footer at the end (cut short?): {exc}") from exc
-        if h is None or h.type != "I" or h.user_string != FOOTER_USER_STRING:
+        if foot.type != "I" or foot.user_string != FOOTER_USER_STRING or foot.inline is None:
             raise IncompleteCheckpointError(f"{self.path!r}: no amrckpt footer at the end (the save did not finish)")
-        data: bytes = self.comm.bcast(f.fread_inline_data(root=0) or b"", root=0)
-        return parse_footer(h.user_string, data, repr(self.path))
+        index_offset, index_crc = parse_footer(foot.user_string, foot.inline, repr(self.path))
+        index_raw, crc = self._block_on_root(index_offset, INDEX_USER_STRING)
+        if self.verify and crc != index_crc:
+            raise checksum_error("amrckpt index", index_offset, None, self.path)
+        index: Index = parse_model(Index, index_raw, "index", self.path)
+        try:
+            e = index.entry("amrckpt manifest")
+        except KeyError:
+            raise CheckpointError(f"{self.path!r}: the index has no section 'amrckpt manifest'") from None
+        manifest_raw, crc = self._block_on_root(e.offset, MANIFEST_USER_STRING)
+        if self.verify and crc != e.crc32:
+            raise checksum_error("amrckpt manifest", e.offset, e.end, self.path)
+        return index_raw, manifest_raw
+
+    def _block_on_root(self, offset: int, user_string: bytes) -> tuple[bytes, int]:
+        """Read the block section at ``offset`` on this rank alone: its data and the CRC32 of the whole section."""
+        read = self.scda._read_bytes
+        try:
+            raw = read_raw_section(read, offset, self.file_size)
+            if raw.type != "B" or raw.user_string != user_string or raw.end is None:
+                raise CheckpointError(f"{self.path!r}: expected section {user_string.decode()!r} at byte {offset}")
+            whole = read(offset, raw.end - offset)
+        except ScdaError as exc:
+            raise CheckpointError(f"{self.path!r}: no section {user_string.decode()!r} at byte {offset}: {exc}") from exc
+        start = raw.data_offset - offset
+        return whole[start : start + raw.elem_size], crc32(whole)
 
     def _block_at(self, offset: int, user_string: bytes) -> bytes:
         f = self.scda
@@ -289,14 +319,6 @@ class CheckpointReader:
     def _crc_matches(self, offset: int, crc: int) -> bool:
         got = {o: c for o, _, c in self.scda.section_crcs()}
         return got.get(offset) == crc
-
-    def _index(self) -> Index:
-        index_offset, index_crc = self._footer()
-        raw = self._block_at(index_offset, INDEX_USER_STRING)
-        if self.verify and not self._crc_matches(index_offset, index_crc):
-            raise checksum_error("amrckpt index", index_offset, None, self.path)
-        index: Index = parse_model(Index, raw, "index", self.path)
-        return index
 
     def entry(self, name: str) -> IndexEntry:
         """Return the index entry of section ``name``. Not collective.
@@ -539,7 +561,8 @@ class CheckpointReader:
             if crc != e.crc32:
                 raise checksum_error(name, e.offset, e.end, self.path)
             done.append(name)
-        return tuple(done)
+        # The index and the manifest were checked by rank 0 when opening (_metadata_on_root).
+        return tuple(n for n in ("amrckpt manifest", "amrckpt index") if n not in done) + tuple(done)
 
     # -- ranges of leaves, on one rank -------------------------------------------
 

@@ -81,6 +81,13 @@ class CheckpointWriter:
         ``fsync`` (``MPI_File_sync``) before closing.
     info, backend, truncate : optional
         MPI-IO hints, backend choice and truncation, as for :func:`amrckpt.scda.fopen_write`.
+    defer : bool, optional
+        One agreement and one collective write for the whole file
+        (:func:`amrckpt.scda.fopen_write` ``defer=True``): the field calls
+        queue their bytes, :meth:`close` agrees once on every error (raised
+        on every rank before a byte is written), combines the CRC32s, adds
+        the index and footer and writes everything.  Block payloads are
+        then needed on every rank (as :func:`amrckpt.save` has them).
 
     Raises
     ------
@@ -99,8 +106,10 @@ class CheckpointWriter:
         info: Any = None,
         backend: str | None = None,
         truncate: bool = True,
+        defer: bool = False,
     ) -> None:
         self.comm: Comm = as_comm(comm)
+        self.defer = bool(defer)
         self.path = os.fspath(path)
         self.manifest = manifest
         self.is_root = self.comm.rank == 0
@@ -117,11 +126,12 @@ class CheckpointWriter:
             backend=backend,
             checksum=True,
             truncate=truncate,
+            defer=self.defer,
         )
         self._roles = ["file header"]
         try:
             self.scda.fwrite_block(
-                manifest.model_dump_json(indent=1).encode() + b"\n" if self.is_root else None, MANIFEST_USER_STRING
+                manifest.model_dump_json(indent=1).encode() + b"\n" if self.is_root or self.defer else None, MANIFEST_USER_STRING
             )
         except BaseException:
             self.scda.fclose()
@@ -171,9 +181,14 @@ class CheckpointWriter:
             f.fclose()
             raise ScdaUsageError(f"close: field {missing.name!r} of the manifest was not written")
         try:
-            index = self._index()
-            f.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if self.is_root else None, INDEX_USER_STRING)
-            index_crc = f.section_crcs()[-1]
+            if self.defer:  # one agreement (raised on every rank before any byte is written), then one write in fclose
+                index = self._index(f.settle())
+                f.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n", INDEX_USER_STRING)
+                index_crc = f.local_crcs()[-1]  # rank 0 holds every byte of the index section
+            else:
+                index = self._index(f.section_crcs())
+                f.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if self.is_root else None, INDEX_USER_STRING)
+                index_crc = f.section_crcs()[-1]
             f.fwrite_inline(footer_bytes(f.records[-1].offset, index_crc) if self.is_root else None, FOOTER_USER_STRING)
             if self._sync:
                 f.sync()
@@ -183,10 +198,9 @@ class CheckpointWriter:
         self.result = WriteResult(self.path, nbytes, self.manifest, index)
         return self.result
 
-    def _index(self) -> Index:
-        """Return the index of the sections written so far: offsets, ends and CRC32s. Collective (one allreduce)."""
+    def _index(self, crcs: list[int]) -> Index:
+        """Return the index of the sections written so far: offsets, ends and the CRC32s ``crcs``. Not collective."""
         f = self.scda
-        crcs = f.section_crcs()
         return Index(
             sections=[
                 IndexEntry(

@@ -289,7 +289,11 @@ class CheckpointManager(Generic[S]):
     sync : bool, optional
         ``fsync`` files and directory on commit (default True).
     save_kwargs : dict, optional
-        Passed to :func:`amrckpt.save` (``style``, ``info``, ``check_mesh``...).
+        Passed to :func:`amrckpt.save` (``style``, ``check_mesh``...).
+    info : dict of str to str, or mpi4py.MPI.Info, optional
+        MPI-IO hints for every save and restore (``save_kwargs["info"]``
+        wins for saves); see ``docs/scaling.md`` for Lustre and GPFS values,
+        and ``AMRCKPT_MPIIO_HINTS`` for hints from the environment.
     abort_on_error : bool, optional
         When an exception leaves a ``with CheckpointManager(...)`` block on
         any rank, log it with its traceback (rank-tagged) and call
@@ -319,6 +323,7 @@ class CheckpointManager(Generic[S]):
         prefix: str = "ckpt",
         sync: bool = True,
         save_kwargs: dict[str, Any] | None = None,
+        info: Any = None,
         abort_on_error: bool = False,
     ) -> None:
         self.comm: Comm = as_comm(comm)
@@ -330,6 +335,9 @@ class CheckpointManager(Generic[S]):
         self.prefix = prefix
         self.sync = sync
         self.save_kwargs = dict(save_kwargs or {})
+        self.info = info
+        if info is not None:
+            self.save_kwargs.setdefault("info", info)
         self.abort_on_error = abort_on_error
         if not re.fullmatch(r"[A-Za-z0-9_.+-]+", prefix):
             raise ManagerError(f"prefix {prefix!r}: use letters, digits and _ . + - only")
@@ -906,7 +914,7 @@ class CheckpointManager(Generic[S]):
                 self._unusable.add(r.step)
                 continue
             try:
-                loaded: Loaded[S] = load(r.path, self.schema, comm=self.comm, partition=partition, fields=fields)
+                loaded: Loaded[S] = load(r.path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
             except (CheckpointError, ScdaError) as exc:
                 self.log.warning("cannot restore %s, trying the previous checkpoint: %s: %s", r.path, type(exc).__name__, exc)
                 self._unusable.add(r.step)
@@ -961,7 +969,7 @@ class CheckpointManager(Generic[S]):
         """
         self.wait()
         path = run_on_root(self.comm, lambda: self._existing(step))
-        loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields)
+        loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
         return self._restored(step, loaded, into)
 
     def delete(self, step: int) -> None:

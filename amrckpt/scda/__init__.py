@@ -24,7 +24,7 @@ do not depend on how many processes wrote it::
 
 from __future__ import annotations
 
-from ._backend import Backend, MPIIOBackend, PosixBackend, open_backend
+from ._backend import HINTS_ENV, Backend, MPIIOBackend, PosixBackend, hints, open_backend
 from ._codec import decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -41,13 +41,14 @@ from ._format import (
     parse_count_entry,
     unpad_string,
 )
-from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader, Share
 from ._reader import ScdaReader, fopen_read
 from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan, scan_partial
 from ._writer import ScdaWriter, SectionRecord, fopen_write
 
 __all__ = [
     "FILE_HEADER_NBYTES",
+    "HINTS_ENV",
     "MAGIC_A",
     "MAGIC_B",
     "MAGIC_V",
@@ -65,6 +66,7 @@ __all__ = [
     "SectionHeader",
     "SectionInfo",
     "SectionRecord",
+    "Share",
     "Style",
     "copy_section",
     "count_entry",
@@ -75,6 +77,7 @@ __all__ = [
     "fopen_read",
     "fopen_write",
     "format_entries",
+    "hints",
     "open_backend",
     "pad_string",
     "parse_count_entry",

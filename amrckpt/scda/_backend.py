@@ -40,7 +40,7 @@ from ..errors import (
     ScdaPermissionError,
 )
 
-__all__ = ["Backend", "MPIIOBackend", "PosixBackend", "open_backend"]
+__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "open_backend"]
 
 Piece = tuple[int, memoryview]
 
@@ -69,6 +69,17 @@ class Backend(Protocol):
         """
         ...
 
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+        """Write all of this rank's pieces of a whole file in ``nrounds`` collective calls. Collective.
+
+        ``nrounds`` (the same on every rank) is at least ``ceil(max over
+        ranks of this rank's bytes / MAX_CALL_NBYTES)``.  MPI-IO: one file
+        view and one ``MPI_File_write_all`` per round; POSIX: one
+        ``pwritev`` per contiguous run.  Raises the first local error after
+        taking part in every collective call.
+        """
+        ...
+
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fill this rank's piece and bulk buffers from the file. Collective.
 
@@ -84,8 +95,14 @@ class Backend(Protocol):
         """Flush written bytes to stable storage (fsync, ``MPI_File_sync``); with ``size``, first set the size. Collective."""
         ...
 
-    def close(self, size: int | None = None) -> None:
-        """Close the file; with ``size``, first cut (or extend) it to ``size`` bytes. Collective."""
+    pending: BaseException | None
+    """An error of opening that the writer agrees on later (``defer=True``), or None."""
+
+    def close(self, size: int | None = None, error: BaseException | None = None) -> None:
+        """Close the file; with ``size``, first cut (or extend) it to ``size`` bytes. Collective.
+
+        ``error``: this rank's earlier error, agreed on with those of closing.
+        """
         ...
 
 
@@ -124,6 +141,7 @@ class PosixBackend:
         self.path = path
         self.mode = mode
         self._fd = -1
+        self.pending: BaseException | None = None
         err: BaseException | None = None
         if mode == "w":
             # Rank 0 creates (truncates) the file before the others open it.
@@ -179,6 +197,10 @@ class PosixBackend:
         allp = list(pieces) + ([bulk] if bulk is not None else [])
         for off, bufs in _coalesce(allp):
             self._pwritev(off, bufs)
+
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+        """Write the pieces with one ``pwritev`` per contiguous run (``nrounds`` is not needed without MPI)."""
+        self.write(pieces, None, 0)
 
     def _pwritev(self, off: int, bufs: list[memoryview]) -> None:
         bufs = [b for b in bufs if b.nbytes]
@@ -252,22 +274,22 @@ class PosixBackend:
             err = os_error(exc, self.path, "cannot fsync")
         agree(self.comm, err, what="sync")
 
-    def close(self, size: int | None = None) -> None:
-        """Close every rank's descriptor (rank 0 first cuts the file to ``size``); agreed."""
-        err = None
+    def close(self, size: int | None = None, error: BaseException | None = None) -> None:
+        """Close every rank's descriptor (rank 0 first cuts the file to ``size``); agreed, with this rank's earlier ``error``."""
+        err = error
         try:
             if size is not None and self.comm.rank == 0:
                 self._inject("sync")
                 os.ftruncate(self._fd, size)
         except OSError as exc:
-            err = os_error(exc, self.path, "cannot set the size of")
+            err = err or os_error(exc, self.path, "cannot set the size of")
         try:
             self.comm.barrier()  # every rank's descriptor stays open until the size is set
         finally:
             try:
                 self._close_fd()
             except OSError as exc:
-                err = os_error(exc, self.path, "cannot close")
+                err = err or os_error(exc, self.path, "cannot close")
         agree(self.comm, err, what="fclose")
 
 
@@ -296,10 +318,17 @@ class MPIIOBackend:
     comm : MPIComm
         The communicator; opening is collective over it.
     info : dict of str to str, or mpi4py.MPI.Info, optional
-        MPI-IO hints passed to ``MPI_File_open`` (e.g. ``striping_factor``).
+        MPI-IO hints passed to ``MPI_File_open`` (e.g. ``striping_factor``),
+        on top of those of the environment variable ``AMRCKPT_MPIIO_HINTS``
+        (:func:`hints`); ROMIO also reads a file of hints named by ``ROMIO_HINTS``.
+    defer : bool, optional
+        ``"w"``: the writer does no independent I/O (one collective write):
+        keep an error of truncating for its agreement, and hint
+        ``romio_no_indep_rw=true`` unless told otherwise (ROMIO then opens
+        the file on the collective-buffering aggregators only).
     """
 
-    def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None, truncate: bool = True) -> None:
+    def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None, truncate: bool = True, defer: bool = False) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -308,16 +337,25 @@ class MPIIOBackend:
         self.path = path
         self.mode = mode
         self._fh: Any = None
+        self.pending: BaseException | None = None
         err: BaseException | None = None
         mpi_info = MPI.INFO_NULL
         free_info = False
-        if isinstance(info, dict):
+        extra = {"romio_no_indep_rw": "true"} if defer and mode == "w" else {}
+        extra.update(hints())
+        if isinstance(info, dict) or (info is None and extra):
             mpi_info = MPI.Info.Create()
             free_info = True
-            for k, v in info.items():
+            for k, v in {**extra, **(info or {})}.items():
                 mpi_info.Set(str(k), str(v))
         elif info is not None:
             mpi_info = info
+            if extra:
+                mpi_info = info.Dup()
+                free_info = True
+                for k, v in extra.items():
+                    if mpi_info.Get(k) is None:
+                        mpi_info.Set(k, v)
         amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
         try:
             self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
@@ -335,7 +373,10 @@ class MPIIOBackend:
                     self._inject("sync")
                 except MPI.Exception as exc:
                     err = self._error(exc, "cannot truncate")
-                agree(comm, err, what="fopen_write")
+                if defer:  # agreed later, with the writer's other errors
+                    self.pending = err
+                else:
+                    agree(comm, err, what="fopen_write")
         except BaseException:
             self._close_after_failed_open()
             raise
@@ -459,6 +500,50 @@ class MPIIOBackend:
                     pieces = [p for i, p in enumerate(pieces) if i not in drop]
         self._move(pieces, bulk, max_bulk_nbytes, True)
 
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+        """Write every piece of this rank with one ``MPI_File_write_all`` per round through a file view.
+
+        The pieces (sorted, contiguous ones merged) are cut into ``nrounds``
+        runs of at most ``MAX_CALL_NBYTES`` bytes each; for each round one
+        ``MPI_File_set_view`` with an hindexed file type and one
+        ``MPI_File_write_all`` from an hindexed memory type at absolute
+        addresses (no copy).  Headers, padding and data of every section go
+        in the same call: with ``nrounds == 1``, one collective write per
+        rank for the whole file.
+        """
+        MPI = self._MPI
+        runs = _split_rounds(_coalesce(pieces), nrounds)
+        err: BaseException | None = None
+        for blocks in runs:
+            ftype = mtype = None
+            try:
+                if blocks and err is None:
+                    lens = [b.nbytes for _, b in blocks]
+                    ftype = MPI.BYTE.Create_hindexed(lens, [o for o, _ in blocks]).Commit()
+                    mtype = MPI.BYTE.Create_hindexed(lens, [MPI.Get_address(b) for _, b in blocks]).Commit()
+                want = sum(b.nbytes for _, b in blocks) if mtype is not None else 0
+                st = MPI.Status()
+                self._fh.Set_view(0, MPI.BYTE, ftype if ftype is not None else MPI.BYTE)
+                if mtype is not None:
+                    self._fh.Write_all([MPI.BOTTOM, 1, mtype], st)
+                else:
+                    self._fh.Write_all([bytearray(), 0, MPI.BYTE], st)
+                self._inject("write")
+                if err is None and want:
+                    self._check_count(st, want, blocks[0][0], True)
+            except MPI.Exception as exc:
+                if err is None:
+                    start = blocks[0][0] if blocks else 0
+                    err = self._error(exc, f"cannot write {sum(b.nbytes for _, b in blocks)} bytes from byte {start} of")
+            except ScdaError as exc:
+                err = err or exc
+            finally:
+                for t in (ftype, mtype):
+                    if t is not None:
+                        t.Free()
+        if err is not None:
+            raise err
+
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Independent ``Read_at`` of the pieces, then ``Read_at_all`` of the bulk runs in rounds."""
         self._move(pieces, bulk, max_bulk_nbytes, False)
@@ -487,20 +572,20 @@ class MPIIOBackend:
             err = self._error(exc, "cannot sync")
         agree(self.comm, err, what="sync")
 
-    def close(self, size: int | None = None) -> None:
-        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_close``; agreed."""
-        err = None
+    def close(self, size: int | None = None, error: BaseException | None = None) -> None:
+        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_close``; agreed (with ``error``, this rank's earlier one)."""
+        err = error
         if size is not None:
             try:
                 self._fh.Set_size(size)
                 self._inject("sync")
             except self._MPI.Exception as exc:
-                err = self._error(exc, "cannot set the size of")
+                err = err or self._error(exc, "cannot set the size of")
         try:
             self._fh.Close()
             self._inject("close")
         except self._MPI.Exception as exc:
-            err = self._error(exc, "cannot close")
+            err = err or self._error(exc, "cannot close")
         agree(self.comm, err, what="fclose")
 
 
@@ -535,8 +620,38 @@ def _injected_mpi_class(MPI: Any) -> Any:
     return InjectedMPIException
 
 
+HINTS_ENV = "AMRCKPT_MPIIO_HINTS"
+"""Environment variable of default MPI-IO hints: ``key=value`` pairs separated by commas or semicolons."""
+
+
+def hints(text: str | None = None) -> dict[str, str]:
+    """Return the MPI-IO hints of ``text`` (default: the environment variable ``AMRCKPT_MPIIO_HINTS``). Not collective.
+
+    ``"striping_factor=16,striping_unit=4194304"`` gives
+    ``{"striping_factor": "16", "striping_unit": "4194304"}``.  Every MPI-IO
+    file amrckpt opens gets them, under the ``info`` passed explicitly.
+
+    Raises
+    ------
+    ScdaArgumentError
+        For an item without ``=``.
+    """
+    if text is None:
+        text = os.environ.get(HINTS_ENV, "")
+    out: dict[str, str] = {}
+    for item in text.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ScdaArgumentError(f"MPI-IO hint {item!r}: expected key=value ({HINTS_ENV}, --hint)")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def open_backend(
-    path: str, mode: str, comm: Comm, *, info: Any = None, backend: str | None = None, truncate: bool = True
+    path: str, mode: str, comm: Comm, *, info: Any = None, backend: str | None = None, truncate: bool = True, defer: bool = False
 ) -> Backend:
     """Open ``path`` on every rank of ``comm``. Collective.
 
@@ -555,6 +670,9 @@ def open_backend(
     truncate : bool, optional
         ``"w"`` only: empty an existing file (else it is overwritten in place
         and the writer sets its final size when closing).
+    defer : bool, optional
+        MPI-IO, ``"w"``: keep an error of truncating in ``pending`` for the
+        writer's single agreement instead of agreeing on it at once.
 
     Raises
     ------
@@ -571,8 +689,26 @@ def open_backend(
     if backend == "mpiio":
         if not isinstance(comm, MPIComm):
             raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
-        return MPIIOBackend(path, mode, comm, info, truncate)
+        return MPIIOBackend(path, mode, comm, info, truncate, defer)
     raise ScdaArgumentError(f"backend must be 'posix' or 'mpiio', not {backend!r}")
+
+
+def _split_rounds(runs: list[tuple[int, list[memoryview]]], nrounds: int) -> list[list[Piece]]:
+    """Cut contiguous runs into ``nrounds`` lists of pieces of at most ``MAX_CALL_NBYTES`` bytes each (file order)."""
+    out: list[list[Piece]] = [[] for _ in range(max(nrounds, 1))]
+    k, used = 0, 0
+    for off, bufs in runs:
+        for b in bufs:
+            done = 0
+            while done < b.nbytes:
+                if used >= MAX_CALL_NBYTES and k + 1 < len(out):
+                    k, used = k + 1, 0
+                take = b.nbytes - done if k + 1 == len(out) else min(b.nbytes - done, MAX_CALL_NBYTES - used)
+                out[k].append((off + done, b[done : done + take]))
+                done += take
+                used += take
+            off += b.nbytes
+    return out
 
 
 def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:

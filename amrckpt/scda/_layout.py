@@ -30,6 +30,7 @@ __all__ = [
     "MAGIC_V",
     "RawSection",
     "SectionHeader",
+    "Share",
     "last_owner",
     "partition_offsets",
     "read_raw_section",
@@ -147,6 +148,46 @@ def partition_offsets(elem_counts: Sequence[int] | np.ndarray, size: int, what: 
         acc += c
         C[p + 1] = acc
     return counts, C
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A rank's share of a partitioned count, without the list of every rank's (O(1) per rank).
+
+    What a writer needs of ``elem_counts`` or ``proc_sizes`` (paper A.1),
+    computed by prefix sums and reductions instead of a P-length list: pass
+    one wherever :meth:`ScdaWriter.fwrite_array` and
+    :meth:`ScdaWriter.fwrite_varray` take the counts of every rank.
+
+    Attributes
+    ----------
+    count : int
+        This rank's count N_p (or bytes S_p).
+    offset : int
+        The sum over the ranks below this one (C_p, paper eq. 11).
+    total : int
+        The sum over all ranks.  The same on every rank.
+    max : int
+        The largest count of any rank.  The same on every rank.
+    last : int
+        The last rank with a non-zero count, 0 if none.  The same on every rank.
+    """
+
+    count: int
+    offset: int
+    total: int
+    max: int
+    last: int
+
+    @classmethod
+    def of(cls, counts: Sequence[int] | np.ndarray, rank: int, what: str = "elem_counts") -> Share:
+        """Return the share of ``rank`` in the counts of every rank (validated as :func:`partition_offsets`)."""
+        c, C = partition_offsets(counts, len(counts), what)
+        return cls(c[rank], C[rank], C[-1], max(c, default=0), last_owner(c))
+
+    def collective(self) -> tuple[int, int, int]:
+        """Return what every rank must agree on: ``(total, max, last)``."""
+        return (self.total, self.max, self.last)
 
 
 def last_owner(nbytes: Sequence[int]) -> int:

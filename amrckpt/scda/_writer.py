@@ -13,6 +13,7 @@ from .. import _crc
 from .._crc import SectionCrc
 from ..comm import Comm, agree, agree_gather, as_comm, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
+from . import _backend
 from ._backend import Backend, byte_view, open_backend, rounds
 from ._codec import encode_elements
 from ._entries import format_entries
@@ -32,7 +33,7 @@ from ._format import (
     section_header,
     to_bytes,
 )
-from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, last_owner, partition_offsets, to_count
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
 
 __all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
 
@@ -141,9 +142,19 @@ class ScdaWriter:
         backend: str | None = None,
         checksum: bool = False,
         truncate: bool = True,
+        defer: bool = False,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
+        self._defer = bool(defer)
+        self._pending: BaseException | None = None
+        self._digest = 0
+        self._queue: list[tuple[int, memoryview]] = []
+        self._open_terms: list[tuple[SectionCrc | None, int]] = []
+        self._settled: list[int] | None = None
+        self._nrounds = 1
+        self._sync_at_close = False
+        self.style: Style = "unix"
         err: BaseException | None = None
         header = b""
         digest = 0
@@ -153,8 +164,13 @@ class ScdaWriter:
             digest = digest_of(header)
         except ScdaError as exc:
             err = exc
-        agree(self.comm, err, digest=digest, what="fopen_write")
-        self._backend: Backend | None = open_backend(self.path, "w", self.comm, info=info, backend=backend, truncate=truncate)
+        self._begin("fopen_write", err, digest)
+        self._open_args: dict[str, Any] = {"info": info, "backend": backend, "truncate": truncate}
+        self._is_open = True
+        # Deferred: the file is opened by fclose, after settle's agreement (a save that fails creates nothing).
+        self._backend: Backend | None = None
+        if not self._defer:
+            self._backend = open_backend(self.path, "w", self.comm, info=info, backend=backend, truncate=truncate)
         self._truncate = bool(truncate)
         self._failed: BaseException | None = None
         self._checksum = bool(checksum)
@@ -173,14 +189,20 @@ class ScdaWriter:
     # -- plumbing ---------------------------------------------------------
 
     def _check_open(self, what: str) -> None:
-        if self._backend is None:
+        if not self._is_open:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is closed")
         if self._failed is not None:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is unusable after an earlier error: {self._failed}")
 
     def _begin(self, what: str, err: BaseException | None, digest: int, **kw: Any) -> list[int]:
-        """Agree on argument checks before any byte is written."""
-        return agree(self.comm, err, digest=digest, what=what, **kw)
+        """Agree on argument checks before any byte is written (deferred: note them for :meth:`settle`)."""
+        if not self._defer:
+            return agree(self.comm, err, digest=digest, what=what, **kw)
+        if err is not None and self._pending is None:
+            self._pending = err
+        values = [int(v) for v in kw.get("root_values", ())] if kw.get("nvalues") else []
+        self._digest = digest_of(self._digest, what, digest, *values)
+        return values
 
     def _section_start(self) -> None:
         self._cur = SectionCrc() if self._checksum else None
@@ -188,10 +210,61 @@ class ScdaWriter:
     def _section_end(self, record: SectionRecord) -> SectionRecord:
         self.records.append(record)
         self.offset = record.end
-        if self._cur is not None:
+        if self._defer and self._settled is None:
+            self._open_terms.append((self._cur, record.end))  # the helper thread may still be CRCing it
+            self._cur = None
+        elif self._cur is not None:
             self._terms.append(self._cur.term(record.end))
             self._cur = None
         return record
+
+    def settle(self) -> list[int]:
+        """Agree once on every call of a deferred writer so far; return the CRC32 of every section so far.
+
+        Collective: one allreduce (errors, a digest of every call's
+        collective arguments, the largest number of bytes any rank has to
+        write) and one allreduce of the CRC terms.  Only for a writer
+        opened with ``defer=True``; nothing has been written yet.  After it,
+        sections may still be added (by one rank, e.g. an index): their
+        errors are agreed on by :meth:`fclose`, which writes everything.
+
+        Returns
+        -------
+        list of int
+            The CRC32 of every section written so far (as :meth:`section_crcs`;
+            empty without ``checksum=True``).
+
+        Raises
+        ------
+        AmrckptError
+            On every rank, the agreed error of any rank's call (the file is
+            then unusable except for :meth:`fclose`, which writes nothing).
+        ScdaUsageError
+            If the writer was not opened with ``defer=True`` or is settled already.
+        """
+        if not self._defer or self._settled is not None:
+            raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
+        err: BaseException | None = self._pending
+        terms: list[int] = []
+        try:
+            terms = [c.term(end) if c is not None else 0 for c, end in self._open_terms]
+        except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
+            err = err or exc
+        nbytes = sum(b.nbytes for _, b in self._queue)
+        try:
+            (most,) = agree(self.comm, err, digest=self._digest, values=[nbytes], what="write")
+        except ScdaError as exc:
+            self._failed = exc
+            raise
+        self._nrounds = max(1, -(-most // _backend.MAX_CALL_NBYTES))
+        self._terms = terms
+        crcs = self.comm.allreduce_xor(terms) if self._checksum else []
+        self._settled = crcs
+        return list(crcs)
+
+    def local_crcs(self) -> list[int]:
+        """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
+        return list(self._terms)
 
     def section_crcs(self) -> list[int]:
         """CRC32 of every section written so far (file header first), as in :attr:`records`.
@@ -217,6 +290,12 @@ class ScdaWriter:
 
     def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         err: BaseException | None = None
+        if self._defer:  # queued for the single write of fclose; CRCed by the helper thread meanwhile
+            allp = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
+            self._queue.extend(allp)
+            if self._cur is not None and allp:
+                self._cur.add_later(allp)
+            return
         assert self._backend is not None
         if self._cur is not None and max_bulk > 2 * _crc.CHUNK_NBYTES:
             err = self._write_rounds(self._cur, pieces, bulk, max_bulk)
@@ -364,9 +443,13 @@ class ScdaWriter:
             ustr = self._user_string(user_string)
             root = self._root(root)
             level = _level(level)
-            if self.comm.rank == root:
+            if self.comm.rank == root or self._defer:  # a deferred writer needs the size E on every rank
                 if data is None:
-                    raise ScdaArgumentError("fwrite_block: data is None on the root")
+                    raise ScdaArgumentError(
+                        "fwrite_block: a writer opened with defer=True needs the block on every rank"
+                        if self._defer
+                        else "fwrite_block: data is None on the root"
+                    )
                 view = byte_view(data, "block data")
                 if encode:
                     enc, _ = encode_elements(view, np.array([0, view.nbytes]), level=level, style=self.style)
@@ -401,7 +484,7 @@ class ScdaWriter:
     def fwrite_array(
         self,
         data: Any,
-        elem_counts: Sequence[int] | np.ndarray,
+        elem_counts: Sequence[int] | np.ndarray | Share,
         elem_size: int,
         user_string: bytes | str,
         *,
@@ -420,8 +503,9 @@ class ScdaWriter:
             This rank's N_p elements of E bytes each, contiguous
             (``N_p * E`` bytes; any dtype, read as raw bytes).  None where
             ``N_p * E == 0``.
-        elem_counts : (P,) sequence of int
-            N_p, the elements of every rank (paper A.1).  Collective.
+        elem_counts : (P,) sequence of int, or Share
+            N_p, the elements of every rank (paper A.1), or this rank's
+            :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
         elem_size : int
             E, bytes per element.  Collective.
         user_string : bytes or str
@@ -452,33 +536,32 @@ class ScdaWriter:
         """
         what = "fwrite_array"
         err, digest, ustr, view = None, 0, b"", _EMPTY
-        counts: list[int] = []
-        C: list[int] = []
+        share = Share(0, 0, 0, 0, 0)
         E = 0
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
             if not encode:
                 _reserved(ustr, (MAGIC_V,), allow_magic, "array")
-            counts, C = partition_offsets(elem_counts, self.comm.size)
+            share, cdig = self._share(elem_counts, "elem_counts")
             E = to_count(elem_size, "elem_size")
-            self._check_count(C[-1], "N")
+            self._check_count(share.total, "N")
             self._check_count(E, "E")
             level = _level(level)
-            view = _local_view(data, counts[self.comm.rank] * E, "array data")
-            digest = digest_of("A", ustr, counts, E, bool(encode), level)
+            view = _local_view(data, share.count * E, "array data")
+            digest = digest_of("A", ustr, cdig, E, bool(encode), level)
         except ScdaError as exc:
             err = exc
         self._begin(what, err, digest)
         self._section_start()
         off = self.offset
         if encode:
-            n = counts[self.comm.rank]
+            n = share.count
             offsets = np.arange(n + 1, dtype=np.int64) * E
             magic = section_header(b"I", MAGIC_A, self.style) + count_entry(b"U", E, self.style)
-            end = self._write_encoded_v(off, magic, ustr, counts, C, view, offsets, level)
+            end = self._write_encoded_v(off, magic, ustr, share, view, offsets, level)
             return self._section_end(SectionRecord("A", ustr, off, end, True))
-        N = C[-1]
+        N = share.total
         total = N * E
         data_off = off + SECTION_HEADER_NBYTES + 2 * COUNT_ENTRY_NBYTES
         r = self.comm.rank
@@ -486,18 +569,18 @@ class ScdaWriter:
         if r == 0:
             head = section_header(b"A", ustr, self.style) + count_entry(b"N", N, self.style) + count_entry(b"E", E, self.style)
             pieces.append((off, memoryview(head)))
-        if r == last_owner(counts if E else [0]):
+        if r == (share.last if E else 0):
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + C[r] * E, view), max(counts) * E, what)
+        self._io(pieces, (data_off + share.offset * E, view), share.max * E, what)
         return self._section_end(SectionRecord("A", ustr, off, data_off + total + data_padding_nbytes(total), False))
 
     def fwrite_varray(
         self,
         data: Any,
-        elem_counts: Sequence[int] | np.ndarray,
+        elem_counts: Sequence[int] | np.ndarray | Share,
         elem_sizes: Any,
-        proc_sizes: Sequence[int] | np.ndarray,
+        proc_sizes: Sequence[int] | np.ndarray | Share,
         user_string: bytes | str,
         *,
         encode: bool = False,
@@ -513,13 +596,15 @@ class ScdaWriter:
         ----------
         data : bytes-like or numpy.ndarray, or None
             This rank's elements, concatenated: ``proc_sizes[rank]`` bytes.
-        elem_counts : (P,) sequence of int
-            N_p, the elements of every rank.  Collective.
+        elem_counts : (P,) sequence of int, or Share
+            N_p, the elements of every rank (paper A.1), or this rank's
+            :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
         elem_sizes : (N_p,) array_like of int
             E_i, the byte size of each of this rank's elements (paper A.1);
             local, not collective.
-        proc_sizes : (P,) sequence of int
-            S_p, the bytes of every rank (paper eq. 12).  Collective.
+        proc_sizes : (P,) sequence of int, or Share
+            S_p, the bytes of every rank (paper eq. 12), or this rank's
+            :class:`~amrckpt.scda.Share` of them.  Collective.
         user_string : bytes or str
             At most 58 bytes.  Collective.
         encode : bool, optional
@@ -544,32 +629,31 @@ class ScdaWriter:
         """
         what = "fwrite_varray"
         err, digest, ustr, view = None, 0, b"", _EMPTY
-        counts: list[int] = []
-        C: list[int] = []
-        S: list[int] = []
+        share = Share(0, 0, 0, 0, 0)
+        S = Share(0, 0, 0, 0, 0)
         sizes = np.zeros(0, np.uint64)
         r = self.comm.rank
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
-            counts, C = partition_offsets(elem_counts, self.comm.size)
-            S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
-            self._check_count(C[-1], "N")
+            share, cdig = self._share(elem_counts, "elem_counts")
+            S, sdig = self._share(proc_sizes, "proc_sizes")
+            self._check_count(share.total, "N")
             level = _level(level)
-            sizes = _sizes_array(elem_sizes, counts[r])
+            sizes = _sizes_array(elem_sizes, share.count)
             local = int(sizes.sum(dtype=np.uint64)) if sizes.size else 0
-            if sizes.size and (int(sizes.max()) > S[r] or local != S[r]):
-                raise ScdaArgumentError(f"elem_sizes of this rank sum to {local}; proc_sizes[{r}] is {S[r]}")
-            if not sizes.size and S[r]:
-                raise ScdaArgumentError(f"this rank owns no elements but proc_sizes[{r}] is {S[r]}")
-            view = _local_view(data, S[r], "varray data")
-            digest = digest_of("V", ustr, counts, S, bool(encode), level)
+            if sizes.size and (int(sizes.max()) > S.count or local != S.count):
+                raise ScdaArgumentError(f"elem_sizes of this rank sum to {local}; proc_sizes[{r}] is {S.count}")
+            if not sizes.size and S.count:
+                raise ScdaArgumentError(f"this rank owns no elements but proc_sizes[{r}] is {S.count}")
+            view = _local_view(data, S.count, "varray data")
+            digest = digest_of("V", ustr, cdig, sdig, bool(encode), level)
         except ScdaError as exc:
             err = exc
         self._begin(what, err, digest)
         self._section_start()
         off = self.offset
-        N = C[-1]
+        N = share.total
         if encode:
             a_data = off + SECTION_HEADER_NBYTES + 2 * COUNT_ENTRY_NBYTES
             a_total = COUNT_ENTRY_NBYTES * N
@@ -581,35 +665,43 @@ class ScdaWriter:
                 # Every U entry ends in a line feed: the padding is known without data.
                 pad = data_padding(a_total, 0x0A, self.style)
                 pieces = [(off, memoryview(head)), (a_data + a_total, memoryview(pad))]
-            self._io(
-                pieces, (a_data + COUNT_ENTRY_NBYTES * C[r], byte_view(uents, "entries")), COUNT_ENTRY_NBYTES * max(counts), what
-            )
+            bulk = (a_data + COUNT_ENTRY_NBYTES * share.offset, byte_view(uents, "entries"))
+            self._io(pieces, bulk, COUNT_ENTRY_NBYTES * share.max, what)
             v_off = a_data + a_total + data_padding_nbytes(a_total)
             offsets = np.zeros(sizes.size + 1, dtype=np.int64)
             np.cumsum(sizes, out=offsets[1:])
-            end = self._write_encoded_v(v_off, b"", ustr, counts, C, view, offsets, level)
+            end = self._write_encoded_v(v_off, b"", ustr, share, view, offsets, level)
             return self._section_end(SectionRecord("V", ustr, off, end, True))
-        end = self._write_v(off, b"", ustr, counts, C, sizes, S, view)
+        end = self._write_v(off, b"", ustr, share, sizes, S, view)
         return self._section_end(SectionRecord("V", ustr, off, end, False))
+
+    def _share(self, counts: Any, what: str) -> tuple[Share, Any]:
+        """Return this rank's :class:`Share` of ``counts`` (a P-length sequence or a Share) and what to digest of it."""
+        if isinstance(counts, Share):
+            if counts.count < 0 or counts.offset < 0 or counts.total < counts.offset + counts.count:
+                raise ScdaArgumentError(f"{what}: {counts} is not a share of a partition")
+            return counts, counts.collective()
+        c, C = partition_offsets(counts, self.comm.size, what)
+        r = self.comm.rank
+        return Share(c[r], C[r], C[-1], max(c), last_owner(c)), tuple(c)
 
     def _write_v(
         self,
         off: int,
         prefix: bytes,
         ustr: bytes,
-        counts: list[int],
-        C: list[int],
+        share: Share,
         sizes: np.ndarray,
-        S: list[int],
+        S: Share,
         view: memoryview,
     ) -> int:
         """Write a raw V section at ``off`` (after ``prefix``, written by rank 0)."""
         r = self.comm.rank
-        N = C[-1]
+        N = share.total
         v_off = off + len(prefix)
         entries = v_off + SECTION_HEADER_NBYTES + COUNT_ENTRY_NBYTES
         data_off = entries + COUNT_ENTRY_NBYTES * N
-        total = sum(S)
+        total = S.total
         pieces = []
         if r == 0:
             head = prefix + section_header(b"V", ustr, self.style) + count_entry(b"N", N, self.style)
@@ -617,15 +709,15 @@ class ScdaWriter:
         ents = format_entries(b"E", sizes, self.style)
         self._io(
             pieces,
-            (entries + COUNT_ENTRY_NBYTES * C[r], byte_view(ents, "entries")),
-            COUNT_ENTRY_NBYTES * max(counts),
+            (entries + COUNT_ENTRY_NBYTES * share.offset, byte_view(ents, "entries")),
+            COUNT_ENTRY_NBYTES * share.max,
             "fwrite_varray",
         )
         pieces = []
-        if r == last_owner(S):
+        if r == S.last:
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + sum(S[:r]), view), max(S), "fwrite_varray")
+        self._io(pieces, (data_off + S.offset, view), S.max, "fwrite_varray")
         return data_off + total + data_padding_nbytes(total)
 
     def _write_encoded_v(
@@ -633,13 +725,16 @@ class ScdaWriter:
         off: int,
         prefix: bytes,
         ustr: bytes,
-        counts: list[int],
-        C: list[int],
+        share: Share,
         view: memoryview,
         offsets: np.ndarray,
         level: int,
     ) -> int:
-        """Encode this rank's elements and write them as a raw V section."""
+        """Encode this rank's elements and write them as a raw V section.
+
+        Collective: the encoded sizes are known only after encoding, so
+        their share is agreed on here (one gather of one number per rank).
+        """
         err: BaseException | None = None
         enc = np.empty(0, np.uint8)
         esizes = np.empty(0, np.uint64)
@@ -647,8 +742,14 @@ class ScdaWriter:
             enc, esizes = encode_elements(view, offsets, level=level, style=self.style)
         except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
             err = exc
-        S = agree_gather(self.comm, err, int(enc.size))
-        return self._write_v(off, prefix, ustr, counts, C, esizes, S, memoryview(enc))
+        if self._defer and err is None:
+            err = self._pending
+        try:
+            S = agree_gather(self.comm, err, int(enc.size))
+        except ScdaError as exc:
+            self._failed = exc
+            raise
+        return self._write_v(off, prefix, ustr, share, esizes, Share.of(S, self.comm.rank, "proc_sizes"), memoryview(enc))
 
     # -- small helpers ----------------------------------------------------
 
@@ -675,6 +776,9 @@ class ScdaWriter:
         was written, so that its size is synced with its bytes.
         """
         self._check_open("sync")
+        if self._defer:  # after the write, in fclose
+            self._sync_at_close = True
+            return
         assert self._backend is not None
         self._backend.sync(None if self._truncate else self.offset)
 
@@ -686,10 +790,38 @@ class ScdaWriter:
         ScdaIOError
             On every rank, if any rank cannot close.
         """
-        if self._backend is None:
+        if not self._is_open:
             return
-        backend, self._backend = self._backend, None
-        backend.close(None if self._truncate else self.offset)
+        self._is_open = False
+        size = None if self._truncate else self.offset
+        if not self._defer:
+            assert self._backend is not None
+            backend, self._backend = self._backend, None
+            backend.close(size)
+            return
+        if self._settled is None or self._failed is not None:
+            return  # deferred but not settled, or failed: the file was never opened
+        try:
+            backend = open_backend(self.path, "w", self.comm, defer=True, **self._open_args)
+        except ScdaError as exc:
+            self._failed = exc
+            raise
+        err: BaseException | None = self._pending or backend.pending
+        queue, self._queue = self._queue, []
+        try:
+            backend.write_gathered(queue if err is None else [], self._nrounds)
+        except Exception as exc:  # noqa: BLE001 - agreed on by every rank when closing
+            err = err or exc
+        if self._sync_at_close:
+            try:
+                backend.sync(size)
+            except Exception as exc:  # noqa: BLE001 - agreed (every rank has it); closed below all the same
+                err = err or exc
+        try:
+            backend.close(size, error=err)
+        except BaseException as exc:
+            self._failed = exc
+            raise
 
     def __enter__(self) -> ScdaWriter:
         return self
@@ -698,7 +830,7 @@ class ScdaWriter:
         self.fclose()
 
     def __repr__(self) -> str:
-        state = "closed" if self._backend is None else f"offset={self.offset}"
+        state = "closed" if not self._is_open else f"offset={self.offset}"
         return f"<ScdaWriter {self.path!r} {state} P={self.comm.size}>"
 
 
@@ -713,6 +845,7 @@ def fopen_write(
     backend: str | None = None,
     checksum: bool = False,
     truncate: bool = True,
+    defer: bool = False,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -744,6 +877,16 @@ def fopen_write(
         file's pages are reused (faster on file systems where allocating
         them costs, e.g. a tmpfs).  Until then, a crash leaves old bytes
         behind the new ones.
+    defer : bool, optional
+        Defer every agreement and every byte: the ``fwrite_*`` calls check
+        their arguments locally and queue their bytes (CRCed meanwhile by a
+        helper thread); :meth:`ScdaWriter.settle` agrees once on all of them
+        (every rank raises the same error, before the file is even opened)
+        and combines the CRC32s; :meth:`ScdaWriter.fclose` opens (creates,
+        truncates) the file, writes every rank's bytes of the whole file in
+        one collective call (MPI-IO: a file view and ``MPI_File_write_all``)
+        and agrees on its errors.  Block data must then be passed on every
+        rank.  The bytes are the same.
 
     Returns
     -------
@@ -759,5 +902,14 @@ def fopen_write(
         a permission problem).
     """
     return ScdaWriter(
-        path, user_string, comm=comm, style=style, vendor=vendor, info=info, backend=backend, checksum=checksum, truncate=truncate
+        path,
+        user_string,
+        comm=comm,
+        style=style,
+        vendor=vendor,
+        info=info,
+        backend=backend,
+        checksum=checksum,
+        truncate=truncate,
+        defer=defer,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ import numpy as np
 
 from .. import scda, sfc
 from .._version import __version__
-from ..comm import Comm, agree, agree_gather, as_comm
+from ..comm import Comm, agree, agree_max, allgather_int, as_comm, digest_of, exscan_sum_max
 from ..container import (
     CheckpointWriter,
     FieldSpec,
@@ -112,18 +111,105 @@ def _boundary(mesh: Forest) -> tuple[int, int, int, int] | None:
     return (int(mesh.tree[0]), int(keys[0]), int(mesh.tree[-1]), past)
 
 
-def _report(state: CheckpointSchema, prepared: list[Prepared]) -> tuple[Any, ...]:
-    """Return this rank's O(1)-sized report: counts, hp bytes, mesh boundaries and metadata, digests, ndarray shapes."""
-    meshes = [(p.name, getattr(state, p.name)) for p in prepared if isinstance(p.kind, MeshKind)]
-    return (
-        tuple(p.count for p in prepared),
-        tuple(p.nbytes for p in prepared),
-        tuple(_boundary(m) for _, m in meshes),
-        tuple(p.digest for p in prepared),
-        tuple((m.dim, m.num_trees, m.curve) for _, m in meshes),
-        _schema_digest(type(state)),
-        tuple(p.shape for p in prepared),
+_ABSENT = -(2**70)
+"""Stands for "no value" in a maximum over ranks (below every digest and count)."""
+
+
+def _key(tree: int, key: int) -> int:
+    """One integer ordered as ``(tree, key)`` (keys have at most 61 bits): for prefix maxima along the curve."""
+    return (tree << 64) | key
+
+
+@dataclass
+class _Agreed:
+    """What the ranks agreed on about a save (the same on every rank), and this rank's shares."""
+
+    counts: list[scda.Share]
+    nbytes: list[scda.Share]
+
+
+def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseException | None) -> _Agreed:
+    """Check the state across ranks with two collectives of O(1) numbers per rank; every rank raises the same error.
+
+    One exclusive scan (prefix sums of every field's count and bytes; the
+    prefix maximum of the ranks' last leaves along each mesh's curve, for
+    the order across ranks: each rank compares its first leaf with it), and
+    one reduction of maxima that agrees on errors and carries every check
+    that all ranks must pass: digests of the schema, of every global field
+    and shape, of the meshes' metadata (as the maximum of ``d`` and of
+    ``-d``: equal on every rank iff ``max(d) == -max(-d)``), the largest
+    count, the last rank with data and the totals.  Nothing of size P is
+    sent, received or allocated.
+    """
+    cls = type(state)
+    names = list(getattr(cls, "__amrckpt_fields__", {}))
+    meshes = [(j, getattr(state, p.name)) for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)]
+    bounds = [_boundary(m) for _, m in meshes]
+    counts = [p.count for p in prepared]
+    nbytes = [p.nbytes for p in prepared]
+    ok = err is None
+    below, last_before = exscan_sum_max(
+        comm, counts + nbytes if ok else [], [_key(b[2], b[3]) if b is not None else -1 for b in bounds] if ok else []
     )
+    r, P = comm.rank, comm.size
+    # Out of order across ranks: (rank, its first tree, the earlier tree) as one integer, for the maximum over ranks.
+    order = [
+        (r << 80) | (b[0] << 40) | (prev >> 64) if b is not None and prev > _key(b[0], b[1]) else -1
+        for b, prev in zip(bounds, last_before, strict=False)
+    ]
+    values: list[int] = []
+    if ok:
+        sd = _schema_digest(cls)
+        values += [sd, -sd]
+        meta = digest(repr([(m.dim, m.num_trees, m.curve) for _, m in meshes]).encode())
+        values += [meta, -meta]
+        for p in prepared:
+            fd, shd = p.digest % (1 << 62), digest_of(p.shape)
+            values += [fd, -fd, shd, -shd]
+        for (_, m), b in zip(meshes, bounds, strict=True):
+            bd = digest_of(b, len(m)) if b is not None else _ABSENT
+            values += [bd, -bd if b is not None else _ABSENT, r if b is not None else -1, -r if b is not None else -P]
+        values += order
+        off_c, off_b = below[: len(prepared)], below[len(prepared) :]
+        for j in range(len(prepared)):
+            values += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
+            values += [off_c[j] + counts[j], off_b[j] + nbytes[j]]
+    res = agree_max(comm, err, values)
+    if res[0] != -res[1]:
+        raise SchemaError("the ranks save different schemas (their name, version or fields differ)")
+    if res[2] != -res[3]:
+        raise SchemaError("the ranks' meshes disagree on dimension, number of trees or curve")
+    k = 4
+    for name in names:
+        if res[k] != -res[k + 1]:
+            raise SchemaError(f"field {name!r} differs between ranks; it must be the same on every rank")
+        if res[k + 2] != -res[k + 3]:
+            raise SchemaError(f"field {name!r} has a different shape on some ranks; it must be the same on every rank")
+        k += 4
+    for j, _ in meshes:
+        bmax, bmin, rmax, rmin = res[k], -res[k + 1], res[k + 2], -res[k + 3]
+        if rmax > rmin and bmax == bmin:
+            raise SchemaError(
+                f"mesh {names[j]!r}: every rank passed the same {counts[j]} leaves: each rank must pass only its own part "
+                "of the mesh (its leaves of a partition along the curve, e.g. amrckpt.Partition.uniform), not the whole mesh"
+            )
+        k += 4
+    for j, _ in meshes:
+        if res[k] >= 0:
+            rank, tree, before = res[k] >> 80, (res[k] >> 40) & ((1 << 40) - 1), res[k] & ((1 << 40) - 1)
+            raise SchemaError(
+                f"mesh {names[j]!r}: the leaves are not in curve order across ranks: the first leaf of rank {rank} "
+                f"(tree {tree}) does not follow the last leaf of an earlier rank (tree {before}); the ranks' parts "
+                "overlap or are out of rank order"
+            )
+        k += 1
+    cs, bs = [], []
+    for j in range(len(prepared)):
+        cmax, bmax, clast, blast, ctot, btot = res[k : k + 6]
+        cs.append(scda.Share(counts[j], below[j], ctot, cmax, clast))
+        bs.append(scda.Share(nbytes[j], below[len(prepared) + j], btot, bmax, blast))
+        k += 6
+    return _Agreed(cs, bs)
 
 
 def save(
@@ -145,8 +231,10 @@ def save(
     leaves, one cell value per local leaf, its elements of distributed
     arrays); inline, block and replicated array fields must be the same on
     every rank.  Everything is checked on every rank before a byte is
-    written, with one gather of O(1) numbers per rank; then every rank
-    writes its own bytes through :class:`amrckpt.container.CheckpointWriter`.
+    written, with one exclusive scan and one reduction of O(1) numbers per
+    rank (nothing of size P); then every rank queues its own bytes through
+    :class:`amrckpt.container.CheckpointWriter`, which agrees once on every
+    error and writes the whole file with one collective write per rank.
     The file's bytes are a function of the state alone: the same state
     saved on any number of ranks, at any time, gives the same file (the
     convention is in ``docs/checkpoints.md``).  What depends on the run is
@@ -196,27 +284,26 @@ def save(
     cls = type(state)
     err: BaseException | None = None
     prepared: list[Prepared] = []
-    report: tuple[Any, ...] = ()
     try:
         if not isinstance(state, CheckpointSchema):
             raise SchemaError(f"save: expected an instance of a CheckpointSchema, got {cls.__name__}")
         prepared = check_local(state, check_order=check_mesh)
-        report = _report(state, prepared)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc
-    gathered = agree_gather(c, err, report)
-    _check_across_ranks(cls, prepared, gathered)
-    counts = [[g[0][j] for g in gathered] for j in range(len(prepared))]  # (fields, P): libsc's elem_counts
-    manifest = _manifest(cls, prepared, gathered, counts)
-    with CheckpointWriter(path, manifest, comm=c, style=style, sync=sync, info=info, backend=backend, truncate=truncate) as w:
+    agreed = _agree_report(c, state, prepared, err)
+    manifest = _manifest(cls, state, prepared, agreed)
+    with CheckpointWriter(
+        path, manifest, comm=c, style=style, sync=sync, info=info, backend=backend, truncate=truncate, defer=True
+    ) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
-            p.payload.elem_counts = counts[j]
+            p.payload.elem_counts = agreed.counts[j]
             if fs.section == "V":
-                p.payload.proc_sizes = [g[1][j] for g in gathered]
+                p.payload.proc_sizes = agreed.nbytes[j]
             w.write_field(fs, p.payload)
     result = w.close()
     first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)
-    partition = Partition.from_counts(counts[first_mesh]) if first_mesh is not None else None
+    # The writing partition (P + 1 offsets) is what a save returns; one MPI_Allgather of 8 bytes per rank.
+    partition = Partition.from_counts(allgather_int(c, prepared[first_mesh].count)) if first_mesh is not None else None
     gfq = partition.global_first_quadrant.tolist() if partition is not None else None
     run = run_record_of(c, gfq, t0)
     if run_record:
@@ -242,13 +329,13 @@ def _write_record(comm: Comm, path: str, run: RunRecord, sync: bool) -> None:
     agree(comm, err, what="save")
 
 
-def _manifest(cls: type[CheckpointSchema], prepared: list[Prepared], gathered: list[Any], counts: list[list[int]]) -> Manifest:
+def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: list[Prepared], agreed: _Agreed) -> Manifest:
     kinds = cls.__amrckpt_fields__
     meshes = []
-    metas = iter(gathered[0][4])
     for j, p in enumerate(prepared):
         if isinstance(p.kind, MeshKind):
-            dim, num_trees, curve = next(metas)
+            mesh = getattr(state, p.name)
+            dim, num_trees, curve = mesh.dim, mesh.num_trees, mesh.curve  # agreed on by every rank
             rec = mesh_record_dtype(dim)
             meshes.append(
                 MeshSpec(
@@ -258,7 +345,7 @@ def _manifest(cls: type[CheckpointSchema], prepared: list[Prepared], gathered: l
                     curve=curve,
                     maxlevel=sfc.MAXLEVEL[dim],
                     record=[(nm, rec[nm].str) for nm in rec.names or ()],
-                    num_leaves=sum(counts[j]),
+                    num_leaves=agreed.counts[j].total,
                     geometry=p.kind.geometry,
                 )
             )
@@ -267,7 +354,7 @@ def _manifest(cls: type[CheckpointSchema], prepared: list[Prepared], gathered: l
         k = kinds[p.name]
         spec = k.describe(p, getattr(k, "mesh", None))
         if k.kind == "array":
-            spec["count"] = sum(counts[j])
+            spec["count"] = agreed.counts[j].total
         fields.append(FieldSpec.model_validate(spec))
     return Manifest(
         amrckpt_version=__version__,
@@ -283,37 +370,3 @@ def _schema_digest(cls: type[CheckpointSchema]) -> int:
     """Identify a schema: name, version, and every field's name and kind."""
     fields = [(n, type(k).__name__, repr(k)) for n, k in cls.__amrckpt_fields__.items()]
     return digest(repr((cls.__amrckpt_name__, cls.__amrckpt_version__, fields)).encode())
-
-
-def _check_across_ranks(cls: type[CheckpointSchema], prepared: list[Prepared], gathered: list[Any]) -> None:
-    """Check the gathered reports; deterministic, so every rank raises the same error."""
-    schemas = [g[5] for g in gathered]
-    if len(set(schemas)) > 1:
-        r = next(r for r, d in enumerate(schemas) if d != schemas[0])
-        raise SchemaError(f"the ranks save different schemas (rank 0 and rank {r} differ in name, version or fields)")
-    names = list(cls.__amrckpt_fields__)
-    for key, what in ((3, "differs between ranks"), (6, "has a different shape on some ranks")):
-        per_rank = [g[key] for g in gathered]
-        for j, name in enumerate(names):
-            if len({d[j] for d in per_rank}) > 1:
-                r = next(r for r, d in enumerate(per_rank) if d[j] != per_rank[0][j])
-                raise SchemaError(f"field {name!r} {what} (e.g. rank 0 and rank {r}); it must be the same on every rank")
-    metas = {g[4] for g in gathered}
-    if len(metas) > 1:
-        raise SchemaError(f"the ranks' meshes disagree on dimension, number of trees or curve: {sorted(metas, key=str)}")
-    mesh_names = [n for n, k in cls.__amrckpt_fields__.items() if isinstance(k, MeshKind)]
-    for m, mesh in enumerate(mesh_names):
-        bounds = [(r, g[2][m]) for r, g in enumerate(gathered) if g[2][m] is not None]
-        if len(bounds) > 1 and all(b == bounds[0][1] for _, b in bounds):
-            raise SchemaError(
-                f"mesh {mesh!r}: every rank passed the same {gathered[0][0][names.index(mesh)]} leaves: each rank must pass "
-                "only its own part of the mesh (its leaves of a partition along the curve, e.g. amrckpt.Partition.uniform), "
-                "not the whole mesh"
-            )
-        for (r0, last), (r, b) in itertools.pairwise(bounds):
-            if (b[0], b[1]) < (last[2], last[3]):
-                raise SchemaError(
-                    f"mesh {mesh!r}: the leaves are not in curve order across ranks: the first leaf of rank {r} "
-                    f"(tree {b[0]}) does not follow the last leaf of rank {r0} (tree {last[2]}); the ranks' parts overlap "
-                    "or are out of rank order"
-                )

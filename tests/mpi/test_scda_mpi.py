@@ -131,8 +131,12 @@ def test_errors_are_raised_on_every_rank(mpi_tmp: Path) -> None:
         scda.fopen_read(mpi_tmp / "missing.scda", comm=comm)
 
 
-def test_collective_calls_in_rounds(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bulk runs larger than one MPI call are moved in rounds; ranks with less data join every round."""
+@pytest.mark.parametrize("defer", [False, True])
+def test_collective_calls_in_rounds(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch, defer: bool) -> None:
+    """Bulk runs larger than one MPI call are moved in rounds; ranks with less data join every round.
+
+    Deferred (one write for the whole file): the rounds cut each rank's file view at MAX_CALL_NBYTES.
+    """
     from amrckpt.scda import _backend
 
     monkeypatch.setattr(_backend, "MAX_CALL_NBYTES", 1000)
@@ -147,10 +151,12 @@ def test_collective_calls_in_rounds(mpi_tmp: Path, monkeypatch: pytest.MonkeyPat
     vdata = (np.arange(int(offs[-1])) % 249).astype(np.uint8)
     proc = [int(offs[C[p + 1]] - offs[C[p]]) for p in range(P)]
     path = mpi_tmp / "rounds.scda"
-    with scda.fopen_write(path, comm=comm) as f:
+    with scda.fopen_write(path, comm=comm, defer=defer, checksum=defer) as f:
         f.fwrite_array(glob[C[r] * 3 : C[r + 1] * 3], counts, 3, b"A")
         f.fwrite_varray(vdata[offs[C[r]] : offs[C[r + 1]]], counts, sizes[C[r] : C[r + 1]], proc, b"V")
         f.fwrite_varray(vdata[offs[C[r]] : offs[C[r + 1]]], counts, sizes[C[r] : C[r + 1]], proc, b"V", encode=True)
+        if defer:
+            f.settle()
     if r == 0:
         with scda.fopen_write(mpi_tmp / "rounds1.scda", comm=SerialComm()) as f:
             f.fwrite_array(glob, [N], 3, b"A")

@@ -304,6 +304,75 @@ def test_collective_argument_mismatch(tmp_path: Path) -> None:
         run_threads(2, body)
 
 
+def test_deferred_writer_agrees_once_and_writes_nothing_on_error(tmp_path: Path) -> None:
+    """defer=True: an error of one rank's call is raised on every rank by settle, and no byte is written."""
+    p = tmp_path / "f.scda"
+    p.write_bytes(b"old")
+
+    def body(comm: Any) -> str:
+        f = scda.fopen_write(p, comm=comm, defer=True, checksum=True, truncate=False)
+        try:
+            counts = [2, 2, 2]
+            f.fwrite_block(b"block", b"b")
+            data = np.zeros(2 * 8 if comm.rank != 1 else 3 * 8, np.uint8)
+            f.fwrite_array(data, counts, 8, b"x")  # no error here: deferred
+            with pytest.raises(ScdaArgumentError) as info:
+                f.settle()
+            assert info.value.rank_errors.keys() == {1}
+            return str(info.value)
+        finally:
+            f.fclose()
+
+    msgs = run_threads(3, body)
+    assert len(set(msgs)) == 1 and "[rank 1]" in msgs[0]
+    assert p.read_bytes() == b"old"
+
+
+def test_deferred_writer_same_bytes_and_crcs(tmp_path: Path) -> None:
+    """defer=True writes the same bytes as immediate calls, and settle returns the same CRC32s."""
+    import zlib
+
+    counts = [3, 0, 2]
+    sizes = [[1, 2, 3], [], [4, 5]]
+    out = {}
+    for defer in (False, True):
+        p = tmp_path / f"f{defer}.scda"
+
+        def body(comm: Any, p: Path = p, defer: bool = defer) -> list[int]:
+            r = comm.rank
+            C = [0, 3, 3, 5]
+            with scda.fopen_write(p, comm=comm, defer=defer, checksum=True) as f:
+                f.fwrite_inline(b"i" * 32, b"inline")
+                f.fwrite_block(b"a block", b"block", encode=True)
+                f.fwrite_array(np.arange(C[r] * 4, C[r + 1] * 4, dtype=np.uint8), counts, 4, b"array")
+                sz = np.array(sizes[r], np.uint64)
+                f.fwrite_varray(np.full(int(sz.sum()), r, np.uint8), counts, sz, [6, 0, 9], b"varray", encode=True)
+                return f.settle() if defer else f.section_crcs()
+
+        crcs = run_threads(3, body)
+        blob = p.read_bytes()
+        assert crcs[0] == [zlib.crc32(blob[rec[0] : rec[1]]) for rec in _record_bounds(p)]
+        out[defer] = blob
+    assert out[True] == out[False]
+
+
+def _record_bounds(p: Path) -> list[tuple[int, int]]:
+    secs = scda.scan(p).sections
+    return [(0, 128)] + [(s.offset, s.end) for s in secs]
+
+
+def test_deferred_writer_mismatch_is_agreed(tmp_path: Path) -> None:
+    p = tmp_path / "f.scda"
+
+    def body(comm: Any) -> None:
+        with scda.fopen_write(p, comm=comm, defer=True) as f:
+            f.fwrite_inline(b"x" * 32, b"rank %d" % comm.rank)
+            f.settle()
+
+    with pytest.raises(ScdaArgumentError, match="differ between ranks"):
+        run_threads(2, body)
+
+
 def test_inline_and_block_roots(tmp_path: Path) -> None:
     p = tmp_path / "f.scda"
 
@@ -401,3 +470,15 @@ def test_overwrite_in_place_syncs_the_size(tmp_path: Path, backend: str) -> None
         f.sync()
         assert p.stat().st_size == f.offset < 5000
     assert p.stat().st_size < 5000
+
+
+def test_mpiio_hints_from_text_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert scda.hints("striping_factor=16, striping_unit=4194304;cb_nodes=8") == {
+        "striping_factor": "16",
+        "striping_unit": "4194304",
+        "cb_nodes": "8",
+    }
+    monkeypatch.setenv(scda.HINTS_ENV, "romio_cb_write=enable")
+    assert scda.hints() == {"romio_cb_write": "enable"}
+    with pytest.raises(ScdaArgumentError, match="expected key=value"):
+        scda.hints("striping_factor")
