@@ -123,6 +123,7 @@ def _report(state: CheckpointSchema, prepared: list[Prepared]) -> tuple[Any, ...
         tuple((m.dim, m.num_trees, m.curve) for _, m in meshes),
         _schema_digest(type(state)),
         tuple(p.shape for p in prepared),
+        tuple(p.max_count for p in prepared),
     )
 
 
@@ -211,7 +212,7 @@ def save(
     with CheckpointWriter(path, manifest, comm=c, style=style, sync=sync, info=info, backend=backend, truncate=truncate) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             p.payload.elem_counts = counts[j]
-            if fs.section == "V":
+            if fs.section == "V" or fs.kind == "hp":
                 p.payload.proc_sizes = [g[1][j] for g in gathered]
             w.write_field(fs, p.payload)
     result = w.close()
@@ -268,6 +269,8 @@ def _manifest(cls: type[CheckpointSchema], prepared: list[Prepared], gathered: l
         spec = k.describe(p, getattr(k, "mesh", None))
         if k.kind == "array":
             spec["count"] = sum(counts[j])
+        if spec.get("layout") == "counts":
+            spec["count_dtype"] = count_dtype(max(g[7][j] for g in gathered))
         fields.append(FieldSpec.model_validate(spec))
     return Manifest(
         amrckpt_version=__version__,
@@ -277,6 +280,14 @@ def _manifest(cls: type[CheckpointSchema], prepared: list[Prepared], gathered: l
         fields=fields,
         values={p.name: p.value for p in prepared if isinstance(p.kind, InlineKind)},
     )
+
+
+def count_dtype(max_count: int) -> str:
+    """Return the narrowest unsigned integer (``u1``, ``<u2``, ``<u4``, ``<u8``) that holds ``max_count``."""
+    for dt in ("u1", "<u2", "<u4"):
+        if max_count <= np.iinfo(dt).max:
+            return dt
+    return "<u8"
 
 
 def _schema_digest(cls: type[CheckpointSchema]) -> int:

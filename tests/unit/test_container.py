@@ -109,6 +109,22 @@ def test_golden_format_1_files_load(P: int) -> None:
         assert got[0] == loaded.info.writer_partition
 
 
+@pytest.mark.parametrize("Q", [1, 2])
+def test_golden_format_2_with_the_hp_field_in_a_v_section_loads(Q: int) -> None:
+    """Format 2 as first written (an hp field as one V section, no ``layout`` in the manifest) is still read."""
+    ref = np.load(GOLDEN / "advection2d-seed3.npz")
+    path = GOLDEN / "advection2d-v2-format2-P1.scda"
+    got = run_threads(Q, lambda comm: ac.load(path, Advection, comm=comm).state)
+    assert ac.read_info(path).manifest.field("modes").layout is None
+    st = got[0]
+    lo = int(np.sum([len(g.mesh) for g in got[:0]]))
+    assert np.array_equal(st.rho, ref["rho"][lo : lo + len(st.mesh)])
+    values = np.concatenate([g.modes.values for g in got])
+    counts = np.concatenate([g.modes.counts for g in got])
+    assert np.array_equal(values, ref["modes"]) and np.array_equal(counts, ref["counts"])
+    assert ac.verify(path).ok
+
+
 def test_golden_format_1_migrates_from_schema_v1(tmp_path: Path) -> None:
     """A format-1 file of schema v1 (big-endian rho, MIME) loads into v2 through a migration."""
 
