@@ -338,3 +338,120 @@ def test_ranges_of_leaves_on_one_rank(tmp_path: Path, compress: bool) -> None:
             assert np.array_equal(counts, G.counts[lo : lo + n]) and np.array_equal(values, G.modes[off[lo] : off[lo + n]])
         with pytest.raises(ValueError, match="not inside"):
             r.read_cells("rho", G.N - 1, 2)
+
+
+# -- layouts of issue 18: hp counts + values, chunked compression ------------------------
+
+
+class Layouts(ac.CheckpointSchema, name="layouts", version=1):
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=2)
+    rho: ac.CellData = ac.Cells("<f8", chunks=7)  # chunks of 7 leaves straddle every partition
+    vel: ac.CellData = ac.Cells("<f4", shape=(3,), chunks=1000, level=6)
+    modes: ac.HpData = ac.HpCells("<f8")  # layout "counts", u1
+    wide: ac.HpData = ac.HpCells("<i2")  # counts above 255: u2
+    big: ac.HpData = ac.HpCells("u1", compress=True)  # per-element compression: one V section
+    particles: ac.CellData = ac.Array("<i8", chunks=5)
+
+
+def _layouts_global() -> dict[str, Any]:
+    rng = np.random.default_rng(18)
+    N = G.N
+    x = np.linspace(0.0, 1.0, N)
+    wide_counts = np.where(np.arange(N) % 11 == 0, 300, np.arange(N) % 3).astype(np.int64)
+    big_counts = (np.arange(N) % 4) * 100
+    return {
+        "rho": np.sin(7 * x),
+        "vel": rng.standard_normal((N, 3)).astype("<f4"),
+        "wide_counts": wide_counts,
+        "wide": rng.integers(-999, 999, int(wide_counts.sum())).astype("<i2"),
+        "big_counts": big_counts,
+        "big": np.repeat(np.arange(N, dtype=np.uint8), big_counts),
+        "particles": np.arange(40, dtype="<i8") * 3,
+    }
+
+
+LG = _layouts_global()
+
+
+def _layouts_rank(comm: Any, counts: list[int] | None = None) -> Layouts:
+    P, r = comm.size, comm.rank
+    counts = counts or [G.N * (p + 1) // P - G.N * p // P for p in range(P)]
+    lo, hi = sum(counts[:r]), sum(counts[: r + 1])
+    st = G.local(lo, hi)
+
+    def hp(name: str, counts_: np.ndarray) -> ac.HpData:
+        off = np.concatenate([[0], np.cumsum(counts_)])
+        return ac.HpData(LG[name][off[lo] : off[hi]], counts_[lo:hi])
+
+    plo, phi = 40 * r // P, 40 * (r + 1) // P
+    return Layouts(
+        step=3,
+        mesh=st.mesh,
+        rho=LG["rho"][lo:hi],
+        vel=LG["vel"][lo:hi],
+        modes=st.modes,
+        wide=hp("wide", LG["wide_counts"]),
+        big=hp("big", LG["big_counts"]),
+        particles=LG["particles"][plo:phi],
+    )
+
+
+def test_layouts_one_sha256_on_any_P_and_read_on_any_Q(tmp_path: Path) -> None:
+    """Chunked fields and hp counts + values: one file for P = 1..4 (uniform and uneven), read back on Q = 1..3."""
+    digests = {}
+    for P in (1, 2, 3, 4):
+        for how in ("uniform", "uneven"):
+            path = tmp_path / f"{how}-{P}.scda"
+            counts = None if how == "uniform" else uneven(G.N, P)
+            run_threads(P, lambda comm, c=counts, p=path: ac.save(_layouts_rank(comm, c), p, comm=comm))
+            digests[path.name] = sha256(path)
+    assert len(set(digests.values())) == 1, digests
+    path = tmp_path / "uniform-1.scda"
+    m = ac.read_info(path).manifest
+    assert [(f.name, f.section, f.layout, f.count_dtype, f.chunk) for f in m.fields if f.layout] == [
+        ("rho", "V", "chunks", None, 7),
+        ("vel", "V", "chunks", None, 1000),
+        ("modes", "A", "counts", "u1", None),
+        ("wide", "A", "counts", "<u2", None),
+        ("particles", "V", "chunks", None, 5),
+    ]
+    assert m.field("big").layout is None and m.field("big").section == "V"
+    assert "layout" not in m.field("big").model_dump_json()  # fields in one section keep format 2's bytes
+    for Q in (1, 2, 3):
+        got = run_threads(Q, lambda comm: ac.load(path, Layouts, comm=comm).state)
+        assert np.array_equal(np.concatenate([g.rho for g in got]), LG["rho"])
+        assert np.array_equal(np.concatenate([g.vel for g in got]), LG["vel"])
+        assert np.array_equal(np.concatenate([g.particles for g in got]), LG["particles"])
+        for name in ("wide", "big"):
+            assert np.array_equal(np.concatenate([getattr(g, name).values for g in got]), LG[name])
+            assert np.array_equal(np.concatenate([getattr(g, name).counts for g in got]), LG[f"{name}_counts"])
+        assert np.array_equal(np.concatenate([g.modes.values for g in got]), G.modes)
+    assert ac.verify(path).ok
+    with CheckpointReader(path) as r:
+        for lo, n in ((0, G.N), (3, 17), (G.N - 5, 5), (G.N, 0), (6, 1)):
+            assert np.array_equal(r.read_cells("rho", lo, n), LG["rho"][lo : lo + n])
+            assert np.array_equal(r.read_cells("vel", lo, n), LG["vel"][lo : lo + n])
+            counts, values = r.read_hp("wide", lo, n)
+            off = np.concatenate([[0], np.cumsum(LG["wide_counts"])])
+            assert np.array_equal(counts, LG["wide_counts"][lo : lo + n]) and np.array_equal(
+                values, LG["wide"][off[lo] : off[lo + n]]
+            )
+
+
+def test_layouts_survive_convert(tmp_path: Path) -> None:
+    src, dst = tmp_path / "a.scda", tmp_path / "b.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), src, comm=comm))
+    from amrckpt.container import convert
+
+    convert(src, dst, compress="decode")
+    st = ac.load(dst, Layouts).state
+    assert np.array_equal(st.rho, LG["rho"]) and np.array_equal(st.wide.values, LG["wide"])
+    assert np.array_equal(st.big.values, LG["big"])
+
+
+def test_chunks_and_compress_exclude_each_other() -> None:
+    with pytest.raises(SchemaError, match="exclude each other"):
+        ac.Cells("<f8", compress=True, chunks=10)
+    with pytest.raises(SchemaError, match="positive int"):
+        ac.Cells("<f8", chunks=0)
