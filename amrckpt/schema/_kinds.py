@@ -852,7 +852,7 @@ class Forest:
         If the arrays differ in length or hold values out of range.
     """
 
-    __slots__ = ("curve", "level", "num_trees", "tree", "x", "y", "z")
+    __slots__ = ("_ordered", "curve", "level", "num_trees", "tree", "x", "y", "z")
 
     def __init__(self, tree: Any, level: Any, x: Any, y: Any, z: Any = None, *, num_trees: int, curve: str = "morton") -> None:
         self.tree = _int_array(tree, np.int32, "tree")
@@ -865,6 +865,7 @@ class Forest:
         except TypeError as exc:
             raise SchemaError(f"Forest: num_trees must be an int, not {type(num_trees).__name__}") from exc
         self.curve = curve
+        self._ordered: tuple[int, int, str, int] | None = None  # what check_order last passed (amrckpt.save's cache)
         n = self.tree.shape[0]
         for name in ("tree", "level", "x", "y", "z"):
             a = getattr(self, name)
