@@ -80,7 +80,9 @@ def build(n_total: int) -> tuple[Hp, list[int]]:
     counts = [n_total * (p + 1) // P - n_total * p // P for p in range(P)]
     lo = sum(counts[:rank])
     hi = lo + counts[rank]
-    mesh = ac.Forest(lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), lv.z[lo:hi].copy(), num_trees=1)
+    mesh = ac.Forest(
+        lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), lv.z[lo:hi].copy(), num_trees=1
+    )
     rng = np.random.default_rng(rank)
     hp_counts = np.array([1, 4, 9])[rng.integers(0, 3, hi - lo)]
     st = Hp(
@@ -274,7 +276,9 @@ def main() -> None:
             continue
         r = end_to_end(a, which)
         result[which] = r
-        say(f"\n{which}: {r['leaves']} leaves, payload {r['payload_bytes'] / 2**20:.1f} MiB, file {r['file_bytes'] / 2**20:.1f} MiB")
+        say(
+            f"\n{which}: {r['leaves']} leaves, payload {r['payload_bytes'] / 2**20:.1f} MiB, file {r['file_bytes'] / 2**20:.1f} MiB"
+        )
         for op in ("save new", "save warm", "load"):
             x = r[op]
             say(
@@ -289,10 +293,16 @@ def main() -> None:
         else:
             c = compression(a)
             result["compression"] = c
-            say(f"\ncompression: {c['values']} float64 ({c['uncompressed_bytes'] / 2**20:.1f} MiB), chunks of {c['chunk']}, "
-                f"{c['deflate']}, {c['threads']} threads")
-            say(f"  write MiB/s amrckpt {c['write_mib_s']['amrckpt']:.0f} h5py {c['write_mib_s']['h5py']:.0f} ratio {c['write_ratio']:.2f}")
-            say(f"  read  MiB/s amrckpt {c['read_mib_s']['amrckpt']:.0f} h5py {c['read_mib_s']['h5py']:.0f} ratio {c['read_ratio']:.2f}")
+            say(
+                f"\ncompression: {c['values']} float64 ({c['uncompressed_bytes'] / 2**20:.1f} MiB), chunks of {c['chunk']}, "
+                f"{c['deflate']}, {c['threads']} threads"
+            )
+            say(
+                f"  write MiB/s amrckpt {c['write_mib_s']['amrckpt']:.0f} h5py {c['write_mib_s']['h5py']:.0f} ratio {c['write_ratio']:.2f}"
+            )
+            say(
+                f"  read  MiB/s amrckpt {c['read_mib_s']['amrckpt']:.0f} h5py {c['read_mib_s']['h5py']:.0f} ratio {c['read_ratio']:.2f}"
+            )
             say(f"  bytes {c['file_bytes']}  per-element save {c['per_element_write_s']:.2f} s")
     result["load_after"] = os.getloadavg()
     write_json(a.json, f"bench-results/issue18-P{P}.json", result)

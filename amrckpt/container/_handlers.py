@@ -377,6 +377,8 @@ class HpHandler(FieldHandler):
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
         if fs.layout == "counts":
             E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
+            if E > r.file_size:  # the manifest's shape: checked before it multiplies anything
+                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
             return self._read_counts(r, fs, elem_counts) * E
         r.seek_field(fs)
         sizes = r.scda.fread_varray_sizes(elem_counts)

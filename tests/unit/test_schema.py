@@ -175,7 +175,8 @@ def test_a_plain_scda_reader_walks_a_checkpoint(tmp_path: Path) -> None:
         b"mesh",
         b"rho",
         b"vel",
-        b"modes",
+        b"modes",  # layout "counts": the counts per leaf,
+        b"modes",  # then the values
         b"amrckpt index",
         b"amrckpt footer 1",
     ]
