@@ -14,14 +14,13 @@ a chunk depend on that choice and on the level, not on the partition.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zlib_ng import zlib_ng
 
+from .._threads import default_threads, pool
 from ..comm import Comm, agree, agree_gather
 from ..errors import CheckpointError, IncompleteCheckpointError
 from ..scda import parse_entries
@@ -36,22 +35,16 @@ __all__ = ["DEFAULT_CHUNK", "deflate_name", "read_chunk_range", "read_chunks", "
 DEFAULT_CHUNK = 16384
 """Leaves per chunk unless the schema says otherwise (128 KiB of float64: a chunk stays in the cache while it is shuffled)."""
 
-_POOL: ThreadPoolExecutor | None = None
-
 
 def threads() -> int:
-    """Threads that encode or decode chunks: ``AMRCKPT_THREADS``, else the cores this process may run on."""
-    env = os.environ.get("AMRCKPT_THREADS")
-    if env:
-        return max(1, int(env))
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """Threads that encode or decode chunks: the cores this rank has to itself (:func:`amrckpt._threads.default_threads`)."""
+    return default_threads()
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="amrckpt-chunks")
-    return _POOL
+def _map(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``list(map(fn, items))`` in the shared pool of :func:`threads` threads (serially for one item or one thread)."""
+    n = min(len(items), threads())
+    return list(pool(n).map(fn, items)) if n > 1 else [fn(x) for x in items]
 
 
 @functools.cache
@@ -172,10 +165,7 @@ def write_chunks(
     err: BaseException | None = None
     enc: list[bytes] = []
     try:
-        if len(chunks) > 1:
-            enc = list(_pool().map(lambda c: _encode(c, E, level), chunks))
-        else:
-            enc = [_encode(c, E, level) for c in chunks]
+        enc = _map(lambda c: _encode(c, E, level), chunks)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc
     sizes = np.fromiter((len(e) for e in enc), dtype=np.uint64, count=len(enc))
@@ -245,7 +235,7 @@ def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, 
             jobs.append((data[ends[i] : ends[i + 1]], a, min(a + K, N)))
         flat = out.reshape(-1).view(np.uint8)
         what = f"{r.path!r}: field {name!r}"
-        list(_pool().map(lambda job: _decode_into(flat, job[0], job[1], job[2], lo, hi, E, what), jobs))
+        _map(lambda job: _decode_into(flat, job[0], job[1], job[2], lo, hi, E, what), jobs)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc
     agree(r.comm, err, what="load")
