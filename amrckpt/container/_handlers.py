@@ -345,7 +345,7 @@ class HpHandler(FieldHandler):
         r.scda.fread_array_data(elem_counts, cdt.itemsize, out=raw)
         r.check_crc(fs.name)
         counts = raw.astype(np.int64)
-        if counts.size and int(counts.min()) < 0:  # u8 above 2**63
+        if cdt.itemsize == 8 and counts.size and int(counts.min()) < 0:  # u8 above 2**63
             counts[:] = 0
             err: BaseException | None = CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more than 2**63 values")
         else:

@@ -387,8 +387,8 @@ class HpCellsKind(CellsKind):
         return out
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
-        values, counts = raw
-        return HpData(self.to_native(values), counts)
+        values, counts = raw  # the container checked them: counts >= 0 that add up to len(values)
+        return HpData._checked(self.to_native(values), counts)
 
 
 @dataclass(frozen=True)
@@ -1065,6 +1065,13 @@ class HpData:
         total = int(self.counts.sum())
         if self.values.ndim == 0 or self.values.shape[0] != total:
             raise SchemaError(f"HpData: counts add up to {total} values, values has shape {self.values.shape}")
+
+    @classmethod
+    def _checked(cls, values: np.ndarray, counts: np.ndarray) -> HpData:
+        """Build from what the container read and checked (non-negative int64 counts that add up to len(values))."""
+        out = cls.__new__(cls)
+        out.values, out.counts = values, counts
+        return out
 
     def __len__(self) -> int:
         return int(self.counts.shape[0])
