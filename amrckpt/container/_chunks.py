@@ -201,7 +201,8 @@ def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, 
     """Read this rank's leaves of a chunked field into ``out`` (its (N_p, ...) array). Collective.
 
     Each rank reads the chunks that start among its leaves collectively
-    (their CRC32 checked against the index), and the one chunk that starts
+    (their CRC32 compared with the index by ``check_crcs``, or at once if a
+    chunk does not decode), and the one chunk that starts
     before its first leaf, if any, on its own.  Chunks are decoded in threads.
 
     Raises
@@ -218,7 +219,6 @@ def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, 
     assert sizes is not None
     data = f.fread_varray_data(nchunks, sizes, f.proc_sizes())
     assert data is not None
-    r.check_crc(name)
     err: BaseException | None = None
     try:
         jobs: list[tuple[Any, int, int]] = []
@@ -238,6 +238,10 @@ def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, 
         _map(lambda job: _decode_into(flat, job[0], job[1], job[2], lo, hi, E, what), jobs)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = exc
+    # The CRC32 is compared by check_crcs, after everything is read (a load CRCs in a helper thread meanwhile);
+    # a chunk that does not decode is first checked against it, so that a damaged file says so.
+    if r.comm.allreduce_max([int(err is not None)])[0]:
+        r.check_crc(name)
     agree(r.comm, err, what="load")
 
 

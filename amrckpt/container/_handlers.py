@@ -343,7 +343,8 @@ class HpHandler(FieldHandler):
             raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {h.elem_size}-byte counts in the file, not {cdt}")
         raw = np.empty(elem_counts[r.comm.rank], dtype=cdt)
         r.scda.fread_array_data(elem_counts, cdt.itemsize, out=raw)
-        r.check_crc(fs.name)
+        # No CRC wait here (a load CRCs in a helper thread until check_crcs): nothing is sized by the counts
+        # before their sum is compared with the values section's N, whose bytes the file holds.
         counts = raw.astype(np.int64)
         if cdt.itemsize == 8 and counts.size and int(counts.min()) < 0:  # u8 above 2**63
             counts[:] = 0
@@ -366,12 +367,12 @@ class HpHandler(FieldHandler):
             raise CheckpointError(f"{r.path!r}: no values of field {fs.name!r} at byte {e.offset}: {exc}") from exc
         total = sum(vcounts)
         if h is None or h.type != "A" or h.user_string != fs.name.encode() or h.elem_size != E or h.elem_count != total:
+            r.check_crc(fs.name)  # damaged counts: say so (ChecksumError) rather than that they do not fit
             raise CheckpointError(
                 f"{r.path!r}: the values of field {fs.name!r} at byte {e.offset} are not the {total} values its counts give"
             )
         values = np.empty((mine, *fs.shape), dtype=dt)
-        f.fread_array_data(vcounts, E, out=values)
-        r.check_crc(fs.name, part=1)
+        f.fread_array_data(vcounts, E, out=values)  # its CRC32 is compared by check_crcs, as a cells field's
         return values
 
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:

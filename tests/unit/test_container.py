@@ -455,3 +455,23 @@ def test_chunks_and_compress_exclude_each_other() -> None:
         ac.Cells("<f8", compress=True, chunks=10)
     with pytest.raises(SchemaError, match="positive int"):
         ac.Cells("<f8", chunks=0)
+
+
+@pytest.mark.parametrize(("field", "part", "Q"), [("rho", 0, 1), ("rho", 0, 3), ("wide", 0, 2), ("wide", 1, 1), ("modes", 0, 2)])
+def test_a_damaged_layout_section_is_a_checksum_error_on_every_rank(tmp_path: Path, field: str, part: int, Q: int) -> None:
+    """A byte flipped in a chunk, in hp counts or in hp values: ChecksumError on every rank, naming the field."""
+    from amrckpt.errors import ChecksumError
+
+    path = tmp_path / "d.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    e = [x for x in ac.read_info(path).index.sections if x.name == field][part]
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 40] ^= 0x5A  # inside the data (the last 32 bytes may be padding)
+    path.write_bytes(bytes(raw))
+
+    def body(comm: Any) -> str:
+        with pytest.raises(ChecksumError) as info:
+            ac.load(path, Layouts, comm=comm)
+        return str(info.value)
+
+    assert all(field in msg for msg in run_threads(Q, body))
