@@ -297,12 +297,9 @@ def main() -> None:
                 f"\ncompression: {c['values']} float64 ({c['uncompressed_bytes'] / 2**20:.1f} MiB), chunks of {c['chunk']}, "
                 f"{c['deflate']}, {c['threads']} threads"
             )
-            say(
-                f"  write MiB/s amrckpt {c['write_mib_s']['amrckpt']:.0f} h5py {c['write_mib_s']['h5py']:.0f} ratio {c['write_ratio']:.2f}"
-            )
-            say(
-                f"  read  MiB/s amrckpt {c['read_mib_s']['amrckpt']:.0f} h5py {c['read_mib_s']['h5py']:.0f} ratio {c['read_ratio']:.2f}"
-            )
+            w, rd = c["write_mib_s"], c["read_mib_s"]
+            say(f"  write MiB/s amrckpt {w['amrckpt']:.0f} h5py {w['h5py']:.0f} ratio {c['write_ratio']:.2f}")
+            say(f"  read  MiB/s amrckpt {rd['amrckpt']:.0f} h5py {rd['h5py']:.0f} ratio {c['read_ratio']:.2f}")
             say(f"  bytes {c['file_bytes']}  per-element save {c['per_element_write_s']:.2f} s")
     result["load_after"] = os.getloadavg()
     write_json(a.json, f"bench-results/issue18-P{P}.json", result)

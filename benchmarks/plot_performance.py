@@ -486,12 +486,35 @@ def t_issue18(d: dict[str, dict[int, Result]]) -> str:
                     ]
                 )
     head = ["end to end (tmpfs, 2.1 M leaves 3D)", "amrckpt", "raw MPI-IO, same payload", "ratio", "target", ""]
-    out = [table(head, rows)] if rows else []
+    out = []
+    h = d.get("issue18-hplayout", {}).get(1)
+    if h:
+        m, fb = h["median_s"], h["file_bytes"]
+        out.append(
+            f"The hp field alone ({h['leaves']} leaves, {h['values']} float64; scda layer, P = 1, bench_hp_layout.py), "
+            "in its former layout (one V section) and in layout `counts`:\n\n"
+            + table(
+                ["hp layout", "write s", "read s", "file MB"],
+                [
+                    ["V: a 32-byte size entry per leaf", f"{m['write V']:.3f}", f"{m['read V']:.3f}", f"{fb['V'] / 1e6:.1f}"],
+                    ["counts (u1) + values", f"{m['write counts']:.3f}", f"{m['read counts']:.3f}", f"{fb['counts'] / 1e6:.1f}"],
+                    ["ratio", f"**{h['write_ratio']:.2f}**", f"**{h['read_ratio']:.2f}**", f"**{fb['V'] / fb['counts']:.2f}**"],
+                ],
+            )
+        )
+    if rows:
+        out.append(table(head, rows))
     c = d.get("issue18", {}).get(1, {}).get("compression")
     if c:
         fb = c["file_bytes"]
         crow = [
-            ["write", f"{c['write_mib_s']['amrckpt']:.0f}", f"{c['write_mib_s']['h5py']:.0f}", f"**{c['write_ratio']:.2f}**", ">= 2"],
+            [
+                "write",
+                f"{c['write_mib_s']['amrckpt']:.0f}",
+                f"{c['write_mib_s']['h5py']:.0f}",
+                f"**{c['write_ratio']:.2f}**",
+                ">= 2",
+            ],
             ["read", f"{c['read_mib_s']['amrckpt']:.0f}", f"{c['read_mib_s']['h5py']:.0f}", f"**{c['read_ratio']:.2f}**", ">= 2"],
             ["file MB", f"{fb['amrckpt'] / 1e6:.2f}", f"{fb['h5py'] / 1e6:.2f}", f"**{fb['amrckpt'] / fb['h5py']:.3f}**", "<= 1"],
         ]
