@@ -80,6 +80,7 @@ def build(n_total: int) -> tuple[Hp, list[int]]:
     counts = [n_total * (p + 1) // P - n_total * p // P for p in range(P)]
     lo = sum(counts[:rank])
     hi = lo + counts[rank]
+    assert lv.z is not None
     mesh = ac.Forest(
         lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), lv.z[lo:hi].copy(), num_trees=1
     )
