@@ -184,6 +184,7 @@ def test_inspect_checkpoint_shows_the_manifest(capsys: pytest.CaptureFixture[str
     assert f"leaves       {n} (2D mesh, 2 trees, morton curve)" in out
     assert "vel     cells   A        <f8    (2,)   -        yes" in out
     assert "rho     cells   A        <f8    -      kg m^-3  no" in out
+    assert "modes   hp      A+A      <f8    -      -        no" in out  # layout "counts": counts and values
     assert "yes (" in out and '"vel"' in out  # the compressed pair, one logical section
     code, out, _ = run(capsys, "inspect", "--json", ckpt)
     ck = json.loads(out)["checkpoint"]
@@ -198,6 +199,7 @@ def test_inspect_checkpoint_shows_the_manifest(capsys: pytest.CaptureFixture[str
         "shape": [],
         "units": None,
         "compressed": False,
+        "layout": "counts",
     }
 
 
