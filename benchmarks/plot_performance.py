@@ -403,6 +403,43 @@ def f_peers(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     return ["perf-peers.png"]
 
 
+def f_issue18(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
+    """Issue 18's measured ratios against their targets, one bar each (higher is better; the fraction inverted)."""
+    bars: list[tuple[str, float, float]] = []  # (label, measured, target)
+    for P, r in sorted(d.get("issue18", {}).items()):
+        for which in ("hp", "nohp"):
+            for op in ("save new", "save warm", "load"):
+                if which in r:
+                    bars.append((f"{op}, {which}, P={P}", r[which][op]["ratio"], 0.85))
+    for name in ("issue18", "issue18-compression-rerun"):
+        c = d.get(name, {}).get(1, {}).get("compression")
+        if c:
+            tag = "" if name == "issue18" else " (rerun)"
+            bars += [(f"chunks write / h5py{tag}", c["write_ratio"], 2.0), (f"chunks read / h5py{tag}", c["read_ratio"], 2.0)]
+    for name in ("issue18-kernels", "issue18-kernels-rerun"):
+        k = d.get(name, {}).get(1)
+        tag = "" if name == "issue18-kernels" else " (rerun)"
+        for x in k["compression"] if k else []:
+            if x["elem_size"] == 4096:
+                bars.append((f"4 KiB elements, level {x['level']} / loop{tag}", x["ratio_vs_loop_by_rank"][0], 1.5))
+    if not bars:
+        return []
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(bars) + 1.2))
+    ys = range(len(bars))
+    ok = [m >= t for _, m, t in bars]
+    ax.barh(list(ys), [m / t for _, m, t in bars], color=["tab:green" if o else "tab:orange" for o in ok])
+    ax.axvline(1.0, color="k", lw=1)
+    ax.set_yticks(list(ys), [f"{lab}: {m:.2f} (target {t:g})" for lab, m, t in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("measured / target (>= 1: met)")
+    ax.set_title("issue 18: ratios against their targets (shared 2-core machine)")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(img / "perf-issue18.png", dpi=90)
+    plt.close(fig)
+    return ["perf-issue18.png"]
+
+
 def f_scaling(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     sc = d.get("scaling", {})
     if not sc:
@@ -590,7 +627,7 @@ def main() -> None:
     img = Path(a.img)
     img.mkdir(parents=True, exist_ok=True)
     plt.rcParams.update({"svg.hashsalt": "amrckpt", "figure.max_open_warning": 0})
-    figs = f_scda(d, img) + f_peers(d, img) + f_scaling(d, img)
+    figs = f_scda(d, img) + f_peers(d, img) + f_scaling(d, img) + f_issue18(d, img)
     doc = Path(a.doc).read_text()
     tables = {
         "runs": t_runs(d),
