@@ -22,7 +22,7 @@ from zlib_ng import zlib_ng
 
 from .._threads import default_threads, pool
 from ..comm import Comm, agree, agree_gather
-from ..errors import CheckpointError, IncompleteCheckpointError
+from ..errors import CheckpointError, IncompleteCheckpointError, ScdaArgumentError
 from ..scda import parse_entries
 from ..scda._layout import partition_offsets, read_raw_section
 
@@ -145,29 +145,37 @@ def write_chunks(
     ScdaError
         On every rank, as :meth:`ScdaWriter.fwrite_varray`.
     """
-    _, C = partition_offsets(elem_counts, comm.size)
+    _, C = partition_offsets(elem_counts, comm.size)  # the same on every rank: checked by the caller's agreement
     r = comm.rank
     lo, hi, N = C[r], C[r + 1], C[-1]
-    view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8) if hi > lo else np.zeros(0, np.uint8)
     first = min(hi, -(-lo // K) * K)  # the first leaf of this rank that starts a chunk (hi if none does)
+    err: BaseException | None = None
+    view = np.zeros(0, np.uint8)
+    try:
+        if hi > lo:
+            view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        if view.nbytes != (hi - lo) * E:
+            raise ScdaArgumentError(f"chunked data of rank {r}: {view.nbytes} bytes, not {hi - lo} leaves of {E} bytes")
+    except (ScdaArgumentError, TypeError, ValueError) as exc:  # agreed on by every rank below, after the heads
+        err, view, first = exc, np.zeros(0, np.uint8), lo
     if comm.size > 1 and any(c % K for c in C[1:-1]):
         heads: list[bytes] = comm.allgather(view[: (first - lo) * E].tobytes())
     else:
         heads = [b""] * comm.size
     chunks: list[Any] = []
-    for a in range(first, hi, K):
-        b = min(a + K, N)
-        if b <= hi:
-            chunks.append(view[(a - lo) * E : (b - lo) * E])
-        else:  # the last chunk runs into the next ranks' heads
-            tail = [heads[q] for q in range(r + 1, comm.size) if C[q] < b]
-            chunks.append(b"".join([view[(a - lo) * E :].tobytes(), *tail]))
-    err: BaseException | None = None
+    if err is None:
+        for a in range(first, hi, K):
+            b = min(a + K, N)
+            if b <= hi:
+                chunks.append(view[(a - lo) * E : (b - lo) * E])
+            else:  # the last chunk runs into the next ranks' heads
+                tail = [heads[q] for q in range(r + 1, comm.size) if C[q] < b]
+                chunks.append(b"".join([view[(a - lo) * E :].tobytes(), *tail]))
     enc: list[bytes] = []
     try:
         enc = _map(lambda c: _encode(c, E, level), chunks)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-        err = exc
+        err = err or exc
     sizes = np.fromiter((len(e) for e in enc), dtype=np.uint64, count=len(enc))
     S = agree_gather(comm, err, int(sizes.sum()) if sizes.size else 0)
     nchunks = [-(-C[q + 1] // K) - -(-C[q] // K) for q in range(comm.size)]

@@ -358,7 +358,10 @@ class HpHandler(FieldHandler):
         """Layout ``counts``: this rank's values, their partition from the counts of every rank (one allgather). Collective."""
         mine = int(counts.sum(dtype=np.int64))
         vcounts: list[int] = r.comm.allgather(mine)
-        e = r.entries(fs.name)[1]
+        parts = r.entries(fs.name)
+        if len(parts) < 2:  # the index, the same on every rank
+            raise CheckpointError(f"{r.path!r}: the index has no values section of field {fs.name!r}")
+        e = parts[1]
         f = r.scda
         try:
             f.fseek_section(e.offset)

@@ -475,3 +475,17 @@ def test_a_damaged_layout_section_is_a_checksum_error_on_every_rank(tmp_path: Pa
         return str(info.value)
 
     assert all(field in msg for msg in run_threads(Q, body))
+
+
+def test_chunked_data_of_the_wrong_size_on_one_rank_is_refused_on_every_rank(tmp_path: Path) -> None:
+    from amrckpt.container._chunks import write_chunks
+    from amrckpt.errors import ScdaArgumentError
+
+    def body(comm: Any) -> str:
+        with ac.scda.fopen_write(tmp_path / "w.scda", b"x", comm=comm) as f:
+            data = np.zeros(10 if comm.rank else 9)  # rank 0 holds one value too few
+            with pytest.raises(ScdaArgumentError) as info:
+                write_chunks(f, comm, data, [10, 10, 10], 8, 7, b"rho")
+            return str(info.value)
+
+    assert all("rank 0" in m for m in run_threads(3, body))  # raised on every rank, naming the one at fault
