@@ -5,10 +5,17 @@ Layers (each imports only the ones below it): :mod:`amrckpt.errors`;
 :mod:`amrckpt.sfc`; :mod:`amrckpt.container` (the on-disk convention);
 :mod:`amrckpt.schema`; :mod:`amrckpt.restart`; :mod:`amrckpt.manager`.
 ``import amrckpt`` works without any MPI library; mpi4py is imported only
-when an MPI communicator is used.
+when an MPI communicator is used.  Messages go to the logger ``amrckpt``
+(a ``NullHandler``: configure logging to see them), on rank 0 where every
+rank would say the same thing.  :mod:`amrckpt.export` (ParaView, pyvista
+and yt) is imported on first use of ``amrckpt.export`` or ``amrckpt.to_yt``,
+and imports h5py or yt only when it writes or loads.
 """
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 from . import comm, container, errors, manager, partition, restart, scda, schema, sfc
 from ._version import __version__
@@ -30,6 +37,8 @@ from .errors import (
     ScdaIOError,
     ScdaUsageError,
     SchemaError,
+    StepAlreadyExistsError,
+    StepNotFoundError,
 )
 from .manager import (
     BeforeWallTime,
@@ -37,10 +46,14 @@ from .manager import (
     CheckpointRecord,
     EveryNSeconds,
     EveryNSteps,
+    KeepBest,
     KeepEvery,
+    KeepEveryNSeconds,
     KeepLast,
     OnFileTrigger,
     OnSignal,
+    SaveHandle,
+    StepMetadata,
     checkpointable,
 )
 from .partition import Partition
@@ -61,6 +74,19 @@ from .schema import (
     save,
 )
 
+logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library does not print: the application configures logging
+
+
+def __getattr__(name: str) -> Any:
+    """Import :mod:`amrckpt.export` on first use (``amrckpt.export``, ``amrckpt.to_yt``)."""
+    if name in ("export", "to_yt"):
+        import importlib
+
+        module = importlib.import_module(".export", __name__)
+        return module if name == "export" else module.to_yt
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AmrckptError",
     "BeforeWallTime",
@@ -68,11 +94,17 @@ __all__ = [
     "CheckpointRecord",
     "EveryNSeconds",
     "EveryNSteps",
+    "KeepBest",
     "KeepEvery",
+    "KeepEveryNSeconds",
     "KeepLast",
     "ManagerError",
     "OnFileTrigger",
     "OnSignal",
+    "SaveHandle",
+    "StepAlreadyExistsError",
+    "StepMetadata",
+    "StepNotFoundError",
     "checkpointable",
     "Array",
     "Block",
@@ -111,6 +143,7 @@ __all__ = [
     "comm",
     "container",
     "errors",
+    "export",
     "load",
     "manager",
     "partition",
@@ -120,5 +153,6 @@ __all__ = [
     "scda",
     "schema",
     "sfc",
+    "to_yt",
     "verify",
 ]

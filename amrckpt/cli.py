@@ -5,11 +5,13 @@ Subcommands (``amrckpt COMMAND --help`` for each)::
     amrckpt inspect FILE [--json] [--sections]      header, sections, manifest of any scda file
     amrckpt verify FILE...                          structure and CRC32s; exit 1 if any file is damaged
     amrckpt convert IN OUT [--encode | --decode]    rewrite with or without compression, unix or mime
-    amrckpt plot FILE --field NAME|level|rank       a PNG of a 2D checkpoint's mesh
+    amrckpt plot FILE --field NAME|level|rank       a PNG of a 2D checkpoint's mesh, or a slice of a 3D one
+    amrckpt export SOURCE OUT.vtkhdf                a checkpoint or a manager's directory as VTKHDF (ParaView)
     amrckpt ls DIRECTORY                            the checkpoints a CheckpointManager wrote there
 
 Exit status: 0 on success, 1 when a file is damaged, incomplete or invalid
-(or cannot be read), 2 for usage errors.  ``verify`` and ``convert`` run in
+(or cannot be read), 2 for usage errors; 141 and no message when the reader
+of the output goes away (``amrckpt ls DIR | head``).  ``verify`` and ``convert`` run in
 parallel when started with ``mpiexec -n P`` (mpi4py is imported only then);
 the other subcommands are serial.  Nothing here imports mpi4py, matplotlib or
 tqdm at module level.
@@ -55,6 +57,7 @@ __all__ = ["build_parser", "main", "safe_text"]
 EXIT_OK = 0
 EXIT_BAD = 1
 EXIT_USAGE = 2
+EXIT_PIPE = 141  # 128 + SIGPIPE: the standard output's reader went away
 _RANK = [0]  # this process's rank in the communicator of the running command (for error messages)
 
 _INSTALL_MATPLOTLIB = "plot needs matplotlib: pip install matplotlib (or pip install 'amrckpt[examples]')"
@@ -730,8 +733,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     m = ck.manifest
     if m.mesh is None:
         raise _UsageError(f"{path} holds no mesh (schema {m.schema_name}): nothing to draw")
-    if m.mesh.dim != 2:
-        raise _UsageError(f"plot draws 2D meshes; {path} holds a {m.mesh.dim}D mesh")
+    if m.mesh.dim == 3:
+        return _plot_slice(args, path, ck)
     nx, ny = _parse_brick(args.brick, m.mesh.num_trees)
     try:
         import matplotlib
@@ -789,11 +792,201 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- plot: a slice of a 3D checkpoint (through amrckpt.export) -----------------
+
+
+def _parse_brick_nd(text: str | None, dim: int) -> tuple[int, ...] | None:
+    """``--brick NX,NY[,NZ]`` as a tuple (a missing NZ is 1), or None without it."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*[x,]\s*(\d+)\s*(?:[x,]\s*(\d+)\s*)?", text)
+    if not m or (m.group(3) is not None and dim == 2):
+        raise _UsageError(f"--brick {text!r}: give NX,NY" + (",NZ" if dim == 3 else "") + " (trees along each axis)")
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def _parse_slice(text: str | None) -> tuple[int, float | None]:
+    """``--slice AXIS[=VALUE]`` as (axis index, value or None for the middle of the domain)."""
+    m = re.fullmatch(r"\s*([xyz])\s*(?:=\s*(\S+)\s*)?", text or "z")
+    try:
+        if m is None:
+            raise ValueError
+        return "xyz".index(m.group(1)), None if m.group(2) is None else float(m.group(2))
+    except ValueError:
+        raise _UsageError(f"--slice {text!r}: give x, y or z, and optionally =VALUE (e.g. --slice z=0.5)") from None
+
+
+def _slice_leaves(
+    path: str, ck: CheckpointInfo, what: str, ranks: int | None, brick: tuple[int, ...] | None, axis: int, at: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, str, str]:
+    """Return the leaves of a 3D checkpoint cut by a plane: their 2D boxes (lo, hi), values, the plane, label and kind.
+
+    Streams the leaves in chunks through :mod:`amrckpt.export` (the same
+    geometry and per-leaf values as ``amrckpt export``); only the leaves cut
+    by the plane are kept.
+    """
+    from .export import DEFAULT_CHUNK_LEAVES, leaf_boxes, plan_arrays, tree_boxes
+    from .export._arrays import leaf_values
+    from .export._reader import open_reader
+
+    m = ck.manifest
+    cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
+    P = ranks if ranks is not None else ck.writer_size or 1
+    arrays = plan_arrays(m, ranks=P)
+    if what == "level" or what == "rank":
+        arr, label, kind = next(a for a in arrays if a.name == what), what, what
+    else:
+        try:
+            fs = m.field(what)
+        except KeyError:
+            choices = ", ".join(cells) or "none"
+            raise _UsageError(f"{path} has no field {what!r}; choose level, rank or a cell field: {choices}") from None
+        name = f"{what}.count" if fs.kind == "hp" else what
+        found = [a for a in arrays if a.name == name or (fs.kind == "cells" and a.field == what)]
+        if fs.kind not in ("cells", "hp") or not found:
+            choices = ", ".join(cells) or "none"
+            raise _UsageError(f"field {what!r} ({fs.kind}, {_dtype_text(fs.dtype)}) has no colour; choose one of: {choices}")
+        arr, kind = found[0], "field"
+        label = f"{what}: values per leaf" if fs.kind == "hp" else arr.name + (" (first component)" if arr.ncomp > 1 else "")
+        label += f" [{fs.units}]" if fs.units and fs.kind != "hp" else ""
+    if what == "level":
+        label = "refinement level"
+    elif what == "rank":
+        label, kind = f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})", f"rank:{P}"
+    keep_lo, keep_hi, keep_v = [], [], []
+    with open_reader(path, verify=True) as r:
+        lower, upper = tree_boxes(r, brick)
+        plane = float(at) if at is not None else 0.5 * (float(lower[:, axis].min()) + float(upper[:, axis].max()))
+        N = m.num_leaves
+        assert m.mesh is not None
+        for s in range(0, N, DEFAULT_CHUNK_LEAVES):
+            mesh = r.read_mesh(s, min(DEFAULT_CHUNK_LEAVES, N - s))
+            lo, hi = leaf_boxes(mesh, lower, upper, m.mesh.maxlevel)
+            cut = (lo[:, axis] <= plane) & (plane < hi[:, axis])
+            if not cut.any():
+                continue
+            v = leaf_values([arr], r, mesh, s, N)[0][cut]  # the chunk's values (rank needs its global indices), then the cut
+            v = v.reshape(len(v), -1)[:, 0]
+            keep_lo.append(np.delete(lo[cut], axis, axis=1))
+            keep_hi.append(np.delete(hi[cut], axis, axis=1))
+            keep_v.append(np.abs(v) if np.iscomplexobj(v) else v.astype(np.float64))
+    if not keep_v:
+        raise _UsageError(f"the plane {'xyz'[axis]} = {plane:g} cuts no leaf of {path}")
+    return np.concatenate(keep_lo), np.concatenate(keep_hi), np.concatenate(keep_v), plane, label, kind
+
+
+def _plot_slice(args: argparse.Namespace, path: str, ck: CheckpointInfo) -> int:
+    """``amrckpt plot`` for a 3D checkpoint: the leaves cut by a plane, coloured as for 2D."""
+    m = ck.manifest
+    brick = _parse_brick_nd(args.brick, 3)
+    axis, at = _parse_slice(args.slice)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.collections import PolyCollection
+    except ImportError:
+        _err(f"amrckpt plot: {_INSTALL_MATPLOTLIB}")
+        return EXIT_BAD
+    try:
+        lo, hi, values, plane, label, kind = _slice_leaves(path, ck, args.field, args.ranks, brick, axis, at)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from exc
+    u, v = (a for a in "xyz" if a != "xyz"[axis])
+    verts = np.stack([lo, np.stack([hi[:, 0], lo[:, 1]], 1), hi, np.stack([lo[:, 0], hi[:, 1]], 1)], 1)
+    n = len(values)
+    x0, y0 = lo.min(axis=0)
+    x1, y1 = hi.max(axis=0)
+    width = 8.0
+    fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * (y1 - y0) / max(x1 - x0, 1e-300) + 0.9)), constrained_layout=True)
+    few = n <= 20000
+    pc = PolyCollection(cast(Any, verts), array=values, edgecolors="k" if few else "face", linewidths=0.1 if few else 0.0)
+    ticks = None
+    if kind == "level" and n:
+        lo_l, hi_l = int(values.min()), int(values.max())
+        pc.set_cmap(plt.get_cmap("viridis", hi_l - lo_l + 1))
+        pc.set_clim(lo_l - 0.5, hi_l + 0.5)
+        ticks = list(range(lo_l, hi_l + 1))
+    elif kind.startswith("rank:"):
+        P = int(kind[5:])
+        pc.set_cmap(plt.get_cmap("tab10" if P <= 10 else "tab20" if P <= 20 else "turbo", P))
+        pc.set_clim(-0.5, P - 0.5)
+        ticks = list(range(P)) if P <= 20 else None
+    else:
+        pc.set_cmap("viridis")
+    ax.add_collection(pc)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
+    ax.set_aspect("equal")
+    ax.set_xlabel(u)
+    ax.set_ylabel(v)
+    step, t = m.values.get("step"), m.values.get("time")
+    title = f"{Path(path).name}: {m.schema_name} v{m.schema_version}, slice {'xyz'[axis]} = {plane:g}, {n} of {m.num_leaves} leaves"
+    title += f", step {step}" if step is not None else ""
+    title += f", time {t:g}" if isinstance(t, (int, float)) else ""
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(pc, ax=ax, label=label, shrink=0.85, ticks=ticks)
+    out = args.output or f"{Path(path).stem}-{args.field}-{'xyz'[axis]}.png"
+    fig.savefig(out, dpi=args.dpi)
+    plt.close(fig)
+    _out(f"wrote {out}: the {n} leaves of {path} cut by {'xyz'[axis]} = {plane:g}, coloured by {label}")
+    return EXIT_OK
+
+
+# -- export ---------------------------------------------------------------------
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    """``amrckpt export SOURCE OUT``: a checkpoint or a manager's directory as VTKHDF (collective under mpiexec)."""
+    from .export import ExportResult, to_vtkhdf
+
+    if args.ranks is not None and args.ranks < 1:
+        raise _UsageError("--ranks must be at least 1")
+    if args.chunk < 1:
+        raise _UsageError("--chunk must be at least 1")
+    src = Path(args.source)
+    if not src.exists():
+        raise _UsageError(f"{src}: no such file or directory")
+    dim = 3 if args.brick is not None and args.brick.count(",") + args.brick.count("x") == 2 else 2
+    brick = _parse_brick_nd(args.brick, dim)
+    comm = _world_comm()
+    try:
+        res: ExportResult = to_vtkhdf(
+            src, args.output, brick=brick, ranks=args.ranks, hp=args.hp, units_in_names=args.units_in_names,
+            mesh=args.mesh, prefix=args.prefix, chunk_leaves=args.chunk, comm=comm,
+        )
+    except ImportError as exc:
+        _err(f"amrckpt export: {exc}")
+        return EXIT_BAD
+    except (ValueError, FileNotFoundError) as exc:
+        raise _UsageError(str(exc)) from exc
+    if _RANK[0] == 0:
+        if res.series:
+            _out(f"wrote {res.path}: a time series of {len(res.sources)} step(s) from {src}, {sum(res.num_cells)} cells in all, "
+                 f"arrays {', '.join(res.arrays)}")
+        else:
+            st, t = res.steps[0], res.times[0]
+            when = (f", step {st}" if st is not None else "") + (f", time {t:g}" if t is not None else "")
+            _out(f"wrote {res.path}: {res.num_cells[0]} cells from {src}{when}, arrays {', '.join(res.arrays)}")
+    return EXIT_OK
+
+
 # -- ls -----------------------------------------------------------------------
 
 
-def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str, Any]], list[str]]:
-    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only."""
+def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only.
+
+    Each record says how far it was checked (``checked``): ``"every byte"``
+    (:func:`amrckpt.verify`) or ``"metadata"`` (footer, index and metadata
+    CRCs, :func:`amrckpt.read_info`).  Without ``full``, the restart target
+    is still checked byte for byte, newest first, as a restart reads it
+    (every byte against its CRC32): a damaged newest checkpoint is marked
+    invalid and the previous one is checked in turn, so that the one marked
+    ``restart`` is the one a restart takes.  With ``quick``, nothing is
+    checked beyond the metadata.
+    """
     pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
     files: dict[int, Path] = {}
     partial = []
@@ -808,6 +1001,7 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
     for step, p in sorted(files.items()):
         e = logged.get(step, {})
         rec: dict[str, Any] = {"step": step, "path": str(p), "name": p.name, "valid": True, "problem": None}
+        rec["checked"] = "every byte" if full else "metadata"
         try:
             rec["nbytes"] = p.stat().st_size
         except OSError:
@@ -829,8 +1023,19 @@ def _ls_records(directory: Path, prefix: str, full: bool) -> tuple[list[dict[str
         rec["saved_at"] = (info.saved_at if info is not None else None) or e.get("saved_at")
         rec["save_seconds"] = e.get("save_seconds")
         rec["reason"] = e.get("reason")
+        rec["metrics"] = e.get("metrics")
+        rec["metadata"] = e.get("metadata")
         rec["schema"] = f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None
         records.append(rec)
+    if not full and not quick:  # the restart target: checked byte for byte, as a restart reads it
+        for r in reversed(records):
+            if not r["valid"]:
+                continue
+            rep = verify_checkpoint(r["path"])
+            r["checked"] = "every byte"
+            if rep.ok:
+                break
+            r.update(valid=False, problem=rep.problems[0])
     newest = next((r for r in reversed(records) if r["valid"]), None)
     for r in records:
         r["restart"] = r is newest
@@ -841,7 +1046,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     d = Path(args.directory)
     if not d.is_dir():
         raise _UsageError(f"{d} is not a directory")
-    records, partial = _ls_records(d, args.prefix, args.verify)
+    if args.verify and args.quick:
+        raise _UsageError("--verify and --quick exclude each other")
+    records, partial = _ls_records(d, args.prefix, args.verify, args.quick)
     newest = next((r for r in records if r["restart"]), None)
     if args.json:
         _dump_json({"directory": str(d), "checkpoints": records, "partial": partial, "restart": newest["name"] if newest else None})
@@ -852,6 +1059,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         rows = [("", "FILE", "STEP", "TIME", "SIZE", "WRITERS", "SAVED AT (UTC)", "STATUS")]
         for r in records:
             t = r["time"]
+            if r["valid"]:
+                status = "valid (every byte)" if r["checked"] == "every byte" else "valid (metadata only)"
+            else:
+                status = f"INVALID: {r['problem']}"
             rows.append(
                 (
                     "*" if r["restart"] else "",
@@ -861,7 +1072,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
                     _human(r["nbytes"]),
                     str(r["writer_size"]) if r["writer_size"] is not None else "-",
                     r["saved_at"] or "-",
-                    "valid" if r["valid"] else f"INVALID: {r['problem']}",
+                    status,
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -871,9 +1082,19 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             _out(" ".join(cells) + " " + row[-1])
     for name in partial:
         _out(f"  {name}: a save that did not finish (the next manager removes it)")
-    if newest is not None:
-        how = "footer, index and metadata checked" if not args.verify else "every byte checked"
-        _out(f"* a restart takes {newest['name']} (step {newest['step']}): the newest valid checkpoint ({how})")
+    if newest is not None and newest["checked"] == "metadata":
+        _out(
+            f"* a restart would try {newest['name']} (step {newest['step']}) first: the newest whose metadata verify "
+            "(--quick: its data were not checked; a restart falls back if they are damaged)"
+        )
+    elif newest is not None:
+        _out(
+            f"* a restart takes {newest['name']} (step {newest['step']}): the newest checkpoint whose every byte matches its CRC32s"
+        )
+        if not args.verify and any(r["checked"] == "metadata" for r in records):
+            _out(
+                "  (the others: footer, index and metadata checked, not their data; --verify checks every byte of every checkpoint)"
+            )
     elif records:
         _out("no valid checkpoint: a restart would start from the beginning")
     return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
@@ -900,7 +1121,7 @@ def build_parser() -> argparse.ArgumentParser:
     -------
     argparse.ArgumentParser
         With one subparser per subcommand (``inspect``, ``verify``,
-        ``convert``, ``plot``, ``ls``), each bound to its function.
+        ``convert``, ``plot``, ``ls``, ``export``), each bound to its function.
     """
     parser = argparse.ArgumentParser(
         prog="amrckpt",
@@ -970,21 +1191,51 @@ def build_parser() -> argparse.ArgumentParser:
     p = _subparser(
         sub,
         "plot",
-        "draw a 2D checkpoint's mesh, leaves coloured by a field, level or rank",
+        "draw a 2D checkpoint's mesh, or a slice of a 3D one, leaves coloured by a field, level or rank",
         "Draw the leaves of a 2D checkpoint as rectangles coloured by a cell field (its first\n"
         "component; for an hp field, the number of values per leaf), by refinement level, or by\n"
         "the rank that would own each leaf under a uniform partition on P ranks. Trees are laid\n"
-        "out as a brick, row-major (tree = j * NX + i). Needs matplotlib.\n\n"
+        "out as a brick, row-major (tree = j * NX + i). Needs matplotlib.\n"
+        "A 3D checkpoint is cut by the plane --slice AXIS=VALUE (default z through the middle of\n"
+        "the domain): the leaves it cuts, placed as amrckpt export places them (--brick NX,NY,NZ).\n\n"
         "example:\n  amrckpt plot ckpt-000000000100.scda --field rho -o rho.png\n"
-        "  amrckpt plot ckpt-000000000100.scda --field rank --ranks 8 --brick 2,1",
+        "  amrckpt plot ckpt-000000000100.scda --field rank --ranks 8 --brick 2,1\n"
+        "  amrckpt plot model3d.scda --field sigma --slice y=0.25",
         _cmd_plot,
     )
-    p.add_argument("file", metavar="FILE", help="a 2D amrckpt checkpoint")
+    p.add_argument("file", metavar="FILE", help="a 2D or 3D amrckpt checkpoint")
     p.add_argument("--field", required=True, metavar="NAME|level|rank", help="a cell field's name, 'level' or 'rank'")
     p.add_argument("--ranks", type=int, default=None, metavar="P", help="ranks for --field rank (default: the writing processes)")
     p.add_argument("--brick", default=None, metavar="NX,NY", help="trees per row and column (default: all trees in one row)")
     p.add_argument("-o", "--output", default=None, metavar="OUT.png", help="the picture (default: FILE-stem-FIELD.png here)")
     p.add_argument("--dpi", type=int, default=150, help="resolution (default 150)")
+    p.add_argument("--slice", default=None, metavar="AXIS[=VALUE]", help="3D: the plane drawn (default z through the middle)")
+
+    p = _subparser(
+        sub,
+        "export",
+        "write a checkpoint, or a manager's directory, as VTKHDF for ParaView",
+        "Write a checkpoint as a VTKHDF UnstructuredGrid that ParaView (5.12+), VisIt and VTK open:\n"
+        "one quad (2D) or hexahedron (3D) per leaf, in curve order, placed by the forest geometry\n"
+        "of the checkpoint (or --brick), with cell data level, tree, every cell field (vector\n"
+        "values as components, units in an attribute or --units-in-names), each hp field as\n"
+        "NAME.count and NAME.first (or NAME.mean), and rank with --ranks. A manager's directory\n"
+        "becomes one file with a time series (VTKHDF Steps: the checkpoints' times). Leaves are\n"
+        "converted in chunks. Runs under mpiexec -n P (every rank writes its part when h5py has\n"
+        "MPI; otherwise rank 0 writes). Needs h5py (pip install 'amrckpt[viz]').\n\n"
+        "example:\n  amrckpt export run/ckpt-000000000100.scda step100.vtkhdf --brick 2,1\n"
+        "  amrckpt export run run.vtkhdf --ranks 4 && paraview run.vtkhdf",
+        _cmd_export,
+    )
+    p.add_argument("source", metavar="CHECKPOINT_OR_DIRECTORY", help="a checkpoint, or a manager's directory (a time series)")
+    p.add_argument("output", metavar="OUT.vtkhdf", help="the VTKHDF file (replaced if it exists)")
+    p.add_argument("--brick", default=None, metavar="NX,NY[,NZ]", help="trees as a brick of unit trees, row-major (old files)")
+    p.add_argument("--ranks", type=int, default=None, metavar="Q", help="add the cell array rank: owners on Q ranks")
+    p.add_argument("--hp", choices=["first", "mean"], default="first", help="hp fields: first value or mean per leaf")
+    p.add_argument("--units-in-names", action="store_true", help="name arrays 'NAME [UNITS]'")
+    p.add_argument("--mesh", default=None, metavar="NAME", help="of a checkpoint of several meshes, this one (default the first)")
+    p.add_argument("--prefix", default="ckpt", help="the manager's file prefix, for a directory (default ckpt)")
+    p.add_argument("--chunk", type=int, default=1 << 17, metavar="LEAVES", help="leaves converted at a time (default 131072)")
 
     p = _subparser(
         sub,
@@ -992,16 +1243,20 @@ def build_parser() -> argparse.ArgumentParser:
         "list a manager's checkpoints and say which one a restart takes",
         "List the checkpoints a CheckpointManager wrote into DIRECTORY, oldest first: step,\n"
         "simulation time, size, number of writing processes, save time and validity (with the\n"
-        "problem if invalid), and mark (*) the one a restart would take: the newest valid one.\n"
-        "Valid means, as for the manager, that footer, index and metadata verify; --verify\n"
-        "checks every byte. Read-only: no lock is taken and nothing is removed. Exit status 1\n"
-        "if any checkpoint is invalid.\n\n"
+        "problem if invalid), and mark (*) the one a restart would take: the newest one that\n"
+        "loads, i.e. whose every byte matches its CRC32s (checked here, newest first, as a\n"
+        "restart does). The others are checked as the manager lists them (footer, index and\n"
+        "metadata); --verify checks every byte of every checkpoint, --quick only metadata.\n"
+        "Each line says which.\n"
+        "Read-only: no lock is taken and nothing is removed. Exit status 1 if any checkpoint\n"
+        "is invalid.\n\n"
         "example:\n  amrckpt ls run-checkpoints",
         _cmd_ls,
     )
     p.add_argument("directory", metavar="DIRECTORY", help="the manager's directory")
     p.add_argument("--prefix", default="ckpt", help="the manager's file prefix (default ckpt)")
     p.add_argument("--verify", action="store_true", help="check every byte of every checkpoint against its CRC32")
+    p.add_argument("--quick", action="store_true", help="check only metadata, even of the restart target (for large checkpoints)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     return parser
 
@@ -1018,7 +1273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The exit status: 0 success, 1 a damaged, incomplete, invalid or
-        unreadable file, 2 a usage error.
+        unreadable file, 2 a usage error, 141 (128 + SIGPIPE, as the
+        coreutils) when the reader of the standard output went away
+        (``amrckpt ls DIR | head``): the command ends quietly.
 
     Examples
     --------
@@ -1026,6 +1283,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     OK          state.scda: scda file, 3 sections, 1024 bytes: every section read and decoded
     0
     """
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen here
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no traceback when Python flushes stdout at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        return EXIT_PIPE
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -1040,6 +1310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         _err(f"amrckpt {args.command}: error: {exc}")
         return EXIT_USAGE
+    except BrokenPipeError:  # the standard output's reader went away: not a file error
+        raise
     except (AmrckptError, OSError) as exc:
         where = args.__dict__.get("file") or args.__dict__.get("input") or args.__dict__.get("directory")
         _err(f"amrckpt {args.command}: {where + ': ' if where else ''}{_describe(exc)}")

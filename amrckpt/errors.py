@@ -26,6 +26,8 @@ __all__ = [
     "ManagerError",
     "PartitionError",
     "SchemaError",
+    "StepAlreadyExistsError",
+    "StepNotFoundError",
     "ScdaArgumentError",
     "ScdaCountError",
     "ScdaDecodeError",
@@ -159,12 +161,24 @@ class ManagerError(AmrckptError, RuntimeError):
     """A checkpoint manager cannot do its job: its directory is in use or not writable."""
 
 
+class StepAlreadyExistsError(ManagerError):
+    """A save of a step that has a checkpoint, or is lower than the newest one (orbax's ``StepAlreadyExistsError``).
+
+    Raised on every rank by :meth:`amrckpt.CheckpointManager.save` unless
+    it is called with ``overwrite=True``; nothing is written.
+    """
+
+
+class StepNotFoundError(ManagerError, LookupError):
+    """A manager has no checkpoint of the step asked for (:meth:`~amrckpt.CheckpointManager.restore`, ``delete``, ``metadata``)."""
+
+
 class CommError(AmrckptError, RuntimeError):
     """An MPI communication call (``MPI_Allreduce``, ``MPI_Bcast``...) failed (libsc ``SC_SCDA_FERR_MPI``).
 
     :class:`~amrckpt.comm.MPIComm` raises it for an ``mpi4py.MPI.Exception``
     from a collective; the fault injection of the tests raises it on every
-    rank of the failing call (see :mod:`amrckpt._faults`).  A real MPI error
+    rank of the failing call.  A real MPI error
     in a collective is reported only on the ranks where MPI reports it: MPI
     offers no agreement on a broken communicator (that needs ULFM's
     ``MPIX_Comm_agree``), so amrckpt cannot promise that the other ranks see it.

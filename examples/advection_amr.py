@@ -2,8 +2,9 @@
 """Advection of a scalar on an adaptive forest of quadtrees, checkpointed and restarted by amrckpt.
 
 A real MPI-parallel AMR solver, written as a model of how a simulation uses
-amrckpt.  Run it with ``mpiexec -n P python examples/advection_amr.py
---dir checkpoints --steps 400``, kill it, and continue with ``--restart
+amrckpt.  Run it with ``mpiexec -n P python -m mpi4py examples/advection_amr.py
+--dir checkpoints --steps 400`` (``-m mpi4py``: an error on one rank aborts
+the job instead of leaving the others waiting), kill it, and continue with ``--restart
 latest`` on any number of processes.
 
 The numerical method
@@ -775,8 +776,8 @@ def main(argv: list[str] | None = None) -> int:
                 saved_at = sim.step
             if sim.step % args.report_every == 0 or sim.step == args.steps:
                 _emit(comm, args.json, "step", step=sim.step, time=sim.time, leaves=sim.num_leaves())
-        if saved_at != sim.step and sim.step == args.steps:
-            save(force=True)
+        if saved_at != sim.step and sim.step == args.steps and manager.restored_step != sim.step:
+            save(force=True)  # the final state (not when it is the checkpoint just restored: that step exists)
         manager.wait()
     if args.done_file and sim.step >= args.steps and comm.rank == 0:
         with open(args.done_file, "w") as fh:

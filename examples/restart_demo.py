@@ -45,12 +45,45 @@ import advection_amr as adv
 
 import amrckpt as ac
 
+MARKER = ".amrckpt-demo"  # written into the work directory: what the demo made, and so may empty again
+OWN = ("resumed", "uninterrupted", "final_mesh.png")  # what the demo writes there
+
+
+def prepare_workdir(work: Path) -> None:
+    """Make ``work`` ready for a run, removing only what an earlier run of the demo made there.
+
+    A missing or empty directory is used (and marked as the demo's); one that
+    the demo marked before loses the demo's own entries (``OWN``) and keeps
+    anything else; any other non-empty directory, or a file, is refused.
+
+    Raises
+    ------
+    SystemExit
+        If ``work`` is a file, or a non-empty directory the demo did not make.
+    """
+    if work.exists() and not work.is_dir():
+        sys.exit(f"--workdir {work}: exists and is not a directory; choose another --workdir")
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / MARKER).is_file():
+        if any(work.iterdir()):
+            sys.exit(
+                f"--workdir {work}: a non-empty directory the demo did not make (no {MARKER} in it); "
+                "the demo removes only what it wrote itself: choose an empty or new --workdir"
+            )
+        (work / MARKER).write_text("made by examples/restart_demo.py; it removes resumed/, uninterrupted/, final_mesh.png\n")
+    for name in OWN:
+        entry = work / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
+
 
 def mpiexec() -> str:
     """Return the mpiexec next to this Python (the ``mpich`` wheel's) or on PATH."""
     exe = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
     if exe is None:
-        sys.exit("mpiexec not found: pip install -e '.[examples]' installs the mpich wheel")
+        sys.exit("mpiexec not found: pip install -e '.[local-mpi,examples]' installs the mpich wheel")
     return exe
 
 
@@ -169,7 +202,12 @@ def plot(path: Path, out: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; return 0 when the restarted and the uninterrupted runs end bit-identical."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="amrckpt-demo", help="where checkpoints and the picture go (emptied first)")
+    ap.add_argument(
+        "--workdir",
+        default="amrckpt-demo",
+        help="where checkpoints and the picture go: a new or empty directory, or one of an earlier run "
+        "(only what the demo wrote is removed; any other non-empty directory is refused)",
+    )
     ap.add_argument("--ranks", default="4,3,2", help="process counts of the killed run, the restart and the reference")
     ap.add_argument("--steps", type=int, default=2000, help="steps of the simulation (2000: half a rotation)")
     ap.add_argument("--checkpoint-every", type=int, default=100)
@@ -192,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(ranks) != 3:
         ap.error("--ranks takes three process counts")
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    prepare_workdir(work)
     common = ["--steps", str(args.steps), "--checkpoint-every", str(args.checkpoint_every)]
     common += ["--min-level", str(args.min_level), "--max-level", str(args.max_level), "--report-every", "5", "--keep", "100"]
     resumed, straight = work / "resumed", work / "uninterrupted"

@@ -24,11 +24,22 @@ def interop_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
+INTEROP_ABSENT = "the interop files are absent: ../shared/interop is not beside this clone (set AMRCKPT_INTEROP_DIR)"
+
+
 def require_interop() -> Path:
+    """The interop folder; skip the calling test, with the reason, when it is absent."""
     path = interop_dir()
     if path is None:
-        pytest.skip("the interop files are absent: ../shared/interop is not beside this clone (set AMRCKPT_INTEROP_DIR)")
+        pytest.skip(INTEROP_ABSENT)
     return path
+
+
+def interop_params(entries: list[dict[str, Any]]) -> list[Any]:
+    """The entries as parameters, or one skipped parameter that says why there are none (not pytest's empty-set skip)."""
+    if entries or interop_dir() is not None:
+        return entries
+    return [pytest.param({"name": "absent"}, marks=pytest.mark.skip(reason=INTEROP_ABSENT))]
 
 
 @cache

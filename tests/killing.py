@@ -42,10 +42,21 @@ class Trial:
     mid_save: bool = False  # the kill left a partial file: it struck in the middle of a save
 
 
-def kill_once(directory: Path, P: int, Q: int, delay: float, *, background: bool = False, every: int = 2) -> Trial:
-    """Start a job on P ranks, SIGKILL the whole job after ``delay`` s, restore on Q ranks (threads) and check."""
+def kill_once(
+    directory: Path, P: int, Q: int, delay: float, *, background: bool = False, every: int = 2, after_first_commit: bool = False
+) -> Trial:
+    """Start a job on P ranks, SIGKILL the whole job after ``delay`` s, restore on Q ranks (threads) and check.
+
+    With ``after_first_commit`` the delay counts from the first committed
+    checkpoint (at most 120 s after the start), so that a loaded machine,
+    slow to start the job, still kills it in the middle of its work.
+    """
     args = ["--steps", "100000", "--every", str(every)] + (["--background"] if background else [])
     proc = subprocess.Popen(job(P, directory, *args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if after_first_commit:
+        deadline = time.monotonic() + 120
+        while not any(directory.glob("ckpt-*.scda")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
     time.sleep(delay)
     kill_tree(proc.pid, str(directory))
     out, _ = proc.communicate()

@@ -21,7 +21,7 @@ import pytest
 from checkpoint_cases import Advection, assert_state_equal, global_state
 
 import amrckpt as ac
-from _support import REPO, file_entries, require_interop
+from _support import REPO, file_entries, interop_params, require_interop
 from amrckpt import scda, sfc
 from amrckpt.cli import main, safe_text
 from amrckpt.comm import run_threads
@@ -30,12 +30,6 @@ LIBSC = file_entries("libsc")
 REFERENCE = file_entries("reference")
 POSITIVE_REFERENCE = [e for e in REFERENCE if e["expect"]["decode_true"] == "ok"]
 NEGATIVE_REFERENCE = [e for e in REFERENCE if e["expect"]["decode_true"] != "ok"]
-
-
-def params(entries: list[dict[str, Any]]) -> list[Any]:
-    """The entries, or one skipped parameter that says why there are none."""
-    absent = "the interop files are absent: ../shared/interop is not beside this clone (set AMRCKPT_INTEROP_DIR)"
-    return entries or [pytest.param({"name": "absent"}, marks=pytest.mark.skip(reason=absent))]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: Any) -> tuple[int, str, str]:
@@ -132,7 +126,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], ckpt: Path, tmp
 # -- inspect --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", params(LIBSC), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(LIBSC), ids=lambda e: e["name"])
 def test_inspect_libsc_files(capsys: pytest.CaptureFixture[str], entry: dict[str, Any]) -> None:
     path = interop("libsc", entry)
     code, out, _ = run(capsys, "inspect", path)
@@ -162,7 +156,7 @@ def test_inspect_escapes_binary_user_strings(capsys: pytest.CaptureFixture[str])
     assert safe_text(b'a\\b"\x00\xff\n') == 'a\\\\b\\"\\x00\\xff\\n'
 
 
-@pytest.mark.parametrize("entry", params(REFERENCE), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(REFERENCE), ids=lambda e: e["name"])
 def test_inspect_reference_files(capsys: pytest.CaptureFixture[str], entry: dict[str, Any]) -> None:
     code, out, _ = run(capsys, "inspect", "--json", interop("reference", entry))
     doc = json.loads(out)
@@ -269,7 +263,7 @@ def test_verify_damaged_plain_scda(capsys: pytest.CaptureFixture[str], tmp_path:
 # -- convert --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", params(LIBSC), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(LIBSC), ids=lambda e: e["name"])
 def test_convert_libsc_round_trip(capsys: pytest.CaptureFixture[str], entry: dict[str, Any], tmp_path: Path) -> None:
     src = interop("libsc", entry)
     enc, dec = tmp_path / "enc.scda", tmp_path / "dec.scda"
@@ -287,7 +281,7 @@ def test_convert_libsc_round_trip(capsys: pytest.CaptureFixture[str], entry: dic
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dec.scda", "enc.scda"]  # no temporary file left
 
 
-@pytest.mark.parametrize("entry", params(POSITIVE_REFERENCE), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(POSITIVE_REFERENCE), ids=lambda e: e["name"])
 def test_convert_reference_files_to_mime_and_back(
     capsys: pytest.CaptureFixture[str], entry: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -370,8 +364,8 @@ def test_plot_refuses_3d_damaged_and_missing_matplotlib(
     lv = sfc.uniform_leaves(1, num_trees=1, dim=3)
     cube = tmp_path / "cube.scda"
     ac.save(Cube(step=1, mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, lv.z, num_trees=1), T=np.zeros(8, "<f4")), cube)
-    code, _, err = run(capsys, "plot", cube, "--field", "T")
-    assert code == 2 and "3D" in err
+    code, _, err = run(capsys, "plot", cube, "--field", "T", "--slice", "q")  # 3D checkpoints are drawn as slices (test_export)
+    assert code == 2 and "--slice" in err
     rho = ac.read_info(copy).index.entry("rho")
     blob = bytearray(copy.read_bytes())
     blob[rho.offset + 300] ^= 0x04
@@ -403,7 +397,9 @@ def test_ls_manager_directory_read_only(capsys: pytest.CaptureFixture[str], tmp_
     before = snapshot(d)
     code, out, _ = run(capsys, "ls", d)
     assert code == 0 and "* ckpt-000000000030.scda" in out and "a restart takes ckpt-000000000030.scda (step 30)" in out
-    assert out.count(" valid\n") == 3 and ".ckpt-000000000040.scda.partial-abc: a save that did not finish" in out
+    assert out.count(" valid (metadata only)\n") == 2 and out.count(" valid (every byte)\n") == 1
+    assert ".ckpt-000000000040.scda.partial-abc: a save that did not finish" in out
+    assert "the others: footer, index and metadata checked, not their data" in out
     row = next(line for line in out.splitlines() if "ckpt-000000000020.scda" in line)
     size = (d / "ckpt-000000000020.scda").stat().st_size / 1024
     assert row.split()[1:6] == ["20", "0.2", f"{size:.1f}", "KiB", "1"]  # step, time, size, writers
@@ -414,8 +410,24 @@ def test_ls_manager_directory_read_only(capsys: pytest.CaptureFixture[str], tmp_
     assert code == 1 and "* ckpt-000000000020.scda" in out and "INVALID: IncompleteCheckpointError" in out
     blob = bytearray((d / "ckpt-000000000020.scda").read_bytes())
     blob[ac.read_info(d / "ckpt-000000000020.scda").index.entry("rho").offset + 200] ^= 1
-    (d / "ckpt-000000000020.scda").write_bytes(blob)  # field data damaged: only --verify sees it
+    (d / "ckpt-000000000020.scda").write_bytes(blob)  # field data damaged: the metadata still verify
     before = snapshot(d)
+    code, out, _ = run(capsys, "ls", d)  # without --verify, the restart target is still checked byte for byte
+    assert code == 1 and "* ckpt-000000000010.scda" in out and "a restart takes ckpt-000000000010.scda (step 10)" in out
+    row = next(line for line in out.splitlines() if "ckpt-000000000020.scda" in line)
+    assert "INVALID" in row and "'rho'" in row
+    code, out, _ = run(capsys, "ls", "--quick", d)  # metadata only: says so
+    assert "* ckpt-000000000020.scda" in out and "a restart would try ckpt-000000000020.scda (step 20) first" in out
+    assert "valid (every byte)" not in out
+    assert run(capsys, "ls", "--quick", "--verify", d)[0] == 2
+    code, out, _ = run(capsys, "ls", "--json", d)
+    doc = json.loads(out)
+    assert doc["restart"] == "ckpt-000000000010.scda"
+    assert [(r["step"], r["valid"], r["checked"]) for r in doc["checkpoints"]] == [
+        (10, True, "every byte"),
+        (20, False, "every byte"),
+        (30, False, "metadata"),
+    ]
     code, out, _ = run(capsys, "ls", "--verify", "--json", d)
     doc = json.loads(out)
     assert code == 1 and doc["restart"] == "ckpt-000000000010.scda"
@@ -470,3 +482,31 @@ def test_convert_under_mpiexec(ckpt: Path, tmp_path: Path) -> None:
     assert out.read_bytes() == serial.read_bytes()  # serial-equivalent
     p = subprocess.run([*cmd, "verify", out, ckpt], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 0 and p.stdout.count("OK ") == 2, p.stdout + p.stderr
+
+
+def test_a_closed_pipe_ends_quietly(ckpt: Path, tmp_path: Path) -> None:
+    """``amrckpt ... | head``: the reader is gone before the command writes; no error message, no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        env.pop(var, None)
+    for argv in (["inspect", str(ckpt)], ["inspect", "--json", str(ckpt)], ["--help"], ["ls", str(tmp_path)]):
+        r, w = os.pipe()
+        os.close(r)  # the reader went away: every write fails with EPIPE
+        try:
+            p = subprocess.run(
+                [sys.executable, "-m", "amrckpt", *argv], stdout=w, stderr=subprocess.PIPE, env=env, text=True, check=False
+            )
+        finally:
+            os.close(w)
+        assert p.returncode == (0 if argv == ["--help"] else 141), (argv, p.stderr)  # argparse drops a help it cannot print
+        assert p.stderr == "", (argv, p.stderr)
+
+
+def test_python_dash_m_amrckpt(ckpt: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        env.pop(var, None)
+    p = subprocess.run([sys.executable, "-m", "amrckpt", "--version"], env=env, capture_output=True, text=True, check=False)
+    assert p.returncode == 0 and p.stdout.startswith("amrckpt ")
+    p = subprocess.run([sys.executable, "-m", "amrckpt", "verify", str(ckpt)], env=env, capture_output=True, text=True, check=False)
+    assert p.returncode == 0 and p.stdout.startswith("OK"), p.stdout + p.stderr

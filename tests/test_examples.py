@@ -71,3 +71,39 @@ def test_restart_latest_without_checkpoints_starts_fresh(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     start = json.loads(r.stdout.splitlines()[0])
     assert start["event"] == "start" and start["restored"] is False and start["step"] == 0
+
+
+def test_restart_demo_refuses_a_foreign_directory_and_keeps_it(tmp_path: Path) -> None:
+    work = tmp_path / "mine"
+    (work / "results").mkdir(parents=True)
+    (work / "thesis.tex").write_text("months of work")
+    (work / "results" / "run1.h5").write_bytes(b"data")
+    r = python(str(EXAMPLES / "restart_demo.py"), "--quick", "--workdir", str(work), cwd=tmp_path)
+    assert r.returncode != 0
+    assert "the demo did not make" in r.stderr
+    assert (work / "thesis.tex").read_text() == "months of work" and (work / "results" / "run1.h5").read_bytes() == b"data"
+    assert sorted(p.name for p in work.iterdir()) == ["results", "thesis.tex"]
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = python(str(EXAMPLES / "restart_demo.py"), "--quick", "--workdir", str(afile), cwd=tmp_path)
+    assert r.returncode != 0 and "not a directory" in r.stderr and afile.read_text() == "x"
+
+
+def test_restart_demo_workdir_removes_only_its_own_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import restart_demo
+
+    new = tmp_path / "new"
+    restart_demo.prepare_workdir(new)  # a new directory: made and marked
+    assert (new / restart_demo.MARKER).is_file()
+    (new / "resumed").mkdir()
+    (new / "resumed" / "ckpt-000000000020.scda").write_bytes(b"old")
+    (new / "final_mesh.png").write_bytes(b"old")
+    (new / "notes.txt").write_text("the user's")
+    restart_demo.prepare_workdir(new)  # an earlier run's directory: only the demo's entries go
+    assert sorted(p.name for p in new.iterdir()) == [restart_demo.MARKER, "notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    restart_demo.prepare_workdir(empty)
+    assert [p.name for p in empty.iterdir()] == [restart_demo.MARKER]

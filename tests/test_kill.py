@@ -23,7 +23,7 @@ import amrckpt as ac
 
 @pytest.mark.parametrize(("P", "Q", "delay", "background"), [(2, 3, 2.5, False), (3, 1, 3.5, False), (4, 2, 3.0, True)])
 def test_sigkill_at_random_moments(tmp_path: Path, P: int, Q: int, delay: float, background: bool) -> None:
-    trial = kill_once(tmp_path, P, Q, delay, background=background)
+    trial = kill_once(tmp_path, P, Q, delay - 2.0, background=background, after_first_commit=True)
     assert trial.recovered, trial
     assert trial.restored is not None  # the job ran long enough to commit something
 

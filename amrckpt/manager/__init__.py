@@ -9,7 +9,17 @@ it is committed).
 from __future__ import annotations
 
 from ._decorator import checkpointable
-from ._manager import HISTORY, CheckpointManager, CheckpointRecord, ManagerError, read_history
+from ._manager import (
+    HISTORY,
+    CheckpointManager,
+    CheckpointRecord,
+    ManagerError,
+    SaveHandle,
+    StepAlreadyExistsError,
+    StepMetadata,
+    StepNotFoundError,
+    read_history,
+)
 from ._policies import (
     AnyOf,
     BeforeWallTime,
@@ -23,7 +33,7 @@ from ._policies import (
     SavePolicy,
     slurm_end_time,
 )
-from ._retention import KeepAll, KeepAny, KeepEvery, KeepLast, KeepPolicy
+from ._retention import KeepAll, KeepAny, KeepBest, KeepEvery, KeepEveryNSeconds, KeepLast, KeepPolicy
 from ._scheduler import job_end_time
 
 __all__ = [
@@ -37,7 +47,9 @@ __all__ = [
     "EveryNSteps",
     "KeepAll",
     "KeepAny",
+    "KeepBest",
     "KeepEvery",
+    "KeepEveryNSeconds",
     "KeepLast",
     "KeepPolicy",
     "ManagerError",
@@ -45,7 +57,11 @@ __all__ = [
     "Never",
     "OnFileTrigger",
     "OnSignal",
+    "SaveHandle",
     "SavePolicy",
+    "StepAlreadyExistsError",
+    "StepMetadata",
+    "StepNotFoundError",
     "checkpointable",
     "job_end_time",
     "read_history",

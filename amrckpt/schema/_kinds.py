@@ -828,7 +828,7 @@ class Forest:
 
     Leaves are described as in p4est (:mod:`amrckpt.sfc`): tree index,
     refinement level and the integer coordinates of the leaf's anchor at the
-    maximum level (2**30 per tree side in 2D, 2**19 in 3D).  The local
+    maximum level (``2**30`` per tree side in 2D, ``2**19`` in 3D).  The local
     leaves of all ranks, concatenated by rank, are in the curve's order.
 
     Parameters

@@ -16,6 +16,7 @@ import pytest
 
 from _support import (
     file_entries,
+    interop_params,
     partition_counts,
     payload_of,
     read_section,
@@ -55,7 +56,7 @@ def _read_everything(comm: Any, path: Path, decode: bool, mode: int) -> list[tup
 # -- reading ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("entry", LIBSC, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(LIBSC), ids=lambda e: e["name"])
 def test_scan_libsc_layout(entry: dict[str, Any]) -> None:
     path = _path("libsc", entry)
     assert sha256(path.read_bytes()) == entry["sha256"]
@@ -72,7 +73,7 @@ def test_scan_libsc_layout(entry: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
-@pytest.mark.parametrize("entry", LIBSC, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(LIBSC), ids=lambda e: e["name"])
 def test_read_libsc_files_on_P_ranks(entry: dict[str, Any], P: int) -> None:
     path = _path("libsc", entry)
     for mode in [0] if P == 1 else [0, 1, 4]:
@@ -86,7 +87,7 @@ def test_read_libsc_files_on_P_ranks(entry: dict[str, Any], P: int) -> None:
 
 
 @pytest.mark.parametrize("decode", [False, True])
-@pytest.mark.parametrize("entry", [e for e in REFERENCE if e not in NEGATIVE], ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params([e for e in REFERENCE if e not in NEGATIVE]), ids=lambda e: e["name"])
 def test_read_reference_files(entry: dict[str, Any], decode: bool) -> None:
     path = _path("reference", entry)
     assert sha256(path.read_bytes()) == entry["sha256"]
@@ -100,7 +101,7 @@ def test_read_reference_files(entry: dict[str, Any], decode: bool) -> None:
             assert sha256(data) == m["payload_sha256"], (m.get("logical_index", m.get("index")), P)
 
 
-@pytest.mark.parametrize("entry", NEGATIVE, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(NEGATIVE), ids=lambda e: e["name"])
 def test_negative_reference_files(entry: dict[str, Any]) -> None:
     path = _path("reference", entry)
     raw = run_threads(2, _read_everything, path, False, 0)[0]
@@ -142,7 +143,7 @@ def _write(
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
-@pytest.mark.parametrize("entry", CANONICAL_LIBSC, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(CANONICAL_LIBSC), ids=lambda e: e["name"])
 def test_rewrite_libsc_files_byte_identical(entry: dict[str, Any], P: int, tmp_path: Path) -> None:
     out = tmp_path / entry["name"]
     _write(out, entry, entry["sections"], P, style="unix", vendor=b"libsc", encode=False)
@@ -150,6 +151,7 @@ def test_rewrite_libsc_files_byte_identical(entry: dict[str, Any], P: int, tmp_p
 
 
 def test_libsc_quirk_file_is_rewritten_canonically(tmp_path: Path) -> None:
+    require_interop()
     entry = next(e for e in LIBSC if e["libsc_quirk"])
     out = tmp_path / entry["name"]
     _write(out, entry, entry["sections"], 2, style="unix", vendor=b"libsc", encode=False)
@@ -163,7 +165,7 @@ def test_libsc_quirk_file_is_rewritten_canonically(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
-@pytest.mark.parametrize("entry", PLAIN_REFERENCE, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(PLAIN_REFERENCE), ids=lambda e: e["name"])
 def test_rewrite_reference_files_byte_identical(entry: dict[str, Any], P: int, tmp_path: Path) -> None:
     out = tmp_path / entry["name"]
     _write(out, entry, entry["sections"], P, style=entry["style"], vendor=b"refscda", encode=False)
@@ -171,7 +173,7 @@ def test_rewrite_reference_files_byte_identical(entry: dict[str, Any], P: int, t
 
 
 @pytest.mark.parametrize("P", [1, 3])
-@pytest.mark.parametrize("entry", COMPRESSED_REFERENCE, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(COMPRESSED_REFERENCE), ids=lambda e: e["name"])
 def test_rewrite_compressed_reference_files(entry: dict[str, Any], P: int, tmp_path: Path) -> None:
     """Sections that do not hold zlib output match byte for byte; compressed ones decode to the same payload."""
     out = tmp_path / entry["name"]
@@ -190,6 +192,7 @@ def test_rewrite_compressed_reference_files(entry: dict[str, Any], P: int, tmp_p
 
 def test_payload_generator_matches_manifests() -> None:
     """The test's own generator reproduces the manifests' payload hashes (it cannot drift unnoticed)."""
+    require_interop()
     for e in LIBSC + REFERENCE:
         for m in e["sections"]:
             if m.get("content", "generator") == "generator":

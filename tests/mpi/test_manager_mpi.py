@@ -146,3 +146,77 @@ def test_background_error_on_one_rank_surfaces_on_every_rank(mpi_tmp: Path) -> N
         steps = [r.step for r in mgr.history()]
     assert w.allgather((got, steps)) == [("SchemaError", [1])] * w.size  # nothing of step 2 remains
     assert not list(mpi_tmp.glob(".ckpt-*"))
+
+
+def test_manager_api_agreed_on_every_rank(mpi_tmp: Path) -> None:
+    """all_steps, latest_step, metadata, restore(step), delete, metrics, KeepBest and StepAlreadyExistsError over MPI."""
+    from amrckpt.manager import KeepBest
+
+    w = world()
+    out: list[Any] = []
+    with ac.CheckpointManager(mpi_tmp, Advection, comm=w, save_policy=EveryNSteps(10), keep_policy=KeepBest("loss", 2)) as mgr:
+        for s, loss in ((10, 0.3), (20, 0.1), (30, 0.2)):
+            out.append(bool(mgr.save(s, state(s, w), metrics={"loss": loss}, metadata={"P": w.size})))
+        # KeepBest keeps 20 and 30 (the best two; 30 is also the newest)
+        out.append((mgr.all_steps(), mgr.latest_step()))
+        md = mgr.metadata(20)
+        out.append((md.metrics, md.metadata, md.info.writer_size))
+        loaded = mgr.restore(20)
+        lo, hi = loaded.partition.local_range(w.rank)
+        want = G[20].local(lo, hi)
+        want.step = 20
+        try:
+            assert_state_equal(loaded.state, want)
+            out.append("restored")
+        except AssertionError:
+            out.append("differs")
+        for call in (lambda: mgr.save(30, state(30, w), force=True), lambda: mgr.save(25, state(20, w), force=True)):
+            try:
+                call()
+                out.append("no error")
+            except ac.StepAlreadyExistsError as exc:
+                out.append(str(exc).split(":")[0])
+        bad = {"rank": w.rank} if w.size > 1 else {"rank": "x", "y": object()}
+        try:
+            mgr.save(40, state(30, w), metadata=bad)
+            out.append("no error")
+        except ac.ManagerError as exc:
+            out.append(type(exc).__name__)
+        mgr.delete(20)
+        out.append(mgr.all_steps())
+    gathered = w.allgather(repr(out))
+    assert len(set(gathered)) == 1, gathered  # every rank saw the same
+    assert out[:3] == [True, True, True]
+    assert out[3] == ([20, 30], 30)
+    assert out[4] == ({"loss": 0.1}, {"P": w.size}, w.size)
+    assert out[5] == "restored"
+    assert out[6] == "step 30 has a checkpoint (ckpt-000000000030.scda)" and out[7].startswith("step 25 is lower than the newest")
+    assert out[8] == "ManagerError" and out[9] == [30]
+
+
+def test_warnings_once_per_job(mpi_tmp: Path) -> None:
+    import logging
+
+    w = world()
+    with ac.CheckpointManager(mpi_tmp, Advection, comm=w, save_policy=EveryNSteps(10)) as mgr:
+        mgr.save(10, state(10, w))
+    if w.rank == 0:
+        (mpi_tmp / "ckpt-000000000020.scda").write_bytes(b"damaged")
+    w.Barrier()
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.WARNING)
+    logger = logging.getLogger("amrckpt")
+    logger.addHandler(handler)
+    try:
+        with ac.CheckpointManager(mpi_tmp, Advection, comm=w) as mgr:
+            mgr.restore_latest()
+            step = mgr.restored_step
+    finally:
+        logger.removeHandler(handler)
+    counts = w.allgather(len([r for r in records if "skipping" in r.getMessage()]))
+    assert counts == [1] + [0] * (w.size - 1) and step == 10  # one warning per job: rank 0's

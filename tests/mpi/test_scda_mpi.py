@@ -17,7 +17,17 @@ from conftest import shared_tmpdir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import file_entries, partition_counts, read_section, require_interop, sha256, user_string, world, write_section
+from _support import (
+    file_entries,
+    interop_params,
+    partition_counts,
+    read_section,
+    require_interop,
+    sha256,
+    user_string,
+    world,
+    write_section,
+)
 from amrckpt import scda
 from amrckpt.comm import SerialComm
 from amrckpt.errors import ScdaArgumentError, ScdaFileNotFoundError
@@ -45,7 +55,7 @@ def rewrite(path: Path, entry: dict[str, Any], vendor: bytes, style: str) -> Non
             write_section(f, sec, comm.size, comm.rank, mode=k % 6)
 
 
-@pytest.mark.parametrize("entry", LIBSC, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(LIBSC), ids=lambda e: e["name"])
 def test_rewrite_libsc_files_over_mpiio(entry: dict[str, Any], mpi_tmp: Path) -> None:
     require_interop()
     out = mpi_tmp / entry["name"]
@@ -53,7 +63,7 @@ def test_rewrite_libsc_files_over_mpiio(entry: dict[str, Any], mpi_tmp: Path) ->
     assert file_hash(out) == entry["sha256"]
 
 
-@pytest.mark.parametrize("entry", PLAIN_REFERENCE, ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(PLAIN_REFERENCE), ids=lambda e: e["name"])
 def test_rewrite_reference_files_over_mpiio(entry: dict[str, Any], mpi_tmp: Path) -> None:
     require_interop()
     out = mpi_tmp / entry["name"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _support import generate, interop_dir, require_interop, sha256
+from _support import generate, interop_dir, interop_params, require_interop, sha256
 from amrckpt.errors import ScdaDecodeError
 from amrckpt.scda import _codec
 
@@ -34,7 +34,7 @@ def decode_one(text: bytes, usize: int) -> bytes:
     return out.tobytes()
 
 
-@pytest.mark.parametrize("entry", _enc_entries(), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(_enc_entries()), ids=lambda e: e["name"])
 def test_libsc_encodings_decode(entry: dict[str, Any]) -> None:
     base = require_interop() / "libsc" / "sc_io_encode"
     text = (base / entry["name"]).read_bytes()
@@ -43,7 +43,7 @@ def test_libsc_encodings_decode(entry: dict[str, Any]) -> None:
     assert sha256(payload) == entry["payload"]["sha256"]
 
 
-@pytest.mark.parametrize("entry", _enc_entries(), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", interop_params(_enc_entries()), ids=lambda e: e["name"])
 def test_libsc_line_structure_reproduced(entry: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """Given libsc's own zlib stream, our stage 1 and stage 2 give libsc's bytes exactly."""
     base = require_interop() / "libsc" / "sc_io_encode"

@@ -337,3 +337,26 @@ def test_checkpointable_errors() -> None:
 
     with pytest.raises(ac.SchemaError, match="no attribute 'time'"):
         Partial().to_checkpoint()  # type: ignore[attr-defined]
+
+
+def test_restore_latest_with_the_writing_partition(tmp_path: Path) -> None:
+    """The run record beside each checkpoint gives restore_latest(partition="writer") the leaves each rank wrote."""
+    g = STATES[10]
+    counts = [g.N - 2, 1, 1]
+
+    def write(comm: Any) -> None:
+        with ac.CheckpointManager(tmp_path, Advection, comm=comm, save_policy=EveryNSteps(10)) as mgr:
+            mgr.save(10, _with_step(g.for_rank(comm, counts), 10))
+
+    def read(comm: Any) -> tuple[int, int]:
+        with ac.CheckpointManager(tmp_path, Advection, comm=comm) as mgr:
+            loaded = mgr.restore_latest(partition="writer")
+            lo, hi = loaded.partition.local_range(comm.rank)
+            assert_state_equal(loaded.state, _with_step(g.local(lo, hi), 10))
+            return lo, hi
+
+    run_threads(3, write)
+    assert (tmp_path / f"ckpt-{10:012d}.scda.run.json").is_file()
+    assert run_threads(3, read) == [(0, g.N - 2), (g.N - 2, g.N - 1), (g.N - 1, g.N)]
+    with pytest.raises(ac.SchemaError, match="written on 3 ranks; this job has 2"):
+        run_threads(2, read)

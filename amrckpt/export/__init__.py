@@ -1,0 +1,32 @@
+"""Look at checkpoints in ParaView, VisIt, pyvista and yt.
+
+- :func:`to_vtkhdf`: a checkpoint, or a manager's directory of them (a time
+  series), as a VTKHDF ``UnstructuredGrid`` with one cell per leaf.
+- :func:`to_yt`: a checkpoint as a yt dataset.
+- :func:`tree_boxes`, :func:`leaf_boxes`: where trees and leaves lie.
+
+``import amrckpt.export`` imports neither h5py nor yt nor VTK: each is
+imported by the function that needs it (``pip install 'amrckpt[viz]'``).
+"""
+
+from __future__ import annotations
+
+from ._arrays import CellArray, HpSummary, checkpoint_paths, plan_arrays
+from ._geometry import cell_corners, float32_exact, leaf_boxes, tree_boxes
+from ._vtkhdf import DEFAULT_CHUNK_LEAVES, ExportResult, to_vtkhdf
+from ._yt import to_yt
+
+__all__ = [
+    "DEFAULT_CHUNK_LEAVES",
+    "CellArray",
+    "ExportResult",
+    "HpSummary",
+    "cell_corners",
+    "checkpoint_paths",
+    "float32_exact",
+    "leaf_boxes",
+    "plan_arrays",
+    "to_vtkhdf",
+    "to_yt",
+    "tree_boxes",
+]

@@ -1,0 +1,325 @@
+"""What the exporters write per leaf: the plan of cell arrays, and their values for a range of leaves."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from ..container import Manifest, MeshSpec, dtype_from_json
+from ..errors import CheckpointError
+from ..partition import Partition
+
+__all__ = ["CellArray", "HpSummary", "checkpoint_paths", "leaf_values", "mesh_spec", "plan_arrays"]
+
+logger = logging.getLogger(__name__)
+
+HpSummary = Literal["first", "mean"]
+"""How an hp field becomes one value per leaf: its first value (the first
+coefficient of a modal expansion: the leaf mean for Legendre or Taylor bases)
+or the mean of its values; both NaN for a leaf without values."""
+
+
+@dataclass(frozen=True)
+class CellArray:
+    """One array of per-leaf values in an export.
+
+    Attributes
+    ----------
+    name : str
+        The array's name in the export (``q``, ``velocity``, ``recon.count``,
+        ``rho.real``, ``state.p``, ``level``, ``tree``, ``rank``).
+    source : str
+        ``level``, ``tree``, ``rank``, ``cells``, ``hp.count``, ``hp.first`` or
+        ``hp.mean``.
+    field : str or None
+        The checkpoint field it comes from (None for ``level``, ``tree`` and
+        ``rank``).
+    dtype : numpy.dtype
+        The stored dtype (native byte order).
+    ncomp : int
+        Components per leaf (``prod(shape)`` of the field's value).
+    units : str or None
+        The field's units.
+    pick : callable or None
+        Turns the field's values for a range of leaves, ``(count, *shape)``,
+        into ``(count, ncomp)`` (``cells`` arrays).
+    ranks : int or None
+        The number of ranks of a ``rank`` array.
+    """
+
+    name: str
+    source: str
+    field: str | None
+    dtype: np.dtype[Any]
+    ncomp: int
+    units: str | None = None
+    pick: Callable[[np.ndarray], np.ndarray] | None = None
+    ranks: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What must agree between the steps of a series: name, dtype, components."""
+        return (self.name, self.dtype.str, self.ncomp)
+
+
+def _stored(dt: np.dtype[Any]) -> np.dtype[Any] | None:
+    """Return the dtype that a numeric scalar dtype is stored as (None: not numeric)."""
+    if dt.kind == "b":
+        return np.dtype(np.uint8)
+    if dt.kind in "iu":
+        return dt.newbyteorder("=")
+    if dt.kind == "f":
+        return np.dtype(np.float32) if dt.itemsize < 4 else np.dtype(np.float64) if dt.itemsize > 8 else dt.newbyteorder("=")
+    return None
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    return a.reshape(a.shape[0], math.prod(a.shape[1:]))
+
+
+@dataclass(frozen=True)
+class _Pick:
+    """Turn a field's values ``(count, *shape)`` into ``(count, ncomp)``: a record member, a complex part, or all.
+
+    A small object rather than a closure, so that plans travel between ranks (pickle).
+    """
+
+    member: str | None = None
+    part: str | None = None
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        if self.member is not None:
+            a = a[self.member]
+        if self.part is not None:
+            a = a.real if self.part == "real" else a.imag
+        return _flat(a)
+
+
+def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str | None) -> list[CellArray]:
+    per = math.prod(shape)
+    if per == 0:
+        return []
+    stored = _stored(dt)
+    if stored is not None:
+        return [CellArray(name, "cells", name, stored, per, units, _Pick())]
+    if dt.kind == "c":
+        part = np.dtype(f"f{dt.itemsize // 2}") if dt.itemsize <= 16 else np.dtype(np.float64)
+        return [
+            CellArray(f"{name}.real", "cells", name, part, per, units, _Pick(part="real")),
+            CellArray(f"{name}.imag", "cells", name, part, per, units, _Pick(part="imag")),
+        ]
+    out: list[CellArray] = []
+    if dt.names is not None:
+        for member in dt.names:
+            sub = dt.fields[member][0] if dt.fields else None
+            if sub is None:
+                continue
+            base, sub_shape = sub.base, sub.shape
+            st = _stored(base)
+            if st is None:
+                logger.info("field %s: member %s of dtype %s has no numeric value; not exported", name, member, sub)
+                continue
+            out.append(CellArray(f"{name}.{member}", "cells", name, st, per * math.prod(sub_shape), units, _Pick(member=member)))
+        return out
+    logger.info("field %s of dtype %s has no numeric value; not exported", name, dt)
+    return []
+
+
+def mesh_spec(manifest: Manifest, mesh: str | None = None) -> MeshSpec:
+    """Return the mesh ``mesh`` of a checkpoint (its first mesh by default).
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint holds no mesh.
+    ValueError
+        If it holds no mesh named ``mesh`` (the message lists its meshes).
+    """
+    if not manifest.meshes:
+        raise CheckpointError(f"the checkpoint (schema {manifest.schema_name}) holds no mesh: nothing to place")
+    if mesh is None:
+        return manifest.meshes[0]
+    for ms in manifest.meshes:
+        if ms.field == mesh:
+            return ms
+    raise ValueError(f"the checkpoint has no mesh {mesh!r}; its meshes: {', '.join(m.field for m in manifest.meshes)}")
+
+
+def plan_arrays(
+    manifest: Manifest, *, hp: HpSummary = "first", ranks: int | None = None, mesh: str | None = None
+) -> list[CellArray]:
+    """Return the cell arrays an export of this checkpoint holds, in order.
+
+    ``level`` (uint8) and ``tree`` (int32) first; then every ``cells`` field
+    in declaration order (numeric values as they are, bool as uint8, float16
+    as float32, complex as ``NAME.real`` and ``NAME.imag``, records as one
+    array per numeric member ``NAME.MEMBER``; other dtypes are left out and
+    logged); every ``hp`` field as ``NAME.count`` (int64, values per leaf)
+    and ``NAME.first`` or ``NAME.mean`` (float64, NaN where a leaf has no
+    value; for numeric real values only); and ``rank`` (int32) if ``ranks``
+    is given.
+
+    Parameters
+    ----------
+    manifest : Manifest
+        The checkpoint's manifest (with a mesh).
+    hp : {"first", "mean"}, optional
+        The per-leaf summary of hp fields (:data:`HpSummary`).
+    ranks : int, optional
+        Add ``rank``: the owner of each leaf under the uniform partition on
+        this many ranks (p4est's ``floor(N p / P)`` split).
+    mesh : str, optional
+        The mesh whose leaves are the cells (the first by default): only the
+        fields on its leaves are planned.
+
+    Returns
+    -------
+    list of CellArray
+    """
+    if hp not in ("first", "mean"):
+        raise ValueError(f"hp must be 'first' or 'mean', not {hp!r}")
+    if ranks is not None and ranks < 1:
+        raise ValueError(f"ranks must be at least 1, not {ranks}")
+    arrays = [
+        CellArray("level", "level", None, np.dtype(np.uint8), 1, None),
+        CellArray("tree", "tree", None, np.dtype(np.int32), 1, None),
+    ]
+    ms = mesh_spec(manifest, mesh)
+    for fs in manifest.fields:
+        on = manifest.mesh_of(fs) if fs.kind in ("cells", "hp") else None
+        if on is None or on.field != ms.field:
+            continue
+        dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
+        if fs.kind == "cells":
+            arrays += _cells_arrays(fs.name, dt, fs.shape, fs.units)
+            continue
+        arrays.append(CellArray(f"{fs.name}.count", "hp.count", fs.name, np.dtype(np.int64), 1, None))
+        if _stored(dt) is not None and dt.kind != "b" and math.prod(fs.shape) > 0:
+            arrays.append(CellArray(f"{fs.name}.{hp}", f"hp.{hp}", fs.name, np.dtype(np.float64), math.prod(fs.shape), fs.units))
+    if ranks is not None:
+        arrays.append(CellArray("rank", "rank", None, np.dtype(np.int32), 1, None, ranks=ranks))
+    names = [a.name for a in arrays]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise CheckpointError(f"the export would hold arrays {dup} twice (a field named like level, tree, rank or NAME.count)")
+    return arrays
+
+
+def _hp_summary(counts: np.ndarray, values: np.ndarray, how: str) -> np.ndarray:
+    """Per-leaf first value or mean of hp values, ``(count, ncomp)`` float64, NaN for empty leaves."""
+    n = len(counts)
+    flat = values.reshape(values.shape[0], math.prod(values.shape[1:])).astype(np.float64)
+    out = np.full((n, flat.shape[1]), np.nan)
+    has = counts > 0
+    starts = (np.cumsum(counts) - counts)[has]
+    if how == "first":
+        out[has] = flat[starts]
+    elif len(starts):
+        out[has] = np.add.reduceat(flat, starts, axis=0) / counts[has, None]
+    return out
+
+
+def leaf_values(arrays: Sequence[CellArray], reader: Any, mesh: np.ndarray, start: int, num_leaves: int) -> list[np.ndarray]:
+    """Return the values of each planned array for leaves ``start .. start + len(mesh) - 1``.
+
+    Parameters
+    ----------
+    arrays : sequence of CellArray
+        From :func:`plan_arrays`.
+    reader : amrckpt.container.CheckpointReader
+        The open checkpoint; each field is read once for the range.
+    mesh : (count,) numpy.ndarray of mesh records
+        The range's leaves (``reader.read_mesh(start, count)``).
+    start : int
+        Global index of the first leaf.
+    num_leaves : int
+        Global number of leaves (for ``rank``).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One per array: ``(count,)`` if it has one component, else
+        ``(count, ncomp)``, of the array's dtype.
+    """
+    count = len(mesh)
+    cells: dict[str, np.ndarray] = {}
+    hps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    out = []
+    for a in arrays:
+        if a.source == "level":
+            v = mesh["level"]
+        elif a.source == "tree":
+            v = mesh["tree"]
+        elif a.source == "rank":
+            assert a.ranks is not None
+            v = Partition.uniform(num_leaves, a.ranks).owner(np.arange(start, start + count, dtype=np.int64))
+        elif a.source == "cells":
+            assert a.field is not None and a.pick is not None
+            if a.field not in cells:
+                cells[a.field] = reader.read_cells(a.field, start, count)
+            v = a.pick(cells[a.field])
+        else:
+            assert a.field is not None
+            if a.field not in hps:
+                hps[a.field] = reader.read_hp(a.field, start, count)
+            counts, values = hps[a.field]
+            v = counts if a.source == "hp.count" else _hp_summary(counts, values, a.source[3:])
+        v = np.asarray(v).astype(a.dtype, copy=False)
+        out.append(v.reshape(count) if a.ncomp == 1 else v.reshape(count, a.ncomp))
+    return out
+
+
+_CKPT = re.compile(r"(?P<prefix>.+)-(?P<step>\d{12,})\.scda")
+
+
+def checkpoint_paths(
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], prefix: str = "ckpt"
+) -> tuple[list[Path], bool]:
+    """Return the checkpoints to export, and whether they form a time series.
+
+    Parameters
+    ----------
+    source : path or sequence of paths
+        A checkpoint file (one step, no series), a directory written by a
+        :class:`~amrckpt.CheckpointManager` (its ``PREFIX-<step>.scda`` files
+        in step order: a series), or a list of checkpoint files (a series, in
+        the given order).
+    prefix : str, optional
+        The manager's file prefix.
+
+    Returns
+    -------
+    paths : list of pathlib.Path
+    series : bool
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``source`` does not exist or a directory holds no checkpoint.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        if p.is_dir():
+            found = sorted(
+                (int(m.group("step")), q)
+                for q in p.iterdir()
+                if (m := _CKPT.fullmatch(q.name)) is not None and m.group("prefix") == prefix and q.is_file()
+            )
+            if not found:
+                raise FileNotFoundError(f"{p}: no checkpoints named {prefix}-<step>.scda")
+            return [q for _, q in found], True
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such file or directory")
+        return [p], False
+    paths = [Path(q) for q in source]
+    if not paths:
+        raise FileNotFoundError("no checkpoints given")
+    return paths, True

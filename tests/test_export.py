@@ -1,0 +1,454 @@
+"""amrckpt.export and ``amrckpt export``: checkpoints read back by VTK's own vtkHDFReader, pyvista and yt.
+
+The expected leaf boxes are computed here from the leaves' integer
+coordinates (not by amrckpt.export), and every cell of every export is
+compared with them and with the fields' values.  Tests skip with a reason
+where h5py, vtk, pyvista or yt are absent (``pip install 'amrckpt[viz]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from checkpoint_cases import global_state
+
+import amrckpt as ac
+from _support import REPO, random_forest
+from amrckpt import sfc
+from amrckpt.cli import main
+from amrckpt.comm import run_threads
+
+
+def need(module: str) -> Any:
+    return pytest.importorskip(module, reason=f"{module} is not installed (pip install 'amrckpt[viz]')")
+
+
+class Heat3D(ac.CheckpointSchema, name="heat3d", version=1):
+    step: int = ac.Inline()
+    time: float = ac.Inline(units="s")
+    mesh: ac.Forest = ac.Mesh(dim=3)
+    T: ac.CellData = ac.Cells("<f4", units="K")
+    grad: ac.CellData = ac.Cells("<f8", shape=(3,), units="K/m")
+    flag: ac.CellData = ac.Cells("?")
+    z: ac.CellData = ac.Cells("<c16")
+    rec: ac.CellData = ac.Cells([("p", "<f4"), ("n", "<i2", (2,))])
+    modes: ac.HpData = ac.HpCells("<f8")
+
+
+def heat3d(seed: int, step: int, max_level: int = 3) -> tuple[Heat3D, Any]:
+    lv = random_forest(seed, num_trees=2, dim=3, max_level=max_level)
+    N = lv.num_leaves
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4, N)
+    state = Heat3D(
+        step=step,
+        time=0.25 * step,
+        mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, lv.z, num_trees=2),
+        T=rng.random(N).astype("<f4"),
+        grad=rng.standard_normal((N, 3)),
+        flag=rng.random(N) < 0.5,
+        z=rng.standard_normal(N) + 1j * rng.standard_normal(N),
+        rec=np.array([(k, (k, -k)) for k in range(N)], dtype=[("p", "<f4"), ("n", "<i2", (2,))]),
+        modes=ac.HpData(rng.standard_normal(int(counts.sum())), counts),
+    )
+    return state, lv
+
+
+def boxes(lv: Any, brick: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Each leaf's box, from its integer coordinates and a brick of unit trees (row-major)."""
+    dim = len(brick)
+    t = np.asarray(lv.tree, dtype=np.int64)
+    origin = [t % brick[0], (t // brick[0]) % brick[1]] + ([t // (brick[0] * brick[1])] if dim == 3 else [])
+    coords = [lv.x, lv.y] + ([lv.z] if dim == 3 else [])
+    lo = np.stack([o + np.asarray(c, dtype=np.float64) / 2.0 ** sfc.MAXLEVEL[dim] for o, c in zip(origin, coords, strict=True)], 1)
+    return lo, lo + 0.5 ** np.asarray(lv.level, dtype=np.float64)[:, None]
+
+
+def read_vtk(path: Path, step: int | None = None) -> Any:
+    vtk = need("vtk")
+    reader = vtk.vtkHDFReader()
+    reader.SetFileName(os.fspath(path))
+    reader.UpdateInformation()
+    if step is not None:
+        reader.SetStep(step)
+    reader.Update()
+    return reader, reader.GetOutput()
+
+
+def cell_bounds(grid: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cell: lower and upper corner of its points' bounding box, and its VTK type."""
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+
+    pts = vtk_to_numpy(grid.GetPoints().GetData())
+    cells = grid.GetCells()
+    offsets = vtk_to_numpy(cells.GetOffsetsArray())
+    conn = vtk_to_numpy(cells.GetConnectivityArray())
+    n = grid.GetNumberOfCells()
+    nv = np.diff(offsets)
+    assert n == 0 or (nv == nv[0]).all()
+    corners = pts[conn].reshape(n, int(nv[0]) if n else 1, 3)
+    types = np.array([grid.GetCellType(i) for i in range(n)], dtype=np.uint8)
+    return corners.min(axis=1), corners.max(axis=1), types
+
+
+def cell_array(grid: Any, name: str) -> np.ndarray:
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+
+    arr = grid.GetCellData().GetArray(name)
+    assert arr is not None, f"no cell array {name!r}"
+    return vtk_to_numpy(arr)
+
+
+def field_value(grid: Any, name: str) -> Any:
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+
+    return vtk_to_numpy(grid.GetFieldData().GetArray(name)).tolist()
+
+
+def hp_first(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    start = np.cumsum(counts) - counts
+    return np.where(counts > 0, values[np.minimum(start, max(len(values) - 1, 0))], np.nan)
+
+
+@pytest.fixture(scope="module")
+def adv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """A 2D checkpoint on two trees (a compressed vector field, an hp field) written by 3 ranks."""
+    path = tmp_path_factory.mktemp("adv") / "adv.scda"
+    g = global_state(5, max_level=5)
+    run_threads(3, lambda comm: ac.save(g.for_rank(comm), path, comm=comm))
+    return path, g
+
+
+@pytest.fixture(scope="module")
+def cube(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Heat3D, Any]:
+    path = tmp_path_factory.mktemp("cube") / "cube.scda"
+    state, lv = heat3d(1, step=7)
+    ac.save(state, path)
+    return path, state, lv
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Heat3D, Any]]]:
+    """A manager's directory of three 3D checkpoints whose meshes differ."""
+    d = tmp_path_factory.mktemp("run") / "run"
+    states = [heat3d(10 + s, step=s, max_level=2 + s % 2) for s in (1, 2, 3)]
+    with ac.CheckpointManager(d, Heat3D, save_policy=ac.EveryNSteps(1)) as manager:
+        for state, _ in states:
+            assert manager.save(state.step, state)
+    return d, states
+
+
+# -- VTKHDF read by VTK -----------------------------------------------------------
+
+
+def test_2d_checkpoint_of_3_ranks_read_by_vtk(adv: tuple[Path, Any], tmp_path: Path) -> None:
+    need("h5py")
+    path, g = adv
+    res = ac.export.to_vtkhdf(path, tmp_path / "adv.vtkhdf", ranks=4)
+    assert res.num_cells == (g.N,) and not res.series and res.steps == (42,) and res.times == (1.25,)
+    assert res.arrays == ("level", "tree", "rho", "vel", "modes.count", "modes.first", "rank")
+    _, grid = read_vtk(res.path)
+    assert grid.GetNumberOfCells() == g.N
+    lo, hi, types = cell_bounds(grid)
+    want_lo, want_hi = boxes(g.leaves, (2, 1))  # the default geometry: a row of unit trees
+    np.testing.assert_array_equal(lo[:, :2], want_lo)
+    np.testing.assert_array_equal(hi[:, :2], want_hi)
+    assert (lo[:, 2] == 0).all() and (hi[:, 2] == 0).all()
+    assert (types == 9).all()  # VTK_QUAD
+    np.testing.assert_array_equal(cell_array(grid, "rho"), g.rho)
+    np.testing.assert_array_equal(cell_array(grid, "vel"), g.vel)
+    np.testing.assert_array_equal(cell_array(grid, "level"), g.leaves.level)
+    np.testing.assert_array_equal(cell_array(grid, "tree"), g.leaves.tree)
+    np.testing.assert_array_equal(cell_array(grid, "modes.count"), g.counts)
+    np.testing.assert_array_equal(cell_array(grid, "modes.first"), hp_first(g.counts, g.modes))
+    np.testing.assert_array_equal(cell_array(grid, "rank"), ac.Partition.uniform(g.N, 4).owner(np.arange(g.N)))
+    assert field_value(grid, "step") == [42] and field_value(grid, "time") == [1.25]
+
+
+def test_3d_checkpoint_read_by_vtk_every_dtype(cube: tuple[Path, Heat3D, Any], tmp_path: Path) -> None:
+    h5py = need("h5py")
+    path, state, lv = cube
+    res = ac.export.to_vtkhdf(path, tmp_path / "cube.vtkhdf", hp="mean", chunk_leaves=7)
+    assert res.arrays == ("level", "tree", "T", "grad", "flag", "z.real", "z.imag", "rec.p", "rec.n", "modes.count", "modes.mean")
+    _, grid = read_vtk(res.path)
+    N = len(lv.tree)
+    assert grid.GetNumberOfCells() == N
+    lo, hi, types = cell_bounds(grid)
+    want_lo, want_hi = boxes(lv, (2, 1, 1))
+    np.testing.assert_array_equal(lo, want_lo)
+    np.testing.assert_array_equal(hi, want_hi)
+    assert (types == 12).all()  # VTK_HEXAHEDRON
+    np.testing.assert_array_equal(cell_array(grid, "T"), state.T)
+    np.testing.assert_array_equal(cell_array(grid, "grad"), state.grad)
+    np.testing.assert_array_equal(cell_array(grid, "flag"), state.flag.astype(np.uint8))
+    np.testing.assert_array_equal(cell_array(grid, "z.real"), state.z.real)
+    np.testing.assert_array_equal(cell_array(grid, "z.imag"), state.z.imag)
+    np.testing.assert_array_equal(cell_array(grid, "rec.p"), state.rec["p"])
+    np.testing.assert_array_equal(cell_array(grid, "rec.n"), state.rec["n"])
+    counts, values = state.modes.counts, state.modes.values
+    start = np.cumsum(counts) - counts
+    mean = np.array([values[s : s + c].mean() if c else np.nan for s, c in zip(start, counts, strict=True)])
+    np.testing.assert_allclose(cell_array(grid, "modes.mean"), mean, rtol=1e-14)
+    with h5py.File(res.path) as f:
+        assert f["VTKHDF/CellData/T"].attrs["units"] == b"K"
+        assert f["VTKHDF/CellData/grad"].attrs["units"] == b"K/m"
+
+
+def test_chunks_and_brick(cube: tuple[Path, Heat3D, Any], tmp_path: Path) -> None:
+    """The file does not depend on the chunk size; --brick moves the trees."""
+    h5py = need("h5py")
+    path, _, lv = cube
+    a = ac.export.to_vtkhdf(path, tmp_path / "a.vtkhdf", chunk_leaves=1)
+    b = ac.export.to_vtkhdf(path, tmp_path / "b.vtkhdf")
+    with h5py.File(a.path) as fa, h5py.File(b.path) as fb:
+        names: list[str] = []
+        fa["VTKHDF"].visit(lambda n: names.append(n) if isinstance(fa["VTKHDF"][n], h5py.Dataset) else None)
+        for n in names:
+            np.testing.assert_array_equal(fa["VTKHDF"][n][()], fb["VTKHDF"][n][()], err_msg=n)
+    c = ac.export.to_vtkhdf(path, tmp_path / "c.vtkhdf", brick=(1, 1, 2), units_in_names=True)
+    _, grid = read_vtk(c.path)
+    lo, hi, _ = cell_bounds(grid)
+    want_lo, want_hi = boxes(lv, (1, 1, 2))
+    np.testing.assert_array_equal(lo, want_lo)
+    np.testing.assert_array_equal(hi, want_hi)
+    assert "T [K]" in c.arrays and grid.GetCellData().GetArray("T [K]") is not None
+    with pytest.raises(ValueError, match="brick"):
+        ac.export.to_vtkhdf(path, tmp_path / "d.vtkhdf", brick=(1, 1, 1))
+
+
+def test_time_series_read_by_vtk_and_pyvista(run_dir: tuple[Path, list[tuple[Heat3D, Any]]], tmp_path: Path) -> None:
+    need("h5py")
+    d, states = run_dir
+    res = ac.export.to_vtkhdf(d, tmp_path / "run.vtkhdf")
+    assert res.series and res.steps == (1, 2, 3) and res.times == (0.25, 0.5, 0.75)
+    reader, _ = read_vtk(res.path)
+    assert reader.GetNumberOfSteps() == 3
+    from vtkmodules.vtkCommonExecutionModel import vtkStreamingDemandDrivenPipeline
+
+    times = reader.GetOutputInformation(0).Get(vtkStreamingDemandDrivenPipeline.TIME_STEPS())
+    assert list(times) == [0.25, 0.5, 0.75]
+    for k, (state, lv) in enumerate(states):
+        _, grid = read_vtk(res.path, step=k)
+        assert grid.GetNumberOfCells() == len(lv.tree) == res.num_cells[k]
+        lo, hi, _ = cell_bounds(grid)
+        want_lo, want_hi = boxes(lv, (2, 1, 1))
+        np.testing.assert_array_equal(lo, want_lo)
+        np.testing.assert_array_equal(hi, want_hi)
+        np.testing.assert_array_equal(cell_array(grid, "T"), state.T)
+        np.testing.assert_array_equal(cell_array(grid, "modes.count"), state.modes.counts)
+        assert field_value(grid, "step") == [state.step] and field_value(grid, "time") == [state.time]
+    pv = need("pyvista")  # pyvista's HDFReader reads the first step; the others through VTK's reader, wrapped
+    for k, (state, lv) in enumerate(states):
+        mesh = pv.read(os.fspath(res.path)) if k == 0 else pv.wrap(read_vtk(res.path, step=k)[1])
+        assert mesh.n_cells == len(lv.tree)
+        np.testing.assert_array_equal(mesh.cell_data["T"], state.T)
+        bounds = np.array([mesh.get_cell(i).bounds for i in (0, mesh.n_cells - 1)])
+        want_lo, want_hi = boxes(lv, (2, 1, 1))
+        np.testing.assert_array_equal(bounds[:, 0::2], want_lo[[0, -1]])
+        np.testing.assert_array_equal(bounds[:, 1::2], want_hi[[0, -1]])
+
+
+def test_series_from_a_list_and_a_missing_directory(run_dir: tuple[Path, list[tuple[Heat3D, Any]]], tmp_path: Path) -> None:
+    need("h5py")
+    d, _ = run_dir
+    files = sorted(d.glob("ckpt-*.scda"))[::-1]
+    res = ac.export.to_vtkhdf(files, tmp_path / "rev.vtkhdf")
+    assert res.steps == (3, 2, 1) and res.series
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        ac.export.to_vtkhdf(tmp_path / "empty", tmp_path / "x.vtkhdf")
+
+
+# -- yt ---------------------------------------------------------------------------------
+
+
+def test_to_yt_2d(adv: tuple[Path, Any]) -> None:
+    yt = need("yt")
+    path, g = adv
+    ds = ac.to_yt(path, ranks=3)
+    assert ds.dimensionality == 2 and float(ds.current_time) == 1.25 and ds.parameters["step"] == 42
+    ad = ds.r[:]
+    np.testing.assert_array_equal(ad["connect1", "rho"].d, g.rho)
+    assert str(ad["connect1", "rho"].units) == "kg/m**3"
+    np.testing.assert_array_equal(ad["connect1", "vel_1"].d, g.vel[:, 1])
+    np.testing.assert_array_equal(ad["connect1", "modes.count"].d, g.counts)
+    mesh = ds.index.meshes[0]
+    corners = mesh.connectivity_coords[mesh.connectivity_indices]
+    want_lo, want_hi = boxes(g.leaves, (2, 1))
+    np.testing.assert_array_equal(corners.min(axis=1), want_lo)
+    np.testing.assert_array_equal(corners.max(axis=1), want_hi)
+    # leaf centres: the value of the element that holds each centre is that leaf's
+    centres = 0.5 * (want_lo + want_hi)
+    for i in np.random.default_rng(0).choice(g.N, 5, replace=False):
+        inside = np.all((corners.min(axis=1) <= centres[i]) & (centres[i] < corners.max(axis=1)), axis=1)
+        assert np.flatnonzero(inside).tolist() == [i]
+        assert ad["connect1", "rho"].d[inside][0] == g.rho[i]
+    yt.set_log_level(50)
+    frb = yt.SlicePlot(ds, "z", ("connect1", "rho")).frb
+    img = np.asarray(frb["connect1", "rho"])
+    assert np.isfinite(img).any()
+
+
+def test_to_yt_3d(cube: tuple[Path, Heat3D, Any]) -> None:
+    need("yt")
+    path, state, lv = cube
+    ds = ac.to_yt(path, length_unit="m")
+    assert ds.dimensionality == 3 and float(ds.current_time) == 1.75
+    ad = ds.r[:]
+    np.testing.assert_array_equal(ad["connect1", "T"].d, state.T.astype(np.float64))
+    assert str(ad["connect1", "T"].units) == "K" and str(ad["connect1", "grad_2"].units) == "K/m"
+    np.testing.assert_array_equal(ad["connect1", "grad_2"].d, state.grad[:, 2])
+    mesh = ds.index.meshes[0]
+    corners = mesh.connectivity_coords[mesh.connectivity_indices]
+    want_lo, want_hi = boxes(lv, (2, 1, 1))
+    np.testing.assert_array_equal(corners.min(axis=1), want_lo)
+    np.testing.assert_array_equal(corners.max(axis=1), want_hi)
+
+
+def test_yt_units() -> None:
+    from amrckpt.export._yt import yt_units
+
+    need("unyt")
+    assert yt_units("kg m^-3") == "kg*m**-3" and yt_units("1") == yt_units(None) == "dimensionless"
+    assert yt_units("furlongs per fortnight squared") == "dimensionless"
+
+
+# -- the command line ---------------------------------------------------------------
+
+
+def test_cli_export_and_3d_plot(
+    capsys: pytest.CaptureFixture[str],
+    run_dir: tuple[Path, list[tuple[Heat3D, Any]]],
+    cube: tuple[Path, Heat3D, Any],
+    tmp_path: Path,
+) -> None:
+    need("h5py")
+    d, states = run_dir
+    out = tmp_path / "run.vtkhdf"
+    assert main(["export", os.fspath(d), os.fspath(out), "--ranks", "2"]) == 0
+    assert "time series of 3 step(s)" in capsys.readouterr().out
+    reader, grid = read_vtk(out, step=2)
+    assert reader.GetNumberOfSteps() == 3 and grid.GetNumberOfCells() == len(states[2][1].tree)
+    assert cell_array(grid, "rank").max() == 1
+    assert main(["export", os.fspath(tmp_path / "nothing"), os.fspath(out)]) == 2
+    assert main(["export", os.fspath(cube[0]), os.fspath(out), "--brick", "1,1"]) == 2
+    need("matplotlib")
+    png = tmp_path / "slice.png"
+    assert main(["plot", os.fspath(cube[0]), "--field", "grad", "--slice", "x=0.75", "-o", os.fspath(png)]) == 0
+    assert "cut by x = 0.75" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", os.fspath(cube[0]), "--field", "level", "--slice", "z=5", "-o", os.fspath(png)]) == 2
+
+
+def test_import_amrckpt_stays_light() -> None:
+    code = (
+        "import sys, amrckpt\n"
+        "heavy = [m for m in ('h5py', 'yt', 'vtk', 'vtkmodules', 'pyvista', 'amrckpt.export') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "amrckpt.export.to_vtkhdf\n"
+        "heavy = [m for m in ('h5py', 'yt', 'vtk', 'vtkmodules', 'pyvista') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+# -- the pictures of docs/visualisation.md ------------------------------------------
+
+
+def test_docs_pictures_regenerate(tmp_path: Path) -> None:
+    """docs/_gen_visualisation.py makes every picture of the page from the examples (rendered off-screen)."""
+    for module in ("h5py", "pyvista", "yt", "matplotlib", "discretize"):
+        need(module)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "docs" / "_gen_visualisation.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (REPO / "docs" / "visualisation.md").read_text(encoding="utf-8")
+    for name in ("visualisation-pyvista.png", "visualisation-yt.png", "visualisation-slice3d.png"):
+        png = tmp_path / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
+        assert (REPO / "docs" / "img" / name).is_file() and f"img/{name}" in page
+
+
+def test_points_are_float32_only_where_exact(cube: tuple[Path, Heat3D, Any], tmp_path: Path) -> None:
+    h5py = need("h5py")
+    from amrckpt.export import float32_exact
+
+    unit = (np.zeros((2, 2)), np.array([[1.0, 1.0], [2.0, 1.0]]))
+    assert float32_exact(*unit, 20) and not float32_exact(*unit, 24)
+    assert not float32_exact(np.zeros((1, 2)), np.full((1, 2), 0.1), 3)  # 0.1 is no float32
+    assert float32_exact(np.array([[-4.0, 2.0]]), np.array([[-2.0, 4.0]]), 10)
+    path = cube[0]
+    a = ac.export.to_vtkhdf(path, tmp_path / "a.vtkhdf")
+    b = ac.export.to_vtkhdf(path, tmp_path / "b.vtkhdf", points="float64")
+    with h5py.File(a.path) as fa, h5py.File(b.path) as fb:
+        assert fa["VTKHDF/Points"].dtype == np.float32 and fb["VTKHDF/Points"].dtype == np.float64
+        np.testing.assert_array_equal(fa["VTKHDF/Points"][()], fb["VTKHDF/Points"][()])
+
+
+def test_benchmark_quick(tmp_path: Path) -> None:
+    need("h5py")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_export.py"), "--quick", "--dir", str(tmp_path), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    result = json.loads(out.read_text())
+    assert result["leaves"] >= 2000 and result["ratio_export_over_load"] > 0 and "ratio export / load" in proc.stdout
+    assert not list(tmp_path.glob("amrckpt-bench-*"))
+
+
+class Coupled(ac.CheckpointSchema, name="coupled-viz", version=1):
+    step: int = ac.Inline()
+    ocean: ac.Forest = ac.Mesh(dim=2, brick=(2, 1), lower=(0.0, 0.0), upper=(2e5, 1e5), units="m")
+    ice: ac.Forest = ac.Mesh(dim=2)
+    T: ac.CellData = ac.Cells("<f8", mesh="ocean", units="K")
+    h: ac.CellData = ac.Cells("<f4", mesh="ice", units="m")
+
+
+def test_stored_geometry_and_several_meshes(tmp_path: Path) -> None:
+    """Trees are placed by the geometry in the file; each mesh exports with its own fields."""
+    h5py = need("h5py")
+    ocean, ice = random_forest(4, num_trees=2, dim=2, max_level=4), sfc.uniform_leaves(2, num_trees=1, dim=2)
+    state = Coupled(
+        step=1,
+        ocean=ac.Forest(ocean.tree, ocean.level, ocean.x, ocean.y, num_trees=2),
+        ice=ac.Forest(ice.tree, ice.level, ice.x, ice.y, num_trees=1),
+        T=np.arange(ocean.num_leaves, dtype=float),
+        h=np.ones(ice.num_leaves, dtype="<f4"),
+    )
+    ac.save(state, tmp_path / "c.scda")
+    res = ac.export.to_vtkhdf(tmp_path / "c.scda", tmp_path / "ocean.vtkhdf")
+    assert res.arrays == ("level", "tree", "T") and res.num_cells == (ocean.num_leaves,)
+    _, grid = read_vtk(res.path)
+    lo, hi, _ = cell_bounds(grid)
+    want_lo, want_hi = boxes(ocean, (2, 1))
+    np.testing.assert_allclose(lo[:, :2], want_lo * 1e5, rtol=0, atol=1e-9)  # trees of 1e5 m
+    np.testing.assert_allclose(hi[:, :2], want_hi * 1e5, rtol=0, atol=1e-9)
+    with h5py.File(res.path) as f:
+        assert f["VTKHDF/Points"].dtype == np.float64  # 1e5 m / 2**4 is no float32
+        assert f["amrckpt"].attrs["length_units"] == "m"
+    ice_res = ac.export.to_vtkhdf(tmp_path / "c.scda", tmp_path / "ice.vtkhdf", mesh="ice")
+    assert ice_res.arrays == ("level", "tree", "h") and ice_res.num_cells == (16,)
+    with pytest.raises(ValueError, match="no mesh 'sea'"):
+        ac.export.to_vtkhdf(tmp_path / "c.scda", tmp_path / "x.vtkhdf", mesh="sea")
+    need("yt")
+    ds = ac.to_yt(tmp_path / "c.scda")
+    assert str(ds.length_unit.units) == "m" and ds.r[:]["connect1", "T"].size == ocean.num_leaves
+    assert ac.to_yt(tmp_path / "c.scda", mesh="ice").r[:]["connect1", "h"].size == 16
