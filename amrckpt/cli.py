@@ -50,7 +50,6 @@ from .container import (
 from .container import verify as verify_checkpoint
 from .errors import AmrckptError, ScdaDecodeError, ScdaFormatError
 from .manager import read_history
-from .partition import Partition
 
 __all__ = ["build_parser", "main", "safe_text"]
 
@@ -666,142 +665,15 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 # -- plot ---------------------------------------------------------------------
 
 
-def _plot_data(path: str, ck: CheckpointInfo, what: str, ranks: int | None) -> tuple[np.ndarray, np.ndarray, str, str]:
-    """Return the mesh records, the value of each leaf, a label and the kind of colouring (CRC32s checked)."""
-    m = ck.manifest
-    assert m.mesh is not None
-    N = m.num_leaves
-    cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
-    fs = None
-    if what not in ("level", "rank"):
-        try:
-            fs = m.field(what)
-        except KeyError:
-            raise _UsageError(
-                f"{path} has no field {what!r}; choose level, rank or a cell field: {', '.join(cells) or 'none'}"
-            ) from None
-        if fs.kind not in ("cells", "hp"):
-            raise _UsageError(
-                f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {', '.join(cells) or 'none'}"
-            )
-    with CheckpointReader(path, verify=True) as r:
-        mesh = r.read_field(m.mesh.field, [N])
-        values: np.ndarray
-        if fs is not None:
-            dt = dtype_from_json(fs.dtype, f"{path}: field {fs.name!r}")
-            per = math.prod(fs.shape)
-            if dt.names is not None or dt.kind not in "biufc":
-                raise _UsageError(f"field {fs.name!r} has dtype {_dtype_text(fs.dtype)}, which has no colour")
-            if fs.kind == "hp":
-                _, counts = r.read_field(fs.name, [N])
-                values = counts.astype(np.float64)
-                label = f"{fs.name}: values per leaf"
-            else:
-                arr = r.read_field(fs.name, [N]).reshape(N, per)
-                first = arr[:, 0] if per else np.full(N, np.nan)
-                values = np.abs(first).astype(np.float64) if dt.kind == "c" else first.astype(np.float64)
-                label = ("|" + fs.name + "|" if dt.kind == "c" else fs.name) + (" (first component)" if per > 1 else "")
-                label += f" [{fs.units}]" if fs.units else ""
-            kind = "field"
-        elif what == "level":
-            values, label, kind = mesh["level"].astype(np.int64), "refinement level", "level"
-        else:
-            P = ranks if ranks is not None else ck.writer_size or 1
-            values = Partition.uniform(N, P).owner(np.arange(N, dtype=np.int64))
-            label, kind = f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})", f"rank:{P}"
-        r.check_crcs()
-    return mesh, values, label, kind
-
-
-def _parse_brick(text: str | None, num_trees: int) -> tuple[int, int]:
-    if text is None:
-        return num_trees, 1
-    m = re.fullmatch(r"\s*(\d+)\s*[x,]\s*(\d+)\s*", text)
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise _UsageError(f"--brick {text!r}: give NX,NY (trees per row and column), e.g. --brick 2,1")
-    nx, ny = int(m.group(1)), int(m.group(2))
-    if nx * ny < num_trees:
-        raise _UsageError(f"--brick {nx},{ny} has {nx * ny} trees; the checkpoint has {num_trees}")
-    return nx, ny
-
-
-def _cmd_plot(args: argparse.Namespace) -> int:
-    path = os.fspath(args.file)
-    if args.ranks is not None and args.ranks < 1:
-        raise _UsageError("--ranks must be at least 1")
-    ck = read_info(path, verify=True)
-    m = ck.manifest
-    if m.mesh is None:
-        raise _UsageError(f"{path} holds no mesh (schema {m.schema_name}): nothing to draw")
-    if m.mesh.dim == 3:
-        return _plot_slice(args, path, ck)
-    nx, ny = _parse_brick(args.brick, m.mesh.num_trees)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.collections import PolyCollection
-    except ImportError:
-        _err(f"amrckpt plot: {_INSTALL_MATPLOTLIB}")
-        return EXIT_BAD
-    mesh, values, label, kind = _plot_data(path, ck, args.field, args.ranks)
-    N = len(mesh)
-    root = float(1 << m.mesh.maxlevel)
-    tree = mesh["tree"].astype(np.int64)
-    h = np.ldexp(1.0, -mesh["level"].astype(np.int64))
-    x0 = (tree % nx) + mesh["x"] / root
-    y0 = (tree // nx) + mesh["y"] / root
-    x1, y1 = x0 + h, y0 + h
-    verts = np.stack([np.stack([x0, y0], 1), np.stack([x1, y0], 1), np.stack([x1, y1], 1), np.stack([x0, y1], 1)], 1)
-    width = 8.0
-    fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * ny / nx + 0.9)), constrained_layout=True)
-    pc = PolyCollection(
-        cast(Any, verts), array=values, edgecolors="k" if N <= 20000 else "face", linewidths=0.1 if N <= 20000 else 0.0
-    )
-    ticks = None
-    if kind == "level" and N:
-        lo, hi = int(values.min()), int(values.max())
-        pc.set_cmap(plt.get_cmap("viridis", hi - lo + 1))
-        pc.set_clim(lo - 0.5, hi + 0.5)
-        ticks = list(range(lo, hi + 1))
-    elif kind.startswith("rank:"):
-        P = int(kind[5:])
-        pc.set_cmap(plt.get_cmap("tab10" if P <= 10 else "tab20" if P <= 20 else "turbo", P))
-        pc.set_clim(-0.5, P - 0.5)
-        ticks = list(range(P)) if P <= 20 else None
-    else:
-        pc.set_cmap("viridis")
-    ax.add_collection(pc)
-    ax.set_xlim(0, nx)
-    ax.set_ylim(0, ny)
-    ax.set_aspect("equal")
-    ax.set_xlabel("x (tree units)")
-    ax.set_ylabel("y (tree units)")
-    step = m.values.get("step")
-    t = m.values.get("time")
-    title = f"{Path(path).name}: {m.schema_name} v{m.schema_version}, {N} leaves"
-    title += f", step {step}" if step is not None else ""
-    title += f", time {t:g}" if isinstance(t, (int, float)) else ""
-    ax.set_title(title)
-    fig.colorbar(pc, ax=ax, label=label, shrink=0.85, ticks=ticks)
-    out = args.output or f"{Path(path).stem}-{args.field}.png"
-    fig.savefig(out, dpi=args.dpi)
-    plt.close(fig)
-    _out(f"wrote {out}: {N} leaves of {path} coloured by {label}")
-    return EXIT_OK
-
-
-# -- plot: a slice of a 3D checkpoint (through amrckpt.export) -----------------
-
-
 def _parse_brick_nd(text: str | None, dim: int) -> tuple[int, ...] | None:
-    """``--brick NX,NY[,NZ]`` as a tuple (a missing NZ is 1), or None without it."""
+    """``--brick NX,NY[,NZ]`` as a tuple, or None without it (the geometry stored in the file places the trees)."""
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+)\s*[x,]\s*(\d+)\s*(?:[x,]\s*(\d+)\s*)?", text)
-    if not m or (m.group(3) is not None and dim == 2):
-        raise _UsageError(f"--brick {text!r}: give NX,NY" + (",NZ" if dim == 3 else "") + " (trees along each axis)")
+    if not m or (m.group(3) is not None) != (dim == 3) or any(int(g) < 1 for g in m.groups() if g is not None):
+        raise _UsageError(
+            f"--brick {text!r}: give NX,NY" + (",NZ" if dim == 3 else "") + " (trees along each axis), e.g. --brick 2,1"
+        )
     return tuple(int(g) for g in m.groups() if g is not None)
 
 
@@ -816,70 +688,90 @@ def _parse_slice(text: str | None) -> tuple[int, float | None]:
         raise _UsageError(f"--slice {text!r}: give x, y or z, and optionally =VALUE (e.g. --slice z=0.5)") from None
 
 
-def _slice_leaves(
-    path: str, ck: CheckpointInfo, what: str, ranks: int | None, brick: tuple[int, ...] | None, axis: int, at: float | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, str, str]:
-    """Return the leaves of a 3D checkpoint cut by a plane: their 2D boxes (lo, hi), values, the plane, label and kind.
+def _plot_leaves(
+    path: str, ck: CheckpointInfo, what: str, ranks: int | None, brick: tuple[int, ...] | None, axis: int | None, at: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None, str, str]:
+    """Return the leaves to draw: 2D boxes (lo, hi), a value each, the plane (3D), a label and the kind of colouring.
 
     Streams the leaves in chunks through :mod:`amrckpt.export` (the same
-    geometry and per-leaf values as ``amrckpt export``); only the leaves cut
-    by the plane are kept.
+    geometry and per-leaf values as ``amrckpt export``), CRC32s checked.  A
+    2D mesh is drawn whole; of a 3D mesh, the leaves cut by the plane
+    ``axis = at`` (default: through the middle of the domain).
     """
-    from .export import DEFAULT_CHUNK_LEAVES, leaf_boxes, plan_arrays, tree_boxes
-    from .export._arrays import leaf_values
-    from .export._reader import open_reader
+    from .export import DEFAULT_CHUNK_LEAVES, leaf_boxes, leaf_values, plan_arrays, tree_boxes
 
     m = ck.manifest
+    assert m.mesh is not None
     cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
     P = ranks if ranks is not None else ck.writer_size or 1
     arrays = plan_arrays(m, ranks=P)
-    if what == "level" or what == "rank":
-        arr, label, kind = next(a for a in arrays if a.name == what), what, what
+    if what in ("level", "rank"):
+        arr, kind = next(a for a in arrays if a.name == what), what
+        label = "refinement level" if what == "level" else f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})"
+        kind = f"rank:{P}" if what == "rank" else kind
     else:
         try:
             fs = m.field(what)
         except KeyError:
             choices = ", ".join(cells) or "none"
             raise _UsageError(f"{path} has no field {what!r}; choose level, rank or a cell field: {choices}") from None
+        if fs.kind not in ("cells", "hp"):
+            choices = ", ".join(cells) or "none"
+            raise _UsageError(f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {choices}")
         name = f"{what}.count" if fs.kind == "hp" else what
         found = [a for a in arrays if a.name == name or (fs.kind == "cells" and a.field == what)]
-        if fs.kind not in ("cells", "hp") or not found:
-            choices = ", ".join(cells) or "none"
-            raise _UsageError(f"field {what!r} ({fs.kind}, {_dtype_text(fs.dtype)}) has no colour; choose one of: {choices}")
+        if not found:
+            raise _UsageError(f"field {what!r} has dtype {_dtype_text(fs.dtype)}, which has no colour")
         arr, kind = found[0], "field"
-        label = f"{what}: values per leaf" if fs.kind == "hp" else arr.name + (" (first component)" if arr.ncomp > 1 else "")
+        dt = dtype_from_json(fs.dtype, what)
+        many = arr.ncomp > 1 or len(found) > 1
+        label = f"{what}: values per leaf" if fs.kind == "hp" else ("|" + what + "|" if dt.kind == "c" else what)
+        label += " (first component)" if fs.kind != "hp" and many else ""
         label += f" [{fs.units}]" if fs.units and fs.kind != "hp" else ""
-    if what == "level":
-        label = "refinement level"
-    elif what == "rank":
-        label, kind = f"owning rank (uniform partition on {P} rank{'s' if P != 1 else ''})", f"rank:{P}"
     keep_lo, keep_hi, keep_v = [], [], []
-    with open_reader(path, verify=True) as r:
+    with CheckpointReader(path, verify=True) as r:
         lower, upper = tree_boxes(r, brick)
-        plane = float(at) if at is not None else 0.5 * (float(lower[:, axis].min()) + float(upper[:, axis].max()))
+        plane = None
+        if axis is not None:
+            plane = float(at) if at is not None else 0.5 * (float(lower[:, axis].min()) + float(upper[:, axis].max()))
         N = m.num_leaves
-        assert m.mesh is not None
         for s in range(0, N, DEFAULT_CHUNK_LEAVES):
             mesh = r.read_mesh(s, min(DEFAULT_CHUNK_LEAVES, N - s))
             lo, hi = leaf_boxes(mesh, lower, upper, m.mesh.maxlevel)
-            cut = (lo[:, axis] <= plane) & (plane < hi[:, axis])
-            if not cut.any():
-                continue
-            v = leaf_values([arr], r, mesh, s, N)[0][cut]  # the chunk's values (rank needs its global indices), then the cut
+            v = leaf_values([arr], r, mesh, s, N)[0]  # the chunk's values (rank: global indices)
             v = v.reshape(len(v), -1)[:, 0]
-            keep_lo.append(np.delete(lo[cut], axis, axis=1))
-            keep_hi.append(np.delete(hi[cut], axis, axis=1))
+            if axis is not None and plane is not None:
+                cut = (lo[:, axis] <= plane) & (plane < hi[:, axis])
+                lo, hi, v = np.delete(lo[cut], axis, axis=1), np.delete(hi[cut], axis, axis=1), v[cut]
+            keep_lo.append(lo)
+            keep_hi.append(hi)
             keep_v.append(np.abs(v) if np.iscomplexobj(v) else v.astype(np.float64))
-    if not keep_v:
+        r.check_crcs()
+    n = sum(len(v) for v in keep_v)
+    if axis is not None and not n:
         raise _UsageError(f"the plane {'xyz'[axis]} = {plane:g} cuts no leaf of {path}")
-    return np.concatenate(keep_lo), np.concatenate(keep_hi), np.concatenate(keep_v), plane, label, kind
+
+    def cat(xs: list[np.ndarray], k: int) -> np.ndarray:
+        return np.concatenate(xs) if xs else np.zeros((0, k))
+
+    return cat(keep_lo, 2), cat(keep_hi, 2), cat(keep_v, 1).reshape(-1), plane, label, kind
 
 
-def _plot_slice(args: argparse.Namespace, path: str, ck: CheckpointInfo) -> int:
-    """``amrckpt plot`` for a 3D checkpoint: the leaves cut by a plane, coloured as for 2D."""
+def _cmd_plot(args: argparse.Namespace) -> int:
+    path = os.fspath(args.file)
+    if args.ranks is not None and args.ranks < 1:
+        raise _UsageError("--ranks must be at least 1")
+    ck = read_info(path, verify=True)
     m = ck.manifest
-    brick = _parse_brick_nd(args.brick, 3)
-    axis, at = _parse_slice(args.slice)
+    if m.mesh is None:
+        raise _UsageError(f"{path} holds no mesh (schema {m.schema_name}): nothing to draw")
+    dim = m.mesh.dim
+    brick = _parse_brick_nd(args.brick, dim)
+    if brick is not None and math.prod(brick) < m.mesh.num_trees:
+        raise _UsageError(f"--brick {args.brick} has {math.prod(brick)} trees; the checkpoint has {m.mesh.num_trees}")
+    axis, at = _parse_slice(args.slice) if dim == 3 else (None, None)
+    if dim == 2 and args.slice is not None:
+        raise _UsageError(f"--slice cuts a 3D mesh; {path} holds a 2D one")
     try:
         import matplotlib
 
@@ -890,14 +782,17 @@ def _plot_slice(args: argparse.Namespace, path: str, ck: CheckpointInfo) -> int:
         _err(f"amrckpt plot: {_INSTALL_MATPLOTLIB}")
         return EXIT_BAD
     try:
-        lo, hi, values, plane, label, kind = _slice_leaves(path, ck, args.field, args.ranks, brick, axis, at)
+        lo, hi, values, plane, label, kind = _plot_leaves(path, ck, args.field, args.ranks, brick, axis, at)
     except ValueError as exc:
+        if isinstance(exc, AmrckptError):  # a damaged file (ChecksumError is a ValueError too): not a usage error
+            raise
         raise _UsageError(str(exc)) from exc
-    u, v = (a for a in "xyz" if a != "xyz"[axis])
+    units = ck.manifest.mesh.geometry.units if ck.manifest.mesh.geometry is not None else None  # type: ignore[union-attr]
+    u, v = [a for a in "xyz"[:dim] if axis is None or a != "xyz"[axis]]
     verts = np.stack([lo, np.stack([hi[:, 0], lo[:, 1]], 1), hi, np.stack([lo[:, 0], hi[:, 1]], 1)], 1)
     n = len(values)
-    x0, y0 = lo.min(axis=0)
-    x1, y1 = hi.max(axis=0)
+    x0, y0 = lo.min(axis=0) if n else (0.0, 0.0)
+    x1, y1 = hi.max(axis=0) if n else (1.0, 1.0)
     width = 8.0
     fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * (y1 - y0) / max(x1 - x0, 1e-300) + 0.9)), constrained_layout=True)
     few = n <= 20000
@@ -919,18 +814,27 @@ def _plot_slice(args: argparse.Namespace, path: str, ck: CheckpointInfo) -> int:
     ax.set_xlim(x0, x1)
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
-    ax.set_xlabel(u)
-    ax.set_ylabel(v)
+    ax.set_xlabel(f"{u} [{units}]" if units else u)
+    ax.set_ylabel(f"{v} [{units}]" if units else v)
     step, t = m.values.get("step"), m.values.get("time")
-    title = f"{Path(path).name}: {m.schema_name} v{m.schema_version}, slice {'xyz'[axis]} = {plane:g}, {n} of {m.num_leaves} leaves"
+    title = f"{Path(path).name}: {m.schema_name} v{m.schema_version}, "
+    title += (
+        f"slice {'xyz'[axis]} = {plane:g}, {n} of {m.num_leaves} leaves"
+        if axis is not None and plane is not None
+        else f"{n} leaves"
+    )
     title += f", step {step}" if step is not None else ""
     title += f", time {t:g}" if isinstance(t, (int, float)) else ""
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9 if axis is not None else None)
     fig.colorbar(pc, ax=ax, label=label, shrink=0.85, ticks=ticks)
-    out = args.output or f"{Path(path).stem}-{args.field}-{'xyz'[axis]}.png"
+    suffix = f"-{'xyz'[axis]}" if axis is not None else ""
+    out = args.output or f"{Path(path).stem}-{args.field}{suffix}.png"
     fig.savefig(out, dpi=args.dpi)
     plt.close(fig)
-    _out(f"wrote {out}: the {n} leaves of {path} cut by {'xyz'[axis]} = {plane:g}, coloured by {label}")
+    if axis is not None and plane is not None:
+        _out(f"wrote {out}: the {n} leaves of {path} cut by {'xyz'[axis]} = {plane:g}, coloured by {label}")
+    else:
+        _out(f"wrote {out}: {n} leaves of {path} coloured by {label}")
     return EXIT_OK
 
 
@@ -953,8 +857,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
     comm = _world_comm()
     try:
         res: ExportResult = to_vtkhdf(
-            src, args.output, brick=brick, ranks=args.ranks, hp=args.hp, units_in_names=args.units_in_names,
-            mesh=args.mesh, prefix=args.prefix, chunk_leaves=args.chunk, comm=comm,
+            src,
+            args.output,
+            brick=brick,
+            ranks=args.ranks,
+            hp=args.hp,
+            units_in_names=args.units_in_names,
+            mesh=args.mesh,
+            prefix=args.prefix,
+            chunk_leaves=args.chunk,
+            comm=comm,
         )
     except ImportError as exc:
         _err(f"amrckpt export: {exc}")
@@ -963,8 +875,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise _UsageError(str(exc)) from exc
     if _RANK[0] == 0:
         if res.series:
-            _out(f"wrote {res.path}: a time series of {len(res.sources)} step(s) from {src}, {sum(res.num_cells)} cells in all, "
-                 f"arrays {', '.join(res.arrays)}")
+            _out(
+                f"wrote {res.path}: a time series of {len(res.sources)} step(s) from {src}, {sum(res.num_cells)} cells in all, "
+                f"arrays {', '.join(res.arrays)}"
+            )
         else:
             st, t = res.steps[0], res.times[0]
             when = (f", step {st}" if st is not None else "") + (f", time {t:g}" if t is not None else "")
@@ -1206,7 +1120,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE", help="a 2D or 3D amrckpt checkpoint")
     p.add_argument("--field", required=True, metavar="NAME|level|rank", help="a cell field's name, 'level' or 'rank'")
     p.add_argument("--ranks", type=int, default=None, metavar="P", help="ranks for --field rank (default: the writing processes)")
-    p.add_argument("--brick", default=None, metavar="NX,NY", help="trees per row and column (default: all trees in one row)")
+    p.add_argument(
+        "--brick",
+        default=None,
+        metavar="NX,NY[,NZ]",
+        help="place the trees as a brick of unit trees, row-major (default: the file's geometry)",
+    )
     p.add_argument("-o", "--output", default=None, metavar="OUT.png", help="the picture (default: FILE-stem-FIELD.png here)")
     p.add_argument("--dpi", type=int, default=150, help="resolution (default 150)")
     p.add_argument("--slice", default=None, metavar="AXIS[=VALUE]", help="3D: the plane drawn (default z through the middle)")
@@ -1303,7 +1222,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if args.command is None:
         parser.print_usage(sys.stderr)
-        _err("amrckpt: error: a command is required (inspect, verify, convert, plot, ls); see amrckpt --help")
+        _err("amrckpt: error: a command is required (inspect, verify, convert, plot, export, ls); see amrckpt --help")
         return EXIT_USAGE
     try:
         return int(args.func(args))

@@ -452,3 +452,18 @@ def test_stored_geometry_and_several_meshes(tmp_path: Path) -> None:
     ds = ac.to_yt(tmp_path / "c.scda")
     assert str(ds.length_unit.units) == "m" and ds.r[:]["connect1", "T"].size == ocean.num_leaves
     assert ac.to_yt(tmp_path / "c.scda", mesh="ice").r[:]["connect1", "h"].size == 16
+
+
+def test_hp_window_slices_like_the_reader(adv: tuple[Path, Any]) -> None:
+    from amrckpt.container import CheckpointReader
+    from amrckpt.export._reader import HpWindow
+
+    path, g = adv
+    with CheckpointReader(path) as r:
+        w = HpWindow(r, window=5)
+        for start in range(0, g.N, 3):
+            n = min(3, g.N - start)
+            want, got = r.read_hp("modes", start, n), w.read_hp("modes", start, n)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+        assert w.read_hp("modes", 0, g.N)[0].sum() == g.counts.sum() and w.manifest is r.manifest

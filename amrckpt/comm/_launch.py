@@ -28,7 +28,7 @@ from ..errors import LaunchError
 
 __all__ = ["check_one_world", "launcher_size"]
 
-_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_NRANKS", "SLURM_STEP_NUM_TASKS")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 _checked = False
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import scda
+from .._crc import crc32
 from ..comm import Comm, as_comm
 from ..errors import (
     AmrckptError,
@@ -194,7 +195,8 @@ class CheckpointReader:
     kind's handler under a partition (collective); :meth:`check_crcs`
     compares everything read with the index.  :meth:`read_mesh`,
     :meth:`read_cells` and :meth:`read_hp` read a range of leaves on the
-    calling rank alone (not collective), for tools that stream a file.
+    calling rank alone (not collective), for tools that stream a file; their
+    sections are checked against the index by :meth:`check_crcs` too.
 
     Parameters
     ----------
@@ -236,6 +238,8 @@ class CheckpointReader:
         self.path = self.scda.path
         self.file_size = self.scda.file_size
         self._fd: int | None = None
+        self._hp_cursor: dict[str, tuple[int, int]] = {}  # read_hp: (leaf, byte) where the last range ended
+        self._ranged: set[str] = set()  # fields read by ranges: their CRC32s checked by check_crcs
         try:
             self.scda._defer_crc = defer_crc
             self.index = self._index()
@@ -519,6 +523,10 @@ class CheckpointReader:
     def check_crcs(self) -> tuple[str, ...]:
         """Compare the CRC32 of every section read in full with the index. Collective.
 
+        Fields read by leaf ranges (:meth:`read_mesh`, :meth:`read_cells`,
+        :meth:`read_hp`) are checked too, each by one more pass over its
+        section on the calling rank (from the page cache, usually).
+
         Returns
         -------
         tuple of str
@@ -527,7 +535,8 @@ class CheckpointReader:
         Raises
         ------
         ChecksumError
-            On every rank, naming the first section that does not match.
+            On every rank (on the calling rank for fields read by ranges),
+            naming the first section that does not match.
         """
         if not self.verify:
             return ()
@@ -540,6 +549,16 @@ class CheckpointReader:
             if e.end != end or e.crc32 != crc:
                 raise checksum_error(e.name, e.offset, e.end, self.path)
             done.append(e.name)
+        for name in sorted(self._ranged - set(done)):  # read by ranges on this rank: one pass over each section
+            for e in self.entries(name):  # two for an hp field of layout "counts"
+                read, crc = self._pread(), 0
+                if not 0 <= e.offset <= e.end <= self.file_size:
+                    raise checksum_error(name, e.offset, e.end, self.path)
+                for off in range(e.offset, e.end, 16 << 20):
+                    crc = crc32(read(off, min(16 << 20, e.end - off)), crc)
+                if crc != e.crc32:
+                    raise checksum_error(name, e.offset, e.end, self.path)
+            done.append(name)
         return tuple(done)
 
     # -- ranges of leaves, on one rank -------------------------------------------
@@ -561,6 +580,7 @@ class CheckpointReader:
 
     def _fixed_range(self, fs: FieldSpec, start: int, count: int, dt: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
         N = self._range_check(fs, start, count)
+        self._ranged.add(fs.name)
         e = self.entry(fs.name)
         E = dt.itemsize * math.prod(shape)
         out = np.empty((count, *shape), dtype=dt)
@@ -617,7 +637,9 @@ class CheckpointReader:
         r"""Values of leaves ``start .. start + count - 1`` of an hp field, on this rank alone. Not collective.
 
         The sizes of the leaves before ``start`` are read (in chunks) to find
-        where the range's values begin.
+        where the range's values begin, from the end of the previous range of
+        the same field when that lies before ``start``: reading a field in
+        order, range after range, reads every size once.
 
         Returns
         -------
@@ -629,6 +651,7 @@ class CheckpointReader:
         if fs.kind != "hp":
             raise ValueError(f"field {name!r} is a {fs.kind} field, not hp")
         N = self._range_check(fs, start, count)
+        self._ranged.add(fs.name)
         dt = dtype_from_json(fs.dtype, name)
         vbytes = dt.itemsize * math.prod(fs.shape)
         e = self.entry(fs.name)
@@ -658,9 +681,13 @@ class CheckpointReader:
             buf = np.frombuffer(read(entries + 32 * lo, 32 * n), dtype=np.uint8)
             return scda.parse_entries(b"E", buf, first_index=lo, offset=entries + 32 * lo, what=raw.where)
 
-        before = 0
+        # Where leaf `start`'s values begin: from the end of the previous range read of this field when
+        # that is at or before `start` (streaming in order costs O(N) in all), else from the first leaf.
+        first, before = self._hp_cursor.get(fs.name, (0, 0))
+        if first > start:
+            first, before = 0, 0
         chunk = 1 << 16
-        for lo in range(0, start, chunk):
+        for lo in range(first, start, chunk):
             before += int(sizes_of(lo, min(chunk, start - lo)).sum())
         mine = sizes_of(start, count) if count else np.zeros(0, dtype=np.uint64)
         if mine.size and np.any(mine % np.uint64(vbytes)):
@@ -670,6 +697,7 @@ class CheckpointReader:
         if data_start + before + nbytes > self.file_size:
             raise IncompleteCheckpointError(f"{self.path!r}: field {name!r} runs past the end of the file")
         values = np.frombuffer(bytearray(read(data_start + before, nbytes)), dtype=dt).reshape(-1, *fs.shape)
+        self._hp_cursor[fs.name] = (start + count, before + nbytes)
         return counts_of(mine, vbytes), values
 
     def _hp_range(self, fs: FieldSpec, N: int, start: int, count: int, dt: np.dtype[Any], E: int) -> tuple[np.ndarray, np.ndarray]:
@@ -686,15 +714,19 @@ class CheckpointReader:
         def counts_at(lo: int, n: int) -> np.ndarray:
             return np.frombuffer(read(craw.data_offset + lo * cdt.itemsize, n * cdt.itemsize), dtype=cdt).astype(np.int64)
 
-        before = 0
+        # From the end of the previous range of this field when that is at or before `start` (as read_hp of a V section).
+        first, before = self._hp_cursor.get(fs.name, (0, 0))
+        if first > start:
+            first, before = 0, 0
         chunk = 1 << 20
-        for lo in range(0, start, chunk):
+        for lo in range(first, start, chunk):
             before += int(counts_at(lo, min(chunk, start - lo)).sum())
         mine = counts_at(start, count)
         n = int(mine.sum())
         if before + n > vraw.elem_count or (mine.size and int(mine.min()) < 0):
             raise CheckpointError(f"{self.path!r}: the counts of field {fs.name!r} exceed its values")
         values = np.frombuffer(bytearray(read(vraw.data_offset + before * E, n * E)), dtype=dt).reshape(-1, *fs.shape)
+        self._hp_cursor[fs.name] = (start + count, before + n)  # here in values, not bytes: this layout's own cursor
         return mine, values
 
     # -- closing ----------------------------------------------------------------

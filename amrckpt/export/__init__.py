@@ -11,7 +11,7 @@ imported by the function that needs it (``pip install 'amrckpt[viz]'``).
 
 from __future__ import annotations
 
-from ._arrays import CellArray, HpSummary, checkpoint_paths, plan_arrays
+from ._arrays import CellArray, HpSummary, checkpoint_paths, leaf_values, plan_arrays
 from ._geometry import cell_corners, float32_exact, leaf_boxes, tree_boxes
 from ._vtkhdf import DEFAULT_CHUNK_LEAVES, ExportResult, to_vtkhdf
 from ._yt import to_yt
@@ -25,6 +25,7 @@ __all__ = [
     "checkpoint_paths",
     "float32_exact",
     "leaf_boxes",
+    "leaf_values",
     "plan_arrays",
     "to_vtkhdf",
     "to_yt",

@@ -216,14 +216,14 @@ def plan_arrays(
 def _hp_summary(counts: np.ndarray, values: np.ndarray, how: str) -> np.ndarray:
     """Per-leaf first value or mean of hp values, ``(count, ncomp)`` float64, NaN for empty leaves."""
     n = len(counts)
-    flat = values.reshape(values.shape[0], math.prod(values.shape[1:])).astype(np.float64)
+    flat = values.reshape(values.shape[0], math.prod(values.shape[1:]))
     out = np.full((n, flat.shape[1]), np.nan)
     has = counts > 0
     starts = (np.cumsum(counts) - counts)[has]
     if how == "first":
-        out[has] = flat[starts]
+        out[has] = flat[starts]  # only the first values are converted
     elif len(starts):
-        out[has] = np.add.reduceat(flat, starts, axis=0) / counts[has, None]
+        out[has] = np.add.reduceat(flat.astype(np.float64), starts, axis=0) / counts[has, None]
     return out
 
 

@@ -27,7 +27,7 @@ from ..comm import as_comm, run_on_root
 from ..errors import CheckpointError
 from ._arrays import CellArray, HpSummary, checkpoint_paths, leaf_values, mesh_spec, plan_arrays
 from ._geometry import VTK_CELL_TYPE, cell_corners, float32_exact, leaf_boxes, tree_boxes
-from ._reader import open_reader
+from ._reader import HpWindow, open_reader
 
 __all__ = ["DEFAULT_CHUNK_LEAVES", "ExportResult", "to_vtkhdf"]
 
@@ -398,7 +398,8 @@ def to_vtkhdf(
                 geometry = tree_boxes(r, brick, st.mesh)
                 N = st.num_leaves
                 a, b = N * rank // size, N * (rank + 1) // size
-                _write_range(d, r, arrays, geometry, maxlevel, i, before, N, a, b, chunk_leaves, not parallel, st.mesh)
+                _write_range(d, HpWindow(r), arrays, geometry, maxlevel, i, before, N, a, b, chunk_leaves, not parallel, st.mesh)
+                r.check_crcs()  # every section read against the index (verify=True), before the file is kept
             before += N
 
     if parallel:

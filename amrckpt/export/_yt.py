@@ -10,7 +10,7 @@ import numpy as np
 
 from ._arrays import CellArray, HpSummary, leaf_values, mesh_spec, plan_arrays
 from ._geometry import leaf_boxes, tree_boxes
-from ._reader import open_reader
+from ._reader import HpWindow, open_reader
 from ._vtkhdf import DEFAULT_CHUNK_LEAVES
 
 __all__ = ["INSTALL_YT", "to_yt", "yt_units"]
@@ -128,6 +128,7 @@ def to_yt(
         if length_unit is None and brick is None and ms.geometry is not None and ms.geometry.units:
             length_unit = yt_units(ms.geometry.units)
         dim, N, maxlevel = ms.dim, ms.num_leaves, ms.maxlevel
+        hp_reader = HpWindow(r, N)  # yt holds every value anyway: one read per hp field
         nv = 1 << dim
         coords = np.empty((N, nv, dim), dtype=np.float64)
         values = [np.empty((N,) if a.ncomp == 1 else (N, a.ncomp), dtype=a.dtype) for a in arrays]
@@ -136,8 +137,9 @@ def to_yt(
             leaves = r.read_mesh(s, e - s, ms.field)
             lo, hi = leaf_boxes(leaves, lower, upper, maxlevel)
             coords[s:e] = np.where(_CORNERS[dim][None, :, :], hi[:, None, :], lo[:, None, :])
-            for v, chunk in zip(values, leaf_values(arrays, r, leaves, s, N), strict=True):
+            for v, chunk in zip(values, leaf_values(arrays, hp_reader, leaves, s, N), strict=True):
                 v[s:e] = chunk
+        r.check_crcs()  # every section read against the index (verify=True)
         path_s = os.fspath(path)
         units = {fs.name: fs.units for fs in m.fields if fs.units}
         time_units = units.get("time")

@@ -189,7 +189,7 @@ class EveryNSeconds(_Combinable):
 def slurm_end_time(environ: dict[str, str] | None = None) -> float | None:
     """Return the job's end (Unix time) from Slurm's environment, or None outside a Slurm job or if it is not exported.
 
-    ``SLURM_JOB_END_TIME`` (exported since Slurm 23.02) gives it directly;
+    ``SLURM_JOB_END_TIME`` (exported by newer Slurm releases, not by 22.05) gives it directly;
     otherwise it is ``SLURM_JOB_START_TIME`` plus the time limit
     (``SLURM_JOB_TIME_LIMIT``, ``SLURM_TIMELIMIT`` or ``SBATCH_TIMELIMIT``).
     Slurm 22.05 exports none of them: :func:`~amrckpt.manager.job_end_time`

@@ -1,7 +1,7 @@
 """When does this batch job end?  The job's environment, or one query to its scheduler (Slurm, PBS, LSF, Flux).
 
 :class:`~amrckpt.manager.BeforeWallTime` needs the time at which the
-scheduler will kill the job.  Some schedulers export it (Slurm >= 23.02:
+scheduler will kill the job.  Some schedulers export it (newer Slurm releases:
 ``SLURM_JOB_END_TIME``); Slurm 22.05, still common, exports neither the end
 nor the start nor the limit, so the end must be asked for
 (``scontrol show job $SLURM_JOB_ID``).  This module reads the environment,
@@ -91,7 +91,7 @@ def detect_scheduler(environ: Mapping[str, str] | None = None) -> Scheduler | No
 def launcher_rank(environ: Mapping[str, str] | None = None) -> int | None:
     """Return this process's rank as its launcher set it (PMI, PMIx, Open MPI, Slurm), or None. Not collective."""
     env = os.environ if environ is None else environ
-    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MPI_RANKID", "SLURM_PROCID"):
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
         value = env.get(var, "").strip()
         if value.isdigit():
             return int(value)
@@ -275,7 +275,7 @@ def parse_flux_timeleft(text: str, now: float) -> float | None:
 def env_end_time(environ: Mapping[str, str] | None = None) -> float | None:
     """Return the job's end (Unix time) if the environment gives it, else None. Not collective; no query.
 
-    Slurm: ``SLURM_JOB_END_TIME`` (exported since Slurm 23.02), else
+    Slurm: ``SLURM_JOB_END_TIME`` (exported by newer releases, not by 22.05), else
     ``SLURM_JOB_START_TIME`` plus the limit (``SLURM_JOB_TIME_LIMIT``,
     ``SLURM_TIMELIMIT`` or ``SBATCH_TIMELIMIT``, any ``--time`` notation).
     Slurm 22.05 exports none of them: then use :func:`job_end_time`, which asks.

@@ -7,6 +7,7 @@ are printed in pytest's summary.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def slurm(tmp_path: Path) -> Iterator[Slurm]:
     problem = slurm_problem()
     if problem is not None:
+        if os.environ.get("AMRCKPT_REQUIRE_SLURM") == "1":  # CI brought Slurm up: its absence is a failure
+            pytest.fail(f"AMRCKPT_REQUIRE_SLURM=1, but {problem}")
         pytest.skip(problem)
     s = Slurm(tmp_path)
     yield s
@@ -38,3 +41,5 @@ def slurm(tmp_path: Path) -> Iterator[Slurm]:
     ids = [j.id for j in s.jobs]
     if ids:
         subprocess.run(["scancel", "--quiet", *ids], check=False, capture_output=True)
+    for name in sorted({j.name for j in s.jobs}):  # and the links a chain submitted itself (same name)
+        subprocess.run(["scancel", "--quiet", f"--name={name}"], check=False, capture_output=True)

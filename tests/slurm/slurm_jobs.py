@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,8 +120,11 @@ class Slurm:
         env["PYTHONUNBUFFERED"] = "1"
         self.env = env
         self.jobs: list[Job] = []
+        self.tag = uuid.uuid4().hex[:8]  # job names of this test only: a chain's successors are cancelled by name
 
     def sbatch(self, script: str, *options: str, name: str = "job", **knobs: str) -> Job:
+        """Submit ``examples/slurm/<script>`` as job ``<name>-<tag>`` with sbatch ``options`` and the solver's ``knobs``."""
+        name = f"{name}-{self.tag}"
         cmd = ["sbatch", "--parsable", f"--job-name={name}", f"--output={name}-%j.out", "--open-mode=append", *options]
         cmd.append(str(SCRIPTS / script))
         r = subprocess.run(cmd, cwd=self.cwd, env=dict(self.env, **knobs), capture_output=True, text=True, timeout=60, check=False)

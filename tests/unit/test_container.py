@@ -340,6 +340,25 @@ def test_ranges_of_leaves_on_one_rank(tmp_path: Path, compress: bool) -> None:
             r.read_cells("rho", G.N - 1, 2)
 
 
+def test_ranges_are_checked_against_the_index(tmp_path: Path) -> None:
+    """A range read of a damaged field raises ChecksumError at check_crcs; the undamaged fields pass."""
+    path = tmp_path / "d.scda"
+    ac.save(G.local(0, G.N), path)
+    e = ac.read_info(path).index.entry("rho")
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 40] ^= 0x01  # a data byte of rho
+    path.write_bytes(bytes(raw))
+    with CheckpointReader(path) as r:
+        r.read_cells("vel", 0, 5)
+        assert "vel" in r.check_crcs()
+        r.read_cells("rho", 0, 5)
+        with pytest.raises(ac.ChecksumError, match="'rho'"):
+            r.check_crcs()
+    with CheckpointReader(path, verify=False) as r:
+        r.read_cells("rho", 0, 5)
+        assert r.check_crcs() == ()
+
+
 # -- layouts of issue 18: hp counts + values, chunked compression ------------------------
 
 
@@ -489,3 +508,21 @@ def test_chunked_data_of_the_wrong_size_on_one_rank_is_refused_on_every_rank(tmp
             return str(info.value)
 
     assert all("rank 0" in m for m in run_threads(3, body))  # raised on every rank, naming the one at fault
+
+
+def test_ranges_of_layouts_are_checked_against_the_index(tmp_path: Path) -> None:
+    """read_hp of layout "counts" checks both its sections at check_crcs; read_cells of chunks its section."""
+    path = tmp_path / "d.scda"
+    run_threads(1, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    values = ac.read_info(path).index.sections
+    e = [x for x in values if x.name == "wide"][1]
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 40] ^= 0x01  # a byte of the values, not of the counts
+    path.write_bytes(bytes(raw))
+    with CheckpointReader(path) as r:
+        r.read_cells("rho", 0, 5)
+        r.read_hp("modes", 0, 5)
+        assert {"rho", "modes"} <= set(r.check_crcs())
+        r.read_hp("wide", 3, 4)
+        with pytest.raises(ac.ChecksumError, match="'wide'"):
+            r.check_crcs()
