@@ -288,6 +288,8 @@ def _checkpoint_doc(path: str, info: scda.FileInfo) -> dict[str, Any] | None:
                 "shape": list(fs.shape),
                 "units": fs.units,
                 "compressed": fs.compressed,
+                **({"layout": fs.layout} if fs.layout else {}),
+                **({"chunk": fs.chunk} if fs.chunk else {}),
             }
             for fs in m.fields
         ],
@@ -403,7 +405,9 @@ def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
     rows = [("name", "kind", "section", "dtype", "shape", "units", "compressed")]
     for f in ck["fields"]:
         shape = "(" + ", ".join(str(d) for d in f["shape"]) + ("," if len(f["shape"]) == 1 else "") + ")" if f["shape"] else "-"
-        rows.append((f["name"], f["kind"], f["section"], f["dtype"], shape, f["units"] or "-", "yes" if f["compressed"] else "no"))
+        comp = "yes" if f["compressed"] else f"chunks of {f['chunk']}" if f.get("layout") == "chunks" else "no"
+        section = f["section"] + "+A" if f.get("layout") == "counts" else f["section"]
+        rows.append((f["name"], f["kind"], section, f["dtype"], shape, f["units"] or "-", comp))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     _out("  fields")
     for r in rows:

@@ -403,6 +403,43 @@ def f_peers(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     return ["perf-peers.png"]
 
 
+def f_issue18(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
+    """Issue 18's measured ratios against their targets, one bar each (higher is better; the fraction inverted)."""
+    bars: list[tuple[str, float, float]] = []  # (label, measured, target)
+    for P, r in sorted(d.get("issue18", {}).items()):
+        for which in ("hp", "nohp"):
+            for op in ("save new", "save warm", "load"):
+                if which in r:
+                    bars.append((f"{op}, {which}, P={P}", r[which][op]["ratio"], 0.85))
+    for name in ("issue18", "issue18-compression-rerun"):
+        c = d.get(name, {}).get(1, {}).get("compression")
+        if c:
+            tag = "" if name == "issue18" else " (rerun)"
+            bars += [(f"chunks write / h5py{tag}", c["write_ratio"], 2.0), (f"chunks read / h5py{tag}", c["read_ratio"], 2.0)]
+    for name in ("issue18-kernels", "issue18-kernels-rerun"):
+        k = d.get(name, {}).get(1)
+        tag = "" if name == "issue18-kernels" else " (rerun)"
+        for x in k["compression"] if k else []:
+            if x["elem_size"] == 4096:
+                bars.append((f"4 KiB elements, level {x['level']} / loop{tag}", x["ratio_vs_loop_by_rank"][0], 1.5))
+    if not bars:
+        return []
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(bars) + 1.2))
+    ys = range(len(bars))
+    ok = [m >= t for _, m, t in bars]
+    ax.barh(list(ys), [m / t for _, m, t in bars], color=["tab:green" if o else "tab:orange" for o in ok])
+    ax.axvline(1.0, color="k", lw=1)
+    ax.set_yticks(list(ys), [f"{lab}: {m:.2f} (target {t:g})" for lab, m, t in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("measured / target (>= 1: met)")
+    ax.set_title("issue 18: ratios against their targets (shared 2-core machine)")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(img / "perf-issue18.png", dpi=90)
+    plt.close(fig)
+    return ["perf-issue18.png"]
+
+
 def f_scaling(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     sc = d.get("scaling", {})
     if not sc:
@@ -465,6 +502,113 @@ def f_scaling(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     return ["perf-scaling.png"]
 
 
+def t_issue18(d: dict[str, dict[int, Result]]) -> str:
+    """Issue 18's targets, each with its measured ratio (bench_issue18.py, bench_scda.py kernels, bench_manager.py)."""
+    rows: list[list[Any]] = []
+    for P, r in sorted(d.get("issue18", {}).items()):
+        for which, label in (("hp", "with hp (1/4/9 values)"), ("nohp", "without hp")):
+            if which not in r:
+                continue
+            x = r[which]
+            for op in ("save new", "save warm", "load"):
+                o = x[op]
+                rows.append(
+                    [
+                        f"{op}, {label}, P = {P}",
+                        f"{o['amrckpt_s']['median']:.3f} s ({o['amrckpt_mib_s']:.0f} MiB/s)",
+                        f"{o['raw_s']['median']:.3f} s ({o['raw_mib_s']:.0f} MiB/s)",
+                        f"**{o['ratio']:.2f}**",
+                        ">= 0.85",
+                        mark(o["ratio"] >= 0.85),
+                    ]
+                )
+    head = ["end to end (tmpfs, 2.1 M leaves 3D)", "amrckpt", "raw MPI-IO, same payload", "ratio", "target", ""]
+    out = []
+    h = d.get("issue18-hplayout", {}).get(1)
+    if h:
+        m, fb = h["median_s"], h["file_bytes"]
+        out.append(
+            f"The hp field alone ({h['leaves']} leaves, {h['values']} float64; scda layer, P = 1, bench_hp_layout.py), "
+            "in its former layout (one V section) and in layout `counts`:\n\n"
+            + table(
+                ["hp layout", "write s", "read s", "file MB"],
+                [
+                    ["V: a 32-byte size entry per leaf", f"{m['write V']:.3f}", f"{m['read V']:.3f}", f"{fb['V'] / 1e6:.1f}"],
+                    ["counts (u1) + values", f"{m['write counts']:.3f}", f"{m['read counts']:.3f}", f"{fb['counts'] / 1e6:.1f}"],
+                    ["ratio", f"**{h['write_ratio']:.2f}**", f"**{h['read_ratio']:.2f}**", f"**{fb['V'] / fb['counts']:.2f}**"],
+                ],
+            )
+        )
+    if rows:
+        loads = ", ".join(
+            f"P = {P}: {r['load_before'][0]:.1f} to {r['load_after'][0]:.1f}" for P, r in sorted(d["issue18"].items())
+        )
+        out.append(f"End to end (load average of the 2-core machine, 1 min, before and after: {loads}):\n\n" + table(head, rows))
+    for c, run in (
+        (d.get("issue18", {}).get(1, {}).get("compression"), "the run above"),
+        (d.get("issue18-compression-rerun", {}).get(1, {}).get("compression"), "a rerun"),
+    ):
+        if not c:
+            continue
+        fb = c["file_bytes"]
+        crow = [
+            [
+                "write",
+                f"{c['write_mib_s']['amrckpt']:.0f}",
+                f"{c['write_mib_s']['h5py']:.0f}",
+                f"**{c['write_ratio']:.2f}**",
+                ">= 2",
+            ],
+            ["read", f"{c['read_mib_s']['amrckpt']:.0f}", f"{c['read_mib_s']['h5py']:.0f}", f"**{c['read_ratio']:.2f}**", ">= 2"],
+            ["file MB", f"{fb['amrckpt'] / 1e6:.2f}", f"{fb['h5py'] / 1e6:.2f}", f"**{fb['amrckpt'] / fb['h5py']:.3f}**", "<= 1"],
+        ]
+        for rw in crow:
+            ok = float(rw[3].strip("*")) <= 1 if rw[4] == "<= 1" else float(rw[3].strip("*")) >= 2
+            rw.append(mark(ok))
+        out.append(
+            f"Compressed smooth float64, {run} ({c['uncompressed_bytes'] / 2**20:.0f} MiB, chunks of {c['chunk']} values, "
+            f"{c['deflate']}, {c['threads']} threads; h5py {c['h5py']} / HDF5 {c['hdf5']} shuffle+gzip(1), the same chunks; "
+            f"per-element `compress=True`: {fb['perelem'] / 1e6:.0f} MB in {c['per_element_write_s']:.0f} s):\n\n"
+            + table(["P = 1", "amrckpt chunks MiB/s", "h5py MiB/s", "ratio", "target", ""], crow)
+        )
+    for k, run in ((d.get("issue18-kernels", {}).get(1), "the run above"), (d.get("issue18-kernels-rerun", {}).get(1), "a rerun")):
+        if not k:
+            continue
+        krow = [
+            [
+                f"{x['elements']} x {x['elem_size']} B, level {x['level']}",
+                f"{x['encode_per_s_by_rank'][0] / 1e3:.1f}",
+                f"{x['python_loop_per_s_by_rank'][0] / 1e3:.1f}",
+                f"**{x['ratio_vs_loop_by_rank'][0]:.2f}**",
+                f"{x['bound_vs_loop_by_rank'][0]:.2f}",
+                ">= 1.5" if x["elem_size"] == 4096 else "-",
+                mark(x["ratio_vs_loop_by_rank"][0] >= 1.5) if x["elem_size"] == 4096 else "",
+            ]
+            for x in k["compression"]
+        ]
+        out.append(
+            f"Per-element compression (scda paper section 3) against a plain Python loop over zlib-ng ({run}, P = 1; "
+            "bound: the zlib calls alone against the loop):\n\n"
+            + table(["elements", "ours k/s", "loop k/s", "ratio", "bound", "target", ""], krow)
+        )
+    m = d.get("issue18-manager", {}).get(1)
+    if m:
+        rt = m["ratios"]
+        f = rt["background blocked / blocking save (means)"]
+        f2 = rt["background blocked incl. end-of-run wait / blocking save"]
+        out.append(
+            table(
+                ["background save, new files, P = 1", "fraction of a blocking save", "target", ""],
+                [
+                    ["step blocked by save() (means)", f"**{f:.3f}**", "<= 0.10", mark(f <= 0.10)],
+                    ["including the end-of-run wait", f"{f2:.3f}", "-", ""],
+                    ["steady (from the 5th save of a run)", f"{rt['steady: background blocked / blocking save']:.3f}", "-", ""],
+                ],
+            )
+        )
+    return "\n\n".join(out) if out else "(no issue-18 results)"
+
+
 def replace(doc: str, name: str, body: str) -> str:
     begin, end = f"<!-- BEGIN generated: {name} -->", f"<!-- END generated: {name} -->"
     pat = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
@@ -483,7 +627,7 @@ def main() -> None:
     img = Path(a.img)
     img.mkdir(parents=True, exist_ok=True)
     plt.rcParams.update({"svg.hashsalt": "amrckpt", "figure.max_open_warning": 0})
-    figs = f_scda(d, img) + f_peers(d, img) + f_scaling(d, img)
+    figs = f_scda(d, img) + f_peers(d, img) + f_scaling(d, img) + f_issue18(d, img)
     doc = Path(a.doc).read_text()
     tables = {
         "runs": t_runs(d),
@@ -501,6 +645,7 @@ def main() -> None:
         "schema": t_schema(d),
         "manager": t_manager(d),
         "scaling": t_scaling(d),
+        "issue18": t_issue18(d),
     }
     for name, body in tables.items():
         doc = replace(doc, name, body)

@@ -102,6 +102,9 @@ def _values(data: bytes, dtype: str) -> str:
     return ", ".join(repr(v) for v in np.frombuffer(data, dtype).tolist())
 
 
+_COUNTS: dict[str, list[int]] = {}  # the counts of an hp field of layout "counts", until its values are described
+
+
 def _describe(s: Any, raw: bytes, manifest: dict[str, Any], sizes: list[int]) -> tuple[str, str]:
     """Say what a section is, and what its data bytes hold, from the file itself."""
     data = raw[s.data_offset : s.data_offset + s.data_nbytes]
@@ -116,6 +119,14 @@ def _describe(s: Any, raw: bytes, manifest: dict[str, Any], sizes: list[int]) ->
         return what, f"{s.elem_count} records: " + ", ".join(f"{n} {d}" for n, d in manifest["meshes"][0]["record"])
     if spec["kind"] == "cells":
         return what, f"{s.elem_count} x {spec['dtype']}: {_values(data, spec['dtype'])}"
+    if spec["kind"] == "hp" and spec.get("layout") == "counts":  # two A sections: the counts, then the values
+        name = spec["name"]
+        if name not in _COUNTS:
+            _COUNTS[name] = np.frombuffer(data, spec["count_dtype"]).tolist()
+            return what + ", its counts", f"values per leaf, {spec['count_dtype']}: {', '.join(map(str, _COUNTS[name]))}"
+        bounds = np.cumsum([0, *_COUNTS.pop(name)]) * np.dtype(spec["dtype"]).itemsize
+        per_leaf = " ".join(f"[{_values(data[a:b], spec['dtype'])}]" for a, b in itertools.pairwise(bounds))
+        return what + ", its values", f"{s.elem_count} x {spec['dtype']}, leaf after leaf: {per_leaf}"
     if spec["kind"] == "hp":
         bounds = np.cumsum([0, *sizes])
         per_leaf = " ".join(f"[{_values(data[a:b], spec['dtype'])}]" for a, b in itertools.pairwise(bounds))

@@ -178,6 +178,7 @@ def test_inspect_checkpoint_shows_the_manifest(capsys: pytest.CaptureFixture[str
     assert f"leaves       {n} (2D mesh, 2 trees, morton curve)" in out
     assert "vel     cells   A        <f8    (2,)   -        yes" in out
     assert "rho     cells   A        <f8    -      kg m^-3  no" in out
+    assert "modes   hp      A+A      <f8    -      -        no" in out  # layout "counts": counts and values
     assert "yes (" in out and '"vel"' in out  # the compressed pair, one logical section
     code, out, _ = run(capsys, "inspect", "--json", ckpt)
     ck = json.loads(out)["checkpoint"]
@@ -187,11 +188,12 @@ def test_inspect_checkpoint_shows_the_manifest(capsys: pytest.CaptureFixture[str
     assert ck["fields"][6] == {
         "name": "modes",
         "kind": "hp",
-        "section": "V",
+        "section": "A",
         "dtype": "<f8",
         "shape": [],
         "units": None,
         "compressed": False,
+        "layout": "counts",
     }
 
 
@@ -299,17 +301,19 @@ def test_convert_reference_files_to_mime_and_back(
 def test_convert_checkpoint_stays_a_checkpoint(capsys: pytest.CaptureFixture[str], ckpt: Path, tmp_path: Path) -> None:
     enc, dec = tmp_path / "enc.scda", tmp_path / "dec.scda"
     code, out, _ = run(capsys, "convert", "--encode", ckpt, enc)
-    assert code == 0 and "checkpoint of 10 sections" in out and "4 compressed" in out
+    # the hp field (layout "counts": two A sections) is copied as it is
+    assert code == 0 and "checkpoint of 11 sections" in out and "3 compressed" in out
     code, out, _ = run(capsys, "convert", "--decode", "--style", "mime", "--no-progress", enc, dec)
-    assert code == 0 and "5 decompressed" in out
+    assert code == 0 and "4 decompressed" in out
     assert run(capsys, "verify", enc, dec)[0] == 0
     want = ac.load(ckpt, Advection).state
     for path, compressed in ((enc, True), (dec, False)):
         assert ac.verify(path).ok
         m = ac.read_info(path).manifest
-        assert {f.name: f.compressed for f in m.fields if f.kind != "inline"} == dict.fromkeys(
-            ["params", "mesh", "rho", "vel", "modes"], compressed
+        assert {f.name: f.compressed for f in m.fields if f.kind not in ("inline", "hp")} == dict.fromkeys(
+            ["params", "mesh", "rho", "vel"], compressed
         )
+        assert not m.field("modes").compressed
         assert_state_equal(ac.load(path, Advection).state, want)
         run_threads(
             2,

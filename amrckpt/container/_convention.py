@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from ..errors import CheckpointError, IncompleteCheckpointError
 
@@ -116,6 +116,29 @@ class FieldSpec(_Model):
     native_byteorder: bool = Field(False, description="the schema left the byte order to the machine; readers convert to theirs")
     mesh: str | None = Field(None, description="the mesh field whose leaves this field's values belong to (cells, hp)")
     count: int | None = Field(None, ge=0, description="global number of elements (array)")
+    layout: Literal["counts", "chunks"] | None = Field(
+        None,
+        description="how the field is laid out, if not as one section of its kind (absent: one section): "
+        "'counts' (hp): an A section of the values per leaf (count_dtype), then an A section of all values; "
+        "'chunks' (cells, array): a V section of zlib streams, each the byte-shuffled values of `chunk` consecutive leaves",
+    )
+    count_dtype: Literal["u1", "<u2", "<u4", "<u8"] | None = Field(
+        None, description="layout 'counts': the unsigned integer of one leaf's value count, the narrowest for the largest count"
+    )
+    chunk: int | None = Field(None, ge=1, description="layout 'chunks': leaves (elements) per chunk; the last chunk holds the rest")
+
+    @model_serializer(mode="wrap")
+    def _without_default_layout(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # The layout attributes are written only where set: a field in one section keeps format 2's first bytes.
+        out = handler(self)
+        if isinstance(out, dict):
+            for k in _LAYOUT_KEYS:
+                if out.get(k, 0) is None:
+                    del out[k]
+        return out
+
+
+_LAYOUT_KEYS = ("layout", "count_dtype", "chunk")
 
 
 class GeometrySpec(_Model):

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..comm import agree
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ScdaError
 from ..scda import Share
+from ._chunks import read_chunks, write_chunks
 from ._convention import SECTION_OF_KIND, FieldSpec, Manifest, dtype_from_json, mesh_record_dtype
 
 if TYPE_CHECKING:
@@ -48,10 +49,12 @@ class Payload:
         V: bytes of each local element.
     proc_sizes : (P,) list of int, or amrckpt.scda.Share, optional
         V: S_p, the bytes of every rank, or this rank's share of them.
+    counts : (N_p,) numpy.ndarray of int64, optional
+        hp: values of each local leaf (layout ``counts``; else ``elem_sizes`` is used).
     compress : bool
         Write by the per-element compression convention (paper section 3).
     level : int
-        zlib level of the compression.
+        zlib level of the compression (also of layout ``chunks``).
     """
 
     data: Any = None
@@ -59,6 +62,7 @@ class Payload:
     elem_size: int = 0
     elem_sizes: np.ndarray | None = None
     proc_sizes: list[int] | Share | None = None
+    counts: np.ndarray | None = None
     compress: bool = False
     level: int = 9
 
@@ -175,13 +179,33 @@ class ArrayHandler(FieldHandler):
     kind = "array"
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
-        super().check_spec(fs, manifest, path)
+        if fs.layout == "chunks":
+            ok = fs.section == "V" and fs.chunk is not None and not fs.compressed and fs.kind != "mesh"
+            if not ok or any(d < 0 for d in fs.shape):
+                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
+            self.value_dtype(fs, path)
+            if not self.per_leaf and fs.count is None:
+                raise CheckpointError(f"{path!r}: the manifest gives array field {fs.name!r} no element count")
+            return
+        if fs.layout is not None:
+            raise CheckpointError(f"{path!r}: field {fs.name!r} of kind {fs.kind!r} cannot have layout {fs.layout!r}")
+        self._check_one_section(fs, manifest, path)
+
+    def _check_one_section(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
+        FieldHandler.check_spec(self, fs, manifest, path)
         self.value_dtype(fs, path)
         if not self.per_leaf and fs.count is None:
             raise CheckpointError(f"{path!r}: the manifest gives array field {fs.name!r} no element count")
 
     def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
         assert p.elem_counts is not None
+        if fs.layout == "chunks":
+            assert fs.chunk is not None
+            counts = p.elem_counts
+            if isinstance(counts, Share):  # chunk boundaries are global: every rank's count (one allgather, as for the heads)
+                counts = w.comm.allgather(counts.count)
+            write_chunks(w.scda, w.comm, p.data, counts, p.elem_size, fs.chunk, fs.name.encode(), level=p.level)
+            return
         w.scda.fwrite_array(p.data, p.elem_counts, p.elem_size, fs.name.encode(), encode=p.compress, level=p.level)
 
     def elem_nbytes(self, fs: FieldSpec, path: str) -> int:
@@ -192,11 +216,15 @@ class ArrayHandler(FieldHandler):
         assert elem_counts is not None
         dt = self.value_dtype(fs, r.path)
         h = r.seek_field(fs)
-        if h.elem_size != self.elem_nbytes(fs, r.path):  # before allocating by the manifest's shape
+        if fs.layout is None and h.elem_size != self.elem_nbytes(fs, r.path):  # before allocating by the manifest's shape
             raise CheckpointError(
                 f"{r.path!r}: field {fs.name!r} has {h.elem_size}-byte values in the file, not {fs.shape} of {dt}"
             )
         arr = np.empty((elem_counts[r.comm.rank], *fs.shape), dtype=dt)
+        if fs.layout == "chunks":
+            assert fs.chunk is not None
+            read_chunks(r, fs.name, elem_counts, dt.itemsize * math.prod(fs.shape), fs.chunk, arr)
+            return arr
         r.scda.fread_array_data(elem_counts, h.elem_size, out=arr)
         return arr
 
@@ -219,6 +247,8 @@ class MeshHandler(ArrayHandler):
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
         FieldHandler.check_spec(self, fs, manifest, path)
+        if fs.layout is not None:
+            raise CheckpointError(f"{path!r}: mesh field {fs.name!r} cannot have layout {fs.layout!r}")
         ms = manifest.mesh_of(fs)
         if ms is None:
             raise CheckpointError(f"{path!r}: field {fs.name!r} is a mesh, but the manifest describes no such mesh")
@@ -246,19 +276,51 @@ class MeshHandler(ArrayHandler):
 
 
 class HpHandler(FieldHandler):
-    """``V`` section: a run of fixed-size values per leaf (hp-adaptive payloads); counts follow from the sizes."""
+    """A run of fixed-size values per leaf (hp-adaptive payloads), in one of two layouts.
+
+    Layout ``counts`` (written since issue 18): an ``A`` section of the
+    values per leaf (N elements of ``count_dtype``: 1, 2, 4 or 8 bytes, the
+    narrowest for the largest count), then an ``A`` section of all values
+    (sum(counts) elements of one value's bytes), both with the field's name
+    as user string.  A reader reads its leaves' counts, and its values'
+    partition follows from them by a prefix sum over the ranks.  Layout None
+    (format 2 as first written, and ``compress=True``): one ``V`` section,
+    a leaf's bytes as one element (a 32-byte size entry per leaf; with the
+    per-element compression of scda paper section 3.4).
+    """
 
     kind = "hp"
     per_leaf = True
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
-        super().check_spec(fs, manifest, path)
+        if fs.layout == "counts":
+            if fs.section != "A" or fs.count_dtype is None or fs.compressed or any(d < 0 for d in fs.shape):
+                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
+        elif fs.layout is None:
+            super().check_spec(fs, manifest, path)
+        else:
+            raise CheckpointError(f"{path!r}: hp field {fs.name!r} cannot have layout {fs.layout!r}")
         if self.value_dtype(fs, path).itemsize * math.prod(fs.shape) == 0:
             raise CheckpointError(f"{path!r}: field {fs.name!r} has values of no bytes")
 
     def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
         assert p.elem_counts is not None and p.proc_sizes is not None
-        w.scda.fwrite_varray(p.data, p.elem_counts, p.elem_sizes, p.proc_sizes, fs.name.encode(), encode=p.compress, level=p.level)
+        ustr = fs.name.encode()
+        if fs.layout == "counts":
+            assert fs.count_dtype is not None
+            E = self.value_dtype(fs, w.path).itemsize * math.prod(fs.shape)
+            cdt = np.dtype(fs.count_dtype)
+            counts = p.counts if p.counts is not None else counts_of(np.asarray(p.elem_sizes, dtype=np.uint64), E)
+            w.scda.fwrite_array(np.asarray(counts).astype(cdt, copy=False), p.elem_counts, cdt.itemsize, ustr)
+            ps = p.proc_sizes
+            values = (
+                Share(ps.count // E, ps.offset // E, ps.total // E, ps.max // E, ps.last)
+                if isinstance(ps, Share)
+                else [s // E for s in ps]
+            )  # every rank's bytes are whole values (checked when prepared)
+            w.scda.fwrite_array(p.data, values, E, ustr)
+            return
+        w.scda.fwrite_varray(p.data, p.elem_counts, p.elem_sizes, p.proc_sizes, ustr, encode=p.compress, level=p.level)
 
     def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
         r"""Return ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf."""
@@ -267,6 +329,9 @@ class HpHandler(FieldHandler):
         value_nbytes = dt.itemsize * math.prod(fs.shape)
         if value_nbytes > r.file_size:  # the manifest's shape, the same on every rank: no value of the file is that large
             raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {value_nbytes} bytes, more than the file holds")
+        if fs.layout == "counts":
+            counts = self._read_counts(r, fs, elem_counts)
+            return self._read_values(r, fs, counts, dt, value_nbytes), counts
         r.seek_field(fs)
         f = r.scda
         sizes = f.fread_varray_sizes(elem_counts)
@@ -280,7 +345,56 @@ class HpHandler(FieldHandler):
         values = data.view(dt).reshape(-1, *fs.shape)
         return values, counts_of(sizes, value_nbytes)
 
+    def _read_counts(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> np.ndarray:
+        """Layout ``counts``: this rank's values per leaf, (N_p,) int64, CRC checked before anything is sized by them."""
+        assert fs.count_dtype is not None
+        cdt = np.dtype(fs.count_dtype)
+        h = r.seek_field(fs)
+        if h.elem_size != cdt.itemsize:
+            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {h.elem_size}-byte counts in the file, not {cdt}")
+        raw = np.empty(elem_counts[r.comm.rank], dtype=cdt)
+        r.scda.fread_array_data(elem_counts, cdt.itemsize, out=raw)
+        # No CRC wait here (a load CRCs in a helper thread until check_crcs): nothing is sized by the counts
+        # before their sum is compared with the values section's N, whose bytes the file holds.
+        counts = raw.astype(np.int64)
+        if cdt.itemsize == 8 and counts.size and int(counts.min()) < 0:  # u8 above 2**63
+            counts[:] = 0
+            err: BaseException | None = CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more than 2**63 values")
+        else:
+            err = None
+        agree(r.comm, err, what="load")
+        return counts
+
+    def _read_values(self, r: CheckpointReader, fs: FieldSpec, counts: np.ndarray, dt: np.dtype[Any], E: int) -> np.ndarray:
+        """Layout ``counts``: this rank's values, their partition from the counts of every rank (one allgather). Collective."""
+        mine = int(counts.sum(dtype=np.int64))
+        vcounts: list[int] = r.comm.allgather(mine)
+        parts = r.entries(fs.name)
+        if len(parts) < 2:  # the index, the same on every rank
+            raise CheckpointError(f"{r.path!r}: the index has no values section of field {fs.name!r}")
+        e = parts[1]
+        f = r.scda
+        try:
+            f.fseek_section(e.offset)
+            h = f.fread_section_header()
+        except ScdaError as exc:
+            raise CheckpointError(f"{r.path!r}: no values of field {fs.name!r} at byte {e.offset}: {exc}") from exc
+        total = sum(vcounts)
+        if h is None or h.type != "A" or h.user_string != fs.name.encode() or h.elem_size != E or h.elem_count != total:
+            r.check_crc(fs.name)  # damaged counts: say so (ChecksumError) rather than that they do not fit
+            raise CheckpointError(
+                f"{r.path!r}: the values of field {fs.name!r} at byte {e.offset} are not the {total} values its counts give"
+            )
+        values = np.empty((mine, *fs.shape), dtype=dt)
+        f.fread_array_data(vcounts, E, out=values)  # its CRC32 is compared by check_crcs, as a cells field's
+        return values
+
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
+        if fs.layout == "counts":
+            E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
+            if E > r.file_size:  # the manifest's shape: checked before it multiplies anything
+                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
+            return self._read_counts(r, fs, elem_counts) * E
         r.seek_field(fs)
         sizes = r.scda.fread_varray_sizes(elem_counts)
         assert sizes is not None

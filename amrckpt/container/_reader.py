@@ -22,6 +22,7 @@ from ..errors import (
 from ..partition import Partition
 from ..scda._layout import SectionHeader, read_raw_section
 from ..scda._scan import exact_reader
+from ._chunks import read_chunk_range
 from ._convention import (
     FOOTER_NBYTES,
     FOOTER_USER_STRING,
@@ -333,8 +334,25 @@ class CheckpointReader:
         except KeyError:
             raise CheckpointError(f"{self.path!r}: the index has no section {name!r}") from None
 
-    def check_crc(self, name: str) -> None:
+    def entries(self, name: str) -> list[IndexEntry]:
+        """Return the index entries of the sections named ``name``, in file order (two for an hp field of layout ``counts``).
+
+        Not collective.
+
+        Raises
+        ------
+        CheckpointError
+            If the index has no such section.
+        """
+        out = [e for e in self.index.sections if e.name == name]
+        if not out:
+            raise CheckpointError(f"{self.path!r}: the index has no section {name!r}")
+        return out
+
+    def check_crc(self, name: str, part: int = 0) -> None:
         """Compare the CRC32 of section ``name``, just read, with the index. Collective; no-op without ``verify``.
+
+        ``part`` is the section's place among those of that name (1: the values of an hp field of layout ``counts``).
 
         Raises
         ------
@@ -343,7 +361,7 @@ class CheckpointReader:
         """
         if not self.verify:
             return
-        e = self.entry(name)
+        e = self.entry(name) if part == 0 else self.entries(name)[part]
         if not self._crc_matches(e.offset, e.crc32):
             raise checksum_error(name, e.offset, e.end, self.path)
 
@@ -454,6 +472,8 @@ class CheckpointReader:
                 f"{self.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it"
             )
         want = self.elem_count(fs)
+        if want is not None and fs.layout == "chunks" and fs.chunk is not None:
+            want = -(-want // fs.chunk)  # the section holds chunks
         if h.type in ("A", "V") and want is not None and h.elem_count != want:
             # before anything is allocated by the manifest's count
             what = "leaves" if handler_for(fs.kind).per_leaf else "elements"
@@ -552,14 +572,14 @@ class CheckpointReader:
                 raise checksum_error(e.name, e.offset, e.end, self.path)
             done.append(e.name)
         for name in sorted(self._ranged - set(done)):  # read by ranges on this rank: one pass over each section
-            e = self.entry(name)
-            read, crc = self._pread(), 0
-            if not 0 <= e.offset <= e.end <= self.file_size:
-                raise checksum_error(name, e.offset, e.end, self.path)
-            for off in range(e.offset, e.end, 16 << 20):
-                crc = crc32(read(off, min(16 << 20, e.end - off)), crc)
-            if crc != e.crc32:
-                raise checksum_error(name, e.offset, e.end, self.path)
+            for e in self.entries(name):  # two for an hp field of layout "counts"
+                read, crc = self._pread(), 0
+                if not 0 <= e.offset <= e.end <= self.file_size:
+                    raise checksum_error(name, e.offset, e.end, self.path)
+                for off in range(e.offset, e.end, 16 << 20):
+                    crc = crc32(read(off, min(16 << 20, e.end - off)), crc)
+                if crc != e.crc32:
+                    raise checksum_error(name, e.offset, e.end, self.path)
             done.append(name)
         # The index and the manifest were checked by rank 0 when opening (_metadata_on_root).
         return tuple(n for n in ("amrckpt manifest", "amrckpt index") if n not in done) + tuple(done)
@@ -587,6 +607,10 @@ class CheckpointReader:
         e = self.entry(fs.name)
         E = dt.itemsize * math.prod(shape)
         out = np.empty((count, *shape), dtype=dt)
+        if fs.layout == "chunks":
+            assert fs.chunk is not None
+            read_chunk_range(self._pread(), e.offset, self.file_size, self.path, fs.name, N, E, fs.chunk, start, out)
+            return out
         if fs.compressed:  # one zlib stream per element: decode the whole section serially, keep the range
             with scda.fopen_read(self.path) as f:
                 f.fseek_section(e.offset)
@@ -654,6 +678,8 @@ class CheckpointReader:
         dt = dtype_from_json(fs.dtype, name)
         vbytes = dt.itemsize * math.prod(fs.shape)
         e = self.entry(fs.name)
+        if fs.layout == "counts":
+            return self._hp_range(fs, N, start, count, dt, vbytes)
         if fs.compressed:
             with scda.fopen_read(self.path) as f:
                 f.fseek_section(e.offset)
@@ -696,6 +722,35 @@ class CheckpointReader:
         values = np.frombuffer(bytearray(read(data_start + before, nbytes)), dtype=dt).reshape(-1, *fs.shape)
         self._hp_cursor[fs.name] = (start + count, before + nbytes)
         return counts_of(mine, vbytes), values
+
+    def _hp_range(self, fs: FieldSpec, N: int, start: int, count: int, dt: np.dtype[Any], E: int) -> tuple[np.ndarray, np.ndarray]:
+        """read_hp of layout ``counts``: the counts before ``start`` summed in chunks, then the range's values."""
+        assert fs.count_dtype is not None
+        cdt = np.dtype(fs.count_dtype)
+        read = self._pread()
+        ce, ve = self.entries(fs.name)[:2]
+        craw = read_raw_section(read, ce.offset, self.file_size)
+        vraw = read_raw_section(read, ve.offset, self.file_size)
+        if craw.type != "A" or craw.elem_size != cdt.itemsize or craw.elem_count != N or vraw.type != "A" or vraw.elem_size != E:
+            raise CheckpointError(f"{self.path!r}: the sections of field {fs.name!r} are not as the manifest describes them")
+
+        def counts_at(lo: int, n: int) -> np.ndarray:
+            return np.frombuffer(read(craw.data_offset + lo * cdt.itemsize, n * cdt.itemsize), dtype=cdt).astype(np.int64)
+
+        # From the end of the previous range of this field when that is at or before `start` (as read_hp of a V section).
+        first, before = self._hp_cursor.get(fs.name, (0, 0))
+        if first > start:
+            first, before = 0, 0
+        chunk = 1 << 20
+        for lo in range(first, start, chunk):
+            before += int(counts_at(lo, min(chunk, start - lo)).sum())
+        mine = counts_at(start, count)
+        n = int(mine.sum())
+        if before + n > vraw.elem_count or (mine.size and int(mine.min()) < 0):
+            raise CheckpointError(f"{self.path!r}: the counts of field {fs.name!r} exceed its values")
+        values = np.frombuffer(bytearray(read(vraw.data_offset + before * E, n * E)), dtype=dt).reshape(-1, *fs.shape)
+        self._hp_cursor[fs.name] = (start + count, before + n)  # here in values, not bytes: this layout's own cursor
+        return mine, values
 
     # -- closing ----------------------------------------------------------------
 

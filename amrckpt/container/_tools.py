@@ -18,6 +18,7 @@ from ._convention import (
     MANIFEST_USER_STRING,
     PARTITION_USER_STRING,
     PROVENANCE_USER_STRING,
+    FieldSpec,
     Manifest,
     Provenance,
 )
@@ -143,19 +144,30 @@ def convert(
     with CheckpointReader(src, comm=c, verify=True) as r:
         m = r.manifest
 
-        def compressed(section: str, now: bool) -> bool:
-            return False if section == "I" else {"keep": now, "encode": True, "decode": False}[compress]
+        def compressed(fs: FieldSpec) -> bool:
+            if fs.section == "I" or fs.layout is not None:  # a layout's sections are copied as they are
+                return fs.compressed
+            return {"keep": fs.compressed, "encode": True, "decode": False}[compress]
 
-        fields = [fs.model_copy(update={"compressed": compressed(fs.section, fs.compressed)}) for fs in m.fields]
+        fields = [fs.model_copy(update={"compressed": compressed(fs)}) for fs in m.fields]
         changed = sum(a.compressed != b.compressed for a, b in zip(fields, m.fields, strict=True))
         manifest = m.model_copy(update={"fields": fields, "format_version": FORMAT_VERSION, "amrckpt_version": __version__})
         with CheckpointWriter(dst, manifest, comm=c, style=style) as w:
             for fs in fields:
-                e = r.entry(fs.name)
-                h = r.seek_field(m.field(fs.name))
-                w.copy_field(fs, scda.read_section_data(r.scda, h), level=level)
+                parts = r.entries(fs.name) if fs.layout is not None else [r.entry(fs.name)]
+                data = []
+                for i, e in enumerate(parts):
+                    if i == 0:
+                        h = r.seek_field(m.field(fs.name))
+                    else:
+                        r.scda.fseek_section(e.offset)
+                        got = r.scda.fread_section_header(decode=True)
+                        assert got is not None
+                        h = got
+                    data.append(scda.read_section_data(r.scda, h))
+                w.copy_field(fs, data if fs.layout is not None else data[0], level=level)
                 if progress is not None:
-                    progress.update(e.end - e.offset)
+                    progress.update(sum(e.end - e.offset for e in parts))
         r.check_crcs()
     assert w.result is not None
     return w.result, changed

@@ -149,17 +149,20 @@ class CheckpointWriter:
         """
         self._next(fs)
         handler_for(fs.kind).write(self, fs, payload)
-        self._roles.append("field")
+        self._roles.extend(["field"] * (len(self.scda.records) - len(self._roles)))  # a layout may take two sections
 
-    def copy_field(self, fs: FieldSpec, data: scda.SectionData, *, level: int = 9) -> None:
+    def copy_field(self, fs: FieldSpec, data: scda.SectionData | list[scda.SectionData], *, level: int = 9) -> None:
         """Write the next field of the manifest from a section's data read elsewhere (a rewrite). Collective.
 
         The data is written as read (``scda.read_section_data``), compressed
-        if ``fs.compressed``; for :func:`amrckpt.container.convert`.
+        if ``fs.compressed``; for :func:`amrckpt.container.convert`.  A
+        field of a ``layout`` gives the data of each of its sections, in order.
         """
         self._next(fs)
-        scda.write_section_data(self.scda, data, user_string=fs.name.encode(), encode=fs.compressed, level=level)
-        self._roles.append("field")
+        for d in data if isinstance(data, list) else [data]:  # a layout of several sections: each copied as it is
+            encode = fs.compressed and fs.layout is None
+            scda.write_section_data(self.scda, d, user_string=fs.name.encode(), encode=encode, level=level)
+            self._roles.append("field")
 
     def _next(self, fs: FieldSpec) -> None:
         want = next(self._fields, None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import binascii
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from zlib_ng import zlib_ng
@@ -46,6 +46,18 @@ _B64_VALID = np.zeros(256, dtype=bool)
 _B64_VALID[np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)] = True
 _BATCH_NBYTES = 8 << 20  # uncompressed bytes per batch: bounds temporaries
 _compress = zlib_ng.compress  # (data, level) -> zlib stream; tests substitute libsc's streams
+
+
+def _b64encode_binascii(data: bytes) -> bytes:
+    return binascii.b2a_base64(data, newline=False)
+
+
+try:  # pybase64 (SIMD) where installed: the same standard base64 as binascii, several times faster
+    from pybase64 import b64encode as _b64encode_simd
+
+    _b64encode: Callable[[bytes], bytes] = _b64encode_simd
+except ImportError:  # pragma: no cover - pybase64 is optional
+    _b64encode = _b64encode_binascii
 _ZlibError: type[Exception] = zlib_ng.error  # type: ignore[assignment]
 
 
@@ -136,7 +148,7 @@ def _encode_batch(data: memoryview, offsets: np.ndarray, level: int, style: Styl
         itertools.chain.from_iterable(zip(_slices(pb, range(0, 9 * n, 9), range(9, 9 * n + 9, 9)), compressed, pads, strict=True))
     )
     del compressed
-    text = np.frombuffer(binascii.b2a_base64(stage1, newline=False), dtype=np.uint8)
+    text = np.frombuffer(_b64encode(stage1), dtype=np.uint8)
     del stage1
     total_lines = int(nlines.sum())
     lines = np.empty((total_lines, _LINE + 2), dtype=np.uint8)

@@ -97,6 +97,8 @@ class Prepared:
         Local bytes of an hp field (S_p).
     shape : tuple of int
         The whole shape of an ndarray field.
+    max_count : int
+        The largest number of values of a local leaf (hp): the width of the counts.
     """
 
     name: str
@@ -107,6 +109,7 @@ class Prepared:
     count: int = 0
     nbytes: int = 0
     shape: tuple[int, ...] = ()
+    max_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -277,6 +280,9 @@ class CellsKind(FieldKind):
     mesh : str or None
         The mesh field whose leaves the values belong to (resolved when the
         schema is created: the only mesh, if not given).
+    chunks : int or None
+        Layout ``chunks``: compress chunks of this many consecutive leaves
+        (byte shuffle, then deflate at ``level``) in one V section.
     """
 
     kind: ClassVar[str] = "cells"
@@ -286,6 +292,7 @@ class CellsKind(FieldKind):
     native: bool = False
     shape: tuple[int, ...] = ()
     mesh: str | None = None
+    chunks: int | None = None
 
     @property
     def cell_nbytes(self) -> int:
@@ -324,6 +331,8 @@ class CellsKind(FieldKind):
     def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
         out = super().describe(p, mesh)
         out |= {"dtype": dtype_to_json(self.disk_dtype), "shape": list(self.shape), "native_byteorder": self.native}
+        if self.chunks is not None:
+            out |= {"section": "V", "layout": "chunks", "chunk": self.chunks, "compressed": False}
         return out | ({"mesh": mesh} if self.per_leaf else {})
 
     def to_native(self, arr: np.ndarray) -> np.ndarray:
@@ -339,9 +348,11 @@ class CellsKind(FieldKind):
 
 @dataclass(frozen=True)
 class HpCellsKind(CellsKind):
-    """A variable number of values per leaf (hp-adaptive payloads) in a V section.
+    """A variable number of values per leaf (hp-adaptive payloads).
 
     ``shape`` is the shape of one value; leaf i holds ``counts[i]`` values.
+    Layout ``counts`` (an A section of counts, an A section of values), or
+    with ``compress`` one V section of per-leaf compressed elements.
     """
 
     kind: ClassVar[str] = "hp"
@@ -358,13 +369,26 @@ class HpCellsKind(CellsKind):
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         self.check_value(name, value, n)
-        sizes = _sizes(value.counts, self.cell_nbytes)
+        counts = value.counts
+        max_count = int(counts.max()) if counts.size else 0
+        if not self.compress:  # layout "counts": no sizes per leaf
+            payload = Payload(self._as_disk(value.values), counts=counts, level=self.level)
+            return Prepared(
+                name, self, payload, count=len(value), nbytes=value.values.shape[0] * self.cell_nbytes, max_count=max_count
+            )
+        sizes = _sizes(counts, self.cell_nbytes)
         payload = Payload(self._as_disk(value.values), elem_sizes=sizes, compress=self.compress, level=self.level)
-        return Prepared(name, self, payload, count=len(value), nbytes=int(sizes.sum(dtype=np.uint64)))
+        return Prepared(name, self, payload, count=len(value), nbytes=int(sizes.sum(dtype=np.uint64)), max_count=max_count)
+
+    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        out = super().describe(p, mesh)
+        if not self.compress:  # the counts' dtype follows from the largest count of every rank (amrckpt.save sets it)
+            out |= {"section": "A", "layout": "counts"}
+        return out
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
-        values, counts = raw
-        return HpData(self.to_native(values), counts)
+        values, counts = raw  # the container checked them: counts >= 0 that add up to len(values)
+        return HpData._checked(self.to_native(values), counts)
 
 
 @dataclass(frozen=True)
@@ -585,8 +609,9 @@ def Cells(
     units: str | None = None,
     description: str | None = None,
     compress: bool = False,
-    level: int = 9,
+    level: int | None = None,
     mesh: str | None = None,
+    chunks: int | None = None,
 ) -> Any:
     """Declare fixed-size data per leaf, stored in an array section (scda A, paper 2.5).
 
@@ -606,19 +631,46 @@ def Cells(
         Physical units, e.g. ``"kg m^-3"``.
     description : str, optional
     compress : bool, optional
-        Compress every leaf's value (paper 3.3).
+        Compress every leaf's value (paper 3.3): random access per leaf, for
+        large values (kilobytes); small values grow (a 32-byte size entry each).
     level : int, optional
+        zlib level: 9 by default for ``compress``, 1 for ``chunks``.
     mesh : str, optional
         The mesh field whose leaves the values belong to; needed when the schema has more than one mesh.
+    chunks : int, optional
+        Compress chunks of this many consecutive leaves instead (layout
+        ``chunks``: byte shuffle, then deflate; encoded in threads): for
+        mostly-float fields, smaller and faster than ``compress``, as
+        HDF5's shuffle+gzip.  ``DEFAULT_CHUNK`` (16384) is a good size.
 
     Returns
     -------
     pydantic.fields.FieldInfo
+
+    Raises
+    ------
+    SchemaError
+        If ``compress`` and ``chunks`` are both given, or ``chunks`` is not a positive int.
     """
     dt, native = _dtype_spec(dtype, "Cells")
     shape = _shape(shape)
-    kind = CellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape, mesh=mesh)
+    common = _common(units, description, compress, _level_for(level, chunks, compress))
+    kind = CellsKind(**common, dtype=dt, native=native, shape=shape, mesh=mesh, chunks=_chunks(chunks, compress))
     return _field(kind, PydanticUndefined)
+
+
+def _level_for(level: int | None, chunks: int | None, compress: Any) -> int:
+    return level if level is not None else 1 if chunks is not None else 9
+
+
+def _chunks(chunks: Any, compress: Any) -> int | None:
+    if chunks is None:
+        return None
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise SchemaError(f"chunks must be a positive int (leaves per chunk), not {chunks!r}")
+    if compress:
+        raise SchemaError("compress (per element) and chunks (per chunk of leaves) exclude each other: choose one")
+    return chunks
 
 
 def HpCells(
@@ -631,10 +683,14 @@ def HpCells(
     level: int = 9,
     mesh: str | None = None,
 ) -> Any:
-    """Declare a variable number of values per leaf, stored in a variable-size array (scda V, paper 2.6).
+    """Declare a variable number of values per leaf: its counts and its values in two arrays (scda A, paper 2.5).
 
     The value is an :class:`HpData`: e.g. the (p+1)**d modal coefficients of
-    a degree-p leaf, whose degree varies from leaf to leaf.
+    a degree-p leaf, whose degree varies from leaf to leaf.  In the file
+    (layout ``counts``): an A section of the counts (1, 2, 4 or 8 bytes per
+    leaf, the narrowest for the largest count) and an A section of the
+    values.  With ``compress``: one variable-size array (scda V, paper 2.6)
+    of per-leaf compressed elements (paper 3.4), for large values per leaf.
 
     Parameters
     ----------
@@ -664,7 +720,8 @@ def Array(
     units: str | None = None,
     description: str | None = None,
     compress: bool = False,
-    level: int = 9,
+    level: int | None = None,
+    chunks: int | None = None,
 ) -> Any:
     """Declare a distributed array that is not per leaf: N_p elements on rank p, in an array section (scda A).
 
@@ -680,15 +737,16 @@ def Array(
         Any fixed-size dtype, structured ones included (``[("id", "<i8"), ("x", "<f8", (3,))]``).
     shape : tuple of int, optional
         Shape of one element.
-    units, description, compress, level : optional
-        As for :func:`Cells`.
+    units, description, compress, level, chunks : optional
+        As for :func:`Cells` (chunks of that many elements).
 
     Returns
     -------
     pydantic.fields.FieldInfo
     """
     dt, native = _dtype_spec(dtype, "Array")
-    kind = ArrayKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=_shape(shape))
+    common = _common(units, description, compress, _level_for(level, chunks, compress))
+    kind = ArrayKind(**common, dtype=dt, native=native, shape=_shape(shape), chunks=_chunks(chunks, compress))
     return _field(kind, PydanticUndefined)
 
 
@@ -794,7 +852,7 @@ class Forest:
         If the arrays differ in length or hold values out of range.
     """
 
-    __slots__ = ("curve", "level", "num_trees", "tree", "x", "y", "z")
+    __slots__ = ("_ordered", "curve", "level", "num_trees", "tree", "x", "y", "z")
 
     def __init__(self, tree: Any, level: Any, x: Any, y: Any, z: Any = None, *, num_trees: int, curve: str = "morton") -> None:
         self.tree = _int_array(tree, np.int32, "tree")
@@ -807,6 +865,7 @@ class Forest:
         except TypeError as exc:
             raise SchemaError(f"Forest: num_trees must be an int, not {type(num_trees).__name__}") from exc
         self.curve = curve
+        self._ordered: tuple[int, int, str, int] | None = None  # what check_order last passed (amrckpt.save's cache)
         n = self.tree.shape[0]
         for name in ("tree", "level", "x", "y", "z"):
             a = getattr(self, name)
@@ -1006,6 +1065,13 @@ class HpData:
         total = int(self.counts.sum())
         if self.values.ndim == 0 or self.values.shape[0] != total:
             raise SchemaError(f"HpData: counts add up to {total} values, values has shape {self.values.shape}")
+
+    @classmethod
+    def _checked(cls, values: np.ndarray, counts: np.ndarray) -> HpData:
+        """Build from what the container read and checked (non-negative int64 counts that add up to len(values))."""
+        out = cls.__new__(cls)
+        out.values, out.counts = values, counts
+        return out
 
     def __len__(self) -> int:
         return int(self.counts.shape[0])

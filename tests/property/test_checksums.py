@@ -21,6 +21,39 @@ def test_crc32_combine_matches_zlib(a: bytes, b: bytes) -> None:
     assert _crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
+def _gf2_shift(crc: int, nbytes: int) -> int:
+    """The hand-written GF(2) arithmetic that _crc used before zlib-ng's crc32_combine (zlib's multmodp, x2nmodp)."""
+    poly = 0xEDB88320
+
+    def multmodp(a: int, b: int) -> int:
+        m, p = 1 << 31, 0
+        while True:
+            if a & m:
+                p ^= b
+                if (a & (m - 1)) == 0:
+                    return p
+            m >>= 1
+            b = (b >> 1) ^ poly if b & 1 else b >> 1
+
+    x2n, p = [], 1 << 30
+    for _ in range(32):
+        x2n.append(p)
+        p = multmodp(p, p)
+    xp, k, n = 1 << 31, 3, nbytes
+    while n:
+        if n & 1:
+            xp = multmodp(x2n[k & 31], xp)
+        n >>= 1
+        k += 1
+    return multmodp(xp, crc) if nbytes and crc else crc
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 2**50))
+def test_crc32_combine_matches_the_gf2_arithmetic(crc1: int, crc2: int, len2: int) -> None:
+    assert _crc.shift(crc1, len2) == _gf2_shift(crc1, len2)
+    assert _crc.crc32_combine(crc1, crc2, len2) == _gf2_shift(crc1, len2) ^ crc2
+
+
 @given(st.binary(min_size=1, max_size=5000), st.lists(st.integers(0, 5000), max_size=8), st.integers(0, 10**6))
 def test_pieces_in_any_split(data: bytes, cuts: list[int], offset: int) -> None:
     bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]

@@ -109,6 +109,22 @@ def test_golden_format_1_files_load(P: int) -> None:
         assert got[0] == loaded.info.writer_partition
 
 
+@pytest.mark.parametrize("Q", [1, 2])
+def test_golden_format_2_with_the_hp_field_in_a_v_section_loads(Q: int) -> None:
+    """Format 2 as first written (an hp field as one V section, no ``layout`` in the manifest) is still read."""
+    ref = np.load(GOLDEN / "advection2d-seed3.npz")
+    path = GOLDEN / "advection2d-v2-format2-P1.scda"
+    got = run_threads(Q, lambda comm: ac.load(path, Advection, comm=comm).state)
+    assert ac.read_info(path).manifest.field("modes").layout is None
+    st = got[0]
+    lo = int(np.sum([len(g.mesh) for g in got[:0]]))
+    assert np.array_equal(st.rho, ref["rho"][lo : lo + len(st.mesh)])
+    values = np.concatenate([g.modes.values for g in got])
+    counts = np.concatenate([g.modes.counts for g in got])
+    assert np.array_equal(values, ref["modes"]) and np.array_equal(counts, ref["counts"])
+    assert ac.verify(path).ok
+
+
 def test_golden_format_1_migrates_from_schema_v1(tmp_path: Path) -> None:
     """A format-1 file of schema v1 (big-endian rho, MIME) loads into v2 through a migration."""
 
@@ -341,3 +357,172 @@ def test_ranges_are_checked_against_the_index(tmp_path: Path) -> None:
     with CheckpointReader(path, verify=False) as r:
         r.read_cells("rho", 0, 5)
         assert r.check_crcs() == ()
+
+
+# -- layouts of issue 18: hp counts + values, chunked compression ------------------------
+
+
+class Layouts(ac.CheckpointSchema, name="layouts", version=1):
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=2)
+    rho: ac.CellData = ac.Cells("<f8", chunks=7)  # chunks of 7 leaves straddle every partition
+    vel: ac.CellData = ac.Cells("<f4", shape=(3,), chunks=1000, level=6)
+    modes: ac.HpData = ac.HpCells("<f8")  # layout "counts", u1
+    wide: ac.HpData = ac.HpCells("<i2")  # counts above 255: u2
+    big: ac.HpData = ac.HpCells("u1", compress=True)  # per-element compression: one V section
+    particles: ac.CellData = ac.Array("<i8", chunks=5)
+
+
+def _layouts_global() -> dict[str, Any]:
+    rng = np.random.default_rng(18)
+    N = G.N
+    x = np.linspace(0.0, 1.0, N)
+    wide_counts = np.where(np.arange(N) % 11 == 0, 300, np.arange(N) % 3).astype(np.int64)
+    big_counts = (np.arange(N) % 4) * 100
+    return {
+        "rho": np.sin(7 * x),
+        "vel": rng.standard_normal((N, 3)).astype("<f4"),
+        "wide_counts": wide_counts,
+        "wide": rng.integers(-999, 999, int(wide_counts.sum())).astype("<i2"),
+        "big_counts": big_counts,
+        "big": np.repeat(np.arange(N, dtype=np.uint8), big_counts),
+        "particles": np.arange(40, dtype="<i8") * 3,
+    }
+
+
+LG = _layouts_global()
+
+
+def _layouts_rank(comm: Any, counts: list[int] | None = None) -> Layouts:
+    P, r = comm.size, comm.rank
+    counts = counts or [G.N * (p + 1) // P - G.N * p // P for p in range(P)]
+    lo, hi = sum(counts[:r]), sum(counts[: r + 1])
+    st = G.local(lo, hi)
+
+    def hp(name: str, counts_: np.ndarray) -> ac.HpData:
+        off = np.concatenate([[0], np.cumsum(counts_)])
+        return ac.HpData(LG[name][off[lo] : off[hi]], counts_[lo:hi])
+
+    plo, phi = 40 * r // P, 40 * (r + 1) // P
+    return Layouts(
+        step=3,
+        mesh=st.mesh,
+        rho=LG["rho"][lo:hi],
+        vel=LG["vel"][lo:hi],
+        modes=st.modes,
+        wide=hp("wide", LG["wide_counts"]),
+        big=hp("big", LG["big_counts"]),
+        particles=LG["particles"][plo:phi],
+    )
+
+
+def test_layouts_one_sha256_on_any_P_and_read_on_any_Q(tmp_path: Path) -> None:
+    """Chunked fields and hp counts + values: one file for P = 1..4 (uniform and uneven), read back on Q = 1..3."""
+    digests = {}
+    for P in (1, 2, 3, 4):
+        for how in ("uniform", "uneven"):
+            path = tmp_path / f"{how}-{P}.scda"
+            counts = None if how == "uniform" else uneven(G.N, P)
+            run_threads(P, lambda comm, c=counts, p=path: ac.save(_layouts_rank(comm, c), p, comm=comm))
+            digests[path.name] = sha256(path)
+    assert len(set(digests.values())) == 1, digests
+    path = tmp_path / "uniform-1.scda"
+    m = ac.read_info(path).manifest
+    assert [(f.name, f.section, f.layout, f.count_dtype, f.chunk) for f in m.fields if f.layout] == [
+        ("rho", "V", "chunks", None, 7),
+        ("vel", "V", "chunks", None, 1000),
+        ("modes", "A", "counts", "u1", None),
+        ("wide", "A", "counts", "<u2", None),
+        ("particles", "V", "chunks", None, 5),
+    ]
+    assert m.field("big").layout is None and m.field("big").section == "V"
+    assert "layout" not in m.field("big").model_dump_json()  # fields in one section keep format 2's bytes
+    for Q in (1, 2, 3):
+        got = run_threads(Q, lambda comm: ac.load(path, Layouts, comm=comm).state)
+        assert np.array_equal(np.concatenate([g.rho for g in got]), LG["rho"])
+        assert np.array_equal(np.concatenate([g.vel for g in got]), LG["vel"])
+        assert np.array_equal(np.concatenate([g.particles for g in got]), LG["particles"])
+        for name in ("wide", "big"):
+            assert np.array_equal(np.concatenate([getattr(g, name).values for g in got]), LG[name])
+            assert np.array_equal(np.concatenate([getattr(g, name).counts for g in got]), LG[f"{name}_counts"])
+        assert np.array_equal(np.concatenate([g.modes.values for g in got]), G.modes)
+    assert ac.verify(path).ok
+    with CheckpointReader(path) as r:
+        for lo, n in ((0, G.N), (3, 17), (G.N - 5, 5), (G.N, 0), (6, 1)):
+            assert np.array_equal(r.read_cells("rho", lo, n), LG["rho"][lo : lo + n])
+            assert np.array_equal(r.read_cells("vel", lo, n), LG["vel"][lo : lo + n])
+            counts, values = r.read_hp("wide", lo, n)
+            off = np.concatenate([[0], np.cumsum(LG["wide_counts"])])
+            assert np.array_equal(counts, LG["wide_counts"][lo : lo + n]) and np.array_equal(
+                values, LG["wide"][off[lo] : off[lo + n]]
+            )
+
+
+def test_layouts_survive_convert(tmp_path: Path) -> None:
+    src, dst = tmp_path / "a.scda", tmp_path / "b.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), src, comm=comm))
+    from amrckpt.container import convert
+
+    convert(src, dst, compress="decode")
+    st = ac.load(dst, Layouts).state
+    assert np.array_equal(st.rho, LG["rho"]) and np.array_equal(st.wide.values, LG["wide"])
+    assert np.array_equal(st.big.values, LG["big"])
+
+
+def test_chunks_and_compress_exclude_each_other() -> None:
+    with pytest.raises(SchemaError, match="exclude each other"):
+        ac.Cells("<f8", compress=True, chunks=10)
+    with pytest.raises(SchemaError, match="positive int"):
+        ac.Cells("<f8", chunks=0)
+
+
+@pytest.mark.parametrize(("field", "part", "Q"), [("rho", 0, 1), ("rho", 0, 3), ("wide", 0, 2), ("wide", 1, 1), ("modes", 0, 2)])
+def test_a_damaged_layout_section_is_a_checksum_error_on_every_rank(tmp_path: Path, field: str, part: int, Q: int) -> None:
+    """A byte flipped in a chunk, in hp counts or in hp values: ChecksumError on every rank, naming the field."""
+    from amrckpt.errors import ChecksumError
+
+    path = tmp_path / "d.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    e = [x for x in ac.read_info(path).index.sections if x.name == field][part]
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 40] ^= 0x5A  # inside the data (the last 32 bytes may be padding)
+    path.write_bytes(bytes(raw))
+
+    def body(comm: Any) -> str:
+        with pytest.raises(ChecksumError) as info:
+            ac.load(path, Layouts, comm=comm)
+        return str(info.value)
+
+    assert all(field in msg for msg in run_threads(Q, body))
+
+
+def test_chunked_data_of_the_wrong_size_on_one_rank_is_refused_on_every_rank(tmp_path: Path) -> None:
+    from amrckpt.container._chunks import write_chunks
+    from amrckpt.errors import ScdaArgumentError
+
+    def body(comm: Any) -> str:
+        with ac.scda.fopen_write(tmp_path / "w.scda", b"x", comm=comm) as f:
+            data = np.zeros(10 if comm.rank else 9)  # rank 0 holds one value too few
+            with pytest.raises(ScdaArgumentError) as info:
+                write_chunks(f, comm, data, [10, 10, 10], 8, 7, b"rho")
+            return str(info.value)
+
+    assert all("rank 0" in m for m in run_threads(3, body))  # raised on every rank, naming the one at fault
+
+
+def test_ranges_of_layouts_are_checked_against_the_index(tmp_path: Path) -> None:
+    """read_hp of layout "counts" checks both its sections at check_crcs; read_cells of chunks its section."""
+    path = tmp_path / "d.scda"
+    run_threads(1, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    values = ac.read_info(path).index.sections
+    e = [x for x in values if x.name == "wide"][1]
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 40] ^= 0x01  # a byte of the values, not of the counts
+    path.write_bytes(bytes(raw))
+    with CheckpointReader(path) as r:
+        r.read_cells("rho", 0, 5)
+        r.read_hp("modes", 0, 5)
+        assert {"rho", "modes"} <= set(r.check_crcs())
+        r.read_hp("wide", 3, 4)
+        with pytest.raises(ac.ChecksumError, match="'wide'"):
+            r.check_crcs()

@@ -175,7 +175,8 @@ def test_a_plain_scda_reader_walks_a_checkpoint(tmp_path: Path) -> None:
         b"mesh",
         b"rho",
         b"vel",
-        b"modes",
+        b"modes",  # layout "counts": the counts per leaf,
+        b"modes",  # then the values
         b"amrckpt index",
         b"amrckpt footer 1",
     ]
@@ -264,6 +265,14 @@ def test_inline_too_long_and_mesh_checks(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match=r"'mesh': Forest: not a linear forest: leaf 3 .*sfc_order, or pass check_mesh=False"):
         ac.save(st, tmp_path / "m.scda")  # checked by default
     assert not (tmp_path / "m.scda").exists()  # refused before anything was written
+    st = own_copy()
+    ac.save(st, tmp_path / "ok.scda")  # checked, and remembered (issue 18: a mesh is not checked twice)
+    ac.save(st, tmp_path / "ok.scda")
+    st.mesh.level[[2, 5]] = st.mesh.level[[5, 2]]  # changed in place after a save that passed
+    st.mesh.x[[2, 5]] = st.mesh.x[[5, 2]]
+    st.mesh.y[[2, 5]] = st.mesh.y[[5, 2]]
+    with pytest.raises(SchemaError, match="not a linear forest: leaf 3"):
+        ac.save(st, tmp_path / "m.scda")  # other records: checked again
 
 
 # -- byte order and evolution -------------------------------------------------

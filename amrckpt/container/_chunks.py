@@ -1,0 +1,282 @@
+"""Layout ``chunks``: fixed-size values compressed per chunk of K consecutive leaves (shuffle, then deflate).
+
+The field is one V section of ceil(N / K) elements: element j is a zlib
+stream (RFC 1950, readable by any zlib) of the values of leaves
+``j K .. min((j + 1) K, N) - 1`` after HDF5's byte shuffle (byte b of every
+value, then byte b + 1, ...: for an (n, E) array of bytes, its transpose).
+Chunk boundaries are global, so the file does not depend on the number of
+writing processes; a reader decompresses only the chunks that overlap its
+leaves.  Writers encode their chunks in threads, with libdeflate
+(``deflate``) or ISA-L (``isal``) where installed, else zlib-ng; the bytes of
+a chunk depend on that choice and on the level, not on the partition.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zlib_ng import zlib_ng
+
+from .._threads import default_threads, pool
+from ..comm import Comm, agree, agree_gather
+from ..errors import CheckpointError, IncompleteCheckpointError, ScdaArgumentError
+from ..scda import parse_entries
+from ..scda._layout import partition_offsets, read_raw_section
+
+if TYPE_CHECKING:
+    from ..scda import ScdaWriter
+    from ._reader import CheckpointReader
+
+__all__ = ["DEFAULT_CHUNK", "deflate_name", "read_chunk_range", "read_chunks", "shuffle", "unshuffle", "write_chunks"]
+
+DEFAULT_CHUNK = 16384
+"""Leaves per chunk unless the schema says otherwise (128 KiB of float64: a chunk stays in the cache while it is shuffled)."""
+
+
+def threads() -> int:
+    """Threads that encode or decode chunks: the cores this rank has to itself (:func:`amrckpt._threads.default_threads`)."""
+    return default_threads()
+
+
+def _map(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``list(map(fn, items))`` in the shared pool of :func:`threads` threads (serially for one item or one thread)."""
+    n = min(len(items), threads())
+    return list(pool(n).map(fn, items)) if n > 1 else [fn(x) for x in items]
+
+
+@functools.cache
+def _compressor() -> tuple[str, Callable[[Any, int], bytes]]:
+    """Return the fastest deflate installed that writes zlib streams no larger than zlib's: libdeflate, ISA-L, else zlib-ng.
+
+    libdeflate's level 1 is ~4x zlib's level 1 and its streams are smaller;
+    ISA-L's is faster still but its streams ~10% larger than zlib's on
+    shuffled float64 (measured for issue 18), so it comes second.  All
+    three release the GIL.
+    """
+    try:
+        import deflate
+
+        return "libdeflate", lambda data, level: bytes(deflate.zlib_compress(data, level))
+    except ImportError:
+        pass
+    try:
+        from isal import isal_zlib
+
+        # ISA-L has levels 0..3; zlib's 1..9 map onto 1..3.
+        return "isal", lambda data, level: bytes(isal_zlib.compress(data, min(3, max(0, (level + 2) // 3))))
+    except ImportError:
+        pass
+    return "zlib-ng", lambda data, level: bytes(zlib_ng.compress(data, level))
+
+
+@functools.cache
+def _decompressor() -> Callable[[Any, int], bytes]:
+    """Return a zlib-stream decoder given the decoded size: libdeflate where installed (fastest), else zlib-ng."""
+    try:
+        import deflate
+
+        return lambda data, n: bytes(deflate.zlib_decompress(data, n))
+    except ImportError:
+        return lambda data, n: bytes(zlib_ng.decompress(data, bufsize=max(n, 1)))
+
+
+def deflate_name() -> str:
+    """Return the deflate library that encodes chunks here (``isal``, ``libdeflate`` or ``zlib-ng``)."""
+    return _compressor()[0]
+
+
+def shuffle(data: Any, E: int) -> np.ndarray:
+    """HDF5's byte shuffle: ``n`` values of ``E`` bytes as their first bytes, then their second bytes, ... ((n E,) uint8)."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    if E == 1:
+        return b
+    return np.ascontiguousarray(b.reshape(-1, E).T).reshape(-1)
+
+
+def unshuffle(data: Any, E: int) -> np.ndarray:
+    """Invert :func:`shuffle`: (n, E) uint8, a view of a transpose (copy it where it goes)."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    return b.reshape(E, -1).T if E > 1 else b.reshape(-1, 1)
+
+
+def _encode(data: Any, E: int, level: int) -> bytes:
+    return _compressor()[1](shuffle(data, E), level)
+
+
+def write_chunks(
+    f: ScdaWriter,
+    comm: Comm,
+    data: Any,
+    elem_counts: Sequence[int],
+    E: int,
+    K: int,
+    user_string: bytes,
+    *,
+    level: int = 1,
+) -> None:
+    """Write leaves of ``E`` bytes as a V section of shuffled, deflated chunks of ``K`` leaves. Collective.
+
+    A chunk is encoded by the rank that holds its first leaf; the leaves of
+    a chunk that other ranks hold (at most K - 1, at the start of the next
+    ranks) reach it by one allgather of those heads: O(P K E) bytes per rank,
+    nothing when every rank's first leaf starts a chunk.
+
+    Parameters
+    ----------
+    f : ScdaWriter
+    comm : Comm
+    data : bytes-like or numpy.ndarray
+        This rank's ``elem_counts[rank] * E`` bytes.
+    elem_counts : (P,) sequence of int
+        Leaves of every rank (N_p).
+    E : int
+        Bytes per leaf.
+    K : int
+        Leaves per chunk.
+    user_string : bytes
+    level : int, optional
+        zlib level (ISA-L: 1..3 mapped to 1, 4..6 to 2, 7..9 to 3).
+
+    Raises
+    ------
+    ScdaError
+        On every rank, as :meth:`ScdaWriter.fwrite_varray`.
+    """
+    _, C = partition_offsets(elem_counts, comm.size)  # the same on every rank: checked by the caller's agreement
+    r = comm.rank
+    lo, hi, N = C[r], C[r + 1], C[-1]
+    first = min(hi, -(-lo // K) * K)  # the first leaf of this rank that starts a chunk (hi if none does)
+    err: BaseException | None = None
+    view = np.zeros(0, np.uint8)
+    try:
+        if hi > lo:
+            view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        if view.nbytes != (hi - lo) * E:
+            raise ScdaArgumentError(f"chunked data of rank {r}: {view.nbytes} bytes, not {hi - lo} leaves of {E} bytes")
+    except (ScdaArgumentError, TypeError, ValueError) as exc:  # agreed on by every rank below, after the heads
+        err, view, first = exc, np.zeros(0, np.uint8), lo
+    if comm.size > 1 and any(c % K for c in C[1:-1]):
+        heads: list[bytes] = comm.allgather(view[: (first - lo) * E].tobytes())
+    else:
+        heads = [b""] * comm.size
+    chunks: list[Any] = []
+    if err is None:
+        for a in range(first, hi, K):
+            b = min(a + K, N)
+            if b <= hi:
+                chunks.append(view[(a - lo) * E : (b - lo) * E])
+            else:  # the last chunk runs into the next ranks' heads
+                tail = [heads[q] for q in range(r + 1, comm.size) if C[q] < b]
+                chunks.append(b"".join([view[(a - lo) * E :].tobytes(), *tail]))
+    enc: list[bytes] = []
+    try:
+        enc = _map(lambda c: _encode(c, E, level), chunks)
+    except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
+        err = err or exc
+    sizes = np.fromiter((len(e) for e in enc), dtype=np.uint64, count=len(enc))
+    S = agree_gather(comm, err, int(sizes.sum()) if sizes.size else 0)
+    nchunks = [-(-C[q + 1] // K) - -(-C[q] // K) for q in range(comm.size)]
+    f.fwrite_varray(b"".join(enc), nchunks, sizes, S, user_string)
+
+
+def _decode_into(out: np.ndarray, c: Any, a: int, b: int, lo: int, hi: int, E: int, what: str) -> None:
+    """Decompress chunk of leaves [a, b) and copy its leaves inside [lo, hi) into ``out`` ((hi - lo) * E bytes)."""
+    try:
+        raw = _decompressor()(c, (b - a) * E)
+    except Exception as exc:  # zlib_ng.error: not a (complete) zlib stream
+        raise CheckpointError(f"{what}: the chunk of leaves {a}..{b} is not a zlib stream: {exc}") from exc
+    if len(raw) != (b - a) * E:
+        raise CheckpointError(f"{what}: the chunk of leaves {a}..{b} holds {len(raw)} bytes, not {(b - a) * E}")
+    s, t = max(a, lo), min(b, hi)
+    out.reshape(-1, E)[s - lo : t - lo] = unshuffle(raw, E)[s - a : t - a]
+
+
+def _chunk_at(read: Any, raw: Any, j: int, file_size: int, what: str) -> bytes:
+    """Read chunk ``j`` of a chunked V section on this rank alone (its entries before it are summed)."""
+    buf = np.frombuffer(read(raw.entries_offset, 32 * (j + 1)), dtype=np.uint8)
+    sizes = parse_entries(b"E", buf, first_index=0, offset=raw.entries_offset, what=what)
+    start = raw.data_offset + int(sizes[:j].sum())
+    n = int(sizes[j])
+    if start + n > file_size:
+        raise IncompleteCheckpointError(f"{what}: chunk {j} runs past the end of the file")
+    return bytes(read(start, n))
+
+
+def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, K: int, out: np.ndarray) -> None:
+    """Read this rank's leaves of a chunked field into ``out`` (its (N_p, ...) array). Collective.
+
+    Each rank reads the chunks that start among its leaves collectively
+    (their CRC32 compared with the index by ``check_crcs``, or at once if a
+    chunk does not decode), and the one chunk that starts
+    before its first leaf, if any, on its own.  Chunks are decoded in threads.
+
+    Raises
+    ------
+    CheckpointError, ChecksumError
+        On every rank.
+    """
+    _, C = partition_offsets(elem_counts, r.comm.size)
+    rank = r.comm.rank
+    lo, hi, N = C[rank], C[rank + 1], C[-1]
+    f = r.scda
+    nchunks = [-(-C[q + 1] // K) - -(-C[q] // K) for q in range(r.comm.size)]
+    sizes = f.fread_varray_sizes(nchunks)
+    assert sizes is not None
+    data = f.fread_varray_data(nchunks, sizes, f.proc_sizes())
+    assert data is not None
+    err: BaseException | None = None
+    try:
+        jobs: list[tuple[Any, int, int]] = []
+        if lo % K and hi > lo:  # the chunk this rank's first leaves belong to starts on an earlier rank
+            j = lo // K
+            e = r.entry(name)
+            raw = read_raw_section(r._pread(), e.offset, r.file_size)
+            jobs.append((_chunk_at(r._pread(), raw, j, r.file_size, f"{r.path!r}: field {name!r}"), j * K, min(j * K + K, N)))
+        ends = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ends[1:])
+        a0 = -(-lo // K) * K
+        for i in range(sizes.size):
+            a = a0 + i * K
+            jobs.append((data[ends[i] : ends[i + 1]], a, min(a + K, N)))
+        flat = out.reshape(-1).view(np.uint8)
+        what = f"{r.path!r}: field {name!r}"
+        _map(lambda job: _decode_into(flat, job[0], job[1], job[2], lo, hi, E, what), jobs)
+    except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
+        err = exc
+    # The CRC32 is compared by check_crcs, after everything is read (a load CRCs in a helper thread meanwhile);
+    # a chunk that does not decode is first checked against it, so that a damaged file says so.
+    if r.comm.allreduce_max([int(err is not None)])[0]:
+        r.check_crc(name)
+    agree(r.comm, err, what="load")
+
+
+def read_chunk_range(
+    read: Any, offset: int, file_size: int, path: str, name: str, N: int, E: int, K: int, start: int, out: np.ndarray
+) -> None:
+    """Read leaves ``start .. start + len(out) - 1`` of a chunked field on this rank alone, decoding their chunks only.
+
+    Not collective.
+    """
+    count = out.shape[0] if out.ndim else 0
+    raw = read_raw_section(read, offset, file_size)
+    what = f"{path!r}: field {name!r}"
+    if raw.type != "V" or raw.elem_count != -(-N // K):
+        raise CheckpointError(f"{what}: the section at byte {offset} is not the chunks the manifest describes")
+    if not count:
+        return
+    j0, j1 = start // K, -(-(start + count) // K)
+    buf = np.frombuffer(read(raw.entries_offset, 32 * j1), dtype=np.uint8)
+    sizes = parse_entries(b"E", buf, first_index=0, offset=raw.entries_offset, what=what)
+    ends = np.zeros(j1 + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ends[1:])
+    if raw.data_offset + int(ends[-1]) > file_size:
+        raise IncompleteCheckpointError(f"{what}: its chunks run past the end of the file")
+    blob = read(raw.data_offset + int(ends[j0]), int(ends[j1] - ends[j0]))
+    flat = out.reshape(-1).view(np.uint8)
+    base = int(ends[j0])
+    for j in range(j0, j1):  # a loop over chunks, not leaves
+        c = blob[int(ends[j]) - base : int(ends[j + 1]) - base]
+        _decode_into(flat, c, j * K, min(j * K + K, N), start, start + count, E, what)

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""Issue 18's comparisons in one run: end-to-end save/load against raw MPI-IO, chunked compression against h5py.
+
+Run::
+
+    mpiexec -n 1 python -m mpi4py benchmarks/bench_issue18.py --json benchmarks/results/issue18-P1.json
+    mpiexec -n 2 python -m mpi4py benchmarks/bench_issue18.py --json benchmarks/results/issue18-P2.json
+    python benchmarks/bench_issue18.py --quick
+
+1. **End to end.**  A 3D forest of ``--leaves`` leaves (one tree, uniform),
+   a float64 field, a 3-vector float64 field and an hp field of 1, 4 or 9
+   float64 per leaf (``hp``); the same without the hp field (``nohp``).
+   ``amrckpt.save`` / ``amrckpt.load`` (manifest, CRC32 of every byte,
+   index, footer; load checks every CRC) against ``MPI.File``
+   ``Write_at_all`` / ``Read_at_all`` of the same payload bytes at the same
+   global offsets (one call per array), interleaved A B, B A, medians.  Two
+   regimes: ``new`` (each write makes a new file, the previous one deleted)
+   and ``warm`` (each write overwrites the file in place).  Throughput
+   ratio = raw seconds / amrckpt seconds.
+2. **Compression** (rank 0 alone, when h5py is installed): four smooth
+   float64 fields of ``--leaves`` values (sums of sines along the curve), as
+   an amrckpt checkpoint of chunked fields (``Array(chunks=K, level=1)``:
+   byte shuffle + deflate, threads) and as an HDF5 file of chunked datasets
+   with h5py's shuffle + gzip(1), chunks of the same K values; also the
+   per-element convention (``compress=True``) for the size.  MiB/s of
+   uncompressed data, file sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _warm
+
+_warm.ensure(_warm.requested(sys.argv))
+
+from _common import P, comm, interleaved, rank, say, stats, write_json
+from mpi4py import MPI
+
+import amrckpt as ac
+from amrckpt import sfc
+from amrckpt.container._chunks import DEFAULT_CHUNK, deflate_name, threads
+
+
+class Hp(ac.CheckpointSchema, name="issue18", version=1):
+    """Mesh, a float64 field, a 3-vector float64 field and an hp field of 1, 4 or 9 float64 per leaf."""
+
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=3)
+    rho: ac.CellData = ac.Cells("<f8")
+    vel: ac.CellData = ac.Cells("<f8", shape=(3,))
+    modes: ac.HpData = ac.HpCells("<f8")
+
+
+class NoHp(ac.CheckpointSchema, name="issue18-nohp", version=1):
+    """The same without the hp field."""
+
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=3)
+    rho: ac.CellData = ac.Cells("<f8")
+    vel: ac.CellData = ac.Cells("<f8", shape=(3,))
+
+
+def build(n_total: int) -> tuple[Hp, list[int]]:
+    """Return this rank's part of an ``n_total``-leaf 3D state (uniform partition) and the counts of all ranks."""
+    level = 1
+    while 8**level < n_total:
+        level += 1
+    lv = sfc.uniform_leaves(level, num_trees=1, dim=3)
+    n_total = lv.num_leaves
+    counts = [n_total * (p + 1) // P - n_total * p // P for p in range(P)]
+    lo = sum(counts[:rank])
+    hi = lo + counts[rank]
+    assert lv.z is not None
+    mesh = ac.Forest(
+        lv.tree[lo:hi].copy(), lv.level[lo:hi].copy(), lv.x[lo:hi].copy(), lv.y[lo:hi].copy(), lv.z[lo:hi].copy(), num_trees=1
+    )
+    rng = np.random.default_rng(rank)
+    hp_counts = np.array([1, 4, 9])[rng.integers(0, 3, hi - lo)]
+    st = Hp(
+        step=1,
+        mesh=mesh,
+        rho=rng.random(hi - lo),
+        vel=rng.random((hi - lo, 3)),
+        modes=ac.HpData(rng.standard_normal(int(hp_counts.sum())), hp_counts),
+    )
+    return st, counts
+
+
+def raw_pieces(arrays: list[np.ndarray]) -> tuple[list[tuple[int, np.ndarray]], int]:
+    """Each array's bytes at its global offset: arrays one after another, each in rank order. Returns pieces and total."""
+    pieces = []
+    base = 0
+    for a in arrays:
+        b = a.reshape(-1).view(np.uint8)
+        n = b.size
+        sizes = comm.allgather(n)
+        pieces.append((base + sum(sizes[:rank]), b))
+        base += sum(sizes)
+    return pieces, base
+
+
+def end_to_end(a: argparse.Namespace, which: str) -> dict[str, Any]:
+    st, counts = build(a.leaves)
+    schema: type[ac.CheckpointSchema] = Hp
+    if which == "nohp":
+        st = NoHp(step=st.step, mesh=st.mesh, rho=st.rho, vel=st.vel)  # type: ignore[assignment]
+        schema = NoHp
+    rec = np.empty(len(st.mesh), dtype=ac.container.mesh_record_dtype(3))
+    rec["tree"], rec["x"], rec["y"], rec["z"], rec["level"] = st.mesh.tree, st.mesh.x, st.mesh.y, st.mesh.z, st.mesh.level
+    arrays = [rec, st.rho, st.vel]
+    if which == "hp":
+        arrays += [st.modes.counts.astype(np.uint8), st.modes.values]
+    pieces, total = raw_pieces(arrays)
+    d = Path(a.dir)
+    tag = comm.bcast(os.getpid() if rank == 0 else None)
+    paths = {k: str(d / f"amrckpt-issue18-{which}-{k}-{tag}") for k in ("amrckpt", "raw")}
+
+    def raw_write(truncate: bool) -> None:
+        mode = MPI.MODE_WRONLY | MPI.MODE_CREATE
+        fh = MPI.File.Open(comm, paths["raw"], mode)
+        for off, b in pieces:
+            fh.Write_at_all(off, b)
+        if truncate:
+            fh.Set_size(total)
+        fh.Close()
+
+    def raw_read() -> None:
+        fh = MPI.File.Open(comm, paths["raw"], MPI.MODE_RDONLY)
+        for off, b in pieces:
+            out = np.empty_like(b)
+            fh.Read_at_all(off, out)
+        fh.Close()
+
+    def remove(k: str) -> None:
+        comm.Barrier()
+        if rank == 0:
+            for p in paths.values():
+                Path(p).unlink(missing_ok=True)
+        comm.Barrier()
+
+    out: dict[str, Any] = {"payload_bytes": total, "leaves": sum(counts)}
+    save_new = {"amrckpt": lambda: ac.save(st, paths["amrckpt"], comm=comm), "raw": lambda: raw_write(False)}
+    t_new = interleaved(save_new, a.reps, before=lambda name: remove(name))
+    save_warm = {"amrckpt": lambda: ac.save(st, paths["amrckpt"], comm=comm, truncate=False), "raw": lambda: raw_write(True)}
+    t_warm = interleaved(save_warm, a.reps)
+    load = {"amrckpt": lambda: ac.load(paths["amrckpt"], schema, comm=comm), "raw": raw_read}
+    t_load = interleaved(load, a.reps)
+    out["file_bytes"] = os.path.getsize(paths["amrckpt"])
+    remove("")
+    for name, t in (("save new", t_new), ("save warm", t_warm), ("load", t_load)):
+        med = {k: statistics.median(v) for k, v in t.items()}
+        out[name] = {
+            "amrckpt_s": stats(t["amrckpt"]),
+            "raw_s": stats(t["raw"]),
+            "ratio": med["raw"] / med["amrckpt"],
+            "amrckpt_mib_s": total / 2**20 / med["amrckpt"],
+            "raw_mib_s": total / 2**20 / med["raw"],
+        }
+    return out
+
+
+def smooth_fields(n: int) -> dict[str, np.ndarray]:
+    """Four smooth float64 fields of n values (along the curve: neighbours in the array are neighbours in space)."""
+    s = np.linspace(0.0, 1.0, n)
+    return {
+        "rho": 1.0 + 0.2 * np.sin(6 * np.pi * s) + 0.05 * np.cos(40 * np.pi * s),
+        "u": np.cos(4 * np.pi * s) * np.exp(-s),
+        "v": 0.5 * np.sin(10 * np.pi * s) ** 2,
+        "p": 1e5 * (1.0 + 0.01 * s**2),
+    }
+
+
+def compression(a: argparse.Namespace) -> dict[str, Any]:
+    import h5py
+
+    K = a.chunk
+    f = smooth_fields(a.leaves)
+    nbytes = sum(x.nbytes for x in f.values())
+
+    class Chunked(ac.CheckpointSchema, name="smooth", version=1):
+        rho: ac.CellData = ac.Array("<f8", chunks=K, level=1)
+        u: ac.CellData = ac.Array("<f8", chunks=K, level=1)
+        v: ac.CellData = ac.Array("<f8", chunks=K, level=1)
+        p: ac.CellData = ac.Array("<f8", chunks=K, level=1)
+
+    class PerElement(ac.CheckpointSchema, name="smooth", version=1):
+        rho: ac.CellData = ac.Array("<f8", compress=True, level=1)
+        u: ac.CellData = ac.Array("<f8", compress=True, level=1)
+        v: ac.CellData = ac.Array("<f8", compress=True, level=1)
+        p: ac.CellData = ac.Array("<f8", compress=True, level=1)
+
+    d = Path(a.dir)
+    paths = {k: str(d / f"amrckpt-issue18-comp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "perelem")}
+    st = Chunked(**f)
+
+    def h5_write() -> None:
+        with h5py.File(paths["h5py"], "w") as h:
+            for k, x in f.items():
+                h.create_dataset(k, data=x, chunks=(K,), shuffle=True, compression="gzip", compression_opts=1)
+
+    def h5_read() -> None:
+        with h5py.File(paths["h5py"], "r") as h:
+            for k in f:
+                h[k][...]
+
+    def remove(name: str) -> None:
+        Path(paths[name]).unlink(missing_ok=True)
+
+    from mpi4py import MPI as _M
+
+    self_comm = _M.COMM_SELF
+    import _common
+
+    saved = _common.comm
+    _common.comm = self_comm  # interleaved times on this rank alone
+    try:
+        t_w = interleaved({"amrckpt": lambda: ac.save(st, paths["amrckpt"]), "h5py": h5_write}, a.reps, before=remove)
+        t_r = interleaved({"amrckpt": lambda: ac.load(paths["amrckpt"], Chunked), "h5py": h5_read}, a.reps)
+        t0 = time.perf_counter()
+        ac.save(PerElement(**f), paths["perelem"])
+        per_elem_s = time.perf_counter() - t0
+    finally:
+        _common.comm = saved
+    back = ac.load(paths["amrckpt"], Chunked).state
+    assert all(np.array_equal(getattr(back, k), x) for k, x in f.items())
+    sizes = {k: os.path.getsize(p) for k, p in paths.items()}
+    for p in paths.values():
+        Path(p).unlink(missing_ok=True)
+    mw = {k: statistics.median(v) for k, v in t_w.items()}
+    mr = {k: statistics.median(v) for k, v in t_r.items()}
+    return {
+        "values": a.leaves * 4,
+        "uncompressed_bytes": nbytes,
+        "chunk": K,
+        "deflate": deflate_name(),
+        "threads": threads(),
+        "h5py": h5py.__version__,
+        "hdf5": h5py.version.hdf5_version,
+        "write_s": {k: stats(v) for k, v in t_w.items()},
+        "read_s": {k: stats(v) for k, v in t_r.items()},
+        "write_mib_s": {k: nbytes / 2**20 / v for k, v in mw.items()},
+        "read_mib_s": {k: nbytes / 2**20 / v for k, v in mr.items()},
+        "write_ratio": mw["h5py"] / mw["amrckpt"],
+        "read_ratio": mr["h5py"] / mr["amrckpt"],
+        "file_bytes": sizes,
+        "per_element_write_s": per_elem_s,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--leaves", type=int, default=2_097_152)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK)
+    ap.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else "/tmp")
+    ap.add_argument("--json", default=None, help="output (default bench-results/issue18-P<P>.json)")
+    ap.add_argument("--memory", choices=["warm", "fresh"], default="warm", help="reuse freed pages (see _warm.py) or not")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["hp", "nohp", "compression"])
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    if a.quick:
+        a.leaves, a.reps = 32_768, 2
+    say(f"issue 18 benchmark: P={P}, {a.leaves} leaves, {a.reps} repetitions, in {a.dir}, load {os.getloadavg()[0]:.2f}")
+    result: dict[str, Any] = {"benchmark": "issue18", "P": P, "reps": a.reps, "load_before": os.getloadavg()}
+    for which in ("hp", "nohp"):
+        if which in a.skip:
+            continue
+        r = end_to_end(a, which)
+        result[which] = r
+        say(
+            f"\n{which}: {r['leaves']} leaves, payload {r['payload_bytes'] / 2**20:.1f} MiB, file {r['file_bytes'] / 2**20:.1f} MiB"
+        )
+        for op in ("save new", "save warm", "load"):
+            x = r[op]
+            say(
+                f"  {op:<10} amrckpt {x['amrckpt_s']['median']:.4f} s ({x['amrckpt_mib_s']:.0f} MiB/s)  "
+                f"raw {x['raw_s']['median']:.4f} s ({x['raw_mib_s']:.0f} MiB/s)  ratio {x['ratio']:.2f}"
+            )
+    if "compression" not in a.skip and P == 1:
+        try:
+            import h5py  # noqa: F401
+        except ImportError:
+            say("h5py is not installed: no compression comparison")
+        else:
+            c = compression(a)
+            result["compression"] = c
+            say(
+                f"\ncompression: {c['values']} float64 ({c['uncompressed_bytes'] / 2**20:.1f} MiB), chunks of {c['chunk']}, "
+                f"{c['deflate']}, {c['threads']} threads"
+            )
+            w, rd = c["write_mib_s"], c["read_mib_s"]
+            say(f"  write MiB/s amrckpt {w['amrckpt']:.0f} h5py {w['h5py']:.0f} ratio {c['write_ratio']:.2f}")
+            say(f"  read  MiB/s amrckpt {rd['amrckpt']:.0f} h5py {rd['h5py']:.0f} ratio {c['read_ratio']:.2f}")
+            say(f"  bytes {c['file_bytes']}  per-element save {c['per_element_write_s']:.2f} s")
+    result["load_after"] = os.getloadavg()
+    write_json(a.json, f"bench-results/issue18-P{P}.json", result)
+
+
+if __name__ == "__main__":
+    main()
