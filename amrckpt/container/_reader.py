@@ -704,14 +704,7 @@ class CheckpointReader:
             buf = np.frombuffer(read(entries + 32 * lo, 32 * n), dtype=np.uint8)
             return scda.parse_entries(b"E", buf, first_index=lo, offset=entries + 32 * lo, what=raw.where)
 
-        # Where leaf `start`'s values begin: from the end of the previous range read of this field when
-        # that is at or before `start` (streaming in order costs O(N) in all), else from the first leaf.
-        first, before = self._hp_cursor.get(fs.name, (0, 0))
-        if first > start:
-            first, before = 0, 0
-        chunk = 1 << 16
-        for lo in range(first, start, chunk):
-            before += int(sizes_of(lo, min(chunk, start - lo)).sum())
+        before = self._before(fs.name, start, 1 << 16, lambda lo, n: int(sizes_of(lo, n).sum()))
         mine = sizes_of(start, count) if count else np.zeros(0, dtype=np.uint64)
         if mine.size and np.any(mine % np.uint64(vbytes)):
             raise CheckpointError(f"{self.path!r}: field {name!r} has a leaf whose size is not a multiple of {vbytes} bytes")
@@ -722,6 +715,20 @@ class CheckpointReader:
         values = np.frombuffer(bytearray(read(data_start + before, nbytes)), dtype=dt).reshape(-1, *fs.shape)
         self._hp_cursor[fs.name] = (start + count, before + nbytes)
         return counts_of(mine, vbytes), values
+
+    def _before(self, name: str, start: int, chunk: int, total: Any) -> int:
+        """Return the sum of ``total(lo, n)`` over leaves ``0 .. start - 1`` of hp field ``name``, in chunks.
+
+        From the end of the previous range read of the field when that is at
+        or before ``start``, so that streaming a field in order costs O(N)
+        in all (:meth:`read_hp` keeps that position), else from the first leaf.
+        """
+        first, before = self._hp_cursor.get(name, (0, 0))
+        if first > start:
+            first, before = 0, 0
+        for lo in range(first, start, chunk):
+            before += int(total(lo, min(chunk, start - lo)))
+        return before
 
     def _hp_range(self, fs: FieldSpec, N: int, start: int, count: int, dt: np.dtype[Any], E: int) -> tuple[np.ndarray, np.ndarray]:
         """read_hp of layout ``counts``: the counts before ``start`` summed in chunks, then the range's values."""
@@ -737,13 +744,7 @@ class CheckpointReader:
         def counts_at(lo: int, n: int) -> np.ndarray:
             return np.frombuffer(read(craw.data_offset + lo * cdt.itemsize, n * cdt.itemsize), dtype=cdt).astype(np.int64)
 
-        # From the end of the previous range of this field when that is at or before `start` (as read_hp of a V section).
-        first, before = self._hp_cursor.get(fs.name, (0, 0))
-        if first > start:
-            first, before = 0, 0
-        chunk = 1 << 20
-        for lo in range(first, start, chunk):
-            before += int(counts_at(lo, min(chunk, start - lo)).sum())
+        before = self._before(fs.name, start, 1 << 20, lambda lo, n: int(counts_at(lo, n).sum()))
         mine = counts_at(start, count)
         n = int(mine.sum())
         if before + n > vraw.elem_count or (mine.size and int(mine.min()) < 0):
