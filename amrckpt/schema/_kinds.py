@@ -8,6 +8,7 @@ the calling rank: the mesh leaves it owns, and one cell value per local leaf.
 
 from __future__ import annotations
 
+import abc
 import math
 import operator
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class FieldKind:
+class FieldKind(abc.ABC):
     """How a schema field maps onto a section of the checkpoint (base class; orbax's ``TypeHandler``).
 
     Each kind knows how to check and prepare its value for writing
@@ -151,7 +152,9 @@ class FieldKind:
         SchemaError
             Naming the field.
         """
+        return  # inline and block values: pydantic typed them; array kinds override this
 
+    @abc.abstractmethod
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         """Check this rank's value and prepare it for writing (not collective).
 
@@ -171,7 +174,6 @@ class FieldKind:
         SchemaError
             Naming the field.
         """
-        raise NotImplementedError
 
     def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
         """Return the field's manifest entry (a dict for :class:`amrckpt.container.FieldSpec`), given its prepared value."""
