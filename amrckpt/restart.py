@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from .comm import Comm, agree, as_comm
+from .comm import Comm, as_comm
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, read_info, verify
 from .errors import AmrckptError, SchemaError
 from .partition import Partition
@@ -187,39 +187,45 @@ def load(
     if not (isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
     kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
-    # Nothing read is handed out before check_crcs: CRC while reading on.
-    with CheckpointReader(path, comm=c, verify=verify, info=info, backend=backend, defer_crc=True) as r:
-        m = r.manifest
+    where = os.fspath(path)
+
+    def select(m: Manifest) -> list[str]:
+        """On the root, before anything else is read: the schema, the migrations, the fields to read."""
         if m.schema_name != schema.__amrckpt_name__:
-            raise SchemaError(f"{r.path!r} holds schema {m.schema_name!r}, not {schema.__amrckpt_name__!r} ({schema.__name__})")
-        migrate = m.schema_version != schema.__amrckpt_version__
+            raise SchemaError(f"{where!r} holds schema {m.schema_name!r}, not {schema.__amrckpt_name__!r} ({schema.__name__})")
         schema.check_migrations(m.schema_version)
+        return [fs.name for fs in _wanted(m, fields, m.schema_version != schema.__amrckpt_version__, where)]
+
+    # One broadcast of the metadata, one or two collective reads, one agreement (when closing).
+    with CheckpointReader(path, comm=c, verify=verify, info=info, backend=backend, defer_crc=True, select=select) as r:
+        m = r.manifest
+        migrate = m.schema_version != schema.__amrckpt_version__
         wanted = _wanted(m, fields, migrate, r.path)
         parts: dict[str, Partition] = {ms.field: _partition(partition, ms, r, c, j == 0) for j, ms in enumerate(m.meshes)}
         for fs in m.fields:
             if fs.kind == "array":
                 parts[fs.name] = Partition.uniform(fs.count or 0, c.size)
-        values: dict[str, Any] = {}
-        for fs in wanted:
-            ms = m.mesh_of(fs)
-            part = parts.get(ms.field if ms is not None else fs.name)
-            raw = r.read_field(fs.name, part.elem_counts.tolist() if part is not None else None)
-            # Unverified leaves are checked while unpacked; verified ones were checked by their writer.
-            values[fs.name] = _value_of(kinds.get(fs.name), fs, raw, ms, check=not verify)
+        raw, err = r.read_fields(wanted, parts)
         verified = r.check_crcs()
         ck = r.info
-    err: BaseException | None = None
-    state: Any = None
-    try:
-        as_read = dict(values)
-        if migrate:
-            values = schema.migrate(values, m.schema_version)
-        # Meshes checked while read, or proven by their CRC to be what their writer checked, and not replaced by a migration.
-        checked = {k for k, v in values.items() if as_read.get(k) is v and (not verify or k in verified)}
-        state = _build(schema, values, fields, parts, c.rank, r.path, checked)
-    except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-        err = exc if isinstance(exc, AmrckptError) else SchemaError(f"{r.path!r}: the fields do not fit {schema.__name__}: {exc}")
-    agree(c, err, what="load")
+        state: Any = None
+        if err is None:
+            try:
+                # Unverified leaves are checked while unpacked; verified ones were checked by their writer.
+                values = {fs.name: _value_of(kinds.get(fs.name), fs, raw[fs.name], m.mesh_of(fs), not verify) for fs in wanted}
+                as_read = dict(values)
+                if migrate:
+                    values = schema.migrate(values, m.schema_version)
+                # Meshes checked while read, or proven by their CRC to be what their writer checked, not replaced by a migration.
+                checked = {k for k, v in values.items() if as_read.get(k) is v and (not verify or k in verified)}
+                state = _build(schema, values, fields, parts, c.rank, r.path, checked)
+            except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
+                err = (
+                    exc
+                    if isinstance(exc, AmrckptError)
+                    else SchemaError(f"{r.path!r}: the fields do not fit {schema.__name__}: {exc}")
+                )
+        r.close(error=err)  # the agreement: raises on every rank if any rank failed
     first = parts.get(m.meshes[0].field) if m.meshes else None
     return Loaded(state, first, ck, verified, getattr(c, "mpi_comm", None), parts)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,11 +21,12 @@ import numpy as np
 
 from ..comm import agree
 from ..errors import CheckpointError, ScdaError
-from ..scda import Share
+from ..scda import Share, data_padding_nbytes, parse_entries
 from ._chunks import read_chunks, write_chunks
 from ._convention import SECTION_OF_KIND, FieldSpec, Manifest, dtype_from_json, mesh_record_dtype
 
 if TYPE_CHECKING:
+    from ._gather import GatheredRead, Section, Span
     from ._reader import CheckpointReader
     from ._writer import CheckpointWriter
 
@@ -102,6 +104,22 @@ class FieldHandler(abc.ABC):
     def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
         """Read this rank's part of the field under ``elem_counts`` (None for global fields). Collective."""
 
+    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
+        """Add this rank's pieces of field ``fs`` to the gathered read ``g``; return what builds the value after ``g`` ran.
+
+        Not collective: every check compares the sections the root read
+        (:meth:`CheckpointReader.sections`) with the manifest, the same on
+        every rank.  Returns None, before planning anything, for a field this
+        kind reads only section by section (:meth:`read`): the compressed
+        layouts.  The value is what :meth:`read` returns.
+
+        Raises
+        ------
+        CheckpointError
+            If a section is not the field the manifest describes.
+        """
+        return None
+
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
         """Bytes per leaf of this rank's leaves under ``elem_counts`` (a constant, or (N_p,) int64). Collective."""
         return 0
@@ -132,6 +150,11 @@ class InlineHandler(FieldHandler):
         r.check_crc(fs.name)  # before parsing: damaged JSON is a damaged section, not a parse error
         return _json(raw, fs, r.path)
 
+    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
+        (sec,) = _sections(r, fs, 1)
+        data = sec.data or b""  # read, and its CRC32 checked, by the root
+        return lambda: _json(data, fs, r.path)
+
 
 class BlockHandler(FieldHandler):
     """``B`` section: JSON text of any length, written by the root, read by every rank."""
@@ -143,6 +166,13 @@ class BlockHandler(FieldHandler):
 
     def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
         return _json(self.raw(r, fs), fs, r.path)
+
+    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
+        if fs.compressed:
+            return None
+        (sec,) = _sections(r, fs, 1)
+        data = sec.data or b""  # read, and its CRC32 checked, by the root
+        return lambda: _json(data, fs, r.path)
 
     def raw(self, r: CheckpointReader, fs: FieldSpec) -> bytes:
         """Return the block's bytes on every rank, CRC checked. Collective."""
@@ -171,6 +201,18 @@ class NDArrayHandler(BlockHandler):
         r.scda.fread_block_data(root=None, out=out)
         r.check_crc(fs.name)
         return out
+
+    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
+        if fs.compressed:
+            return None
+        dt = self.value_dtype(fs, r.path)
+        (sec,) = _sections(r, fs, 1)
+        if sec.raw.elem_size != dt.itemsize * math.prod(fs.shape):
+            raise CheckpointError(
+                f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_size} bytes in the file, not {fs.shape} of {dt}"
+            )
+        data = sec.data or b""
+        return lambda: np.frombuffer(bytearray(data), dtype=dt).reshape(fs.shape)
 
 
 class ArrayHandler(FieldHandler):
@@ -228,6 +270,18 @@ class ArrayHandler(FieldHandler):
         r.scda.fread_array_data(elem_counts, h.elem_size, out=arr)
         return arr
 
+    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
+        if fs.layout is not None or fs.compressed:
+            return None
+        assert span is not None
+        dt = self.value_dtype(fs, r.path)
+        E = self.elem_nbytes(fs, r.path)
+        (sec,) = _sections(r, fs, 1)
+        _check_a(r, fs, sec, span.N, E, "values")
+        arr = np.empty((span.count, *fs.shape), dtype=dt)
+        g.read(sec, sec.raw.data_offset + span.offset * E, arr)
+        return lambda: arr
+
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
         return self.elem_nbytes(fs, r.path) if self.per_leaf else 0
 
@@ -268,6 +322,19 @@ class MeshHandler(ArrayHandler):
         buf = np.empty(elem_counts[r.comm.rank], dtype=rec)
         r.scda.fread_array_data(elem_counts, rec.itemsize, out=buf)
         return buf
+
+    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
+        if fs.compressed:
+            return None
+        assert span is not None
+        ms = r.manifest.mesh_of(fs)
+        assert ms is not None
+        rec = mesh_record_dtype(ms.dim)
+        (sec,) = _sections(r, fs, 1)
+        _check_a(r, fs, sec, span.N, rec.itemsize, "records")
+        buf = np.empty(span.count, dtype=rec)
+        g.read(sec, sec.raw.data_offset + span.offset * rec.itemsize, buf)
+        return lambda: buf
 
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
         ms = r.manifest.mesh_of(fs)
@@ -389,6 +456,95 @@ class HpHandler(FieldHandler):
         f.fread_array_data(vcounts, E, out=values)  # its CRC32 is compared by check_crcs, as a cells field's
         return values
 
+    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
+        if fs.compressed:
+            return None
+        assert span is not None
+        dt = self.value_dtype(fs, r.path)
+        E = dt.itemsize * math.prod(fs.shape)
+        if E > r.file_size:  # the manifest's shape, the same on every rank: no value of the file is that large
+            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
+        if fs.layout == "counts":
+            return self._plan_counts(r, g, fs, span, dt, E)
+        (sec,) = _sections(r, fs, 1)
+        if sec.raw.elem_count != span.N:
+            raise CheckpointError(
+                f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_count} leaves in the file, the manifest {span.N}"
+            )
+        room = sec.entry.end - sec.raw.data_offset  # data and padding: the index says where the section ends
+        if room < 0:
+            raise CheckpointError(f"{r.path!r}: the index ends field {fs.name!r} before its data begin")
+        entries = np.empty(32 * span.count, dtype=np.uint8)
+        g.read(sec, sec.raw.entries_offset + 32 * span.offset, entries)
+        got: dict[str, Any] = {}
+
+        def local() -> int:
+            sizes = parse_entries(
+                b"E", entries, first_index=span.offset, offset=sec.raw.entries_offset + 32 * span.offset, what=sec.raw.where
+            )
+            if sizes.size and int(sizes.max()) > room:
+                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more bytes than its section holds")
+            if sizes.size and _not_multiples(sizes, E):
+                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf whose size is not a multiple of {E} bytes")
+            got["sizes"], got["n"] = sizes, _exact_sum(sizes, room)
+            return int(got["n"])
+
+        def then(before: int) -> None:
+            n: int = got["n"]
+            if before + n > room:
+                raise CheckpointError(
+                    f"{r.path!r}: the leaf sizes of field {fs.name!r} add up to more bytes than its section holds"
+                )
+            got["values"] = values = np.empty((n // E, *fs.shape), dtype=dt)
+            g.read(sec, sec.raw.data_offset + before, values)
+            if span.holds_last or (span.N == 0 and r.comm.rank == 0):  # the padding, read by the rank of the last leaf
+                start = sec.raw.data_offset + before + n
+                if start + data_padding_nbytes(before + n) != sec.entry.end:
+                    raise CheckpointError(f"{r.path!r}: the leaf sizes of field {fs.name!r} do not add up to its section")
+                g.read(sec, start, np.empty(sec.entry.end - start, dtype=np.uint8))
+
+        g.scan(local, then)
+        return lambda: (got["values"], counts_of(got["sizes"], E))
+
+    def _plan_counts(
+        self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span, dt: np.dtype[Any], E: int
+    ) -> Callable[[], Any]:
+        """Layout ``counts``: this rank's counts in the first read; its values, after a prefix sum of the counts, in the second."""
+        assert fs.count_dtype is not None
+        cdt = np.dtype(fs.count_dtype)
+        csec, vsec = _sections(r, fs, 2)
+        _check_a(r, fs, csec, span.N, cdt.itemsize, "counts")
+        total = vsec.raw.elem_count
+        if vsec.raw.elem_size != E or (span.N == 0 and total != 0):
+            raise CheckpointError(
+                f"{r.path!r}: the values of field {fs.name!r} at byte {vsec.raw.offset} are not as its counts give them"
+            )
+        raw = np.empty(span.count, dtype=cdt)
+        g.read(csec, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
+        g.cover(vsec)
+        got: dict[str, Any] = {}
+
+        def local() -> int:
+            counts = raw.astype(np.int64)
+            if counts.size and (
+                int(counts.min()) < 0 or int(counts.max()) > total
+            ):  # u8 above 2**63, or more than the file's values
+                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
+            got["counts"], got["n"] = counts, _exact_sum(counts, total)
+            return int(got["n"])
+
+        def then(before: int) -> None:
+            n: int = got["n"]
+            if before + n > total or (span.holds_last and before + n != total):
+                raise CheckpointError(
+                    f"{r.path!r}: the values of field {fs.name!r} at byte {vsec.raw.offset} are not the values its counts give"
+                )
+            got["values"] = values = np.empty((n, *fs.shape), dtype=dt)
+            g.read(vsec, vsec.raw.data_offset + before * E, values)
+
+        g.scan(local, then)
+        return lambda: (got["values"], got["counts"])
+
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
         if fs.layout == "counts":
             E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
@@ -399,6 +555,38 @@ class HpHandler(FieldHandler):
         sizes = r.scda.fread_varray_sizes(elem_counts)
         assert sizes is not None
         return sizes.astype(np.int64)
+
+
+def _sections(r: CheckpointReader, fs: FieldSpec, n: int) -> list[Section]:
+    """Return the first ``n`` sections of field ``fs`` as the root found them, checked against the manifest (not collective)."""
+    secs = r.sections(fs.name)
+    if len(secs) < n:
+        raise CheckpointError(f"{r.path!r}: the index has {len(secs)} sections of field {fs.name!r}, not {n}")
+    for sec in secs[:n]:
+        if sec.raw.type != fs.section or sec.raw.user_string != fs.name.encode():
+            raise CheckpointError(
+                f"{r.path!r}: the section at byte {sec.raw.offset} is not field {fs.name!r} as the manifest describes it"
+            )
+    return secs[:n]
+
+
+def _check_a(r: CheckpointReader, fs: FieldSpec, sec: Section, N: int, E: int, what: str) -> None:
+    """Check an A section's N and E against the manifest, before anything is allocated by them."""
+    what_n = "leaves" if handler_for(fs.kind).per_leaf else "elements"
+    if sec.raw.elem_count != N:
+        raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_count} {what_n} in the file, the manifest {N}")
+    if sec.raw.elem_size != E:
+        raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_size}-byte {what} in the file, not {E}-byte ones")
+
+
+def _exact_sum(a: np.ndarray, most: int) -> int:
+    """Return the sum of non-negative integers ``a``, each at most ``most``, exactly (int64 sums of chunks that cannot overflow)."""
+    if a.size == 0:
+        return 0
+    step = max(1, (2**63 - 1) // max(most, 1))
+    if a.size <= step:
+        return int(a.sum(dtype=np.int64))
+    return sum(int(a[i : i + step].sum(dtype=np.int64)) for i in range(0, a.size, step))
 
 
 def counts_of(sizes: np.ndarray, value_nbytes: int) -> np.ndarray:

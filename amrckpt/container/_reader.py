@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from .. import scda
 from .._crc import crc32
-from ..comm import Comm, as_comm, run_on_root
+from ..comm import Comm, agree, as_comm, run_on_root
 from ..errors import (
     AmrckptError,
     CheckpointError,
@@ -20,6 +22,7 @@ from ..errors import (
     ScdaError,
 )
 from ..partition import Partition
+from ..scda._backend import os_error
 from ..scda._layout import SectionHeader, read_raw_section
 from ..scda._scan import exact_reader
 from ._chunks import read_chunk_range
@@ -43,6 +46,7 @@ from ._convention import (
     mesh_record_dtype,
     parse_footer,
 )
+from ._gather import GatheredRead, Section, Span
 from ._handlers import counts_of, handler_for
 from ._writer import run_record_path
 
@@ -231,21 +235,29 @@ class CheckpointReader:
         info: Any = None,
         backend: str | None = None,
         defer_crc: bool = False,
+        select: Callable[[Manifest], Sequence[str]] | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.verify = verify
-        self.scda: scda.ScdaReader = scda.fopen_read(path, comm=self.comm, info=info, backend=backend, checksum=verify)
-        self.path = self.scda.path
-        self.file_size = self.scda.file_size
+        self.path = os.fspath(path)
+        self._open_args: dict[str, Any] = {"info": info, "backend": backend}
+        self._defer_crc = defer_crc
+        self._scda: scda.ScdaReader | None = None  # opened when a field is read section by section
+        self._gathered: scda.Backend | None = None  # opened by read_fields, for collective reads only
         self._fd: int | None = None
+        self._closed = False
         self._hp_cursor: dict[str, tuple[int, int]] = {}  # read_hp: (leaf, byte) where the last range ended
         self._ranged: set[str] = set()  # fields read by ranges: their CRC32s checked by check_crcs
+        self._checked: list[str] = []  # sections whose CRC32 matched, outside the scda reader
+        self._agree_on_close = False  # read_fields ran: close agrees (with the caller's error)
         try:
-            self.scda._defer_crc = defer_crc
-            index_raw, manifest_raw = run_on_root(self.comm, self._metadata_on_root)
-            self.index: Index = parse_model(Index, index_raw, "index", self.path)
-            self.manifest: Manifest = parse_model(Manifest, manifest_raw, "manifest", self.path)
-            self._check_manifest()
+            meta = run_on_root(self.comm, lambda: self._metadata_on_root(select))
+            self.file_size: int = meta[0]
+            self.index: Index = parse_model(Index, meta[1], "index", self.path)
+            self.manifest: Manifest = parse_model(Manifest, meta[2], "manifest", self.path)
+            self._run: RunRecord | None = meta[3]
+            self._sections: dict[str, list[Section]] = meta[4]
+            self._checked.extend(name for name, secs in self._sections.items() if secs and secs[0].data is not None and verify)
             self.provenance: Provenance | None = None
             self._writer_partition: Partition | None = None
             if self.manifest.format_version == 1:
@@ -253,21 +265,39 @@ class CheckpointReader:
                 self.provenance = parse_model(Provenance, raw, "provenance", self.path)
                 self._writer_partition = self._format1_partition(self.provenance)
         except BaseException:
-            self.close()
+            self._close_quietly()
             raise
+
+    @property
+    def scda(self) -> scda.ScdaReader:
+        """The file opened through the scda API, for reading section by section (opened on first use: collective)."""
+        if self._scda is None:
+            f = scda.fopen_read(self.path, comm=self.comm, checksum=self.verify, **self._open_args)
+            f._defer_crc = self._defer_crc
+            self._scda = f
+        return self._scda
 
     # -- metadata -----------------------------------------------------------
 
-    def _metadata_on_root(self) -> tuple[bytes, bytes]:
-        """Read the footer, the index and the manifest on this rank alone, CRC-checked; return the index's and manifest's JSON.
+    def _metadata_on_root(
+        self, select: Callable[[Manifest], Sequence[str]] | None
+    ) -> tuple[int, bytes, bytes, RunRecord | None, dict[str, list[Section]]]:
+        """Read the metadata on this rank alone with POSIX reads, CRC-checked; return what every rank needs of it.
 
         Not collective: :func:`~amrckpt.comm.run_on_root` runs it on rank 0
         and broadcasts the result or the error, so opening a checkpoint costs
-        one broadcast whatever P (each section is read with one or two
-        independent reads).
+        one broadcast whatever P, and no MPI-IO call: the file size, the
+        scda file header, the footer, the index and the manifest, the run
+        record beside the file, and with ``select`` the headers of the
+        sections of the fields it names (with the data of inline and block
+        sections, and the padding of array sections).
         """
-        size = self.file_size
-        read = self.scda._read_bytes
+        read = self._pread(root=True)
+        try:
+            size = os.fstat(self._fd).st_size  # type: ignore[arg-type]
+        except OSError as exc:
+            raise os_error(exc, self.path, "cannot get the size of") from exc
+        scda.read_file_header(read, size, self.path)
         off = size - FOOTER_NBYTES
         if off < scda.FILE_HEADER_NBYTES or off % 32:
             raise IncompleteCheckpointError(f"{self.path!r}: {size} bytes cannot end in an amrckpt footer (cut short?)")
@@ -278,7 +308,7 @@ class CheckpointReader:
         if foot.type != "I" or foot.user_string != FOOTER_USER_STRING or foot.inline is None:
             raise IncompleteCheckpointError(f"{self.path!r}: no amrckpt footer at the end (the save did not finish)")
         index_offset, index_crc = parse_footer(foot.user_string, foot.inline, repr(self.path))
-        index_raw, crc = self._block_on_root(index_offset, INDEX_USER_STRING)
+        index_raw, crc = self._block_on_root(read, size, index_offset, INDEX_USER_STRING)
         if self.verify and crc != index_crc:
             raise checksum_error("amrckpt index", index_offset, None, self.path)
         index: Index = parse_model(Index, index_raw, "index", self.path)
@@ -286,16 +316,59 @@ class CheckpointReader:
             e = index.entry("amrckpt manifest")
         except KeyError:
             raise CheckpointError(f"{self.path!r}: the index has no section 'amrckpt manifest'") from None
-        manifest_raw, crc = self._block_on_root(e.offset, MANIFEST_USER_STRING)
+        manifest_raw, crc = self._block_on_root(read, size, e.offset, MANIFEST_USER_STRING)
         if self.verify and crc != e.crc32:
             raise checksum_error("amrckpt manifest", e.offset, e.end, self.path)
-        return index_raw, manifest_raw
+        manifest: Manifest = parse_model(Manifest, manifest_raw, "manifest", self.path)
+        _check_manifest(manifest, self.path)
+        sections: dict[str, list[Section]] = {}
+        if select is not None:
+            for name in select(manifest):
+                fs = manifest.field(name)
+                if fs.compressed or fs.layout == "chunks":
+                    continue  # read section by section (handler.read)
+                entries = [x for x in index.sections if x.name == name]
+                sections[name] = [self._section_on_root(read, size, x, fs) for x in entries]
+        return size, index_raw, manifest_raw, read_run_record(self.path), sections
 
-    def _block_on_root(self, offset: int, user_string: bytes) -> tuple[bytes, int]:
-        """Read the block section at ``offset`` on this rank alone: its data and the CRC32 of the whole section."""
-        read = self.scda._read_bytes
+    def _section_on_root(self, read: Any, size: int, e: IndexEntry, fs: FieldSpec) -> Section:
+        """Read the header of the section of index entry ``e`` (and its data if I or B, its padding if A), on this rank alone."""
         try:
-            raw = read_raw_section(read, offset, self.file_size)
+            raw = read_raw_section(read, e.offset, size)
+        except ScdaError as exc:
+            raise CheckpointError(f"{self.path!r}: no section of field {fs.name!r} at byte {e.offset}: {exc}") from exc
+        if raw.type != fs.section or raw.user_string != fs.name.encode():
+            raise CheckpointError(
+                f"{self.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it"
+            )
+        if raw.type in ("I", "B"):  # replicated: read here, checked here, broadcast
+            assert raw.end is not None
+            whole = (raw.inline or b"") if raw.type == "I" else read(e.offset, raw.end - e.offset)
+            crc = raw.head_crc if raw.type == "I" else crc32(whole)
+            if self.verify and (crc != e.crc32 or raw.end != e.end):
+                raise checksum_error(e.name, e.offset, e.end, self.path)
+            data = whole if raw.type == "I" else whole[raw.data_offset - e.offset : raw.data_offset - e.offset + raw.elem_size]
+            return Section(raw, e, -1, bytes(data))
+        if raw.type == "A":
+            assert raw.end is not None
+            if raw.end != e.end:
+                raise CheckpointError(
+                    f"{self.path!r}: field {fs.name!r} does not end where the index says (byte {raw.end}, not {e.end})"
+                )
+            start = raw.data_offset + raw.elem_count * raw.elem_size
+            return Section(raw, e, crc32(read(start, raw.end - start)) if self.verify else 0)
+        if not raw.data_offset <= e.end <= size:
+            raise CheckpointError(f"{self.path!r}: the index ends field {fs.name!r} outside the file")
+        return Section(raw, e)
+
+    def sections(self, name: str) -> list[Section]:
+        """Return the sections of field ``name`` that the root read when opening (empty if none). Not collective."""
+        return self._sections.get(name, [])
+
+    def _block_on_root(self, read: Any, size: int, offset: int, user_string: bytes) -> tuple[bytes, int]:
+        """Read the block section at ``offset`` on this rank alone: its data and the CRC32 of the whole section."""
+        try:
+            raw = read_raw_section(read, offset, size)
             if raw.type != "B" or raw.user_string != user_string or raw.end is None:
                 raise CheckpointError(f"{self.path!r}: expected section {user_string.decode()!r} at byte {offset}")
             whole = read(offset, raw.end - offset)
@@ -371,32 +444,6 @@ class CheckpointReader:
         self.check_crc(name)
         return data
 
-    def _check_manifest(self) -> None:
-        """Check what reading relies on before the manifest is used (same outcome on every rank)."""
-        m, path = self.manifest, self.path
-        if m.format_version not in READ_FORMAT_VERSIONS:
-            raise CheckpointError(
-                f"{path!r} is of amrckpt format {m.format_version}; this release ({m.amrckpt_version} wrote it) reads "
-                f"formats {', '.join(map(str, READ_FORMAT_VERSIONS))}: upgrade amrckpt"
-            )
-        names = [fs.name for fs in m.fields]
-        if len(set(names)) != len(names):
-            raise CheckpointError(f"{path!r}: the manifest names a field twice")
-        meshes = [ms.field for ms in m.meshes]
-        if len(set(meshes)) != len(meshes):
-            raise CheckpointError(f"{path!r}: the manifest describes a mesh twice")
-        for ms in m.meshes:
-            if ms.field not in names or m.field(ms.field).kind != "mesh":
-                raise CheckpointError(f"{path!r}: the manifest's mesh field {ms.field!r} is not a mesh field")
-        for fs in m.fields:
-            try:
-                h = handler_for(fs.kind)
-            except KeyError:
-                raise CheckpointError(f"{path!r}: field {fs.name!r} is of kind {fs.kind!r}, unknown to this release") from None
-            h.check_spec(fs, m, path)
-            if h.per_leaf and m.mesh_of(fs) is None:
-                raise CheckpointError(f"{path!r}: field {fs.name!r} holds values per leaf, but the manifest has no mesh for it")
-
     def _format1_partition(self, prov: Provenance) -> Partition:
         """Return the writing partition section of a format-1 file."""
         f = self.scda
@@ -419,22 +466,19 @@ class CheckpointReader:
 
     @property
     def info(self) -> CheckpointInfo:
-        """Manifest, index, provenance (format 1), writing partition and run record, where known. Collective."""
-        run = self._run_record()
-        return CheckpointInfo(self.manifest, self.index, self.provenance, self.writer_partition(run), run)
-
-    def _run_record(self) -> RunRecord | None:
-        rec: RunRecord | None = self.comm.bcast(read_run_record(self.path) if self.comm.rank == 0 else None, root=0)
-        return rec
+        """Manifest, index, provenance (format 1), writing partition and run record, where known. Not collective."""
+        return CheckpointInfo(self.manifest, self.index, self.provenance, self.writer_partition(), self._run)
 
     def writer_partition(self, run: RunRecord | None = None) -> Partition | None:
-        """Return the partition of the first mesh's leaves when written, where known (format 1, or a run record). Collective.
+        """Return the partition of the first mesh's leaves when written, where known (format 1, or a run record). Not collective.
 
-        A run record that does not fit the file (another leaf count) is ignored.
+        The run record is the one beside the file when it was opened (or
+        ``run``).  A run record that does not fit the file (another leaf
+        count) is ignored.
         """
         if self._writer_partition is not None:
             return self._writer_partition
-        run = run if run is not None else self._run_record()
+        run = run if run is not None else self._run
         gfq = run.global_first_quadrant if run is not None else None
         if gfq is None or len(gfq) != run.writer_size + 1 or gfq[-1] != self.manifest.num_leaves:  # type: ignore[union-attr]
             return None
@@ -515,6 +559,95 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path!r} has no field {name!r}") from None
         return handler_for(fs.kind).read(self, fs, elem_counts)
 
+    def read_fields(
+        self, fields: Sequence[FieldSpec], parts: Mapping[str, Partition]
+    ) -> tuple[dict[str, Any], BaseException | None]:
+        """Read this rank's part of many fields at once. Collective.
+
+        The fields whose sections the root read when opening (``select``)
+        are read by one gathered read (:mod:`amrckpt.container._gather`):
+        two collective reads around one exscan, then one CRC32 allreduce,
+        whatever the number of fields; the others (compressed, chunked) by
+        their handlers section by section.  Errors of the gathered read are
+        not raised: they are returned, for the caller to agree on once
+        (:meth:`close` with ``error``), after which nothing read may be used.
+
+        Parameters
+        ----------
+        fields : sequence of FieldSpec
+            The fields, in the manifest's order.
+        parts : mapping of str to Partition
+            The partition of each mesh (by its field's name) and of each
+            distributed array field (by its name).
+
+        Returns
+        -------
+        values : dict of str to object
+            By field name, what :meth:`read_field` returns (empty on a rank with an error).
+        error : BaseException or None
+            This rank's error, or a section's CRC32 mismatch (on every rank).
+
+        Raises
+        ------
+        CheckpointError, ScdaError
+            On every rank: from the fields read section by section, or if
+            the file cannot be opened for the collective reads.
+        """
+        self._agree_on_close = True
+        g = GatheredRead(self.comm, self.verify, self.path)
+        build: dict[str, Callable[[], Any]] = {}
+        one_by_one: list[FieldSpec] = []
+        for fs in fields:
+            secs = self.sections(fs.name)
+            if not secs:
+                one_by_one.append(fs)
+                continue
+            try:
+                b = handler_for(fs.kind).plan(self, g, fs, self._span(fs, parts))
+            except AmrckptError:
+                raise  # a section that does not fit the manifest: the same on every rank
+            except Exception as exc:  # noqa: BLE001 - agreed on by the caller (MemoryError...)
+                g.fail(exc)
+                b = None
+            if b is None and g.error is None:
+                one_by_one.append(fs)
+                continue
+            for sec in secs:  # every rank covers the same sections, whatever its errors
+                if sec.data is None:
+                    g.cover(sec)
+            if b is not None:
+                build[fs.name] = b
+        if g.nbytes:
+            if self._gathered is None:
+                self._gathered = scda.open_backend(self.path, "r", self.comm, defer=True, **self._open_args)
+            g.run(self._gathered)
+        values: dict[str, Any] = {}
+        if g.error is None:
+            for name, b in build.items():
+                try:
+                    values[name] = b()
+                except Exception as exc:  # noqa: BLE001 - agreed on by the caller
+                    g.fail(exc)
+                    break
+        for fs in one_by_one:
+            part = self._part(fs, parts)
+            values[fs.name] = self.read_field(fs.name, part.elem_counts.tolist() if part is not None else None)
+        self._checked.extend(g.checked)
+        return (values if g.error is None else {}), g.error
+
+    def _part(self, fs: FieldSpec, parts: Mapping[str, Partition]) -> Partition | None:
+        ms = self.manifest.mesh_of(fs)
+        if ms is not None and handler_for(fs.kind).per_leaf:
+            return parts[ms.field]
+        return parts.get(fs.name) if fs.kind == "array" else None
+
+    def _span(self, fs: FieldSpec, parts: Mapping[str, Partition]) -> Span | None:
+        part = self._part(fs, parts)
+        if part is None:
+            return None
+        r = self.comm.rank
+        return Span(int(part.elem_counts[r]), int(part.global_first_quadrant[r]), part.N)
+
     def leaf_weights(self, mesh: str | None = None) -> np.ndarray:
         """Bytes per leaf (mesh record, cells, hp payloads) of this rank's leaves under the uniform partition. Collective.
 
@@ -562,15 +695,16 @@ class CheckpointReader:
         """
         if not self.verify:
             return ()
-        by_offset = {e.offset: e for e in self.index.sections}
-        done = []
-        for off, end, crc in self.scda.section_crcs():
-            e = by_offset.get(off)
-            if e is None or crc is None:
-                continue
-            if e.end != end or e.crc32 != crc:
-                raise checksum_error(e.name, e.offset, e.end, self.path)
-            done.append(e.name)
+        done = list(self._checked)
+        if self._scda is not None:
+            by_offset = {e.offset: e for e in self.index.sections}
+            for off, end, crc in self._scda.section_crcs():
+                e = by_offset.get(off)
+                if e is None or crc is None:
+                    continue
+                if e.end != end or e.crc32 != crc:
+                    raise checksum_error(e.name, e.offset, e.end, self.path)
+                done.append(e.name)
         for name in sorted(self._ranged - set(done)):  # read by ranges on this rank: one pass over each section
             for e in self.entries(name):  # two for an hp field of layout "counts"
                 read, crc = self._pread(), 0
@@ -581,16 +715,20 @@ class CheckpointReader:
                 if crc != e.crc32:
                     raise checksum_error(name, e.offset, e.end, self.path)
             done.append(name)
+        done = list(dict.fromkeys(done))
         # The index and the manifest were checked by rank 0 when opening (_metadata_on_root).
         return tuple(n for n in ("amrckpt manifest", "amrckpt index") if n not in done) + tuple(done)
 
     # -- ranges of leaves, on one rank -------------------------------------------
 
-    def _pread(self) -> Any:
+    def _pread(self, root: bool = False) -> Any:
+        """Return ``read(offset, nbytes)`` of this rank's own descriptor of the file (POSIX ``pread``). Not collective."""
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_RDONLY)
             except OSError as exc:
+                if root:
+                    raise os_error(exc, self.path, "cannot open") from exc
                 raise CheckpointError(f"{self.path!r}: cannot open for reading: {exc.strerror or exc}") from exc
         return exact_reader(self._fd, self.path, IncompleteCheckpointError)
 
@@ -755,18 +893,78 @@ class CheckpointReader:
 
     # -- closing ----------------------------------------------------------------
 
-    def close(self) -> None:
-        """Close the file (collective)."""
+    def close(self, error: BaseException | None = None) -> None:
+        """Close the file, agreeing on ``error``: this rank's error of :meth:`read_fields` or of using what it read. Collective.
+
+        Raises
+        ------
+        AmrckptError
+            On every rank, if any rank passed an error or cannot close the
+            file: the one agreement of a load.
+        """
+        if self._closed:
+            if error is not None:
+                raise error
+            return
+        self._closed = True
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self.scda.fclose()
+        try:
+            if self._scda is not None:
+                self._scda.fclose()
+        finally:
+            g, self._gathered = self._gathered, None
+            if g is not None:
+                g.close(error=error)
+            elif self._agree_on_close:
+                agree(self.comm, error, what="load")
+            elif error is not None:
+                raise error
+
+    def _close_quietly(self) -> None:
+        """Close what this rank opened after an error that every rank raises (no agreement: they all raise it)."""
+        self._closed = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        for f in (self._scda, self._gathered):
+            if f is not None:
+                with contextlib.suppress(Exception):
+                    f.fclose() if isinstance(f, scda.ScdaReader) else f.close()
+        self._scda = self._gathered = None
 
     def __enter__(self) -> CheckpointReader:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _check_manifest(m: Manifest, path: str) -> None:
+    """Check what reading relies on before the manifest is used (not collective)."""
+    if m.format_version not in READ_FORMAT_VERSIONS:
+        raise CheckpointError(
+            f"{path!r} is of amrckpt format {m.format_version}; this release ({m.amrckpt_version} wrote it) reads "
+            f"formats {', '.join(map(str, READ_FORMAT_VERSIONS))}: upgrade amrckpt"
+        )
+    names = [fs.name for fs in m.fields]
+    if len(set(names)) != len(names):
+        raise CheckpointError(f"{path!r}: the manifest names a field twice")
+    meshes = [ms.field for ms in m.meshes]
+    if len(set(meshes)) != len(meshes):
+        raise CheckpointError(f"{path!r}: the manifest describes a mesh twice")
+    for ms in m.meshes:
+        if ms.field not in names or m.field(ms.field).kind != "mesh":
+            raise CheckpointError(f"{path!r}: the manifest's mesh field {ms.field!r} is not a mesh field")
+    for fs in m.fields:
+        try:
+            h = handler_for(fs.kind)
+        except KeyError:
+            raise CheckpointError(f"{path!r}: field {fs.name!r} is of kind {fs.kind!r}, unknown to this release") from None
+        h.check_spec(fs, m, path)
+        if h.per_leaf and m.mesh_of(fs) is None:
+            raise CheckpointError(f"{path!r}: field {fs.name!r} holds values per leaf, but the manifest has no mesh for it")
 
 
 def read_info(path: str | os.PathLike[str], *, comm: Any = None, verify: bool = True, info: Any = None) -> CheckpointInfo:

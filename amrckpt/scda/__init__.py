@@ -42,7 +42,7 @@ from ._format import (
     unpad_string,
 )
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader, Share
-from ._reader import ScdaReader, fopen_read
+from ._reader import ScdaReader, fopen_read, read_file_header
 from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan, scan_partial
 from ._writer import ScdaWriter, SectionRecord, fopen_write
 
@@ -82,6 +82,7 @@ __all__ = [
     "pad_string",
     "parse_count_entry",
     "parse_entries",
+    "read_file_header",
     "read_section_data",
     "scan",
     "scan_partial",

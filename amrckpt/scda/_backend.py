@@ -87,6 +87,16 @@ class Backend(Protocol):
         """
         ...
 
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+        """Fill all of this rank's pieces in ``nrounds`` collective calls: the mirror of :meth:`write_gathered`. Collective.
+
+        MPI-IO: one file view and one ``MPI_File_read_all`` per round;
+        POSIX: one ``preadv`` per contiguous run.  Raises the first local
+        error (ScdaCountError for a short read) after taking part in every
+        collective call.
+        """
+        ...
+
     def file_size(self) -> int:
         """Return the file's size in bytes. Collective for MPI-IO."""
         ...
@@ -229,6 +239,10 @@ class PosixBackend:
         for off, bufs in _coalesce(allp):
             self._preadv(off, bufs)
 
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+        """Fill the pieces with one ``preadv`` per contiguous run (``nrounds`` is not needed without MPI)."""
+        self.read(pieces, None, 0)
+
     def _preadv(self, off: int, bufs: list[memoryview]) -> None:
         want = sum(b.nbytes for b in bufs)
         start = off
@@ -284,7 +298,8 @@ class PosixBackend:
         except OSError as exc:
             err = err or os_error(exc, self.path, "cannot set the size of")
         try:
-            self.comm.barrier()  # every rank's descriptor stays open until the size is set
+            if self.mode == "w":
+                self.comm.barrier()  # every rank's descriptor stays open until the size is set
         finally:
             try:
                 self._close_fd()
@@ -322,10 +337,11 @@ class MPIIOBackend:
         on top of those of the environment variable ``AMRCKPT_MPIIO_HINTS``
         (:func:`hints`); ROMIO also reads a file of hints named by ``ROMIO_HINTS``.
     defer : bool, optional
-        ``"w"``: the writer does no independent I/O (one collective write):
-        keep an error of truncating for its agreement, and hint
-        ``romio_no_indep_rw=true`` unless told otherwise (ROMIO then opens
-        the file on the collective-buffering aggregators only).
+        The caller does no independent I/O (``"w"``: one collective write,
+        and an error of truncating is kept for its agreement; ``"r"``: only
+        :meth:`read_gathered`): hint ``romio_no_indep_rw=true`` unless told
+        otherwise (ROMIO then opens the file on the collective-buffering
+        aggregators only).
     """
 
     def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None, truncate: bool = True, defer: bool = False) -> None:
@@ -341,7 +357,7 @@ class MPIIOBackend:
         err: BaseException | None = None
         mpi_info = MPI.INFO_NULL
         free_info = False
-        extra = {"romio_no_indep_rw": "true"} if defer and mode == "w" else {}
+        extra = {"romio_no_indep_rw": "true"} if defer else {}
         extra.update(hints())
         if isinstance(info, dict) or (info is None and extra):
             mpi_info = MPI.Info.Create()
@@ -511,7 +527,15 @@ class MPIIOBackend:
         in the same call: with ``nrounds == 1``, one collective write per
         rank for the whole file.
         """
+        self._gathered(pieces, nrounds, True)
+
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+        """Fill every piece of this rank by one ``MPI_File_read_all`` per round through a file view (see :meth:`write_gathered`)."""
+        self._gathered(pieces, nrounds, False)
+
+    def _gathered(self, pieces: Sequence[Piece], nrounds: int, write: bool) -> None:
         MPI = self._MPI
+        verb = "write" if write else "read"
         runs = _split_rounds(_coalesce(pieces), nrounds)
         err: BaseException | None = None
         for blocks in runs:
@@ -524,17 +548,18 @@ class MPIIOBackend:
                 want = sum(b.nbytes for _, b in blocks) if mtype is not None else 0
                 st = MPI.Status()
                 self._fh.Set_view(0, MPI.BYTE, ftype if ftype is not None else MPI.BYTE)
+                call = self._fh.Write_all if write else self._fh.Read_all
                 if mtype is not None:
-                    self._fh.Write_all([MPI.BOTTOM, 1, mtype], st)
+                    call([MPI.BOTTOM, 1, mtype], st)
                 else:
-                    self._fh.Write_all([bytearray(), 0, MPI.BYTE], st)
-                self._inject("write")
+                    call([bytearray(), 0, MPI.BYTE], st)
+                self._inject(verb)
                 if err is None and want:
-                    self._check_count(st, want, blocks[0][0], True)
+                    self._check_count(st, want, blocks[0][0], write)
             except MPI.Exception as exc:
                 if err is None:
                     start = blocks[0][0] if blocks else 0
-                    err = self._error(exc, f"cannot write {sum(b.nbytes for _, b in blocks)} bytes from byte {start} of")
+                    err = self._error(exc, f"cannot {verb} {sum(b.nbytes for _, b in blocks)} bytes from byte {start} of")
             except ScdaError as exc:
                 err = err or exc
             finally:
@@ -671,8 +696,10 @@ def open_backend(
         ``"w"`` only: empty an existing file (else it is overwritten in place
         and the writer sets its final size when closing).
     defer : bool, optional
-        MPI-IO, ``"w"``: keep an error of truncating in ``pending`` for the
-        writer's single agreement instead of agreeing on it at once.
+        MPI-IO: the caller does no independent I/O (hint
+        ``romio_no_indep_rw``); ``"w"``: keep an error of truncating in
+        ``pending`` for the writer's single agreement instead of agreeing
+        on it at once.
 
     Raises
     ------

@@ -34,7 +34,7 @@ from ._format import (
 )
 from ._layout import Pair, RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
 
-__all__ = ["ScdaReader", "fopen_read"]
+__all__ = ["ScdaReader", "fopen_read", "read_file_header"]
 
 
 @dataclass
@@ -132,16 +132,7 @@ class ScdaReader:
         return bytes(buf)
 
     def _read_file_header(self, size: int) -> tuple[bytes, bytes, int]:
-        if size < FILE_HEADER_NBYTES:
-            head = self._read_bytes(0, min(size, 8))
-            if not (MAGIC + b" ").startswith(head):
-                raise ScdaFormatError(f"not an scda file: magic {head!r}, expected b'scdata0 '")
-            raise ScdaCountError(f"{self.path!r} has {size} bytes, fewer than the 128-byte scda file header")
-        buf = self._read_bytes(0, FILE_HEADER_NBYTES)
-        vendor, user = parse_file_header(buf)
-        if self.strict and padding_form(buf[96:], 0, None) == "other":
-            raise ScdaFormatError("file header: malformed data padding")
-        return vendor, user, crc32(buf)
+        return read_file_header(self._read_bytes, size, self.path, strict=self.strict)
 
     def _on_root(self, fn: Any, root: int = 0) -> Any:
         """Run ``fn`` on ``root`` only and broadcast its result or its error. Collective."""
@@ -854,6 +845,45 @@ class ScdaReader:
     def __repr__(self) -> str:
         state = "closed" if self._backend is None else f"offset={self.offset}/{self.file_size}"
         return f"<ScdaReader {self.path!r} {state} P={self.comm.size}>"
+
+
+def read_file_header(read: Any, size: int, path: str, *, strict: bool = False) -> tuple[bytes, bytes, int]:
+    """Read and check the file header section F (paper section 2.2) on this rank alone. Not collective.
+
+    Parameters
+    ----------
+    read : callable
+        ``read(offset, nbytes) -> bytes`` reading exactly ``nbytes``.
+    size : int
+        The file's size in bytes.
+    path : str
+        Names the file in messages.
+    strict : bool, optional
+        Also check the header's data padding.
+
+    Returns
+    -------
+    vendor, user_string : bytes
+    crc32 : int
+        The CRC32 of the 128 header bytes.
+
+    Raises
+    ------
+    ScdaFormatError
+        If the file does not start with a valid scda file header.
+    ScdaCountError
+        If it is shorter than a file header.
+    """
+    if size < FILE_HEADER_NBYTES:
+        head = read(0, min(size, 8))
+        if not (MAGIC + b" ").startswith(head):
+            raise ScdaFormatError(f"not an scda file: magic {head!r}, expected b'scdata0 '")
+        raise ScdaCountError(f"{path!r} has {size} bytes, fewer than the 128-byte scda file header")
+    buf = read(0, FILE_HEADER_NBYTES)
+    vendor, user = parse_file_header(buf)
+    if strict and padding_form(buf[96:], 0, None) == "other":
+        raise ScdaFormatError("file header: malformed data padding")
+    return vendor, user, crc32(buf)
 
 
 def _uniform(N: int, P: int) -> list[int]:
