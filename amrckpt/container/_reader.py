@@ -257,7 +257,8 @@ class CheckpointReader:
             self.manifest: Manifest = parse_model(Manifest, meta[2], "manifest", self.path)
             self._run: RunRecord | None = meta[3]
             self._sections: dict[str, list[Section]] = meta[4]
-            self._checked.extend(name for name, secs in self._sections.items() if secs and secs[0].data is not None and verify)
+            if verify:  # checked by the root: the file header, inline and block sections
+                self._checked.extend(name for name, secs in self._sections.items() if not secs or secs[0].data is not None)
             self.provenance: Provenance | None = None
             self._writer_partition: Partition | None = None
             if self.manifest.format_version == 1:
@@ -297,7 +298,7 @@ class CheckpointReader:
             size = os.fstat(self._fd).st_size  # type: ignore[arg-type]
         except OSError as exc:
             raise os_error(exc, self.path, "cannot get the size of") from exc
-        scda.read_file_header(read, size, self.path)
+        header_crc = scda.read_file_header(read, size, self.path)[2]
         off = size - FOOTER_NBYTES
         if off < scda.FILE_HEADER_NBYTES or off % 32:
             raise IncompleteCheckpointError(f"{self.path!r}: {size} bytes cannot end in an amrckpt footer (cut short?)")
@@ -322,6 +323,11 @@ class CheckpointReader:
         manifest: Manifest = parse_model(Manifest, manifest_raw, "manifest", self.path)
         _check_manifest(manifest, self.path)
         sections: dict[str, list[Section]] = {}
+        head = [x for x in index.sections if x.offset == 0]
+        if head and self.verify:  # the file header section F, checked here (its entry is named "file header")
+            if head[0].crc32 != header_crc or head[0].end != scda.FILE_HEADER_NBYTES:
+                raise checksum_error(head[0].name, 0, head[0].end, self.path)
+            sections[head[0].name] = []
         if select is not None:
             for name in select(manifest):
                 fs = manifest.field(name)
@@ -645,6 +651,11 @@ class CheckpointReader:
         part = self._part(fs, parts)
         if part is None:
             return None
+        if part.N != self.elem_count(fs) or part.size != self.comm.size:
+            raise ValueError(
+                f"read_fields: the partition of field {fs.name!r} has {part.N} elements on {part.size} ranks, "
+                f"the file {self.elem_count(fs)}, the communicator {self.comm.size} ranks"
+            )
         r = self.comm.rank
         return Span(int(part.elem_counts[r]), int(part.global_first_quadrant[r]), part.N)
 

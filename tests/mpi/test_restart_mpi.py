@@ -102,3 +102,40 @@ def test_damage_is_reported_on_every_rank(mpi_tmp: Path) -> None:
         ac.load(path, Advection, comm=w)
     report = ac.verify(path, comm=w)
     assert not report.ok and len(report.problems) == 1 and "'rho'" in report.problems[0]
+
+
+def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every MPI-IO call of a load, on every rank: one open, one file view and one collective read per phase (two with
+    an hp field), one close; no independent read on any rank (the root reads the metadata with POSIX reads).  The
+    compressed field ``vel`` is left out: compressed sections are read section by section (a second open)."""
+    from amrckpt.scda import _backend
+
+    w = world()
+    path = mpi_tmp / "collective.scda"
+    ac.save(G.for_rank(w), path, comm=w)
+    calls: list[str] = []
+
+    class Counting:
+        def __init__(self, fh: object) -> None:
+            self._fh = fh
+
+        def __getattr__(self, name: str) -> object:
+            attr = getattr(self._fh, name)
+            calls.append(name)
+            return attr
+
+    orig = _backend.MPIIOBackend.__init__
+
+    def counting_init(self: _backend.MPIIOBackend, *a: object, **k: object) -> None:
+        calls.append("Open")
+        orig(self, *a, **k)  # type: ignore[arg-type]
+        self._fh = Counting(self._fh)
+
+    monkeypatch.setattr(_backend.MPIIOBackend, "__init__", counting_init)
+    loaded = ac.load(path, Advection, comm=w, fields=["mesh", "rho", "modes"])
+    monkeypatch.undo()
+    lo, hi = loaded.partition.local_range(w.rank)  # type: ignore[union-attr]
+    assert np.array_equal(loaded.state.rho, G.local(lo, hi).rho)
+    assert np.array_equal(loaded.state.modes.values, G.local(lo, hi).modes.values)
+    assert sorted(calls) == sorted(["Open", "Set_view", "Read_all", "Set_view", "Read_all", "Close"]), calls
+    assert all_true(True)

@@ -1,0 +1,189 @@
+"""The gathered read of a load (issue 17): the same values as field by field, a fixed number of collectives.
+
+:meth:`CheckpointReader.read_fields` reads every wanted field with two
+collective reads around one exscan and checks the CRC32s with one allreduce;
+:meth:`CheckpointReader.read_field` reads one field section by section
+through the scda API.  Both are run here on the same files, on thread ranks
+Q = 1..4 under uniform and uneven partitions, and must return equal values;
+the collectives of a whole load are counted on each rank.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from test_container import Layouts, Rich, _layouts_rank, rich_rank
+
+import amrckpt as ac
+from amrckpt.comm import ThreadComm, run_threads
+from amrckpt.container import CheckpointReader
+from amrckpt.errors import ChecksumError
+from amrckpt.partition import Partition
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+COLLECTIVES = ("bcast", "allreduce_max", "allreduce_xor", "exscan_sum_max", "allgather", "allgather_int", "barrier")
+
+
+class CountingThreadComm(ThreadComm):
+    """A thread rank that counts its collective calls, by method name, in :attr:`counts` (keyed by the object's id)."""
+
+    __slots__ = ()
+    counts: ClassVar[dict[int, Counter[str]]] = {}
+
+
+def _counted(name: str) -> Callable[..., Any]:
+    def method(self: CountingThreadComm, *a: Any, **k: Any) -> Any:
+        CountingThreadComm.counts[id(self)][name] += 1
+        return getattr(ThreadComm, name)(self, *a, **k)
+
+    return method
+
+
+for _name in COLLECTIVES:
+    setattr(CountingThreadComm, _name, _counted(_name))
+
+
+def counting(comm: Any, counts: Counter[str]) -> Any:
+    """Count the collective calls of ``comm`` (a thread rank) in ``counts``, by method name."""
+    comm.__class__ = CountingThreadComm
+    CountingThreadComm.counts[id(comm)] = counts
+    return comm
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    return bool(a == b)
+
+
+def uneven(N: int, Q: int) -> Partition:
+    """All but one leaf on the last rank, one on the first (empty ranks between)."""
+    if Q == 1 or N == 0:
+        return Partition.uniform(N, Q)
+    return Partition.from_counts([1, *([0] * (Q - 2)), N - 1])
+
+
+def both_ways(path: Path, Q: int, how: str, verify: bool = True) -> list[bool]:
+    """Read every field of ``path`` gathered and field by field on Q thread ranks; whether they agree on each rank."""
+
+    def body(comm: Any) -> bool:
+        with CheckpointReader(path, comm=comm, verify=verify, select=lambda m: [fs.name for fs in m.fields]) as r:
+            m = r.manifest
+            parts: dict[str, Partition] = {}
+            for ms in m.meshes:
+                parts[ms.field] = Partition.uniform(ms.num_leaves, Q) if how == "uniform" else uneven(ms.num_leaves, Q)
+            for fs in m.fields:
+                if fs.kind == "array":
+                    parts[fs.name] = Partition.uniform(fs.count or 0, Q)
+            gathered, err = r.read_fields(list(m.fields), parts)
+            assert err is None, err
+            checked = r.check_crcs()
+            r.close()
+        with CheckpointReader(path, comm=comm, verify=verify) as r:
+            one = {}
+            for fs in r.manifest.fields:
+                part = r._part(fs, parts)
+                one[fs.name] = r.read_field(fs.name, part.elem_counts.tolist() if part is not None else None)
+            checked_one = r.check_crcs()
+        assert set(gathered) == set(one)
+        assert set(checked) == set(checked_one), (checked, checked_one)
+        return all(same(gathered[k], one[k]) for k in one)
+
+    return run_threads(Q, body)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("gathered")
+    out = {"rich": d / "rich.scda", "layouts": d / "layouts.scda"}
+    run_threads(3, lambda comm: ac.save(rich_rank(comm), out["rich"], comm=comm))
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), out["layouts"], comm=comm))
+    for g in sorted(GOLDEN.glob("*.scda")):
+        out[g.stem] = g
+    return out
+
+
+@pytest.mark.parametrize("Q", [1, 2, 3, 4])
+@pytest.mark.parametrize("how", ["uniform", "uneven"])
+def test_gathered_equals_field_by_field(files: dict[str, Path], Q: int, how: str) -> None:
+    """Meshes, cells, arrays, replicated arrays, hp (counts and V layouts), chunked and compressed fields; golden files too."""
+    for name, path in files.items():
+        assert all(both_ways(path, Q, how)), name
+    assert all(both_ways(files["layouts"], Q, how, verify=False))
+
+
+def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -> None:
+    """A load of 1 or 5 cells fields plus an hp field, on 1..4 ranks: one broadcast, one agreement to open, one exscan,
+    one CRC32 allreduce, one agreement when closing (without hp, no exscan; without verify, no CRC allreduce)."""
+
+    def schema(k: int, hp: bool) -> type[ac.CheckpointSchema]:
+        ns: dict[str, Any] = {"__annotations__": {"step": int, "mesh": ac.Forest}, "step": ac.Inline(), "mesh": ac.Mesh(dim=2)}
+        for j in range(k):
+            ns["__annotations__"][f"c{j}"] = ac.CellData
+            ns[f"c{j}"] = ac.Cells("<f8")
+        if hp:
+            ns["__annotations__"]["modes"] = ac.HpData
+            ns["modes"] = ac.HpCells("<f8")
+        return type(f"S{k}{hp}", (ac.CheckpointSchema,), ns, name=f"s{k}{hp}", version=1)
+
+    def state(S: type[ac.CheckpointSchema], comm: Any) -> Any:
+        mesh = ac.sfc.uniform_leaves(3, num_trees=1, dim=2)
+        N, P, r = mesh.num_leaves, comm.size, comm.rank
+        lo, hi = N * r // P, N * (r + 1) // P
+        local = ac.Forest(mesh.tree[lo:hi], mesh.level[lo:hi], mesh.x[lo:hi], mesh.y[lo:hi], num_trees=1)
+        values: dict[str, Any] = {"step": 1, "mesh": local}
+        for name in S.__amrckpt_fields__:
+            if name.startswith("c"):
+                values[name] = np.arange(lo, hi, dtype="<f8")
+        if "modes" in S.__amrckpt_fields__:
+            counts = np.arange(lo, hi) % 3
+            values["modes"] = ac.HpData(np.ones(int(counts.sum())), counts)
+        return S(**values)
+
+    for k, hp in ((1, False), (5, False), (1, True), (5, True)):
+        S = schema(k, hp)
+        path = tmp_path / f"s{k}{hp}.scda"
+        run_threads(2, lambda comm, S=S, path=path: ac.save(state(S, comm), path, comm=comm))
+        for Q in (1, 2, 4):
+            for verify in (True, False):
+
+                def load(comm: Any, S: type[ac.CheckpointSchema] = S, path: Path = path, verify: bool = verify) -> Counter[str]:
+                    counts: Counter[str] = Counter()
+                    ac.load(path, S, comm=counting(comm, counts), verify=verify)
+                    return counts
+
+                got = run_threads(Q, load)
+                assert all(g == got[0] for g in got)
+                want = Counter({"bcast": 1, "allreduce_max": 2})
+                if hp:
+                    want["exscan_sum_max"] = 1
+                if verify:
+                    want["allreduce_xor"] = 1
+                assert got[0] == want, (k, hp, Q, verify, got[0])
+
+
+def test_a_damaged_hp_count_is_a_checksum_error_not_a_hang(tmp_path: Path) -> None:
+    """Counts that add up to more values than the file holds, on one rank of three: ChecksumError on every rank."""
+    path = tmp_path / "l.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    e = [x for x in ac.read_info(path).index.sections if x.name == "wide"][0]
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 40 : e.end - 38] = b"\xff\xff"  # a leaf near the end: 65535 values
+    path.write_bytes(bytes(raw))
+
+    def body(comm: Any) -> str:
+        with pytest.raises(ChecksumError) as info:
+            ac.load(path, Layouts, comm=comm)
+        return str(info.value)
+
+    assert all("'wide'" in msg for msg in run_threads(3, body))
+    with pytest.raises(ac.CheckpointError, match="'wide'"):
+        ac.load(path, Layouts, verify=False)
