@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from test_container import Layouts, Rich, _layouts_rank, rich_rank
+from test_container import Layouts, _layouts_rank, rich_rank
 
 import amrckpt as ac
 from amrckpt.comm import ThreadComm, run_threads
@@ -174,7 +174,7 @@ def test_a_damaged_hp_count_is_a_checksum_error_not_a_hang(tmp_path: Path) -> No
     """Counts that add up to more values than the file holds, on one rank of three: ChecksumError on every rank."""
     path = tmp_path / "l.scda"
     run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
-    e = [x for x in ac.read_info(path).index.sections if x.name == "wide"][0]
+    e = next(x for x in ac.read_info(path).index.sections if x.name == "wide")
     raw = bytearray(path.read_bytes())
     raw[e.end - 40 : e.end - 38] = b"\xff\xff"  # a leaf near the end: 65535 values
     path.write_bytes(bytes(raw))
