@@ -124,6 +124,12 @@ class FieldHandler(abc.ABC):
         """Bytes per leaf of this rank's leaves under ``elem_counts`` (a constant, or (N_p,) int64). Collective."""
         return 0
 
+    def plan_leaf_nbytes(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
+        """As :meth:`leaf_nbytes`, in a gathered read: a constant, or what returns (N_p,) int64 after ``g`` ran. Not collective."""
+        got = self.leaf_nbytes(r, fs, [])  # fixed sizes: nothing to read
+        assert isinstance(got, int), "a kind with sizes per leaf plans its own reads"
+        return got
+
     def value_dtype(self, fs: FieldSpec, path: str) -> np.dtype[Any]:
         """Return the dtype of one value (cells, hp, array, ndarray), checked."""
         return dtype_from_json(fs.dtype, f"{path!r}: field {fs.name!r}")
@@ -544,6 +550,44 @@ class HpHandler(FieldHandler):
 
         g.scan(local, then)
         return lambda: (got["values"], got["counts"])
+
+    def plan_leaf_nbytes(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
+        E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
+        if E > r.file_size:  # the manifest's shape: checked before it multiplies anything
+            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
+        if fs.layout == "counts":
+            assert fs.count_dtype is not None
+            cdt = np.dtype(fs.count_dtype)
+            csec, vsec = _sections(r, fs, 2)
+            _check_a(r, fs, csec, span.N, cdt.itemsize, "counts")
+            raw = np.empty(span.count, dtype=cdt)
+            g.read(csec, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
+            total = vsec.raw.elem_count
+
+            def from_counts() -> np.ndarray:
+                counts = raw.astype(np.int64)
+                if counts.size and (int(counts.min()) < 0 or int(counts.max()) > total):
+                    raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
+                return counts * E
+
+            return from_counts
+        (sec,) = _sections(r, fs, 1)
+        if sec.raw.elem_count != span.N:
+            raise CheckpointError(
+                f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_count} leaves in the file, the manifest {span.N}"
+            )
+        entries = np.empty(32 * span.count, dtype=np.uint8)
+        g.read(sec, sec.raw.entries_offset + 32 * span.offset, entries)
+        room = sec.entry.end - sec.raw.data_offset
+
+        def from_sizes() -> np.ndarray:
+            at = sec.raw.entries_offset + 32 * span.offset
+            sizes = parse_entries(b"E", entries, first_index=span.offset, offset=at, what=sec.raw.where)
+            if sizes.size and int(sizes.max()) > room:
+                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more bytes than its section holds")
+            return sizes.astype(np.int64)
+
+        return from_sizes
 
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
         if fs.layout == "counts":

@@ -669,6 +669,9 @@ class CheckpointReader:
         ms = self.manifest.mesh if mesh is None else next((m for m in self.manifest.meshes if m.field == mesh), None)
         if ms is None:
             return np.zeros(0, dtype=np.int64)
+        mine = [fs for fs in self.manifest.fields if self.manifest.mesh_of(fs) is ms]
+        if all(self.sections(fs.name) for fs in mine):  # their headers read when opening: one collective read
+            return self._gathered_weights(ms, mine)
         self.seek_field(self.manifest.field(ms.field))  # the leaf count checked before anything is sized by it
         part = Partition.uniform(ms.num_leaves, self.comm.size)
         counts = part.elem_counts.tolist()
@@ -685,6 +688,34 @@ class CheckpointReader:
         if fixed > self.file_size:  # a manifest's shapes, not the file: would not fit int64 either
             raise CheckpointError(f"{self.path!r}: the manifest gives each leaf {fixed} bytes, more than the file holds")
         return w + fixed
+
+    def _gathered_weights(self, ms: MeshSpec, fields: list[FieldSpec]) -> np.ndarray:
+        """:meth:`leaf_weights` by one collective read of the hp counts or V size entries (CRC32s: by the load). Collective."""
+        N, P, r = ms.num_leaves, self.comm.size, self.comm.rank
+        span = Span(N * (r + 1) // P - N * r // P, N * r // P, N)
+        g = GatheredRead(self.comm, False, self.path)
+        fixed, later = 0, []
+        for fs in fields:
+            got = handler_for(fs.kind).plan_leaf_nbytes(self, g, fs, span)  # raises the same on every rank
+            if callable(got):
+                later.append(got)
+            else:
+                fixed += got
+        if fixed > self.file_size:  # a manifest's shapes, not the file: would not fit int64 either
+            raise CheckpointError(f"{self.path!r}: the manifest gives each leaf {fixed} bytes, more than the file holds")
+        if g.nbytes:
+            if self._gathered is None:
+                self._gathered = scda.open_backend(self.path, "r", self.comm, defer=True, **self._open_args)
+            g.run(self._gathered)
+        w = np.full(span.count, fixed, dtype=np.int64)
+        for fn in later:
+            if g.error is None:
+                try:
+                    w += fn()
+                except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
+                    g.fail(exc)
+        agree(self.comm, g.error, what="leaf weights")
+        return w
 
     def check_crcs(self) -> tuple[str, ...]:
         """Compare the CRC32 of every section read in full with the index. Collective.

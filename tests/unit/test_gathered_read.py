@@ -187,3 +187,21 @@ def test_a_damaged_hp_count_is_a_checksum_error_not_a_hang(tmp_path: Path) -> No
     assert all("'wide'" in msg for msg in run_threads(3, body))
     with pytest.raises(ac.CheckpointError, match="'wide'"):
         ac.load(path, Layouts, verify=False)
+
+
+@pytest.mark.parametrize("Q", [1, 2, 3, 4])
+def test_leaf_weights_by_one_collective_read_equal_field_by_field(files: dict[str, Path], Q: int) -> None:
+    """partition='weighted': the leaf sizes read by one collective read (hp counts and V entries) equal the old reads."""
+
+    def body(comm: Any) -> bool:
+        ok = True
+        for path in files.values():
+            with CheckpointReader(path, comm=comm, select=lambda m: [fs.name for fs in m.fields]) as r:
+                meshes = [ms.field for ms in r.manifest.meshes]
+                gathered = [r.leaf_weights(name) for name in meshes]
+            with CheckpointReader(path, comm=comm) as r:
+                one = [r.leaf_weights(name) for name in meshes]
+            ok &= all(np.array_equal(a, b) for a, b in zip(gathered, one, strict=True))
+        return ok
+
+    assert all(run_threads(Q, body))
