@@ -138,6 +138,8 @@ class _Agreed:
     counts: list[scda.Share]
     nbytes: list[scda.Share]
     max_counts: list[int]
+    relay: dict[int, bool]
+    """Chunked fields (by position): whether some rank's first leaf lies inside a chunk."""
 
 
 def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseException | None) -> _Agreed:
@@ -187,6 +189,8 @@ def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseExc
             values += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
             values += [off_c[j] + counts[j], off_b[j] + nbytes[j]]
         values += [p.max_count for p in prepared]  # the largest values per leaf of an hp field (its count dtype)
+        # Layout chunks: whether some rank's first leaf lies inside a chunk (then the chunks' heads are relayed).
+        values += [int(below[j] % p.kind.chunks != 0) for j, p in enumerate(prepared) if _chunked(p)]  # type: ignore[attr-defined]
     res = agree_max(comm, err, values)
     if res[0] != -res[1]:
         raise SchemaError("the ranks save different schemas (their name, version or fields differ)")
@@ -222,7 +226,19 @@ def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseExc
         cs.append(scda.Share(counts[j], below[j], ctot, cmax, clast))
         bs.append(scda.Share(nbytes[j], below[len(prepared) + j], btot, bmax, blast))
         k += 6
-    return _Agreed(cs, bs, [int(x) for x in res[k : k + len(prepared)]])
+    maxc = [int(x) for x in res[k : k + len(prepared)]]
+    k += len(prepared)
+    relay: dict[int, bool] = {}
+    for j, p in enumerate(prepared):
+        if _chunked(p):
+            relay[j] = bool(res[k] > 0)
+            k += 1
+    return _Agreed(cs, bs, maxc, relay)
+
+
+def _chunked(p: Prepared) -> bool:
+    """Whether a field is written in layout chunks (its kind's ``chunks``: leaves per chunk)."""
+    return getattr(p.kind, "chunks", None) is not None
 
 
 def save(
@@ -310,6 +326,8 @@ def save(
     ) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             p.payload.elem_counts = agreed.counts[j]
+            if j in agreed.relay:
+                p.payload.relay = agreed.relay[j]
             if fs.section == "V" or fs.kind == "hp":
                 p.payload.proc_sizes = agreed.nbytes[j]
             w.write_field(fs, p.payload)
