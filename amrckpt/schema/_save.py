@@ -47,7 +47,11 @@ class SaveResult(WriteResult):
         of the file; written beside it as ``<path>.run.json`` with
         ``save(..., run_record=True)`` and by the manager.
     partition : Partition or None
-        The writing partition of the first mesh's leaves.
+        The writing partition of the first mesh's leaves, on every rank
+        (its P + 1 offsets: p4est's ``global_first_quadrant``, which every
+        rank of a p4est holds too).  It costs the save's one O(P) step, an
+        ``MPI_Allgather`` of 8 bytes per rank (no pickling); kept on every
+        rank because it is public and ``run`` (on every rank) holds it.
     """
 
     num_leaves: int = 0
@@ -333,7 +337,8 @@ def save(
             w.write_field(fs, p.payload)
     result = w.close()
     first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)
-    # The writing partition (P + 1 offsets) is what a save returns; one MPI_Allgather of 8 bytes per rank.
+    # The writing partition (P + 1 offsets) is what a save returns, on every rank (public: SaveResult.partition,
+    # run.global_first_quadrant): one MPI_Allgather of 8 bytes per rank, the save's only O(P) step.
     partition = Partition.from_counts(allgather_int(c, prepared[first_mesh].count)) if first_mesh is not None else None
     gfq = partition.global_first_quadrant.tolist() if partition is not None else None
     run = run_record_of(c, gfq, t0)
