@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .comm import Comm, agree_gather, as_comm
+from .comm import Comm, agree_gather_int, agree_sum_max, allreduce_max_array, as_comm, exscan_sum_max
 from .errors import PartitionError
 
 __all__ = ["MAX_ELEMENTS", "MAX_RANKS", "Partition", "transfer_counts"]
@@ -201,7 +201,9 @@ class Partition:
     def from_local_count(cls, local_count: int, comm: Any = None) -> Partition:
         """Build the partition in which each rank holds ``local_count`` elements.
 
-        Collective: one allgather of one integer per rank.
+        Collective: one ``MPI_Allgather`` of one int64 per rank, which also
+        agrees on errors (a failed rank sends -1; only then one more
+        allgather collects the errors' descriptions).
 
         Parameters
         ----------
@@ -231,8 +233,7 @@ class Partition:
                 raise PartitionError(f"local_count = {n} is negative")
         except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
             error = exc
-        counts = agree_gather(c, error, n)
-        return cls.from_counts(np.array(counts, dtype=object))
+        return cls.from_counts(agree_gather_int(c, error, n))
 
     @classmethod
     def weighted(cls, local_weights: Any, comm: Any = None, *, size: int | None = None) -> Partition:
@@ -271,9 +272,13 @@ class Partition:
         (so that the total fits int64), i.e. to a resolution of at least
         ``max(w) * 2**-B``.  The weights are never gathered: each rank
         searches its own cumulative weights (``numpy.searchsorted``) for
-        the P - 1 cut points, which three collectives of O(P) integers
-        combine (an allgather of counts, an allgather of weight sums, an
-        allreduce of the cuts).
+        the P - 1 cut points.  Three collectives for integer weights, four
+        for floats, and nothing of size P but the result: one allreduce of
+        sums and maxima agrees on errors and gives N, the integer total and
+        the largest weight; one exclusive scan gives this rank's first
+        element and weight prefix; for float weights one allreduce sums the
+        quantized weights; one allreduce (``MPI_MAX`` of an int64 array)
+        combines the P - 1 cuts.
 
         Parameters
         ----------
@@ -484,48 +489,57 @@ def _local_stats(local_weights: Any) -> tuple[np.ndarray, tuple[int, int, float 
 
 
 def _weighted(local_weights: Any, comm: Comm, size: Any) -> Partition:
-    """Implement :meth:`Partition.weighted` (collective)."""
+    """Implement :meth:`Partition.weighted` (collective: 3 collectives for integer weights, 4 for floats).
+
+    Nothing of size P is sent or built but the result: an allreduce of
+    sums and maxima (errors, P, N, the integer total, float or not, the
+    largest weight), an exclusive scan (this rank's first element and
+    weight prefix), for float weights one sum of the quantized weights, and
+    the allreduce of the P - 1 cut points (an int64 array).
+    """
     error: Exception | None = None
     stats: tuple[int, int, float | int] = (0, 0, 0)
     w = np.zeros(0, dtype=np.int64)
     P = 0
+    isum = 0
     try:
         P = _index(size, "size")
         _check_size(P)
         w, stats = _local_stats(local_weights)
+        if not stats[1]:
+            isum = _local_int_sum(w, int(stats[2]))
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below (no rank is left waiting)
         error = exc
-    # Collective 1: every rank's (size, (count, is_float, max weight)); agree on errors.
-    gathered = agree_gather(comm, error, (P, stats))
-    if any(g[0] != P for g in gathered):
-        raise PartitionError(f"size must be the same on every rank, not {sorted({g[0] for g in gathered})}")
-    allstats = [g[1] for g in gathered]
-    counts = [s[0] for s in allstats]
-    N = sum(counts)
+    n = stats[0]
+    # The largest weight as the bits of a float64 (monotonic for non-negative floats; float() rounds monotonically):
+    # only its binary exponent (float weights) and whether it is 0 matter.
+    wbits = int(np.float64(float(stats[2])).view(np.int64))
+    # Collective 1: agree on errors; N, the integer total, P (the maxima of P and of -P, offset to stay >= 0),
+    # float or not, the largest weight.
+    (N, Wint), (pmax, pneg, is_float, wmax_bits) = agree_sum_max(comm, error, [n, isum], [P, 2**32 - P, stats[1], wbits])
+    if pmax != 2**32 - pneg:  # an error: one more allgather names every size, as before
+        sizes = comm.allgather(P)
+        raise PartitionError(f"size must be the same on every rank, not {sorted(set(sizes))}")
     if N > MAX_ELEMENTS:
         raise PartitionError(f"N = {N} exceeds the int64 limit {MAX_ELEMENTS} (p4est_gloidx_t)")
-    is_float = any(s[1] for s in allstats if s[0])
-    wmax = max((s[2] for s in allstats if s[0]), default=0)
+    wmax = float(np.int64(wmax_bits).view(np.float64))
     if wmax == 0:
         return Partition.uniform(N, P)
     if is_float:
         # Deterministic fixed point: the same integer for the same weight on any rank.
         B = 63 - N.bit_length()
-        e = int(np.frexp(float(wmax))[1])
+        e = int(np.frexp(wmax)[1])
         wq = np.floor(np.ldexp(w.astype(np.float64, copy=False), B - e)).astype(np.int64)
         local_sum = int(wq.sum())  # < n * 2**B <= 2**63 - 1
     else:
         wq = w
-        local_sum = _local_int_sum(wq, int(wq.max()) if wq.size else 0)
-    # Collective 2: every rank's weight sum -> this rank's prefix and the total W.
-    sums = comm.allgather(local_sum)
-    W = sum(sums)
+        local_sum = isum
+    # Collective 2: this rank's first element and weight prefix S_first.
+    (first, prefix), _ = exscan_sum_max(comm, [n, local_sum], [])
+    # Collective 3 (float weights): the total of the quantized weights.
+    W = comm.allreduce_sum(local_sum) if is_float else Wint
     if W > MAX_ELEMENTS:
         raise PartitionError(f"the integer weights total {W}, more than 2**63 - 1")
-    rank = comm.rank
-    first = sum(counts[:rank])  # global index of this rank's first element
-    prefix = sum(sums[:rank])  # S_first
-    n = wq.shape[0]
     cand = np.full(P - 1, N, dtype=np.int64)
     if n and P > 1:
         incl = np.cumsum(wq)  # S_{i+1} - prefix for this rank's elements i
@@ -534,11 +548,10 @@ def _weighted(local_weights: Any, comm: Comm, size: Any) -> Partition:
         j = np.searchsorted(incl, _floor_cuts(W, P) - np.int64(prefix), side="right")
         inside = j < n
         cand[inside] = first + j[inside]
-    # Collective 3: C_q is the smallest candidate over the ranks (a max of negatives).
-    cuts = comm.allreduce_max((-cand).tolist()) if P > 1 else []
     gfq = np.empty(P + 1, dtype=np.int64)
     gfq[0] = 0
-    gfq[1:P] = [-v for v in cuts]
+    if P > 1:  # Last collective: C_q is the smallest candidate over the ranks (a max of negatives), as an int64 array.
+        np.negative(allreduce_max_array(comm, np.negative(cand)), out=gfq[1:P])
     gfq[P] = N
     return Partition.from_offsets(gfq)
 

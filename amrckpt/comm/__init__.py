@@ -11,7 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ScdaArgumentError
-from ._base import Comm, SerialComm, agree, agree_gather, agree_max, allgather_int, digest_of, exscan_sum_max, run_on_root
+from ._base import (
+    Comm,
+    SerialComm,
+    agree,
+    agree_gather,
+    agree_gather_int,
+    agree_max,
+    agree_sum_max,
+    allgather_int,
+    allreduce_max_array,
+    digest_of,
+    exscan_sum_max,
+    relay_down,
+    run_on_root,
+)
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm, run_threads
 
@@ -22,11 +36,15 @@ __all__ = [
     "ThreadComm",
     "agree",
     "agree_gather",
+    "agree_gather_int",
     "agree_max",
+    "agree_sum_max",
     "allgather_int",
+    "allreduce_max_array",
     "as_comm",
     "digest_of",
     "exscan_sum_max",
+    "relay_down",
     "run_on_root",
     "run_threads",
 ]

@@ -19,10 +19,14 @@ __all__ = [
     "SerialComm",
     "agree",
     "agree_gather",
+    "agree_gather_int",
     "agree_max",
+    "agree_sum_max",
     "allgather_int",
+    "allreduce_max_array",
     "digest_of",
     "exscan_sum_max",
+    "relay_down",
     "run_on_root",
 ]
 
@@ -162,6 +166,26 @@ class SerialComm:
         if _faults.ACTIVE is not None:
             _faults.collective(self, "allgather")
         return np.array([value], dtype=np.int64)
+
+    def allreduce_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Return ``sums`` and ``maxima`` as lists."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allreduce")
+        return [int(v) for v in sums], [int(v) for v in maxima]
+
+    def allreduce_max_array(self, values: np.ndarray) -> np.ndarray:
+        """Return a copy of ``values`` as int64."""
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "allreduce")
+        return np.array(values, dtype=np.int64)
+
+    def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
+        """Return None (there is no rank above or below rank 0)."""
+        if send or receive:
+            raise AssertionError("relay_down: a single rank has no neighbour to send to or receive from")
+        if _faults.ACTIVE is not None:
+            _faults.collective(self, "relay")
+        return None
 
     def dup(self) -> SerialComm:
         """Return a new serial communicator."""
@@ -358,6 +382,126 @@ def agree_max(comm: Comm, error: BaseException | None, values: Sequence[int]) ->
     if res[0] > 0:
         _raise_agreed(comm, error)
     return res[1:]
+
+
+def agree_sum_max(
+    comm: Comm, error: BaseException | None, sums: Sequence[int], maxima: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """Agree on errors and return the sums and the maxima over ranks of Python ints, in one collective.
+
+    Collective: one allreduce of O(len(sums) + len(maxima)) numbers (the
+    communicator's ``allreduce_sum_max``: for MPI one pickle-based
+    ``MPI_Allreduce`` with a user operation; else one allgather).  Every
+    rank must pass as many ``sums`` and ``maxima`` (a rank that failed may
+    pass zeros).  Like :func:`agree`, an error on any rank is raised on
+    every rank (and only then, one more allgather collects the errors'
+    descriptions).
+
+    Parameters
+    ----------
+    comm : Comm
+    error : BaseException or None
+        This rank's failure, or None.
+    sums : sequence of int
+        Summed over ranks, element-wise (exact, any size).
+    maxima : sequence of int
+        Maximized over ranks, element-wise (any size, at least -1).
+
+    Returns
+    -------
+    sums : list of int
+    maxima : list of int
+
+    Raises
+    ------
+    AmrckptError
+        On every rank, if any rank passed an error.
+    """
+    mx = [1 if error is not None else 0, *(int(v) for v in maxima)]
+    fn = getattr(comm, "allreduce_sum_max", None)
+    if fn is not None:
+        s, m = fn([int(v) for v in sums], mx)
+    else:
+        acc: tuple[list[int], list[int]] = ([0] * len(sums), [-1] * len(mx))
+        for x in comm.allgather(([int(v) for v in sums], mx)):
+            acc = sum_max_columns(acc, x)
+        s, m = acc
+    if m[0] > 0:
+        _raise_agreed(comm, error)
+    return [int(v) for v in s], [int(v) for v in m[1:]]
+
+
+def allreduce_max_array(comm: Comm, values: np.ndarray) -> np.ndarray:
+    """Element-wise maximum over ranks of an int64 array, as an int64 array (one ``MPI_Allreduce``, no Python list). Collective."""
+    fn = getattr(comm, "allreduce_max_array", None)
+    if fn is not None:
+        out: np.ndarray = fn(np.ascontiguousarray(values, dtype=np.int64))
+        return out
+    return np.array(comm.allreduce_max([int(v) for v in values]), dtype=np.int64)
+
+
+def agree_gather_int(comm: Comm, error: BaseException | None, value: int) -> np.ndarray:
+    """Gather every rank's non-negative int64 ``value`` and agree on errors, in one ``MPI_Allgather`` of 8 bytes per rank.
+
+    Collective.  A failed rank sends -1: then every rank raises the agreed
+    error as :func:`agree` does (one more allgather collects the errors'
+    descriptions).  A value that does not fit int64 is sent as -2; then
+    one more (pickled) allgather collects every rank's exact value, and
+    the result is a numpy object array of Python ints.
+
+    Returns
+    -------
+    numpy.ndarray
+        (P,) int64 (object dtype if a value does not fit int64), by rank.
+
+    Raises
+    ------
+    AmrckptError
+        On every rank, if any rank passed an error.
+    """
+    v = int(value) if error is None else 0
+    big = not 0 <= v < 2**63
+    arr = allgather_int(comm, -1 if error is not None else -2 if big else v)
+    if (arr == -1).any():
+        _raise_agreed(comm, error)
+    if (arr == -2).any():
+        return np.array(comm.allgather(v), dtype=object)
+    return arr
+
+
+def relay_down(comm: Comm, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
+    """Pass byte strings to the rank below: the communicator's ``relay_down`` (point-to-point under MPI), else one allgather.
+
+    Collective (every rank calls it).  See :meth:`amrckpt.comm.MPIComm.relay_down`:
+    rank r receives from rank r + 1 if ``receive``; sends to rank r - 1 if
+    ``send``, ``data`` or (``forward``) ``data`` then what it received.
+
+    Returns
+    -------
+    bytes or None
+        What this rank received (None if not ``receive`` or a sender passed None).
+    """
+    fn = getattr(comm, "relay_down", None)
+    if fn is not None:
+        got: bytes | None = fn(data, send=send, receive=receive, forward=forward)
+        return got
+    posted = comm.allgather((None if data is None else bytes(data), send, receive, forward))
+    return relayed(posted, comm.rank) if receive else None
+
+
+def relayed(posted: Sequence[tuple[bytes | None, bool, bool, bool]], rank: int) -> bytes | None:
+    """Return what ``rank`` receives in a relay, given every rank's ``(data, send, receive, forward)`` (for emulations)."""
+    q, parts = rank + 1, []
+    while True:
+        d, s, _, fwd = posted[q]
+        if not s:
+            raise RuntimeError(f"relay_down: rank {rank} receives but rank {q} sends nothing (it would hang under MPI)")
+        if d is None:
+            return None
+        parts.append(d)
+        if not fwd:
+            return b"".join(parts)
+        q += 1
 
 
 def allgather_int(comm: Comm, value: int) -> np.ndarray:

@@ -151,6 +151,57 @@ class MPIComm:
         self._call("MPI_Allgather", self.mpi_comm.Allgather, np.array([value], dtype=np.int64), out)
         return out
 
+    def allreduce_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Element-wise sums and maxima of Python ints over ranks: one pickle-based ``MPI_Allreduce``. Collective."""
+        from ._base import sum_max_columns
+
+        obj = ([int(v) for v in sums], [int(v) for v in maxima])
+        r = self._call("MPI_Allreduce", self.mpi_comm.allreduce, obj, op=_user_op(self._MPI, sum_max_columns))
+        return list(r[0]), list(r[1])
+
+    def allreduce_max_array(self, values: np.ndarray) -> np.ndarray:
+        """``MPI_Allreduce(MPI_MAX)`` of an int64 array, returned as a new int64 array. Collective."""
+        buf = np.array(values, dtype=np.int64)
+        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
+        return buf
+
+    def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
+        """Pass byte strings from each rank to the rank below it; point-to-point, called by every rank.
+
+        Every rank calls it (the fault-injection hook counts it as a
+        collective), but only neighbours exchange messages: rank r receives
+        one message from rank r + 1 if ``receive`` (rank r + 1 must
+        ``send``), and sends one to rank r - 1 if ``send``: ``data``, or with
+        ``forward`` ``data`` followed by what it received (after receiving
+        it).  None stands for a failed rank and is passed on as None.  A
+        chain of forwarding ranks costs one message latency per rank.
+        Uses tag 0x5CDA of the wrapped communicator.
+
+        Returns
+        -------
+        bytes or None
+            What this rank received (None if ``receive`` is False or the
+            sender passed None).
+        """
+
+        def run() -> bytes | None:
+            comm, got, req = self.mpi_comm, None, None
+            if send and not forward:
+                req = comm.isend(data, dest=self._rank - 1, tag=_RELAY_TAG)
+            if receive:
+                got = comm.recv(source=self._rank + 1, tag=_RELAY_TAG)
+            if send and forward:
+                msg = None if data is None or got is None else bytes(data) + got
+                req = comm.isend(msg, dest=self._rank - 1, tag=_RELAY_TAG)
+            if req is not None:
+                req.wait()
+            return got
+
+        if (send and self._rank == 0) or (receive and self._rank == self._size - 1) or (forward and not (send and receive)):
+            raise AssertionError(f"relay_down on rank {self._rank}: send={send} receive={receive} forward={forward}")
+        result: bytes | None = self._call("MPI_Isend/MPI_Recv", run)
+        return result
+
     def __repr__(self) -> str:
         return f"MPIComm(rank={self._rank}, size={self._size})"
 
@@ -160,6 +211,9 @@ def _max2(a: list[int], b: list[int]) -> list[int]:
 
     return max_columns([a, b])
 
+
+_RELAY_TAG = 0x5CDA
+"""The tag of :meth:`MPIComm.relay_down`'s messages."""
 
 _OPS: dict[Any, Any] = {}
 

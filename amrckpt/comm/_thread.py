@@ -121,6 +121,30 @@ class ThreadComm:
         """Every rank's int64 ``value``, by rank. Collective."""
         return np.array(self._gather(int(value), "allgather"), dtype=np.int64)
 
+    def allreduce_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Element-wise sums and maxima over ranks of Python ints. Collective."""
+        from ._base import sum_max_columns
+
+        acc: tuple[list[int], list[int]] = ([0] * len(sums), [-1] * len(maxima))
+        for x in self._gather(([int(v) for v in sums], [int(v) for v in maxima]), "allreduce"):
+            acc = sum_max_columns(acc, x)
+        return acc
+
+    def allreduce_max_array(self, values: np.ndarray) -> np.ndarray:
+        """Element-wise maximum over ranks of an int64 array (a new array). Collective."""
+        arrays = self._gather(np.array(values, dtype=np.int64), "allreduce")
+        out: np.ndarray = np.maximum.reduce(arrays) if len(arrays) > 1 else arrays[0].copy()
+        return out
+
+    def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
+        """Emulate :meth:`amrckpt.comm.MPIComm.relay_down` (each rank passes bytes to the rank below). Collective here."""
+        if (send and self._rank == 0) or (receive and self._rank == self.size - 1) or (forward and not (send and receive)):
+            raise AssertionError(f"relay_down on rank {self._rank}: send={send} receive={receive} forward={forward}")
+        from ._base import relayed
+
+        posted = self._gather((None if data is None else bytes(data), send, receive, forward), "relay")
+        return relayed(posted, self._rank) if receive else None
+
     def __repr__(self) -> str:
         return f"ThreadComm(rank={self._rank}, size={self.size})"
 

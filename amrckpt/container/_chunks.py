@@ -21,10 +21,10 @@ import numpy as np
 from zlib_ng import zlib_ng
 
 from .._threads import default_threads, pool
-from ..comm import Comm, agree, agree_gather
+from ..comm import Comm, agree, exscan_sum_max, relay_down
 from ..errors import CheckpointError, IncompleteCheckpointError, ScdaArgumentError
 from ..scda import parse_entries
-from ..scda._layout import partition_offsets, read_raw_section
+from ..scda._layout import Share, partition_offsets, read_raw_section
 
 if TYPE_CHECKING:
     from ..scda import ScdaWriter
@@ -110,28 +110,35 @@ def write_chunks(
     f: ScdaWriter,
     comm: Comm,
     data: Any,
-    elem_counts: Sequence[int],
+    elem_counts: Sequence[int] | Share,
     E: int,
     K: int,
     user_string: bytes,
     *,
     level: int = 1,
+    relay: bool | None = None,
 ) -> None:
     """Write leaves of ``E`` bytes as a V section of shuffled, deflated chunks of ``K`` leaves. Collective.
 
-    A chunk is encoded by the rank that holds its first leaf; the leaves of
-    a chunk that other ranks hold (at most K - 1, at the start of the next
-    ranks) reach it by one allgather of those heads: O(P K E) bytes per rank,
-    nothing when every rank's first leaf starts a chunk.
+    A chunk is encoded by the rank that holds its first leaf.  The leaves
+    of a chunk that the next ranks hold (at most K - 1) reach it from
+    neighbour to neighbour (:func:`amrckpt.comm.relay_down`: point-to-point,
+    each rank sends at most K E bytes to the rank below; a rank whose leaves
+    all lie inside one chunk forwards what it received with its own), so
+    nothing of size P is sent or allocated.  Collectives: the relay (only
+    if some rank's first leaf is inside a chunk: known from a counts list,
+    else from ``relay``), one exclusive scan of the compressed sizes (this rank's offset)
+    and one allreduce that agrees on errors and gives the totals.
 
     Parameters
     ----------
     f : ScdaWriter
     comm : Comm
     data : bytes-like or numpy.ndarray
-        This rank's ``elem_counts[rank] * E`` bytes.
-    elem_counts : (P,) sequence of int
-        Leaves of every rank (N_p).
+        This rank's N_p * E bytes.
+    elem_counts : (P,) sequence of int, or Share
+        Leaves of every rank (N_p), or this rank's share of them (its
+        offset and the total: no P-length list).
     E : int
         Bytes per leaf.
     K : int
@@ -139,15 +146,25 @@ def write_chunks(
     user_string : bytes
     level : int, optional
         zlib level (ISA-L: 1..3 mapped to 1, 4..6 to 2, 7..9 to 3).
+    relay : bool, optional
+        With a Share: whether some rank's first leaf lies inside a chunk,
+        the same on every rank (:func:`amrckpt.save` agrees on it); None
+        (default): relay anyway.  Ignored with a counts list.
 
     Raises
     ------
     ScdaError
-        On every rank, as :meth:`ScdaWriter.fwrite_varray`.
+        On every rank, as :meth:`ScdaWriter.fwrite_varray`, or the error of
+        any rank whose data are not N_p leaves of E bytes.
     """
-    _, C = partition_offsets(elem_counts, comm.size)  # the same on every rank: checked by the caller's agreement
-    r = comm.rank
-    lo, hi, N = C[r], C[r + 1], C[-1]
+    r, P = comm.rank, comm.size
+    if isinstance(elem_counts, Share):
+        lo, hi, N = elem_counts.offset, elem_counts.offset + elem_counts.count, elem_counts.total
+        relay = P > 1 and relay is not False
+    else:
+        _, C = partition_offsets(elem_counts, P)  # the same on every rank: checked by the caller's agreement
+        lo, hi, N = C[r], C[r + 1], C[-1]
+        relay = P > 1 and any(c % K for c in C[1:-1])
     first = min(hi, -(-lo // K) * K)  # the first leaf of this rank that starts a chunk (hi if none does)
     err: BaseException | None = None
     view = np.zeros(0, np.uint8)
@@ -156,30 +173,46 @@ def write_chunks(
             view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
         if view.nbytes != (hi - lo) * E:
             raise ScdaArgumentError(f"chunked data of rank {r}: {view.nbytes} bytes, not {hi - lo} leaves of {E} bytes")
-    except (ScdaArgumentError, TypeError, ValueError) as exc:  # agreed on by every rank below, after the heads
-        err, view, first = exc, np.zeros(0, np.uint8), lo
-    if comm.size > 1 and any(c % K for c in C[1:-1]):
-        heads: list[bytes] = comm.allgather(view[: (first - lo) * E].tobytes())
-    else:
-        heads = [b""] * comm.size
+    except (ScdaArgumentError, TypeError, ValueError) as exc:  # agreed on by every rank below, after the relay
+        err, view = exc, np.zeros(0, np.uint8)
+    # The relay: rank q sends its leaves before its first chunk start to q - 1 if its first leaf is inside a chunk;
+    # it receives the next ranks' if its last chunk runs past its leaves (hi = lo of rank q + 1: the two agree).
+    send, receive = lo % K != 0 and lo < N, hi % K != 0 and hi < N
+    forward = send and receive and first == hi  # all its leaves lie inside one chunk that started below
+    got: bytes | None = None
+    if relay:
+        head = None if err is not None else view[: (first - lo) * E].tobytes()
+        got = relay_down(comm, head, send=send, receive=receive, forward=forward)
     chunks: list[Any] = []
     if err is None:
         for a in range(first, hi, K):
             b = min(a + K, N)
             if b <= hi:
                 chunks.append(view[(a - lo) * E : (b - lo) * E])
-            else:  # the last chunk runs into the next ranks' heads
-                tail = [heads[q] for q in range(r + 1, comm.size) if C[q] < b]
-                chunks.append(b"".join([view[(a - lo) * E :].tobytes(), *tail]))
+            elif got is not None:  # the last chunk runs into the next ranks' leaves (None: a sender failed, agreed below)
+                if len(got) != (b - hi) * E:
+                    err = AssertionError(f"chunks: rank {r} received {len(got)} bytes, not {b - hi} leaves of {E}")
+                chunks.append(b"".join([view[(a - lo) * E :].tobytes(), got]))
     enc: list[bytes] = []
     try:
         enc = _map(lambda c: _encode(c, E, level), chunks)
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         err = err or exc
     sizes = np.fromiter((len(e) for e in enc), dtype=np.uint64, count=len(enc))
-    S = agree_gather(comm, err, int(sizes.sum()) if sizes.size else 0)
-    nchunks = [-(-C[q + 1] // K) - -(-C[q] // K) for q in range(comm.size)]
-    f.fwrite_varray(b"".join(enc), nchunks, sizes, S, user_string)
+    nbytes = int(sizes.sum()) if sizes.size else 0
+    (below,), _ = exscan_sum_max(comm, [nbytes], [])
+    c0, nck = -(-lo // K), -(-hi // K) - -(-lo // K)  # this rank's chunks: those that start among its leaves
+    # Totals by maxima: the largest inclusive prefix is the total; the largest count; the last rank with any.
+    total, most, last, cmost, clast = agree(
+        comm, err, what="fwrite_varray", values=[below + nbytes, nbytes, r if nbytes else 0, nck, r if nck else 0]
+    )
+    f.fwrite_varray(
+        b"".join(enc),
+        Share(nck, c0, -(-N // K), cmost, clast),
+        sizes,
+        Share(nbytes, below, total, most, last),
+        user_string,
+    )
 
 
 def _decode_into(out: np.ndarray, c: Any, a: int, b: int, lo: int, hi: int, E: int, what: str) -> None:

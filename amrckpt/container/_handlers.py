@@ -57,6 +57,11 @@ class Payload:
         Write by the per-element compression convention (paper section 3).
     level : int
         zlib level of the compression (also of layout ``chunks``).
+    relay : bool or None
+        Layout ``chunks`` with ``elem_counts`` a Share: whether some rank's
+        first leaf lies inside a chunk (the same on every rank, e.g. agreed
+        by :func:`amrckpt.save`); None: not known, the chunks' heads are
+        relayed anyway (one collective call more).
     """
 
     data: Any = None
@@ -67,6 +72,7 @@ class Payload:
     counts: np.ndarray | None = None
     compress: bool = False
     level: int = 9
+    relay: bool | None = None
 
 
 class FieldHandler(abc.ABC):
@@ -249,10 +255,10 @@ class ArrayHandler(FieldHandler):
         assert p.elem_counts is not None
         if fs.layout == "chunks":
             assert fs.chunk is not None
-            counts = p.elem_counts
-            if isinstance(counts, Share):  # chunk boundaries are global: every rank's count (one allgather, as for the heads)
-                counts = w.comm.allgather(counts.count)
-            write_chunks(w.scda, w.comm, p.data, counts, p.elem_size, fs.chunk, fs.name.encode(), level=p.level)
+            # A Share gives the offset and total of this rank's leaves: chunk boundaries are global, no count is gathered.
+            write_chunks(
+                w.scda, w.comm, p.data, p.elem_counts, p.elem_size, fs.chunk, fs.name.encode(), level=p.level, relay=p.relay
+            )
             return
         w.scda.fwrite_array(p.data, p.elem_counts, p.elem_size, fs.name.encode(), encode=p.compress, level=p.level)
 

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from .. import _faults
 from .._logging import RankLogger
-from ..comm import Comm, MPIComm, agree, agree_gather, as_comm, run_on_root
+from ..comm import Comm, MPIComm, agree, agree_gather, as_comm, digest_of, run_on_root
 from ..container import CheckpointInfo, read_info, run_record_path, write_run_record
 from ..errors import (
     AmrckptError,
@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..restart import Loaded, load
 from ..schema import CheckpointSchema, save
-from ._policies import Decision, EveryNSteps, Moment, SavePolicy
+from ._policies import _CODE_BITS, Decision, EveryNSteps, Moment, SavePolicy, leaves
 from ._retention import KeepLast, KeepPolicy, kept_steps
 from ._snapshot import Snapshots, cores_per_rank
 
@@ -249,6 +249,22 @@ def read_history(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]
     return logged
 
 
+def _vocabulary(policy: SavePolicy) -> int:
+    """Return a digest (below 2**62) of what the reasons' texts depend on: every leaf policy's class and reason key."""
+    return digest_of(*((type(p).__qualname__, getattr(p, "reason_key", lambda: None)()) for p in leaves(policy)))
+
+
+def _code(policy: SavePolicy, moment: Moment, reason: str) -> int | None:
+    """Return the code of ``policy``'s ``reason`` if its text comes back from the code exactly, else None."""
+    enc = getattr(policy, "reason_code", None)
+    if enc is None or getattr(policy, "reason_key", lambda: None)() is None:
+        return None
+    code = enc(moment, reason)
+    if code is None or not 0 <= code < 1 << _CODE_BITS or policy.reason_text(moment, code) != reason:  # type: ignore[attr-defined]
+        return None
+    return int(code)
+
+
 class CheckpointManager(Generic[S]):
     """Checkpoints a simulation into a directory: when to save, atomically, what to keep, where to restart.
 
@@ -360,7 +376,12 @@ class CheckpointManager(Generic[S]):
                 self._open_directory()
             except AmrckptError as exc:
                 err = exc
-        agree(self.comm, err, what="CheckpointManager")
+        # The reasons' vocabulary (every leaf policy and what its texts depend on), agreed with the directory:
+        # equal on every rank, reasons travel as codes in the decision's allreduce (see decide).
+        vocab = _vocabulary(self.save_policy)
+        dv, ndv, nl = agree(self.comm, err, what="CheckpointManager", values=[vocab, -vocab, len(leaves(self.save_policy))])
+        self._vocab: int | None = vocab if dv == -ndv else None  # None: the reasons travel as text (see decide)
+        self._nleaves = nl if dv == -ndv else 0
         self._snapshots: Snapshots | None = None
         if background:
             self._bg_comm = self._background_comm()
@@ -434,17 +455,62 @@ class CheckpointManager(Generic[S]):
     def decide(self, step: int) -> Decision:
         """Ask the save policy on every rank; return the decision they share. Collective.
 
-        One allreduce decides; when the decision is to save, one allgather
-        collects the reasons of the ranks that asked for it (for the
-        history), so every rank records the same reason.
+        One allreduce (``MPI_MAX`` of 5 + 2 L int64, L the policies that
+        ``a | b | c`` combines) decides, and carries the reasons: each
+        built-in policy's reason is a code from which every rank rebuilds
+        the same text (the reason of the lowest rank that gave it; e.g.
+        ``"received SIGTERM"`` of the one rank that got the signal).  The
+        history text is the policies' reasons in their order, joined by
+        ``"; "``: the text each rank's policies give when all ranks that
+        ask give the same (the usual case); a reason that ranks give
+        differently is the lowest rank's.  A reason the manager cannot
+        encode (a user-defined policy's text, more than 4 signals at once)
+        is the lowest rank's text, sent by one broadcast from that rank;
+        so is the whole text when the ranks' policies differ (their
+        vocabulary, agreed when the manager was created or now).
+
+        Returns
+        -------
+        Decision
+            The same on every rank.
         """
         moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time)
-        local = self.save_policy.decide(moment)
-        save_flag, halt = self.comm.allreduce_max([int(local.save), int(local.halt)])
-        if not save_flag:
-            return Decision(False, bool(halt), "")
-        reasons = self.comm.allgather(local.reason if local.save else "")
-        return Decision(True, bool(halt), "; ".join(dict.fromkeys(r for r in reasons if r)))
+        pols = leaves(self.save_policy)
+        mine = [p.decide(moment) for p in pols]  # every policy is asked, as AnyOf does (triggers are consumed)
+        local = Decision(any(d.save for d in mine), any(d.halt for d in mine), "; ".join(d.reason for d in mine if d.reason))
+        P, L = self.comm.size, self._nleaves
+        vocab = _vocabulary(self.save_policy)
+        same = vocab == self._vocab and len(pols) == L  # else (policies changed since the manager was created): text
+        key = P - self.comm.rank if local.save else 0  # the largest key is the lowest rank
+        codes, custom = [0] * L, [0] * L
+        if local.save and same:
+            for i, (p, d) in enumerate(zip(pols, mine, strict=True)):
+                if d.reason:
+                    c = _code(p, moment, d.reason)
+                    if c is None:
+                        custom[i] = key
+                    else:
+                        codes[i] = (key << _CODE_BITS) | c
+        v = vocab % (1 << 62)
+        res = self.comm.allreduce_max([int(local.save), int(local.halt), v, -v, key, *codes, *custom])
+        if not res[0]:
+            return Decision(False, bool(res[1]), "")
+        if res[2] != -res[3] or vocab != self._vocab:  # the ranks' policies differ, or changed: the lowest saver's text
+            root = P - res[4]
+            return Decision(True, bool(res[1]), self.comm.bcast(local.reason if self.comm.rank == root else "", root))
+        texts: list[str | None] = [None] * L
+        roots: dict[int, list[int]] = {}
+        for i in range(L):
+            ka, kc = res[5 + i] >> _CODE_BITS, res[5 + L + i]
+            if kc > ka:
+                roots.setdefault(P - kc, []).append(i)
+            elif ka:
+                texts[i] = pols[i].reason_text(moment, res[5 + i] & ((1 << _CODE_BITS) - 1))  # type: ignore[attr-defined]
+        for root in sorted(roots):  # user-defined reasons: one broadcast from each rank whose text is taken
+            sent = [mine[i].reason for i in roots[root]] if self.comm.rank == root else []
+            for i, t in zip(roots[root], self.comm.bcast(sent, root), strict=True):
+                texts[i] = t
+        return Decision(True, bool(res[1]), "; ".join(t for t in texts if t))
 
     # -- saving ---------------------------------------------------------------
 

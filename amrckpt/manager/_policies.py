@@ -5,6 +5,11 @@ save, how long saves take) and answers locally whether to save now and
 whether the job should stop afterwards.  The manager combines the answers of
 all ranks with one allreduce, so every rank takes the same decision even
 when only one of them received a signal.  Policies combine with ``|``.
+
+The reasons travel in the same allreduce: each built-in policy encodes its
+reason as a number (:meth:`_Combinable.reason_code`) from which every rank
+rebuilds the same text (:meth:`_Combinable.reason_text`); see
+:func:`leaves` and :meth:`amrckpt.CheckpointManager.decide`.
 """
 
 from __future__ import annotations
@@ -91,9 +96,36 @@ class SavePolicy(Protocol):
         ...
 
 
+def leaves(policy: SavePolicy) -> list[SavePolicy]:
+    """Return the policies an :class:`AnyOf` (``a | b | c``) asks, in order, nested ones flattened; else ``[policy]``.
+
+    Not collective.  The manager asks each leaf itself (as ``AnyOf.decide``
+    does), so that it knows which leaf gave which reason.
+    """
+    if type(policy) is not AnyOf:
+        return [policy]
+    return [leaf for p in policy.policies for leaf in leaves(p)]
+
+
+_CODE_BITS = 32
+"""Reason codes are below ``2**32``: the manager packs one with the rank that gave it into one int64."""
+
+
 class _Combinable:
     def __or__(self, other: SavePolicy) -> AnyOf:
         return AnyOf([self, other])  # type: ignore[list-item]
+
+    def reason_key(self) -> tuple[object, ...] | None:
+        """Return what :meth:`reason_text` depends on besides the code and the step (None: no codec; the reasons are text)."""
+        return None
+
+    def reason_code(self, moment: Moment, reason: str) -> int | None:
+        """Encode this policy's ``reason`` at ``moment`` as an int in ``[0, 2**32)``, or None if it cannot. Not collective."""
+        return None
+
+    def reason_text(self, moment: Moment, code: int) -> str:
+        """Return the reason that ``code`` stands for (the inverse of :meth:`reason_code`). Not collective."""
+        raise NotImplementedError
 
     def bind(self, comm: Comm) -> None:
         """Learn what needs the manager's communicator (collective; called when the manager is created)."""
@@ -165,7 +197,19 @@ class EveryNSteps(_Combinable):
     def decide(self, moment: Moment) -> Decision:
         """Save when the step is a multiple of ``n`` (and not the step last saved)."""
         ok = moment.step % self.n == 0 and moment.step != moment.last_step
-        return Decision(ok, False, f"step {moment.step} is a multiple of {self.n}" if ok else "")
+        return Decision(ok, False, self.reason_text(moment, 0) if ok else "")
+
+    def reason_key(self) -> tuple[object, ...]:
+        """Return the interval: the text depends on it."""
+        return (self.n,)
+
+    def reason_code(self, moment: Moment, reason: str) -> int | None:
+        """0: the text follows from the step and ``n``."""
+        return 0
+
+    def reason_text(self, moment: Moment, code: int) -> str:
+        """``"step <step> is a multiple of <n>"``."""
+        return f"step {moment.step} is a multiple of {self.n}"
 
 
 @dataclass
@@ -183,7 +227,19 @@ class EveryNSeconds(_Combinable):
     def decide(self, moment: Moment) -> Decision:
         """Save when the interval has passed since the last save (or the start)."""
         ok = moment.now - moment.last_time >= self.seconds
-        return Decision(ok, False, f"{self.seconds:g} s since the last save" if ok else "")
+        return Decision(ok, False, self.reason_text(moment, 0) if ok else "")
+
+    def reason_key(self) -> tuple[object, ...]:
+        """Return the interval: the text depends on it."""
+        return (self.seconds,)
+
+    def reason_code(self, moment: Moment, reason: str) -> int | None:
+        """0: the text follows from ``seconds``."""
+        return 0
+
+    def reason_text(self, moment: Moment, code: int) -> str:
+        """``"<seconds> s since the last save"``."""
+        return f"{self.seconds:g} s since the last save"
 
 
 def slurm_end_time(environ: dict[str, str] | None = None) -> float | None:
@@ -325,6 +381,24 @@ class BeforeWallTime(_Combinable):
             return Decision()
         return Decision(True, self.halt, f"{left:.0f} s of wall time left")
 
+    def reason_key(self) -> tuple[object, ...]:
+        """Nothing: the seconds left are in the code."""
+        return ()
+
+    def reason_code(self, moment: Moment, reason: str) -> int | None:
+        """Return the whole seconds left, offset by 2**30 and doubled, plus 1 for ``"-0"``."""
+        secs = reason.removesuffix(" s of wall time left")
+        try:
+            v = int(secs)
+        except ValueError:
+            return None
+        return 2 * (v + 2**30) + (secs == "-0") if abs(v) < 2**30 else None
+
+    def reason_text(self, moment: Moment, code: int) -> str:
+        """``"<seconds> s of wall time left"``."""
+        secs = "-0" if code & 1 else str((code >> 1) - 2**30)
+        return f"{secs} s of wall time left"
+
 
 @dataclass
 class OnSignal(_Combinable):
@@ -376,6 +450,25 @@ class OnSignal(_Combinable):
         self._received.clear()
         return Decision(True, self.halt, f"received {names}")
 
+    def reason_key(self) -> tuple[object, ...]:
+        """Nothing: the signals are in the code."""
+        return ()
+
+    def reason_code(self, moment: Moment, reason: str) -> int | None:
+        """Up to 4 signal numbers (below 128), 7 bits each, then their number in bits 28 to 30."""
+        try:
+            nums = [int(signal.Signals[name]) for name in reason.removeprefix("received ").split(", ")]
+        except KeyError:
+            return None
+        if not 1 <= len(nums) <= 4 or max(nums) >= 128:
+            return None
+        return sum(v << (7 * i) for i, v in enumerate(nums)) | (len(nums) << 28)
+
+    def reason_text(self, moment: Moment, code: int) -> str:
+        """``"received <SIGNAL>, <SIGNAL>..."``."""
+        nums = [(code >> (7 * i)) & 127 for i in range(code >> 28)]
+        return "received " + ", ".join(signal.Signals(v).name for v in nums)
+
 
 @dataclass
 class OnFileTrigger(_Combinable):
@@ -401,4 +494,16 @@ class OnFileTrigger(_Combinable):
             p.unlink()
         except OSError:
             pass  # another rank removed it first: the decision stands
-        return Decision(True, self.halt, f"trigger file {p}")
+        return Decision(True, self.halt, self.reason_text(moment, 0))
+
+    def reason_key(self) -> tuple[object, ...]:
+        """Return the path: the text names it."""
+        return (str(Path(self.path)),)
+
+    def reason_code(self, moment: Moment, reason: str) -> int | None:
+        """0: the text follows from the path."""
+        return 0
+
+    def reason_text(self, moment: Moment, code: int) -> str:
+        """``"trigger file <path>"``."""
+        return f"trigger file {Path(self.path)}"

@@ -47,7 +47,11 @@ class SaveResult(WriteResult):
         of the file; written beside it as ``<path>.run.json`` with
         ``save(..., run_record=True)`` and by the manager.
     partition : Partition or None
-        The writing partition of the first mesh's leaves.
+        The writing partition of the first mesh's leaves, on every rank
+        (its P + 1 offsets: p4est's ``global_first_quadrant``, which every
+        rank of a p4est holds too).  It costs the save's one O(P) step, an
+        ``MPI_Allgather`` of 8 bytes per rank (no pickling); kept on every
+        rank because it is public and ``run`` (on every rank) holds it.
     """
 
     num_leaves: int = 0
@@ -138,6 +142,8 @@ class _Agreed:
     counts: list[scda.Share]
     nbytes: list[scda.Share]
     max_counts: list[int]
+    relay: dict[int, bool]
+    """Chunked fields (by position): whether some rank's first leaf lies inside a chunk."""
 
 
 def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseException | None) -> _Agreed:
@@ -187,6 +193,8 @@ def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseExc
             values += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
             values += [off_c[j] + counts[j], off_b[j] + nbytes[j]]
         values += [p.max_count for p in prepared]  # the largest values per leaf of an hp field (its count dtype)
+        # Layout chunks: whether some rank's first leaf lies inside a chunk (then the chunks' heads are relayed).
+        values += [int(below[j] % p.kind.chunks != 0) for j, p in enumerate(prepared) if _chunked(p)]  # type: ignore[attr-defined]
     res = agree_max(comm, err, values)
     if res[0] != -res[1]:
         raise SchemaError("the ranks save different schemas (their name, version or fields differ)")
@@ -222,7 +230,19 @@ def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseExc
         cs.append(scda.Share(counts[j], below[j], ctot, cmax, clast))
         bs.append(scda.Share(nbytes[j], below[len(prepared) + j], btot, bmax, blast))
         k += 6
-    return _Agreed(cs, bs, [int(x) for x in res[k : k + len(prepared)]])
+    maxc = [int(x) for x in res[k : k + len(prepared)]]
+    k += len(prepared)
+    relay: dict[int, bool] = {}
+    for j, p in enumerate(prepared):
+        if _chunked(p):
+            relay[j] = bool(res[k] > 0)
+            k += 1
+    return _Agreed(cs, bs, maxc, relay)
+
+
+def _chunked(p: Prepared) -> bool:
+    """Whether a field is written in layout chunks (its kind's ``chunks``: leaves per chunk)."""
+    return getattr(p.kind, "chunks", None) is not None
 
 
 def save(
@@ -310,12 +330,15 @@ def save(
     ) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             p.payload.elem_counts = agreed.counts[j]
+            if j in agreed.relay:
+                p.payload.relay = agreed.relay[j]
             if fs.section == "V" or fs.kind == "hp":
                 p.payload.proc_sizes = agreed.nbytes[j]
             w.write_field(fs, p.payload)
     result = w.close()
     first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)
-    # The writing partition (P + 1 offsets) is what a save returns; one MPI_Allgather of 8 bytes per rank.
+    # The writing partition (P + 1 offsets) is what a save returns, on every rank (public: SaveResult.partition,
+    # run.global_first_quadrant): one MPI_Allgather of 8 bytes per rank, the save's only O(P) step.
     partition = Partition.from_counts(allgather_int(c, prepared[first_mesh].count)) if first_mesh is not None else None
     gfq = partition.global_first_quadrant.tolist() if partition is not None else None
     run = run_record_of(c, gfq, t0)

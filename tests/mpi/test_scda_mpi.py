@@ -272,3 +272,40 @@ def test_a_rank_skips_its_data(mpi_tmp: Path) -> None:
                     s = f.fread_varray_sizes(counts)
                     got = f.fread_varray_data(counts, s, f.proc_sizes(), skip=r == P - 1)
                     assert got is None if r == P - 1 else np.array_equal(got, vdata[offs[C[r]] : offs[C[r + 1]]])
+
+
+@pytest.mark.parametrize("shape", ["small", "empty", "uniform"])
+def test_chunked_bytes_over_mpi_equal_the_serial_ones(mpi_tmp: Path, shape: str) -> None:
+    """Issue 17: layout chunks relays the heads from neighbour to neighbour; the bytes are one rank's, for any P."""
+    import amrckpt as ac
+    from amrckpt.comm import MPIComm
+    from amrckpt.container._chunks import write_chunks
+    from amrckpt.scda import Share
+
+    w = world()
+    comm = MPIComm(w)
+    P, r, K, E, N = comm.size, comm.rank, 7, 8, 40
+    if shape == "small":  # every rank but the last holds fewer than K leaves: a chunk spans several ranks
+        counts = [2] * (P - 1) + [N - 2 * (P - 1)]
+    elif shape == "empty":  # every other rank is empty
+        counts = [0 if q % 2 else 1 for q in range(P)]
+        counts[-1] += N - sum(counts)
+    else:
+        counts = [N * (q + 1) // P - N * q // P for q in range(P)]
+    data = np.arange(N, dtype="<f8") ** 1.5
+    lo, hi = sum(counts[:r]), sum(counts[: r + 1])
+    last = max((q for q, c in enumerate(counts) if c), default=0)
+    digests = set()
+    for ec in (counts, Share(hi - lo, lo, N, max(counts), last)):
+        path = mpi_tmp / "chunks.scda"
+        with ac.scda.fopen_write(path, b"x", comm=comm) as f:
+            write_chunks(f, comm, data[lo:hi], ec, E, K, b"rho")
+        if r == 0:
+            digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
+        w.Barrier()
+    if r == 0:
+        ref = mpi_tmp / "ref.scda"
+        with ac.scda.fopen_write(ref, b"x") as f:
+            write_chunks(f, SerialComm(), data, [N], E, K, b"rho")
+        digests.add(hashlib.sha256(ref.read_bytes()).hexdigest())
+        assert len(digests) == 1

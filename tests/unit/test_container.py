@@ -526,3 +526,49 @@ def test_ranges_of_layouts_are_checked_against_the_index(tmp_path: Path) -> None
         r.read_hp("wide", 3, 4)
         with pytest.raises(ac.ChecksumError, match="'wide'"):
             r.check_crcs()
+
+
+CHUNK_PARTS = [
+    [37],
+    [0, 37],
+    [37, 0],
+    [10, 27],
+    [3, 3, 31],  # ranks with fewer than K leaves: a chunk spans three ranks
+    [1, 0, 2, 0, 34],  # empty ranks inside a chunk
+    [7, 7, 7, 16],  # every rank starts a chunk: no relay for counts lists
+    [0, 0, 0, 37],
+    [36, 1, 0, 0],
+    [2, 1, 1, 33],
+]
+
+
+@pytest.mark.parametrize("counts", CHUNK_PARTS)
+@pytest.mark.parametrize("share", [False, True, None])
+def test_write_chunks_bytes_do_not_depend_on_the_partition(tmp_path: Path, counts: list[int], share: bool | None) -> None:
+    """Issue 17: the heads reach a chunk's first rank from neighbour to neighbour; the bytes are those of one rank."""
+    from amrckpt._faults import inject_faults
+    from amrckpt.container._chunks import write_chunks
+    from amrckpt.scda import Share
+
+    K, E = 7, 8
+    data = np.arange(37, dtype="<f8") ** 1.5
+
+    def body(comm: Any, counts: list[int], path: Path) -> int:
+        r = comm.rank
+        lo, hi = sum(counts[:r]), sum(counts[: r + 1])
+        last = max((q for q, c in enumerate(counts) if c), default=0)
+        ec: Any = counts if share is False else Share(hi - lo, lo, 37, max(counts), last)
+        with ac.scda.fopen_write(path, b"x", comm=comm) as f:
+            with inject_faults(10**9, kinds={"mpi"}) as plan:  # share None: relay not known, relayed anyway
+                write_chunks(f, comm, data[lo:hi], ec, E, K, b"rho", relay=None if share is None else misaligned)
+            return sum(v[0] for v in plan._comm_calls.values())
+
+    misaligned = any(sum(counts[: q + 1]) % K for q in range(len(counts) - 1))
+    ref = tmp_path / "ref.scda"
+    run_threads(1, body, [37], ref)
+    path = tmp_path / "p.scda"
+    ncoll = run_threads(len(counts), body, counts, path)
+    assert path.read_bytes() == ref.read_bytes()
+    relay = len(counts) > 1 and (misaligned or share is None)
+    # [the relay], the exscan of the compressed sizes, the agreement; then fwrite_varray's 3 (not deferred here)
+    assert ncoll == [2 + relay + 3] * len(counts)

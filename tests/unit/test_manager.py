@@ -360,3 +360,73 @@ def test_restore_latest_with_the_writing_partition(tmp_path: Path) -> None:
     assert run_threads(3, read) == [(0, g.N - 2), (g.N - 2, g.N - 1), (g.N - 1, g.N)]
     with pytest.raises(ac.SchemaError, match="written on 3 ranks; this job has 2"):
         run_threads(2, read)
+
+
+@dataclasses.dataclass
+class _Custom:
+    """A user-defined policy: its reason is free text (here, one that differs between ranks)."""
+
+    rank: int
+
+    def decide(self, moment: Any) -> Decision:
+        return Decision(self.rank >= 1, False, f"custom from rank {self.rank}" if self.rank >= 1 else "")
+
+
+def _decisions(tmp_path: Path, P: int, policy_of: Any, prepare: Any = None) -> list[tuple[Decision, int]]:
+    """Every rank's decision at step 10, and the collectives it took (counted by the fault hooks)."""
+    from amrckpt._faults import inject_faults
+
+    def body(comm: Any) -> tuple[Decision, int]:
+        policy = policy_of(comm.rank)
+        with ac.CheckpointManager(tmp_path / f"P{P}", Advection, comm=comm, save_policy=policy) as mgr:
+            if prepare is not None:
+                prepare(comm.rank, policy)
+            with inject_faults(10**9, kinds={"mpi"}) as plan:
+                d = mgr.decide(10)
+            return d, sum(v[0] for v in plan._comm_calls.values())
+
+    return run_threads(P, body)
+
+
+def test_decide_takes_one_collective_and_rebuilds_the_reasons(tmp_path: Path) -> None:
+    """Issue 17: the reasons of the built-in policies travel as codes in the one allreduce that decides."""
+    sig = lambda r, p: p.policies[1].trigger(signal.SIGUSR1) if r == 2 else None  # noqa: E731
+    got = _decisions(tmp_path, 3, lambda r: EveryNSteps(5) | OnSignal(signals=()), sig)
+    assert got == [(Decision(True, True, "step 10 is a multiple of 5; received SIGUSR1"), 1)] * 3
+    got = _decisions(tmp_path, 3, lambda r: EveryNSteps(3) | OnSignal(signals=()), sig)
+    assert got == [(Decision(True, True, "received SIGUSR1"), 1)] * 3
+    got = _decisions(tmp_path, 2, lambda r: EveryNSteps(3))
+    assert got == [(Decision(False, False, ""), 1)] * 2
+    end = time.time() + 50.4
+    got = _decisions(tmp_path, 3, lambda r: BeforeWallTime(end_time=end, min_margin=100) | OnFileTrigger(tmp_path / "x"))
+    assert got[0] == got[1] == got[2] and got[0][1] == 1 and got[0][0].halt
+    assert got[0][0].reason in ("50 s of wall time left", "49 s of wall time left")  # rank 0's seconds left
+
+
+def test_decide_takes_a_user_policys_reason_from_the_lowest_rank_that_gave_it(tmp_path: Path) -> None:
+    """A free-text reason costs one broadcast, from the lowest rank that gave it; the ranks' texts are the same."""
+    got = _decisions(tmp_path, 4, lambda r: EveryNSteps(5) | _Custom(r))
+    assert got == [(Decision(True, False, "step 10 is a multiple of 5; custom from rank 1"), 2)] * 4
+
+
+def test_decide_with_policies_that_differ_between_ranks(tmp_path: Path) -> None:
+    """Ranks with different policies: the lowest saving rank's whole text, the same on every rank."""
+    got = _decisions(tmp_path, 3, lambda r: EveryNSteps(5) if r else EveryNSteps(3) | OnFileTrigger(tmp_path / "x"))
+    assert got == [(Decision(True, False, "step 10 is a multiple of 5"), 2)] * 3
+
+
+def test_reason_codes_round_trip() -> None:
+    """Each built-in policy's text comes back from its code exactly (else the manager sends the text)."""
+    m = Moment(10, 0.0, None, 0.0)
+    for p, text in [
+        (EveryNSteps(5), "step 10 is a multiple of 5"),
+        (EveryNSeconds(2.5), "2.5 s since the last save"),
+        (BeforeWallTime(end_time=1.0), "-0 s of wall time left"),
+        (BeforeWallTime(end_time=1.0), "-7 s of wall time left"),
+        (BeforeWallTime(end_time=1.0), "123456 s of wall time left"),
+        (OnSignal(), "received SIGTERM, SIGTERM, SIGUSR1"),
+        (OnFileTrigger("a/b"), "trigger file a/b"),
+    ]:
+        code = p.reason_code(m, text)
+        assert code is not None and 0 <= code < 2**32 and p.reason_text(m, code) == text
+    assert OnSignal().reason_code(m, "received SIGTERM, SIGTERM, SIGTERM, SIGTERM, SIGTERM") is None

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amrckpt._faults import inject_faults
 from amrckpt.comm import run_threads
 from amrckpt.errors import AmrckptError, CollectiveError, PartitionError
 from amrckpt.partition import MAX_ELEMENTS, MAX_RANKS, Partition, transfer_counts
@@ -419,6 +420,86 @@ def test_from_local_count():
     with pytest.raises(PartitionError, match=r"local_count = -1 is negative \[rank 1\]") as info:
         run_threads(3, lambda comm: Partition.from_local_count(-comm.rank, comm))
     assert sorted(info.value.rank_exceptions) == [0, 1, 2]
+
+
+def _collectives(P: int, fn) -> list[int]:
+    """The collective calls of ``fn(comm)`` on each of P thread ranks (counted by the fault hooks, injecting nothing)."""
+
+    def body(comm):
+        with inject_faults(10**9, kinds={"mpi"}) as plan:
+            fn(comm)
+        return sum(v[0] for v in plan._comm_calls.values())
+
+    return run_threads(P, body)
+
+
+def test_weighted_collectives():
+    """Issue 17: 3 collectives for integer weights, 4 for floats (P = 1: no cut allreduce); none carries O(P) data."""
+    assert _collectives(4, lambda c: Partition.weighted(np.arange(c.rank + 2), c)) == [3] * 4
+    assert _collectives(4, lambda c: Partition.weighted(np.linspace(0, 1, c.rank + 2), c)) == [4] * 4
+    assert _collectives(3, lambda c: Partition.weighted(np.zeros(2), c)) == [1] * 3  # all weights zero: uniform
+    assert _collectives(3, lambda c: Partition.weighted([1, 2], c, size=1)) == [2] * 3
+    assert _collectives(4, lambda c: Partition.from_local_count(c.rank, c)) == [1] * 4
+
+
+class _Rank0:
+    """Rank 0 of a job of ``size`` ranks whose other ranks hold nothing: every reduction is this rank's values."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.rank = size, 0
+
+    def barrier(self) -> None:
+        pass
+
+    def bcast(self, obj, root=0):
+        return obj
+
+    def allgather(self, obj):
+        raise AssertionError("Partition.weighted must not gather one value per rank")
+
+    def allreduce_max(self, values):
+        assert len(values) < 16, "only the cut allreduce is O(P), and it takes an array"
+        return [int(v) for v in values]
+
+    def allreduce_sum(self, value):
+        return int(value)
+
+    def allreduce_xor(self, values):
+        return list(values)
+
+    def exscan_sum(self, value):
+        return 0
+
+    def exscan_sum_max(self, sums, maxima):
+        return [0] * len(sums), [-1] * len(maxima)
+
+    def allreduce_sum_max(self, sums, maxima):
+        return list(sums), list(maxima)
+
+    def allreduce_max_array(self, values):
+        assert isinstance(values, np.ndarray)
+        return values.copy()
+
+    def dup(self):
+        return self
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_weighted_builds_nothing_of_size_p_but_arrays(dtype):
+    """No Python list (or allgather) of length P: the memory per rank of P is that of a few int64 arrays (old: 195 B)."""
+    import tracemalloc
+
+    w = np.random.default_rng(0).integers(1, 5, 1000).astype(dtype)
+    peaks = []
+    for P in (1000, 100_000):
+        tracemalloc.start()
+        try:
+            part = Partition.weighted(w, _Rank0(P))
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert part.N == 1000 and part.size == P
+    assert (peaks[1] - peaks[0]) / 99_000 < 100  # bytes per rank: ~67 (8 int64 temporaries); a list of ints adds > 36
 
 
 # --------------------------------------------------------------------------- transfers
