@@ -382,6 +382,19 @@ class HpHandler(FieldHandler):
         if self.value_dtype(fs, path).itemsize * math.prod(fs.shape) == 0:
             raise CheckpointError(f"{path!r}: field {fs.name!r} has values of no bytes")
 
+    def value_nbytes(self, r: CheckpointReader, fs: FieldSpec) -> int:
+        """Return the bytes of one value, checked against the file's size before it sizes or multiplies anything.
+
+        Raises
+        ------
+        CheckpointError
+            The same on every rank (the manifest's shape): no value of the file is that large.
+        """
+        E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
+        if E > r.file_size:
+            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
+        return E
+
     def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
         assert p.elem_counts is not None and p.proc_sizes is not None
         ustr = fs.name.encode()
@@ -405,9 +418,7 @@ class HpHandler(FieldHandler):
         r"""Return ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf."""
         assert elem_counts is not None
         dt = self.value_dtype(fs, r.path)
-        value_nbytes = dt.itemsize * math.prod(fs.shape)
-        if value_nbytes > r.file_size:  # the manifest's shape, the same on every rank: no value of the file is that large
-            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {value_nbytes} bytes, more than the file holds")
+        value_nbytes = self.value_nbytes(r, fs)
         if fs.layout == "counts":
             counts = self._read_counts(r, fs, elem_counts)
             return self._read_values(r, fs, counts, dt, value_nbytes), counts
@@ -473,9 +484,7 @@ class HpHandler(FieldHandler):
             return None
         assert span is not None
         dt = self.value_dtype(fs, r.path)
-        E = dt.itemsize * math.prod(fs.shape)
-        if E > r.file_size:  # the manifest's shape, the same on every rank: no value of the file is that large
-            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
+        E = self.value_nbytes(r, fs)
         if fs.layout == "counts":
             return self._plan_counts(r, g, fs, span, dt, E)
         (sec,) = _sections(r, fs, 1)
@@ -558,9 +567,7 @@ class HpHandler(FieldHandler):
         return lambda: (got["values"], got["counts"])
 
     def plan_leaf_nbytes(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
-        E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
-        if E > r.file_size:  # the manifest's shape: checked before it multiplies anything
-            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
+        E = self.value_nbytes(r, fs)
         if fs.layout == "counts":
             assert fs.count_dtype is not None
             cdt = np.dtype(fs.count_dtype)
@@ -597,10 +604,7 @@ class HpHandler(FieldHandler):
 
     def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
         if fs.layout == "counts":
-            E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
-            if E > r.file_size:  # the manifest's shape: checked before it multiplies anything
-                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
-            return self._read_counts(r, fs, elem_counts) * E
+            return self._read_counts(r, fs, elem_counts) * self.value_nbytes(r, fs)
         r.seek_field(fs)
         sizes = r.scda.fread_varray_sizes(elem_counts)
         assert sizes is not None

@@ -193,11 +193,17 @@ def read_run_record(path: str | os.PathLike[str]) -> RunRecord | None:
 class CheckpointReader:
     """One checkpoint opened for reading; a context manager.
 
-    Opening reads the footer, the index it points at and the manifest (with
-    their CRC32s if ``verify``): collective, any number of ranks, whatever
-    number wrote the file.  :meth:`read_field` reads one field by its
-    kind's handler under a partition (collective); :meth:`check_crcs`
-    compares everything read with the index.  :meth:`read_mesh`,
+    Opening is collective (any number of ranks, whatever number wrote the
+    file) and costs one broadcast: rank 0 alone reads, with POSIX reads,
+    the footer, the index it points at and the manifest (with their CRC32s
+    if ``verify``), the run record beside the file, and with ``select`` the
+    header of every section of the fields it names.  No MPI-IO file is
+    opened until fields are read.  :meth:`read_fields` reads those fields
+    all at once (two collective reads, one CRC32 reduction; errors are
+    agreed on once, by :meth:`close`); :meth:`read_field` reads one field
+    by its kind's handler through the scda API (collective, agreeing on
+    each call); :meth:`check_crcs` compares everything read with the
+    index.  :meth:`read_mesh`,
     :meth:`read_cells` and :meth:`read_hp` read a range of leaves on the
     calling rank alone (not collective), for tools that stream a file; their
     sections are checked against the index by :meth:`check_crcs` too.
@@ -215,15 +221,23 @@ class CheckpointReader:
     defer_crc : bool, optional
         CRC the bytes read in a helper thread until :meth:`check_crcs`
         (for readers that hand nothing out before it).
+    select : callable, optional
+        ``select(manifest) -> names``, run on rank 0 once the manifest is
+        checked: the fields :meth:`read_fields` will read.  What it raises
+        is raised on every rank (:func:`amrckpt.load` checks the schema there).
 
     Raises
     ------
     IncompleteCheckpointError
         On every rank: no footer (the save did not finish, or the file was cut short).
     ChecksumError
-        On every rank: the index or manifest does not match its CRC32.
+        On every rank: the file header, index, manifest or a selected inline
+        or block section does not match its CRC32.
     CheckpointError
-        On every rank: a malformed index or manifest, or a format this release does not read.
+        On every rank: a malformed index or manifest, a selected section that
+        is not the field the manifest describes, or a format this release does not read.
+    ScdaIOError, ScdaFormatError
+        On every rank: the file cannot be opened or read, or is not an scda file.
     """
 
     def __init__(
