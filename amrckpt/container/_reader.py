@@ -585,7 +585,7 @@ class CheckpointReader:
         """Read this rank's part of many fields at once. Collective.
 
         The fields whose sections the root read when opening (``select``)
-        are read by one gathered read (:mod:`amrckpt.container._gather`):
+        are read by one gathered read:
         two collective reads around one exscan, then one CRC32 allreduce,
         whatever the number of fields; the others (compressed, chunked) by
         their handlers section by section.  Errors of the gathered read are
