@@ -117,6 +117,7 @@ class GatheredRead:
     _crcs: dict[int, tuple[IndexEntry, SectionCrc]] = field(default_factory=dict)
     _scans: list[_Scan] = field(default_factory=list)
     _todo: list[tuple[SectionCrc, int, memoryview]] = field(default_factory=list)
+    _read_failed: bool = False
 
     # -- what handlers call while planning (not collective) -------------------
 
@@ -170,7 +171,7 @@ class GatheredRead:
         if self._scans:
             sums = []
             for s in self._scans:  # a field whose sizes do not fit is not read on; the others are
-                s.value = self._call(s.local, None)
+                s.value = self._call(s.local, None) if not self._read_failed else None  # no sizes from a failed read
                 sums.append(s.value or 0)
             prefix, _ = exscan_sum_max(self.comm, sums, [])
             for s, before in zip(self._scans, prefix, strict=True):
@@ -199,6 +200,7 @@ class GatheredRead:
             backend.read_gathered(pieces, nrounds)
         except Exception as exc:  # noqa: BLE001 - agreed on by the caller
             self.fail(exc)
+            self._read_failed = True
             return
         for crc, off, mv in todo:  # in the helper thread, while this one plans and reads on
             crc.add_later([(off, mv)])
@@ -207,17 +209,25 @@ class GatheredRead:
         """One allreduce of every section's CRC32 terms; a section that does not match is an error on every rank.
 
         The mismatch replaces a rank's own error of values that do not fit
-        (damage explains them) but not an I/O error (the pieces it did not
-        read are missing from the terms, so their sections cannot match).
+        (damage explains them).  It is no error where a rank's read failed
+        (the same allreduce says so): the pieces that rank did not read are
+        missing from the terms, and its I/O error is the one to raise.
         """
         from ._reader import checksum_error
 
         entries = sorted(self._crcs.values(), key=lambda t: t[0].offset)
+        if not entries:
+            return
         terms = [self._call(lambda e=e, crc=crc: crc.term(e.end), 0) for e, crc in entries]  # type: ignore[misc]
-        got = self.comm.allreduce_xor(terms) if terms else []
+        # One more word: nonzero if a rank's read failed (a 32-bit odd mix of its rank: XORs of several cancel
+        # with probability 2**-32).  Then the sections it did not read cannot match, and its error is the one to raise.
+        failed = ((self.comm.rank + 1) * 0x9E3779B1 | 1) & 0xFFFFFFFF if self._read_failed else 0
+        *got, someone_failed = self.comm.allreduce_xor([*terms, failed])
         for (e, _), c in zip(entries, got, strict=True):
             if c != e.crc32:
-                if self.error is None or isinstance(self.error, ValueError):  # damage explains what did not fit; not an I/O error
+                if someone_failed:
+                    return  # the ranks whose reads failed raise their errors; this is not damage
+                if self.error is None or isinstance(self.error, ValueError):  # damage explains what did not fit
                     self.error = checksum_error(e.name, e.offset, e.end, self.path)
                 return
             if e.name not in self.checked:

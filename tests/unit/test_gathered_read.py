@@ -205,3 +205,23 @@ def test_leaf_weights_by_one_collective_read_equal_field_by_field(files: dict[st
         return ok
 
     assert all(run_threads(Q, body))
+
+
+def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path) -> None:
+    """EIO in the gathered read of one rank of three: every rank raises ScdaIOError (not a ChecksumError), none hangs."""
+    import errno
+
+    from amrckpt._faults import inject_faults
+
+    path = tmp_path / "l.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+
+    def body(comm: Any) -> tuple[str, int | None]:
+        with inject_faults(1, ranks=[1], kinds={"read"}, errno=errno.EIO, limit=1):
+            try:
+                ac.load(path, Layouts, comm=comm)
+            except ac.AmrckptError as exc:
+                return type(exc).__name__, getattr(exc, "errno", None)
+        return "loaded", None
+
+    assert run_threads(3, body, timeout=30) == [("ScdaIOError", errno.EIO)] * 3
