@@ -28,7 +28,6 @@ from ..scda._scan import exact_reader
 from ._chunks import read_chunk_range
 from ._convention import (
     FOOTER_NBYTES,
-    FOOTER_USER_STRING,
     INDEX_USER_STRING,
     MANIFEST_USER_STRING,
     PARTITION_USER_STRING,
@@ -173,6 +172,48 @@ def checksum_error(name: str, offset: int, end: int | None, path: str) -> Checks
     return err
 
 
+def read_index_on_root(read: Any, size: int, path: str, *, verify: bool = True) -> tuple[bytes, Index]:
+    """Find the index through the footer at the end of the file, on this rank alone; return its JSON and the model.
+
+    Not collective.  ``read(offset, nbytes)`` reads exactly ``nbytes`` of
+    the file of ``size`` bytes; the file header is not needed, so that
+    :func:`~amrckpt.container.verify` can report damage anywhere by section.
+
+    Raises
+    ------
+    IncompleteCheckpointError
+        If the last 96 bytes are not an amrckpt footer (the save did not finish, the file was cut short).
+    ChecksumError
+        With ``verify``, if the index does not match the CRC32 in the footer.
+    CheckpointError
+        If the footer points where there is no index, or the index is malformed.
+    """
+    off = size - FOOTER_NBYTES
+    not_a_footer = f"{path!r}: the last 96 bytes are not an amrckpt footer (the save did not finish?)"
+    try:
+        if off < scda.FILE_HEADER_NBYTES or off % 32:
+            raise IncompleteCheckpointError(f"a file of {size} bytes")
+        foot = read_raw_section(read, off, size)
+    except (ScdaError, IncompleteCheckpointError) as exc:
+        raise IncompleteCheckpointError(f"{not_a_footer}: {exc}") from exc
+    if foot.type != "I":
+        raise IncompleteCheckpointError(not_a_footer)
+    index_offset, index_crc = parse_footer(foot.user_string, foot.inline or b"", repr(path))
+    where = f"the footer (bytes {off}..{size}) points at byte {index_offset}"
+    try:
+        raw = read_raw_section(read, index_offset, size) if 0 <= index_offset < off else None
+    except ScdaError:
+        raw = None
+    if raw is None or raw.type != "B" or raw.user_string != INDEX_USER_STRING or raw.end is None:
+        raise CheckpointError(f"{path!r}: {where}, where there is no amrckpt index: the footer or the index is damaged")
+    blob = read(index_offset, raw.end - index_offset)
+    if verify and crc32(blob) != index_crc:
+        raise checksum_error("amrckpt index", index_offset, raw.end, path)
+    index_raw = bytes(blob[raw.data_offset - index_offset : raw.data_offset - index_offset + raw.elem_size])
+    index: Index = parse_model(Index, index_raw, "index", path)
+    return index_raw, index
+
+
 def read_run_record(path: str | os.PathLike[str]) -> RunRecord | None:
     """Return the run record beside checkpoint ``path`` (``<path>.run.json``), or None if there is none or it is unreadable.
 
@@ -313,20 +354,7 @@ class CheckpointReader:
         except OSError as exc:
             raise os_error(exc, self.path, "cannot get the size of") from exc
         header_crc = scda.read_file_header(read, size, self.path)[2]
-        off = size - FOOTER_NBYTES
-        if off < scda.FILE_HEADER_NBYTES or off % 32:
-            raise IncompleteCheckpointError(f"{self.path!r}: {size} bytes cannot end in an amrckpt footer (cut short?)")
-        try:
-            foot = read_raw_section(read, off, size)
-        except ScdaError as exc:
-            raise IncompleteCheckpointError(f"{self.path!r}: no amrckpt footer at the end (cut short?): {exc}") from exc
-        if foot.type != "I" or foot.user_string != FOOTER_USER_STRING or foot.inline is None:
-            raise IncompleteCheckpointError(f"{self.path!r}: no amrckpt footer at the end (the save did not finish)")
-        index_offset, index_crc = parse_footer(foot.user_string, foot.inline, repr(self.path))
-        index_raw, crc = self._block_on_root(read, size, index_offset, INDEX_USER_STRING)
-        if self.verify and crc != index_crc:
-            raise checksum_error("amrckpt index", index_offset, None, self.path)
-        index: Index = parse_model(Index, index_raw, "index", self.path)
+        index_raw, index = read_index_on_root(read, size, self.path, verify=self.verify)
         try:
             e = index.entry("amrckpt manifest")
         except KeyError:

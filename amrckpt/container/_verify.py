@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import scda
-from .._crc import SectionCrc, crc32
+from .._crc import SectionCrc
 from ..comm import Comm, agree_gather, as_comm, run_on_root
-from ..errors import AmrckptError, CheckpointError, IncompleteCheckpointError, ScdaError
+from ..errors import AmrckptError, IncompleteCheckpointError, ScdaError
 from ..scda._backend import os_error
-from ..scda._layout import read_raw_section
 from ..scda._scan import exact_reader
-from ._convention import FOOTER_NBYTES, INDEX_USER_STRING, Index, parse_footer
-from ._reader import CheckpointInfo, checksum_error, parse_model, read_info
+from ._convention import Index
+from ._reader import CheckpointInfo, read_index_on_root, read_info
 
 __all__ = ["VerifyReport", "locate_index", "verify"]
 
@@ -92,35 +91,7 @@ def locate_index(path: str) -> Index:
         raise os_error(exc, path, "cannot open for reading") from exc
     try:
         size = os.fstat(fd).st_size
-
-        read = exact_reader(fd, path, IncompleteCheckpointError)
-
-        off = size - FOOTER_NBYTES
-        try:
-            if off < scda.FILE_HEADER_NBYTES or off % 32:
-                raise IncompleteCheckpointError(f"a file of {size} bytes")
-            foot = read_raw_section(read, off, size)
-        except (ScdaError, IncompleteCheckpointError) as exc:
-            raise IncompleteCheckpointError(
-                f"{path!r}: the last 96 bytes are not an amrckpt footer (the save did not finish?): {exc}"
-            ) from exc
-        if foot.type != "I":
-            raise IncompleteCheckpointError(f"{path!r}: the last 96 bytes are not an amrckpt footer (the save did not finish?)")
-        index_offset, index_crc = parse_footer(foot.user_string, foot.inline or b"", repr(path))
-        where = f"the footer (bytes {off}..{size}) points at byte {index_offset}"
-        try:
-            raw = read_raw_section(read, index_offset, size) if 0 <= index_offset < off else None
-        except ScdaError:
-            raw = None
-        if raw is None or raw.type != "B" or raw.user_string != INDEX_USER_STRING or raw.end is None:
-            raise CheckpointError(f"{path!r}: {where}, where there is no amrckpt index: the footer or the index is damaged")
-        blob = read(index_offset, raw.end - index_offset)
-        if crc32(blob) != index_crc:
-            raise checksum_error("amrckpt index", index_offset, raw.end, path)
-        index: Index = parse_model(
-            Index, blob[raw.data_offset - index_offset : raw.data_offset - index_offset + raw.elem_size], "index", path
-        )
-        return index
+        return read_index_on_root(exact_reader(fd, path, IncompleteCheckpointError), size, path)[1]
     finally:
         os.close(fd)
 

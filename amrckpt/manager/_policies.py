@@ -6,10 +6,12 @@ whether the job should stop afterwards.  The manager combines the answers of
 all ranks with one allreduce, so every rank takes the same decision even
 when only one of them received a signal.  Policies combine with ``|``.
 
-The reasons travel in the same allreduce: each built-in policy encodes its
-reason as a number (:meth:`_Combinable.reason_code`) from which every rank
-rebuilds the same text (:meth:`_Combinable.reason_text`); see
-:func:`leaves` and :meth:`amrckpt.CheckpointManager.decide`.
+The reasons travel in the same allreduce: each built-in policy has a codec,
+three methods: ``reason_key()`` (what its texts depend on besides the step),
+``reason_code(moment, reason)`` (the reason as an int in ``[0, 2**32)``, or
+None) and ``reason_text(moment, code)`` (the inverse), from which every rank
+rebuilds the same text.  A policy without them (a user's) sends its text;
+see :func:`leaves` and :meth:`amrckpt.CheckpointManager.decide`.
 """
 
 from __future__ import annotations
@@ -114,18 +116,6 @@ _CODE_BITS = 32
 class _Combinable:
     def __or__(self, other: SavePolicy) -> AnyOf:
         return AnyOf([self, other])  # type: ignore[list-item]
-
-    def reason_key(self) -> tuple[object, ...] | None:
-        """Return what :meth:`reason_text` depends on besides the code and the step (None: no codec; the reasons are text)."""
-        return None
-
-    def reason_code(self, moment: Moment, reason: str) -> int | None:
-        """Encode this policy's ``reason`` at ``moment`` as an int in ``[0, 2**32)``, or None if it cannot. Not collective."""
-        return None
-
-    def reason_text(self, moment: Moment, code: int) -> str:
-        """Return the reason that ``code`` stands for (the inverse of :meth:`reason_code`). Not collective."""
-        raise NotImplementedError
 
     def bind(self, comm: Comm) -> None:
         """Learn what needs the manager's communicator (collective; called when the manager is created)."""
