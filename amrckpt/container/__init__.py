@@ -50,6 +50,7 @@ from ._convention import (
 from ._handlers import HANDLERS, FieldHandler, Payload, handler_for
 from ._reader import CheckpointInfo, CheckpointReader, Geometry, checksum_error, read_info, read_run_record
 from ._tools import RawMetadata, convert, read_raw_metadata
+from ._values import HpData
 from ._verify import VerifyReport, locate_index, verify
 from ._writer import CheckpointWriter, WriteResult, run_record, run_record_path, write_run_record
 
@@ -58,6 +59,7 @@ __all__ = [
     "FOOTER_USER_STRING",
     "FORMAT_VERSION",
     "HANDLERS",
+    "HpData",
     "INDEX_USER_STRING",
     "MANIFEST_USER_STRING",
     "READ_FORMAT_VERSIONS",

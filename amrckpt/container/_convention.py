@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from ..errors import CheckpointError, IncompleteCheckpointError
+from ..sfc import mesh_record_dtype
 
 __all__ = [
     "FOOTER_NBYTES",
@@ -78,16 +79,6 @@ SECTION_OF_KIND: dict[str, str] = {
     "ndarray": "B",
 }
 """The scda section type that holds each field kind."""
-
-
-def mesh_record_dtype(dim: int) -> np.dtype[Any]:
-    """Return the packed record of one leaf in a mesh section: tree, x, y[, z] (``<i4``), level (``i1``).
-
-    13 bytes in 2D, 17 in 3D, no padding; coordinates are p4est's integer
-    quadrant coordinates in units of ``2**-maxlevel`` of a tree.
-    """
-    names = [*["tree", "x", "y", "z"][: dim + 1], "level"]
-    return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
 
 
 class _Model(BaseModel):

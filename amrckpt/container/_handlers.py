@@ -22,8 +22,9 @@ import numpy as np
 from ..comm import agree
 from ..errors import CheckpointError, ScdaError
 from ..scda import Share, data_padding_nbytes, parse_entries
+from ..sfc import mesh_record_dtype
 from ._chunks import read_chunks, write_chunks
-from ._convention import SECTION_OF_KIND, FieldSpec, Manifest, dtype_from_json, mesh_record_dtype
+from ._convention import SECTION_OF_KIND, FieldSpec, Manifest, dtype_from_json
 
 if TYPE_CHECKING:
     from ._gather import GatheredRead, Section, Span

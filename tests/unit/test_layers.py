@@ -51,7 +51,7 @@ def test_no_private_imports_across_packages(path: Path) -> None:
 
 def test_the_walk_finds_what_it_must() -> None:
     """The check itself: a private import across packages is seen, relative or absolute."""
-    cli = PACKAGE / "cli.py"
+    cli = PACKAGE / "cli" / "_common.py"
     assert "amrckpt.container" in _imports(cli) and "amrckpt.scda" in _imports(cli)
     reader = PACKAGE / "container" / "_reader.py"
     assert "amrckpt.scda._layout" in _imports(reader) and not _violations(reader)

@@ -1,0 +1,259 @@
+"""The leaves of a forest that one rank owns (:class:`Forest`) and their packed on-disk record."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from ..errors import SchemaError
+from ._keys import CURVES, MAXLEVEL, QMAXLEVEL, sfc_keys
+from ._linear import check_linear_forest
+
+__all__ = ["Forest", "mesh_record_dtype"]
+
+
+def mesh_record_dtype(dim: int) -> np.dtype[Any]:
+    """Return the packed record of one leaf in a mesh section: tree, x, y[, z] (``<i4``), level (``i1``).
+
+    13 bytes in 2D, 17 in 3D, no padding; coordinates are p4est's integer
+    quadrant coordinates in units of ``2**-maxlevel`` of a tree.
+    """
+    names = [*["tree", "x", "y", "z"][: dim + 1], "level"]
+    return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
+
+
+def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:
+    """``values`` as a contiguous array of ``dtype``, refusing what would not fit (no silent wrap-around)."""
+    a = np.asarray(values)
+    if a.dtype == dtype:
+        return np.ascontiguousarray(a)
+    if a.size == 0:
+        return np.zeros(a.shape, dtype=dtype)
+    if a.dtype.kind not in "iu":
+        raise SchemaError(f"Forest: {name} must hold integers, not {a.dtype}")
+    info = np.iinfo(dtype)
+    lo, hi = int(a.min()), int(a.max())
+    if lo < info.min or hi > info.max:
+        raise SchemaError(f"Forest: {name} holds {lo if lo < info.min else hi}, beyond the range of {np.dtype(dtype)}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+_CHECK_CHUNK = 1 << 18
+
+
+class Forest:
+    """The leaves of a forest of quadtrees or octrees that this rank owns.
+
+    Leaves are described as in p4est (:mod:`amrckpt.sfc`): tree index,
+    refinement level and the integer coordinates of the leaf's anchor at the
+    maximum level (``2**30`` per tree side in 2D, ``2**19`` in 3D).  The local
+    leaves of all ranks, concatenated by rank, are in the curve's order.
+
+    Parameters
+    ----------
+    tree : (n,) array_like of int
+        Tree of each leaf, ``0 <= tree < num_trees`` (stored as int32).
+    level : (n,) array_like of int
+        Refinement level, ``0 <= level <= QMAXLEVEL[dim]`` (int8).
+    x, y : (n,) array_like of int
+        Anchor coordinates (int32).
+    z : (n,) array_like of int, optional
+        Third coordinate of an octree forest; None for quadtrees.
+    num_trees : int
+        The number of trees of the forest (e.g. 2 for a 2x1 brick).
+    curve : {"morton", "hilbert"}, optional
+        The order of the leaves.
+
+    Raises
+    ------
+    SchemaError
+        If the arrays differ in length or hold values out of range.
+    """
+
+    __slots__ = ("_ordered", "curve", "level", "num_trees", "tree", "x", "y", "z")
+
+    def __init__(self, tree: Any, level: Any, x: Any, y: Any, z: Any = None, *, num_trees: int, curve: str = "morton") -> None:
+        self.tree = _int_array(tree, np.int32, "tree")
+        self.level = _int_array(level, np.int8, "level")
+        self.x = _int_array(x, np.int32, "x")
+        self.y = _int_array(y, np.int32, "y")
+        self.z = None if z is None else _int_array(z, np.int32, "z")
+        try:
+            self.num_trees = operator.index(num_trees)
+        except TypeError as exc:
+            raise SchemaError(f"Forest: num_trees must be an int, not {type(num_trees).__name__}") from exc
+        self.curve = curve
+        self._ordered: tuple[int, int, str, int] | None = None  # what check_order last passed (amrckpt.save's cache)
+        n = self.tree.shape[0]
+        for name in ("tree", "level", "x", "y", "z"):
+            a = getattr(self, name)
+            if a is not None and a.shape != (n,):
+                raise SchemaError(f"Forest: {name} has shape {a.shape}; tree has ({n},)")
+        if self.num_trees < 1:
+            raise SchemaError(f"Forest: num_trees must be positive, not {self.num_trees}")
+        if curve not in CURVES:
+            raise SchemaError(f"Forest: curve must be one of {CURVES}, not {curve!r}")
+
+    @property
+    def dim(self) -> int:
+        """2 for quadtrees, 3 for octrees."""
+        return 2 if self.z is None else 3
+
+    def __len__(self) -> int:
+        return int(self.tree.shape[0])
+
+    def check(self) -> None:
+        """Check ranges: trees, levels, coordinates inside the root and aligned to the level.
+
+        Not collective, vectorized (a few passes over int32 and uint8 arrays).
+        (:meth:`check_order` checks the curve order.)
+
+        Raises
+        ------
+        SchemaError
+            Naming the first bad leaf.
+        """
+        n = len(self)
+        for s in range(0, n, _CHECK_CHUNK):  # cache-sized chunks
+            self._check_chunk(s, min(n, s + _CHECK_CHUNK))
+
+    def _check_chunk(self, s: int, e: int) -> None:
+        """Check leaves ``s:e``: reductions over the chunk, and an exact search only when one fails."""
+        L = MAXLEVEL[self.dim]
+        tree, level = self.tree[s:e].view(np.uint32), self.level[s:e].view(np.uint8)
+        if e == s:
+            return
+        # Unsigned views fold "< 0" into ">= bound": a negative value is huge.
+        if int(tree.max()) >= self.num_trees or int(level.max()) > QMAXLEVEL[self.dim]:
+            bad = (tree >= np.uint32(self.num_trees)) | (level > np.uint8(QMAXLEVEL[self.dim]))
+            i = s + int(np.flatnonzero(bad)[0])
+            raise SchemaError(f"Forest: leaf {i} (tree {int(self.tree[i])}, level {int(self.level[i])}) is out of range")
+        u = self.x[s:e].view(np.uint32) | self.y[s:e].view(np.uint32)
+        if self.z is not None:
+            u |= self.z[s:e].view(np.uint32)
+        # Inside the root: no bit at or above L in any coordinate.  Aligned to level l: the low
+        # L - l bits are zero, that is, the low L bits of u << l are (bits shifted past 32 drop off).
+        root = np.uint32((1 << L) - 1)
+        outside = int(np.bitwise_or.reduce(u)) & ~int(root)
+        np.left_shift(u, level, out=u)
+        misaligned = int(np.bitwise_or.reduce(u)) & int(root)
+        if outside or misaligned:
+            u = self.x[s:e].view(np.uint32) | self.y[s:e].view(np.uint32)
+            if self.z is not None:
+                u |= self.z[s:e].view(np.uint32)
+            out_mask = (u & ~root) != 0
+            bad = out_mask | (((u << level) & root) != 0)
+            i = int(np.flatnonzero(bad)[0])
+            if out_mask[i]:
+                raise SchemaError(f"Forest: leaf {s + i} has coordinates outside its tree")
+            raise SchemaError(f"Forest: leaf {s + i} has coordinates not aligned to its level {int(level[i])}")
+
+    def check_order(self) -> None:
+        """Check that the local leaves are in curve order and do not overlap (p4est ``p4est_tree_is_linear``).
+
+        Not collective.
+
+        Raises
+        ------
+        SchemaError
+            Naming the first offending leaf.
+        """
+        try:
+            check_linear_forest(self.tree, self.level, self.x, self.y, self.z, curve=self.curve)  # type: ignore[arg-type]
+        except Exception as exc:  # PartitionError from sfc
+            raise SchemaError(f"Forest: {exc}") from exc
+
+    def coords(self) -> list[np.ndarray]:
+        """Return the coordinate arrays ``[x, y]`` or ``[x, y, z]``."""
+        return [self.x, self.y] if self.z is None else [self.x, self.y, self.z]
+
+    def keys(self) -> np.ndarray:
+        """Return the curve key of each leaf ((n,) uint64; :func:`amrckpt.sfc_keys`)."""
+        return sfc_keys(self.x, self.y, self.z, level=self.level, curve=self.curve, check=False)  # type: ignore[arg-type]
+
+    def to_records(self, *, check: bool = False) -> np.ndarray:
+        """Return the leaves as packed little-endian records (:func:`mesh_record_dtype`), as in the file.
+
+        Not collective.  With ``check=True`` the leaves are also checked as
+        :meth:`check` does, in the same pass over cache-sized chunks (one
+        trip through memory instead of two).
+
+        Returns
+        -------
+        (n,) numpy.ndarray of :func:`mesh_record_dtype` records
+
+        Raises
+        ------
+        SchemaError
+            With ``check=True``, naming the first leaf out of range.
+        """
+        n = len(self)
+        rec = np.empty(n, dtype=mesh_record_dtype(self.dim))
+        names = ("tree", "x", "y", "z", "level") if self.z is not None else ("tree", "x", "y", "level")
+        for s in range(0, n, _CHECK_CHUNK):
+            e = min(n, s + _CHECK_CHUNK)
+            if check:
+                self._check_chunk(s, e)
+            chunk = rec[s:e]
+            for name in names:
+                chunk[name] = getattr(self, name)[s:e]
+        return rec
+
+    @classmethod
+    def from_records(cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton", check: bool = False) -> Forest:
+        """Build from packed records as :meth:`to_records` gives them.
+
+        Not collective.  With ``check=True`` the leaves are checked as
+        :meth:`check` does, chunk by chunk while they are unpacked.
+
+        Parameters
+        ----------
+        rec : (n,) numpy.ndarray of :func:`mesh_record_dtype` records
+        num_trees : int
+        curve : {"morton", "hilbert"}, optional
+        check : bool, optional
+
+        Raises
+        ------
+        SchemaError
+            As :class:`Forest` and, with ``check=True``, :meth:`check` do.
+        """
+        names = rec.dtype.names or ()
+        if "tree" not in names or "level" not in names:
+            raise SchemaError(f"Forest.from_records: records {rec.dtype} are not mesh records")
+        n = rec.shape[0]
+        dim = 3 if "z" in names else 2
+        out = cls(
+            np.empty(n, np.int32),
+            np.empty(n, np.int8),
+            np.empty(n, np.int32),
+            np.empty(n, np.int32),
+            np.empty(n, np.int32) if dim == 3 else None,
+            num_trees=num_trees,
+            curve=curve,
+        )
+        fields = ("tree", "x", "y", "z", "level") if dim == 3 else ("tree", "x", "y", "level")
+        for s in range(0, n, _CHECK_CHUNK):
+            e = min(n, s + _CHECK_CHUNK)
+            chunk = rec[s:e]
+            for name in fields:
+                getattr(out, name)[s:e] = chunk[name]
+            if check:
+                out._check_chunk(s, e)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Forest):
+            return NotImplemented
+        same = (self.dim, self.num_trees, self.curve) == (other.dim, other.num_trees, other.curve)
+        return same and all(np.array_equal(a, b) for a, b in zip(self._arrays(), other._arrays(), strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _arrays(self) -> list[np.ndarray]:
+        return [self.tree, self.level, *self.coords()]
+
+    def __repr__(self) -> str:
+        return f"Forest(dim={self.dim}, num_trees={self.num_trees}, leaves={len(self)}, curve={self.curve!r})"
