@@ -85,9 +85,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .comm import thread_rank
 from .errors import CommError
 
-__all__ = ["ACTIVE", "KINDS", "Fault", "FaultPlan", "FaultSpec", "inject_faults", "set_thread_rank"]
+__all__ = ["ACTIVE", "KINDS", "Fault", "FaultPlan", "FaultSpec", "inject_faults"]
 
 KINDS = frozenset({"open", "write", "read", "size", "sync", "close", "rename", "fsync", "mpi"})
 """Every kind of call that can be made to fail."""
@@ -114,13 +115,6 @@ Reading this is the hooks' only cost when no faults are injected.
 """
 _ANY = -1
 _registry_lock = threading.Lock()
-
-_thread = threading.local()
-
-
-def set_thread_rank(rank: int | None) -> None:
-    """Declare this thread a rank (``run_threads`` does): faults for ``ranks`` select it by this number."""
-    _thread.rank = rank
 
 
 def _mix(x: int) -> int:
@@ -270,7 +264,7 @@ class FaultPlan:
 
 def _home_rank() -> int:
     """Return the rank of this thread: set by run_threads, else the MPI world rank (if MPI is running), else 0."""
-    r = getattr(_thread, "rank", None)
+    r = thread_rank()
     if r is not None:
         return int(r)
     MPI = sys.modules.get("mpi4py.MPI")
@@ -345,7 +339,7 @@ def inject_faults(
         errno,
     )
     plan = FaultPlan(spec)
-    key = getattr(_thread, "rank", None)
+    key = thread_rank()
     key = _ANY if key is None else int(key)
     with _registry_lock:
         plans = dict(ACTIVE or {})

@@ -20,7 +20,9 @@ __all__ = [
     "CheckpointError",
     "ChecksumError",
     "CollectiveError",
+    "CollectiveMismatchError",
     "CommError",
+    "CommRequiredError",
     "IncompleteCheckpointError",
     "LaunchError",
     "ManagerError",
@@ -202,4 +204,23 @@ class CollectiveError(AmrckptError):
     instance, a ``MemoryError`` or a bug in a user callback; the original
     exception is chained on the ranks where it happened and described in
     :attr:`rank_errors` everywhere.
+    """
+
+
+class CollectiveMismatchError(CollectiveError, RuntimeError):
+    """The ranks made different collective calls: rank 0 in one, rank 1 in another (or at another point of it).
+
+    Raised on every rank by the first exchange where their calls meet
+    (:class:`amrckpt.comm.Call`); the message names each rank's call and
+    its number on the communicator.  Typically a call made on some ranks
+    only (``if rank == 0: manager.latest_step()``).
+    """
+
+
+class CommRequiredError(CommError):
+    """``comm=None`` was passed inside an MPI job of several processes.
+
+    Each process would act alone on the same files.  Raised on every rank
+    before anything is read or written; pass ``comm=MPI.COMM_WORLD`` (or
+    ``MPI.COMM_SELF`` for files of one process each).
     """

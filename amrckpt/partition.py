@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .comm import Comm, agree_gather_int, agree_sum_max, allreduce_max_array, as_comm, exscan_sum_max
+from .comm import Call, as_comm, collective
 from .errors import PartitionError
 
 __all__ = ["MAX_ELEMENTS", "MAX_RANKS", "Partition", "transfer_counts"]
@@ -224,16 +224,15 @@ class Partition:
             or the sum exceeds :data:`MAX_ELEMENTS`.
 
         """
-        c = as_comm(comm)
-        error: Exception | None = None
-        n = 0
-        try:
+
+        def count() -> int:
             n = _index(local_count, "local_count")
             if n < 0:
                 raise PartitionError(f"local_count = {n} is negative")
-        except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-            error = exc
-        return cls.from_counts(agree_gather_int(c, error, n))
+            return n
+
+        with collective(as_comm(comm), "Partition.from_local_count") as call:  # None: this process alone (no file is touched)
+            return cls.from_counts(call.allgather_int(call.run(count) or 0, what="local_count"))
 
     @classmethod
     def weighted(cls, local_weights: Any, comm: Any = None, *, size: int | None = None) -> Partition:
@@ -310,8 +309,8 @@ class Partition:
             could not be made an array).
 
         """
-        c = as_comm(comm)
-        return _weighted(local_weights, c, c.size if size is None else size)
+        with collective(as_comm(comm), "Partition.weighted") as call:  # None: this process alone (no file is touched)
+            return _weighted(local_weights, call, call.size if size is None else size)
 
     # ------------------------------------------------------------------ queries
 
@@ -488,7 +487,7 @@ def _local_stats(local_weights: Any) -> tuple[np.ndarray, tuple[int, int, float 
     return w, (n, 0, int(w.max()))
 
 
-def _weighted(local_weights: Any, comm: Comm, size: Any) -> Partition:
+def _weighted(local_weights: Any, call: Call, size: Any) -> Partition:
     """Implement :meth:`Partition.weighted` (collective: 3 collectives for integer weights, 4 for floats).
 
     Nothing of size P is sent or built but the result: an allreduce of
@@ -497,29 +496,25 @@ def _weighted(local_weights: Any, comm: Comm, size: Any) -> Partition:
     weight prefix), for float weights one sum of the quantized weights, and
     the allreduce of the P - 1 cut points (an int64 array).
     """
-    error: Exception | None = None
-    stats: tuple[int, int, float | int] = (0, 0, 0)
-    w = np.zeros(0, dtype=np.int64)
-    P = 0
-    isum = 0
-    try:
+
+    def local() -> tuple[int, np.ndarray, tuple[int, int, float | int], int]:
         P = _index(size, "size")
         _check_size(P)
         w, stats = _local_stats(local_weights)
-        if not stats[1]:
-            isum = _local_int_sum(w, int(stats[2]))
-    except Exception as exc:  # noqa: BLE001 - agreed on by every rank below (no rank is left waiting)
-        error = exc
+        return P, w, stats, (0 if stats[1] else _local_int_sum(w, int(stats[2])))
+
+    P, w, stats, isum = call.run(local) or (0, np.zeros(0, dtype=np.int64), (0, 0, 0), 0)
     n = stats[0]
     # The largest weight as the bits of a float64 (monotonic for non-negative floats; float() rounds monotonically):
     # only its binary exponent (float weights) and whether it is 0 matter.
     wbits = int(np.float64(float(stats[2])).view(np.int64))
     # Collective 1: agree on errors; N, the integer total, P (the maxima of P and of -P, offset to stay >= 0),
     # float or not, the largest weight.
-    (N, Wint), (pmax, pneg, is_float, wmax_bits) = agree_sum_max(comm, error, [n, isum], [P, 2**32 - P, stats[1], wbits])
-    if pmax != 2**32 - pneg:  # an error: one more allgather names every size, as before
-        sizes = comm.allgather(P)
-        raise PartitionError(f"size must be the same on every rank, not {sorted(set(sizes))}")
+    got = call.allreduce(sums=[n, isum], maxima=[P, 2**32 - P, stats[1], wbits], what="weights")
+    (N, Wint), (pmax, pneg, is_float, wmax_bits) = got.sums, got.maxima
+    if pmax != 2**32 - pneg:  # an error: one more allgather names every size
+        sizes = call.allgather_int(P, what="size")
+        raise PartitionError(f"size must be the same on every rank, not {sorted(set(sizes.tolist()))}")
     if N > MAX_ELEMENTS:
         raise PartitionError(f"N = {N} exceeds the int64 limit {MAX_ELEMENTS} (p4est_gloidx_t)")
     wmax = float(np.int64(wmax_bits).view(np.float64))
@@ -535,9 +530,9 @@ def _weighted(local_weights: Any, comm: Comm, size: Any) -> Partition:
         wq = w
         local_sum = isum
     # Collective 2: this rank's first element and weight prefix S_first.
-    (first, prefix), _ = exscan_sum_max(comm, [n, local_sum], [])
+    first, prefix = call.exscan(sums=[n, local_sum]).sums
     # Collective 3 (float weights): the total of the quantized weights.
-    W = comm.allreduce_sum(local_sum) if is_float else Wint
+    W = call.allreduce(sums=[local_sum], what="weights").sums[0] if is_float else Wint
     if W > MAX_ELEMENTS:
         raise PartitionError(f"the integer weights total {W}, more than 2**63 - 1")
     cand = np.full(P - 1, N, dtype=np.int64)
@@ -551,7 +546,7 @@ def _weighted(local_weights: Any, comm: Comm, size: Any) -> Partition:
     gfq = np.empty(P + 1, dtype=np.int64)
     gfq[0] = 0
     if P > 1:  # Last collective: C_q is the smallest candidate over the ranks (a max of negatives), as an int64 array.
-        np.negative(allreduce_max_array(comm, np.negative(cand)), out=gfq[1:P])
+        np.negative(call.allreduce_array(np.negative(cand), "max"), out=gfq[1:P])
     gfq[P] = N
     return Partition.from_offsets(gfq)
 

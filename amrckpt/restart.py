@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from .comm import Comm, as_comm
+from .comm import Comm, collective
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, read_info, verify
 from .errors import AmrckptError, SchemaError
 from .partition import Partition
@@ -183,9 +183,22 @@ def load(
     CheckpointError, ScdaError
         For malformed files.
     """
-    c = as_comm(comm)
     if not (isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
+    with collective(comm, "load") as call:
+        return _load(call.comm, path, schema, partition, fields, verify, info, backend)
+
+
+def _load(
+    c: Comm,
+    path: str | os.PathLike[str],
+    schema: type[S],
+    partition: PartitionSpec,
+    fields: list[str] | None,
+    verify: bool,
+    info: Any,
+    backend: str | None,
+) -> Loaded[S]:
     kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
     where = os.fspath(path)
 

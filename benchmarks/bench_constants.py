@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import P, comm, rank, say, write_json
 from mpi4py import MPI
 
-from amrckpt.comm import MPIComm
-from amrckpt.comm._base import max_columns, sum_max_columns
+from amrckpt.comm import Columns, MPIComm
 
 
 def slowest(fn: Any, reps: int) -> float:
@@ -79,15 +78,14 @@ def main() -> None:
     ops = {
         "barrier": comm.Barrier,
         "allreduce_8xint64": lambda: comm.Allreduce(MPI.IN_PLACE, buf8, op=MPI.MAX),
-        "allreduce_obj_20_ints": lambda: c.allreduce_max_obj(list(range(20))),
-        "exscan_obj_10_ints": lambda: c.exscan_sum_max(list(range(6)), [1, 2, 3, 4]),
+        "allreduce_obj_20_ints": lambda: c.allreduce_columns(Columns([], list(range(20)), [])),
+        "exscan_obj_10_ints": lambda: c.exscan_columns(Columns(list(range(6)), [1, 2, 3, 4], [])),
         "bcast_4kB_pickle": lambda: comm.bcast(payload if rank == 0 else None),
-        "allgather_int64": lambda: c.allgather_int(rank),
+        "allgather_int64": lambda: c.allgather_array(np.array([rank], dtype=np.int64)),
         "file_open_close": open_close,
         "set_view_write_all_1kB": write_all,
         "read_at_all_1kB": lambda: fh.Read_at_all(rank * 1024, np.empty(1024, np.uint8)),
     }
-    assert max_columns and sum_max_columns  # the Python ops of the pickled reductions
     res = {k: slowest(fn, a.reps) for k, fn in ops.items()}
     ftype.Free()
     fh.Close()

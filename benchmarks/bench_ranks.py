@@ -21,8 +21,8 @@ warm-up round dropped; medians of ``--reps``):
 * ``raw read``: ``MPI_File_open``, one ``MPI_File_read_at_all`` per array, close.
 
 Counted, on one save and one load outside the timing: the collective calls of
-the :class:`amrckpt.comm.Comm` (a subclass of :class:`~amrckpt.comm.MPIComm`
-that counts each method; ``agree`` is one ``allreduce_max``), and every
+the :class:`amrckpt.comm.Comm` (a wrapper, :class:`amrckpt.testing.WrapperComm`,
+that counts each method; an agreement is one ``allreduce_columns``), and every
 MPI-IO call of the backend (open, write_at, write_at_all, read_at,
 read_at_all, set_size, get_size, sync, close) per rank.  With ``--memory-per-rank
 N``, the peak of Python allocations (``tracemalloc``) of one save and one load
@@ -51,8 +51,8 @@ from _common import P, comm, local_mesh, rank, say, stats, timed, write_json
 from mpi4py import MPI
 
 import amrckpt as ac
-from amrckpt.comm import MPIComm
 from amrckpt.scda import _backend
+from amrckpt.testing import WrapperComm
 
 
 class Ranks(ac.CheckpointSchema, name="bench-ranks", version=1):
@@ -67,59 +67,11 @@ COUNTS: collections.Counter[str] = collections.Counter()
 """Calls since the last reset: ``comm.<method>`` and ``mpiio.<method>`` (this rank's)."""
 
 
-class CountingComm(MPIComm):
-    """An :class:`~amrckpt.comm.MPIComm` that counts its collective calls in :data:`COUNTS`."""
+class CountingComm(WrapperComm):
+    """A communicator that counts its collective calls in :data:`COUNTS` (``comm.<method>``)."""
 
-    def barrier(self) -> None:
-        COUNTS["comm.barrier"] += 1
-        super().barrier()
-
-    def bcast(self, obj: Any, root: int = 0) -> Any:
-        COUNTS["comm.bcast"] += 1
-        return super().bcast(obj, root)
-
-    def allgather(self, obj: Any) -> list[Any]:
-        COUNTS["comm.allgather"] += 1
-        return super().allgather(obj)
-
-    def allreduce_max(self, values: Any) -> list[int]:
-        COUNTS["comm.allreduce_max"] += 1
-        return super().allreduce_max(values)
-
-    def allreduce_sum(self, value: int) -> int:
-        COUNTS["comm.allreduce_sum"] += 1
-        return super().allreduce_sum(value)
-
-    def allreduce_xor(self, values: Any) -> list[int]:
-        COUNTS["comm.allreduce_xor"] += 1
-        return super().allreduce_xor(values)
-
-    def exscan_sum(self, value: int) -> int:
-        COUNTS["comm.exscan_sum"] += 1
-        return super().exscan_sum(value)
-
-    def exscan_sum_max(self, sums: Any, maxima: Any) -> Any:
-        COUNTS["comm.exscan_sum_max"] += 1
-        return super().exscan_sum_max(sums, maxima)
-
-    def allreduce_max_obj(self, values: Any) -> list[int]:
-        COUNTS["comm.allreduce_max_obj"] += 1
-        return super().allreduce_max_obj(values)
-
-    def allgather_int(self, value: int) -> Any:
-        COUNTS["comm.allgather_int"] += 1
-        return super().allgather_int(value)
-
-    def __getattr__(self, name: str) -> Any:  # methods this class does not know yet are counted too
-        attr = getattr(MPIComm, name)
-        if callable(attr):
-
-            def counted(*a: Any, **k: Any) -> Any:
-                COUNTS[f"comm.{name}"] += 1
-                return attr(self, *a, **k)
-
-            return counted
-        raise AttributeError(name)
+    def _after(self, name: str) -> None:
+        COUNTS[f"comm.{name}"] += 1
 
 
 class CountingFile:

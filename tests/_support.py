@@ -242,3 +242,16 @@ def all_true(flag: bool) -> bool:
     from mpi4py import MPI
 
     return bool(world().allreduce(bool(flag), op=MPI.LAND))
+
+
+def collectives(P: int, fn: Any, *args: Any) -> list[int]:
+    """Run ``fn(comm, *args)`` on P thread ranks with a counting communicator; return each rank's collective calls."""
+    from amrckpt.comm import run_threads
+    from amrckpt.testing import CountingComm
+
+    def body(comm: Any) -> int:
+        cc = CountingComm(comm)
+        fn(cc, *args)
+        return cc.total
+
+    return run_threads(P, body)

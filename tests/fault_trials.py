@@ -28,9 +28,9 @@ from typing import Any
 from checkpoint_cases import Advection, GlobalState, assert_state_equal, global_state
 
 import amrckpt as ac
-from amrckpt._faults import KINDS, inject_faults
 from amrckpt.comm import as_comm
 from amrckpt.manager import EveryNSteps, KeepLast
+from amrckpt.testing import KINDS, FaultyComm, inject_faults
 
 IO_KINDS = sorted(KINDS - {"mpi"})
 
@@ -95,11 +95,11 @@ class Trials:
     """A manager directory holding a valid checkpoint, and fault trials on it. Collective over ``comm``."""
 
     def __init__(self, directory: Path, comm: Any, save_kwargs: dict[str, Any] | None = None) -> None:
-        self.comm = comm
-        self.c = as_comm(comm)
+        self.comm = FaultyComm(comm)  # collectives fail where the plan says (kind "mpi")
+        self.c = self.comm
         policies = {"save_policy": EveryNSteps(10**9), "keep_policy": KeepLast(2)}
-        self.mgr = ac.CheckpointManager(directory, Advection, comm=comm, save_kwargs=save_kwargs, **policies)
-        self.mgr.save(0, state(0, comm), force=True)
+        self.mgr = ac.CheckpointManager(directory, Advection, comm=self.comm, save_kwargs=save_kwargs, **policies)
+        self.mgr.save(0, state(0, self.comm), force=True)
         self.prev = 0
         self.prev_sha = _sha(self.mgr.path_of(0)) if self.c.rank == 0 else ""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from .. import scda
-from ..comm import agree, as_comm, run_on_root
+from ..comm import Call, collective
 from ..container import (
     CheckpointInfo,
     convert,
@@ -79,8 +79,13 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise _UsageError(f"{dst} is a directory")
     mode = "encode" if args.encode else "decode" if args.decode else "keep"
     comm = _world_comm()
-    c = as_comm(comm)
-    in_style, is_ckpt = run_on_root(c, lambda: (_file_style(src), _is_checkpoint_file(src)))
+    with collective(comm, "amrckpt convert") as call:
+        return _convert_cmd(call, args, src, dst, mode)
+
+
+def _convert_cmd(call: Call, args: argparse.Namespace, src: str, dst: str, mode: str) -> int:
+    c = comm = call.comm
+    in_style, is_ckpt = call.on_root(lambda: (_file_style(src), _is_checkpoint_file(src)), what="convert: sniff")
     style = args.style or in_style
     ck = None
     if is_ckpt:
@@ -91,19 +96,14 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                 _err(f"amrckpt convert: {src}: {_describe(exc)}")
                 _err("amrckpt convert: a checkpoint is converted only when its footer, index and metadata verify (amrckpt verify)")
             return EXIT_BAD
-    token = c.bcast(uuid.uuid4().hex[:12] if c.rank == 0 else None, root=0)
+    token = call.on_root(lambda: uuid.uuid4().hex[:12], what="convert: token")
     out = Path(dst)
     tmp = str(out.parent / f".{out.name}.partial-{token}")
     bar = _progress(os.stat(src).st_size, "convert", c, not args.no_progress)
     try:
         stats = _convert(src, tmp, comm, mode, style, args.level, ck, bar)
-        err: BaseException | None = None
-        if c.rank == 0:
-            try:
-                os.replace(tmp, dst)
-            except OSError as exc:
-                err = exc
-        agree(c, err, what="convert")
+        call.run(os.replace, tmp, dst, on=0)
+        call.agree("convert")
     except BaseException:
         if c.rank == 0:
             with contextlib.suppress(OSError):

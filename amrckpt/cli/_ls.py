@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..comm import SerialComm
 from ..container import (
     CheckpointInfo,
     read_info,
@@ -56,7 +57,7 @@ def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -
                 rec.update(valid=False, problem=rep.problems[0])
         else:
             try:
-                info = read_info(p)
+                info = read_info(p, comm=SerialComm())
             except (AmrckptError, OSError) as exc:
                 rec.update(valid=False, problem=_describe(exc))
         t = info.manifest.values.get("time") if info is not None else None

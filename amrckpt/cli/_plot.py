@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..comm import SerialComm
 from ..container import (
     CheckpointInfo,
     CheckpointReader,
@@ -85,7 +86,7 @@ def _plot_leaves(
         label += " (first component)" if fs.kind != "hp" and many else ""
         label += f" [{fs.units}]" if fs.units and fs.kind != "hp" else ""
     keep_lo, keep_hi, keep_v = [], [], []
-    with CheckpointReader(path, verify=True) as r:
+    with CheckpointReader(path, comm=SerialComm(), verify=True) as r:
         lower, upper = tree_boxes(r, brick)
         plane = None
         if axis is not None:
@@ -117,7 +118,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     path = os.fspath(args.file)
     if args.ranks is not None and args.ranks < 1:
         raise _UsageError("--ranks must be at least 1")
-    ck = read_info(path, verify=True)
+    ck = read_info(path, comm=SerialComm(), verify=True)
     m = ck.manifest
     if m.mesh is None:
         raise _UsageError(f"{path} holds no mesh (schema {m.schema_name}): nothing to draw")

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from .. import scda
-from ..comm import as_comm, run_on_root
+from ..comm import Call, collective
 from ..container import verify as verify_checkpoint
 from ..errors import AmrckptError, ScdaFormatError
 from ._common import EXIT_BAD, EXIT_OK, _describe, _dump_json, _is_checkpoint_file, _out, _progress, _q, _world_comm
@@ -24,10 +24,10 @@ def _status_of(problem: str) -> str:
     return "DAMAGED"
 
 
-def _verify_plain(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
-    c = as_comm(comm)
+def _verify_plain(path: str, call: Call, strict: bool, bar: Any) -> dict[str, Any]:
+    comm = call.comm
     try:
-        info: scda.FileInfo = run_on_root(c, lambda: scda.scan(path, decode=True))
+        info: scda.FileInfo = call.on_root(lambda: scda.scan(path, decode=True), what="verify: scan")
     except (AmrckptError, OSError) as exc:
         return {"kind": "scda", "problems": [f"{_describe(exc)}"], "sections": None}
     problems: list[str] = []
@@ -63,8 +63,8 @@ def _verify_plain(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any
     }
 
 
-def _verify_one(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
-    c = as_comm(comm)
+def _verify_one(path: str, call: Call, strict: bool, bar: Any) -> dict[str, Any]:
+    comm = call.comm
 
     def detect() -> bool | str:
         try:
@@ -72,7 +72,7 @@ def _verify_one(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
         except OSError as exc:
             return f"{type(exc).__name__}: cannot read {path!r}: {exc.strerror or exc}"
 
-    is_ckpt = run_on_root(c, detect)
+    is_ckpt = call.on_root(detect, what="verify: sniff")
     if isinstance(is_ckpt, str):
         return {"path": path, "kind": None, "status": "UNREADABLE", "ok": False, "problems": [is_ckpt]}
     if is_ckpt:
@@ -90,7 +90,7 @@ def _verify_one(path: str, comm: Any, strict: bool, bar: Any) -> dict[str, Any]:
             doc["file_size"] = os.stat(path).st_size
             bar.update(doc["file_size"])
     else:
-        doc = _verify_plain(path, comm, strict, bar)
+        doc = _verify_plain(path, call, strict, bar)
     doc["path"] = path
     doc["ok"] = not doc["problems"]
     doc["status"] = "OK" if doc["ok"] else _status_of(doc["problems"][0])
@@ -116,8 +116,12 @@ def _print_verify(doc: dict[str, Any]) -> None:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    comm = _world_comm()
-    c = as_comm(comm)
+    with collective(_world_comm(), "amrckpt verify") as call:
+        return _verify_cmd(call, args)
+
+
+def _verify_cmd(call: Call, args: argparse.Namespace) -> int:
+    c = call.comm
     paths = [os.fspath(p) for p in args.files]
     total = 0
     for p in paths:
@@ -128,7 +132,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     try:
         for p in paths:
             try:
-                doc = _verify_one(p, comm, args.strict, bar)
+                doc = _verify_one(p, call, args.strict, bar)
             except (AmrckptError, OSError) as exc:  # the same on every rank: the library agrees on errors
                 doc = {"path": p, "kind": None, "ok": False, "problems": [_describe(exc)], "status": "UNREADABLE"}
             docs.append(doc)

@@ -1,80 +1,51 @@
-"""Communicators: serial (no MPI), MPI through mpi4py, and threads for tests.
+"""Communicators, and the one helper through which every collective call of amrckpt agrees.
 
 Layer 1 of amrckpt.  Every public function of amrckpt takes ``comm=None``
-(serial), an ``mpi4py.MPI.Comm``, or any object that implements
-:class:`Comm`; :func:`as_comm` turns each into a :class:`Comm`.  mpi4py is
-imported only when an mpi4py communicator is passed.
+(serial; refused inside an MPI job of several processes), an
+``mpi4py.MPI.Comm``, or any object that implements :class:`Comm`.  mpi4py is
+imported only when an mpi4py communicator is passed.  Each public collective
+entry point opens a :class:`Call` (:func:`collective`) and runs its local
+steps and exchanges through it: an error on any rank is raised on every
+rank, and ranks that made different calls are told so.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..errors import ScdaArgumentError
-from ._base import (
-    Comm,
-    SerialComm,
-    agree,
-    agree_gather,
-    agree_gather_int,
-    agree_max,
-    agree_sum_max,
-    allgather_int,
-    allreduce_max_array,
-    digest_of,
-    exscan_sum_max,
-    relay_down,
-    run_on_root,
+from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, combine_columns, digest_of
+from ._call import (
+    Call,
+    Reduced,
+    agreed_error,
+    as_comm,
+    collective,
+    collective_method,
+    current_call,
+    describe,
+    require_comm,
 )
 from ._mpi import MPIComm, is_mpi4py_comm
-from ._thread import ThreadComm, run_threads
+from ._thread import ThreadComm, run_threads, thread_rank
 
 __all__ = [
+    "NONE",
+    "Call",
+    "Columns",
     "Comm",
     "MPIComm",
+    "ReduceOp",
+    "Reduced",
     "SerialComm",
     "ThreadComm",
-    "agree",
-    "agree_gather",
-    "agree_gather_int",
-    "agree_max",
-    "agree_sum_max",
-    "allgather_int",
-    "allreduce_max_array",
+    "agreed_error",
     "as_comm",
+    "collective",
+    "collective_method",
+    "combine_columns",
+    "current_call",
+    "describe",
     "digest_of",
-    "exscan_sum_max",
-    "relay_down",
-    "run_on_root",
+    "is_mpi4py_comm",
+    "require_comm",
     "run_threads",
+    "thread_rank",
 ]
-
-
-def as_comm(comm: Any = None) -> Comm:
-    """Return a :class:`Comm` for ``comm``.
-
-    Parameters
-    ----------
-    comm : None, mpi4py.MPI.Comm or Comm
-        ``None`` for a serial run (no MPI needed), an mpi4py
-        intracommunicator, or an object implementing :class:`Comm`.
-
-    Returns
-    -------
-    Comm
-        Not collective.
-
-    Raises
-    ------
-    ScdaArgumentError
-        If ``comm`` is none of the above.
-    """
-    if comm is None:
-        return SerialComm()
-    if isinstance(comm, (SerialComm, MPIComm, ThreadComm)):
-        return comm
-    if is_mpi4py_comm(comm):
-        return MPIComm(comm)
-    if isinstance(comm, Comm):
-        return comm
-    raise ScdaArgumentError(f"comm must be None, an mpi4py communicator or an amrckpt Comm, not {type(comm).__name__}")

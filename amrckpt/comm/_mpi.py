@@ -6,13 +6,13 @@ does so when an :class:`MPIComm` is built, never at ``import amrckpt``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import _faults
 from ..errors import CommError
+from ._base import Columns, ReduceOp, combine_columns
 
 __all__ = ["MPIComm", "is_mpi4py_comm"]
 
@@ -39,7 +39,7 @@ class MPIComm:
         The wrapped communicator, for the MPI-IO backend.
     """
 
-    __slots__ = ("_MPI", "__weakref__", "_rank", "_size", "mpi_comm")
+    __slots__ = ("_MPI", "__weakref__", "_ops", "_rank", "_size", "mpi_comm")
 
     def __init__(self, comm: Any) -> None:
         from mpi4py import MPI
@@ -51,6 +51,7 @@ class MPIComm:
         self.mpi_comm = comm
         self._rank: int = comm.Get_rank()
         self._size: int = comm.Get_size()
+        self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "bxor": MPI.BXOR, "bor": MPI.BOR}
 
     @property
     def rank(self) -> int:
@@ -65,12 +66,9 @@ class MPIComm:
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one MPI collective; an ``MPI.Exception`` becomes CommError (on this rank: MPI does not agree on it)."""
         try:
-            result = fn(*args, **kwargs)
+            return fn(*args, **kwargs)
         except self._MPI.Exception as exc:
             raise CommError(f"{what} failed on rank {self._rank}: {exc.Get_error_string()}") from exc
-        if _faults.ACTIVE is not None and what != "MPI_Comm_dup":
-            _faults.collective(self, what)
-        return result
 
     def barrier(self) -> None:
         """``MPI_Barrier``. Collective."""
@@ -86,84 +84,36 @@ class MPIComm:
         result: list[T] = self._call("MPI_Allgather", self.mpi_comm.allgather, obj)
         return result
 
-    def allreduce_max(self, values: Sequence[int]) -> list[int]:
-        """``MPI_Allreduce(MPI_MAX)`` of an int64 vector. Collective."""
-        buf = np.array(values, dtype=np.int64)
-        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
-        return [int(v) for v in buf]
+    def allgather_array(self, values: np.ndarray) -> np.ndarray:
+        """``MPI_Allgather`` of a numeric array: ``(P, *values.shape)``, no pickling. Collective."""
+        send = np.ascontiguousarray(values)
+        out = np.empty((self._size, *send.shape), dtype=send.dtype)
+        self._call("MPI_Allgather", self.mpi_comm.Allgather, send, out)
+        return out
 
-    def allreduce_sum(self, value: int) -> int:
-        """Exact sum of Python ints (int64 buffers when they cannot overflow). Collective."""
-        v = int(value)
-        if -(2**62) // self._size < v < 2**62 // self._size:
-            flag = np.array([v, 0], dtype=np.int64)
-        else:
-            flag = np.array([0, 1], dtype=np.int64)
-        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, flag, op=self._MPI.SUM)
-        if flag[1] == 0:
-            return int(flag[0])
-        return int(self._call("MPI_Allreduce", self.mpi_comm.allreduce, v, op=self._MPI.SUM))
+    def allreduce_array(self, values: np.ndarray, op: ReduceOp) -> np.ndarray:
+        """``MPI_Allreduce`` of a numeric array into a new array, no pickling. Collective."""
+        buf = np.array(values, copy=True, order="C")
+        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, buf, op=self._ops[op])
+        return buf
 
-    def allreduce_xor(self, values: Sequence[int]) -> list[int]:
-        """``MPI_Allreduce(MPI_BXOR)`` of a uint32 vector. Collective."""
-        buf = np.array(values, dtype=np.uint32)
-        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, buf, op=self._MPI.BXOR)
-        return [int(v) for v in buf]
+    def allreduce_columns(self, columns: Columns) -> Columns:
+        """Pickle-based ``MPI_Allreduce`` of :class:`~amrckpt.comm.Columns` with a user operation. Collective."""
+        out: Columns = self._call("MPI_Allreduce", self.mpi_comm.allreduce, columns, op=_user_op(self._MPI, combine_columns))
+        return out
+
+    def exscan_columns(self, columns: Columns) -> Columns | None:
+        """Pickle-based ``MPI_Exscan`` of :class:`~amrckpt.comm.Columns` (None on rank 0). Collective."""
+        out: Columns | None = self._call("MPI_Exscan", self.mpi_comm.exscan, columns, op=_user_op(self._MPI, combine_columns))
+        return out
 
     def dup(self) -> MPIComm:
         """``MPI_Comm_dup``: the same ranks, separate messages (free it with :meth:`free`). Collective."""
-        new = self._call("MPI_Comm_dup", self.mpi_comm.Dup)
-        if _faults.ACTIVE is not None:
-            try:
-                _faults.collective(self, "MPI_Comm_dup")
-            except CommError:  # raised on every rank: free the new communicator together
-                new.Free()
-                raise
-        return MPIComm(new)
+        return MPIComm(self._call("MPI_Comm_dup", self.mpi_comm.Dup))
 
     def free(self) -> None:
         """``MPI_Comm_free`` of a communicator made by :meth:`dup`. Collective."""
         self.mpi_comm.Free()
-
-    def exscan_sum(self, value: int) -> int:
-        """Exact exclusive prefix sum of Python ints (pickle-based). Collective."""
-        r = self._call("MPI_Exscan", self.mpi_comm.exscan, int(value), op=self._MPI.SUM)
-        return 0 if r is None else int(r)
-
-    def exscan_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Exclusive prefix sums and maxima of Python ints: one pickle-based ``MPI_Exscan`` (rank 0: zeros, -1s). Collective."""
-        from ._base import sum_max_columns
-
-        obj = ([int(v) for v in sums], [int(v) for v in maxima])
-        r = self._call("MPI_Exscan", self.mpi_comm.exscan, obj, op=_user_op(self._MPI, sum_max_columns))
-        if r is None:
-            return [0] * len(sums), [-1] * len(maxima)
-        return list(r[0]), list(r[1])
-
-    def allreduce_max_obj(self, values: Sequence[int]) -> list[int]:
-        """Element-wise maximum of lists of Python ints (any lengths): one pickle-based ``MPI_Allreduce``. Collective."""
-        res = self._call("MPI_Allreduce", self.mpi_comm.allreduce, [int(v) for v in values], op=_user_op(self._MPI, _max2))
-        return [int(v) for v in res]
-
-    def allgather_int(self, value: int) -> np.ndarray:
-        """``MPI_Allgather`` of one int64 per rank: a (P,) int64 array. Collective."""
-        out = np.empty(self._size, dtype=np.int64)
-        self._call("MPI_Allgather", self.mpi_comm.Allgather, np.array([value], dtype=np.int64), out)
-        return out
-
-    def allreduce_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Element-wise sums and maxima of Python ints over ranks: one pickle-based ``MPI_Allreduce``. Collective."""
-        from ._base import sum_max_columns
-
-        obj = ([int(v) for v in sums], [int(v) for v in maxima])
-        r = self._call("MPI_Allreduce", self.mpi_comm.allreduce, obj, op=_user_op(self._MPI, sum_max_columns))
-        return list(r[0]), list(r[1])
-
-    def allreduce_max_array(self, values: np.ndarray) -> np.ndarray:
-        """``MPI_Allreduce(MPI_MAX)`` of an int64 array, returned as a new int64 array. Collective."""
-        buf = np.array(values, dtype=np.int64)
-        self._call("MPI_Allreduce", self.mpi_comm.Allreduce, self._MPI.IN_PLACE, buf, op=self._MPI.MAX)
-        return buf
 
     def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
         """Pass byte strings from each rank to the rank below it; point-to-point, called by every rank.
@@ -204,12 +154,6 @@ class MPIComm:
 
     def __repr__(self) -> str:
         return f"MPIComm(rank={self._rank}, size={self._size})"
-
-
-def _max2(a: list[int], b: list[int]) -> list[int]:
-    from ._base import max_columns
-
-    return max_columns([a, b])
 
 
 _RELAY_TAG = 0x5CDA

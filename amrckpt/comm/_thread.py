@@ -9,15 +9,16 @@ enough for property-based tests.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import _faults
+from ._base import Columns, ReduceOp, combine_columns, reduce_arrays, relayed
 
-__all__ = ["ThreadComm", "run_threads"]
+__all__ = ["ThreadComm", "run_threads", "thread_rank"]
 
 T = TypeVar("T")
 
@@ -28,6 +29,16 @@ class _Group:
         self.timeout = timeout
         self.slots: list[Any] = [None] * size
         self.barrier = threading.Barrier(size, timeout=timeout)
+        self.calls = [0] * size  # each rank's count of amrckpt calls on the group (amrckpt.comm.Call's sequence numbers)
+
+
+_RANK = threading.local()
+"""The rank of a thread started by :func:`run_threads` (``_RANK.value``), for fault wrappers that select ranks."""
+
+
+def thread_rank() -> int | None:
+    """Return the rank of the calling thread if :func:`run_threads` started it, else None. Not collective."""
+    return getattr(_RANK, "value", None)
 
 
 class ThreadComm:
@@ -52,97 +63,60 @@ class ThreadComm:
         """The number of threads in the group."""
         return self._group.size
 
-    def _gather(self, obj: Any, what: str) -> list[Any]:
-        """Every rank's ``obj``; then the fault-injection hook (amrckpt._faults), a no-op unless a test injects faults."""
+    def _gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, by rank: the exchange behind every collective of the group."""
         g = self._group
         g.slots[self._rank] = obj
         g.barrier.wait()
         result = list(g.slots)
         g.barrier.wait()
-        if _faults.ACTIVE is not None:
-            _faults.collective(self, what)
         return result
 
     def barrier(self) -> None:
         """Wait for every thread of the group. Collective."""
         self._group.barrier.wait()
-        if _faults.ACTIVE is not None:
-            _faults.collective(self, "barrier")
 
     def allgather(self, obj: T) -> list[T]:
-        """Every rank's ``obj``, by rank. Collective."""
-        return self._gather(obj, "allgather")
+        """Every rank's ``obj``, by rank (not copied: the ranks share memory). Collective."""
+        return self._gather(obj)
 
     def bcast(self, obj: T, root: int = 0) -> T:
         """``obj`` of rank ``root``. Collective."""
-        result: T = self._gather(obj, "bcast")[root]
+        result: T = self._gather(obj)[root]
         return result
 
-    def allreduce_max(self, values: Sequence[int]) -> list[int]:
-        """Element-wise maximum over ranks. Collective."""
-        return [max(col) for col in zip(*self._gather([int(v) for v in values], "allreduce"), strict=True)]
+    def allgather_array(self, values: np.ndarray) -> np.ndarray:
+        """Every rank's array, stacked by rank: ``(P, *values.shape)``. Collective."""
+        return np.stack([np.array(a, copy=True) for a in self._gather(values)])
 
-    def allreduce_sum(self, value: int) -> int:
-        """Exact sum over ranks. Collective."""
-        return sum(self._gather(int(value), "allreduce"))
+    def allreduce_array(self, values: np.ndarray, op: ReduceOp) -> np.ndarray:
+        """Element-wise reduction over ranks, a new array. Collective."""
+        return reduce_arrays(self._gather(values), op)
 
-    def allreduce_xor(self, values: Sequence[int]) -> list[int]:
-        """Element-wise XOR over ranks. Collective."""
-        out = [0] * len(values)
-        for vals in self._gather([int(v) for v in values], "allreduce"):
-            out = [a ^ b for a, b in zip(out, vals, strict=True)]
+    def allreduce_columns(self, columns: Columns) -> Columns:
+        """Element-wise sums, maxima, XORs over ranks, and the one value given. Collective."""
+        out: Columns = functools.reduce(combine_columns, self._gather(columns))
         return out
+
+    def exscan_columns(self, columns: Columns) -> Columns | None:
+        """As ``MPI_Exscan``: None on rank 0; on rank r, ranks 0..r-1 combined (rank 0's payload as it is on rank 1). Collective."""
+        below = self._gather(columns)[: self._rank]
+        return functools.reduce(combine_columns, below) if below else None
 
     def dup(self) -> ThreadComm:
         """Return a new group of the same thread ranks (rank 0 creates it). Collective."""
         group = _Group(self.size, self._group.timeout) if self._rank == 0 else None
-        return ThreadComm(self._gather(group, "dup")[0], self._rank)
+        return ThreadComm(self._gather(group)[0], self._rank)
 
-    def exscan_sum(self, value: int) -> int:
-        """Exact sum over the ranks below this one. Collective."""
-        return sum(self._gather(int(value), "exscan")[: self._rank])
-
-    def exscan_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Exclusive prefix sums and maxima over the ranks below this one (rank 0: zeros, -1s). Collective."""
-        from ._base import sum_max_columns
-
-        acc: tuple[list[int], list[int]] = ([0] * len(sums), [-1] * len(maxima))
-        for x in self._gather(([int(v) for v in sums], [int(v) for v in maxima]), "exscan")[: self._rank]:
-            acc = sum_max_columns(acc, x)
-        return acc
-
-    def allreduce_max_obj(self, values: Sequence[int]) -> list[int]:
-        """Element-wise maximum of lists of Python ints of any lengths. Collective."""
-        from ._base import max_columns
-
-        return max_columns(self._gather([int(v) for v in values], "allreduce"))
-
-    def allgather_int(self, value: int) -> np.ndarray:
-        """Every rank's int64 ``value``, by rank. Collective."""
-        return np.array(self._gather(int(value), "allgather"), dtype=np.int64)
-
-    def allreduce_sum_max(self, sums: Sequence[int], maxima: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Element-wise sums and maxima over ranks of Python ints. Collective."""
-        from ._base import sum_max_columns
-
-        acc: tuple[list[int], list[int]] = ([0] * len(sums), [-1] * len(maxima))
-        for x in self._gather(([int(v) for v in sums], [int(v) for v in maxima]), "allreduce"):
-            acc = sum_max_columns(acc, x)
-        return acc
-
-    def allreduce_max_array(self, values: np.ndarray) -> np.ndarray:
-        """Element-wise maximum over ranks of an int64 array (a new array). Collective."""
-        arrays = self._gather(np.array(values, dtype=np.int64), "allreduce")
-        out: np.ndarray = np.maximum.reduce(arrays) if len(arrays) > 1 else arrays[0].copy()
-        return out
+    def free(self) -> None:
+        """Nothing to free (the group is garbage-collected). Collective."""
+        self._group.barrier.wait()
 
     def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
         """Emulate :meth:`amrckpt.comm.MPIComm.relay_down` (each rank passes bytes to the rank below). Collective here."""
         if (send and self._rank == 0) or (receive and self._rank == self.size - 1) or (forward and not (send and receive)):
             raise AssertionError(f"relay_down on rank {self._rank}: send={send} receive={receive} forward={forward}")
-        from ._base import relayed
-
-        posted = self._gather((None if data is None else bytes(data), send, receive, forward), "relay")
+        posted = self._gather((None if data is None else bytes(data), send, receive, forward))
         return relayed(posted, self._rank) if receive else None
 
     def __repr__(self) -> str:
@@ -179,7 +153,7 @@ def run_threads(size: int, fn: Callable[..., T], *args: Any, timeout: float = 60
     failures: dict[int, BaseException] = {}
 
     def target(rank: int) -> None:
-        _faults.set_thread_rank(rank)  # injected faults select thread ranks as MPI ranks
+        _RANK.value = rank  # amrckpt.testing's fault wrappers select thread ranks as MPI ranks
         try:
             results[rank] = fn(ThreadComm(group, rank), *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller below

@@ -21,7 +21,7 @@ import numpy as np
 from zlib_ng import zlib_ng
 
 from .._threads import default_threads, pool
-from ..comm import Comm, agree, exscan_sum_max, relay_down
+from ..comm import Comm, collective
 from ..errors import CheckpointError, IncompleteCheckpointError, ScdaArgumentError
 from ..scda import parse_entries
 from ..scda._layout import Share, partition_offsets, read_raw_section
@@ -166,53 +166,54 @@ def write_chunks(
         lo, hi, N = C[r], C[r + 1], C[-1]
         relay = P > 1 and any(c % K for c in C[1:-1])
     first = min(hi, -(-lo // K) * K)  # the first leaf of this rank that starts a chunk (hi if none does)
-    err: BaseException | None = None
-    view = np.zeros(0, np.uint8)
-    try:
-        if hi > lo:
-            view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+
+    def local_view() -> np.ndarray:
+        view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8) if hi > lo else np.zeros(0, np.uint8)
         if view.nbytes != (hi - lo) * E:
             raise ScdaArgumentError(f"chunked data of rank {r}: {view.nbytes} bytes, not {hi - lo} leaves of {E} bytes")
-    except (ScdaArgumentError, TypeError, ValueError) as exc:  # agreed on by every rank below, after the relay
-        err, view = exc, np.zeros(0, np.uint8)
-    # The relay: rank q sends its leaves before its first chunk start to q - 1 if its first leaf is inside a chunk;
-    # it receives the next ranks' if its last chunk runs past its leaves (hi = lo of rank q + 1: the two agree).
-    send, receive = lo % K != 0 and lo < N, hi % K != 0 and hi < N
-    forward = send and receive and first == hi  # all its leaves lie inside one chunk that started below
-    got: bytes | None = None
-    if relay:
-        head = None if err is not None else view[: (first - lo) * E].tobytes()
-        got = relay_down(comm, head, send=send, receive=receive, forward=forward)
-    chunks: list[Any] = []
-    if err is None:
+        return view
+
+    def local_chunks(view: np.ndarray, got: bytes | None) -> list[Any]:
+        chunks: list[Any] = []
         for a in range(first, hi, K):
             b = min(a + K, N)
             if b <= hi:
                 chunks.append(view[(a - lo) * E : (b - lo) * E])
-            elif got is not None:  # the last chunk runs into the next ranks' leaves (None: a sender failed, agreed below)
+            elif got is not None:  # the last chunk runs into the next ranks' leaves
                 if len(got) != (b - hi) * E:
-                    err = AssertionError(f"chunks: rank {r} received {len(got)} bytes, not {b - hi} leaves of {E}")
+                    raise AssertionError(f"chunks: rank {r} received {len(got)} bytes, not {b - hi} leaves of {E}")
                 chunks.append(b"".join([view[(a - lo) * E :].tobytes(), got]))
-    enc: list[bytes] = []
-    try:
-        enc = _map(lambda c: _encode(c, E, level), chunks)
-    except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-        err = err or exc
-    sizes = np.fromiter((len(e) for e in enc), dtype=np.uint64, count=len(enc))
-    nbytes = int(sizes.sum()) if sizes.size else 0
-    (below,), _ = exscan_sum_max(comm, [nbytes], [])
-    c0, nck = -(-lo // K), -(-hi // K) - -(-lo // K)  # this rank's chunks: those that start among its leaves
-    # Totals by maxima: the largest inclusive prefix is the total; the largest count; the last rank with any.
-    total, most, last, cmost, clast = agree(
-        comm, err, what="fwrite_varray", values=[below + nbytes, nbytes, r if nbytes else 0, nck, r if nck else 0]
-    )
-    f.fwrite_varray(
-        b"".join(enc),
-        Share(nck, c0, -(-N // K), cmost, clast),
-        sizes,
-        Share(nbytes, below, total, most, last),
-        user_string,
-    )
+            else:  # a sender failed: its error is agreed on below
+                raise CheckpointError(f"chunks: rank {r} received nothing for leaves {hi}..{b}")
+        return chunks
+
+    with collective(comm, "write chunks") as call:
+        view = call.run(local_view)
+        # The relay: rank q sends its leaves before its first chunk start to q - 1 if its first leaf is inside a chunk;
+        # it receives the next ranks' if its last chunk runs past its leaves (hi = lo of rank q + 1: the two agree).
+        send, receive = lo % K != 0 and lo < N, hi % K != 0 and hi < N
+        forward = send and receive and first == hi  # all its leaves lie inside one chunk that started below
+        got: bytes | None = None
+        if relay:
+            head = None if view is None else view[: (first - lo) * E].tobytes()
+            got = call.relay_down(head, send=send, receive=receive, forward=forward)
+        chunks = call.run(local_chunks, view, got) or []
+        enc: list[bytes] = call.run(_map, lambda c: _encode(c, E, level), chunks) or []
+        sizes = np.fromiter((len(e) for e in enc), dtype=np.uint64, count=len(enc))
+        nbytes = int(sizes.sum()) if sizes.size else 0
+        below = call.exscan(sums=[nbytes]).sums[0]
+        c0, nck = -(-lo // K), -(-hi // K) - -(-lo // K)  # this rank's chunks: those that start among its leaves
+        # Totals by maxima: the largest inclusive prefix is the total; the largest count; the last rank with any.
+        total, most, last, cmost, clast = call.allreduce(
+            maxima=[below + nbytes, nbytes, r if nbytes else 0, nck, r if nck else 0], what="fwrite_varray"
+        ).maxima
+        f.fwrite_varray(
+            b"".join(enc),
+            Share(nck, c0, -(-N // K), cmost, clast),
+            sizes,
+            Share(nbytes, below, total, most, last),
+            user_string,
+        )
 
 
 def _decode_into(out: np.ndarray, c: Any, a: int, b: int, lo: int, hi: int, E: int, what: str) -> None:
@@ -260,8 +261,8 @@ def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, 
     assert sizes is not None
     data = f.fread_varray_data(nchunks, sizes, f.proc_sizes())
     assert data is not None
-    err: BaseException | None = None
-    try:
+
+    def decode() -> None:
         jobs: list[tuple[Any, int, int]] = []
         if lo % K and hi > lo:  # the chunk this rank's first leaves belong to starts on an earlier rank
             j = lo // K
@@ -277,13 +278,17 @@ def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, 
         flat = out.reshape(-1).view(np.uint8)
         what = f"{r.path!r}: field {name!r}"
         _map(lambda job: _decode_into(flat, job[0], job[1], job[2], lo, hi, E, what), jobs)
-    except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-        err = exc
-    # The CRC32 is compared by check_crcs, after everything is read (a load CRCs in a helper thread meanwhile);
-    # a chunk that does not decode is first checked against it, so that a damaged file says so.
-    if r.comm.allreduce_max([int(err is not None)])[0]:
-        r.check_crc(name)
-    agree(r.comm, err, what="load")
+
+    with collective(r.comm, "read chunks") as call:
+        call.run(decode)
+        # The CRC32 is compared by check_crcs, after everything is read (a load CRCs in a helper thread meanwhile);
+        # a chunk that does not decode is first checked against it, so that a damaged file says so.
+        if call.allreduce_array(np.array([int(call.failed)], dtype=np.int64), "max")[0]:
+            err = call.pop_error()
+            r.check_crc(name)  # ChecksumError on every rank if the section is damaged
+            if err is not None:
+                call.fail(err)
+        call.agree("load")
 
 
 def read_chunk_range(

@@ -32,8 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .._crc import SectionCrc
-from ..comm import Comm, exscan_sum_max
+from ..comm import Call, Comm, current_call
 from ..scda._backend import MAX_CALL_NBYTES, Backend, byte_view
 from ..scda._layout import RawSection
 from ._convention import IndexEntry
@@ -171,17 +173,23 @@ class GatheredRead:
         if self._scans:
             sums = []
             for s in self._scans:  # a field whose sizes do not fit is not read on; the others are
-                s.value = self._call(s.local, None) if not self._read_failed else None  # no sizes from a failed read
+                s.value = self._try(s.local, None) if not self._read_failed else None  # no sizes from a failed read
                 sums.append(s.value or 0)
-            prefix, _ = exscan_sum_max(self.comm, sums, [])
+            prefix = self._call().exscan(sums=sums).sums
             for s, before in zip(self._scans, prefix, strict=True):
                 if s.value is not None:
-                    self._call(lambda s=s, before=before: s.then(before), None)  # type: ignore[misc]
+                    self._try(lambda s=s, before=before: s.then(before), None)  # type: ignore[misc]
             self._phase(backend)
         if self.verify:
             self._check()
 
-    def _call(self, fn: Callable[[], Any], default: Any) -> Any:
+    def _call(self) -> Call:
+        """Return the collective call this read belongs to (a load, or a method of the reader)."""
+        call = current_call(self.comm)
+        assert call is not None, "GatheredRead.run outside a collective call"
+        return call
+
+    def _try(self, fn: Callable[[], Any], default: Any) -> Any:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - agreed on by the caller
@@ -193,7 +201,7 @@ class GatheredRead:
         pieces, self._pieces = self._pieces, []
         nrounds = 1
         if self.nbytes > MAX_CALL_NBYTES:  # more than one call may be needed: the largest rank decides
-            most = self.comm.allreduce_max([sum(b.nbytes for _, b in pieces)])[0]
+            most = int(self._call().allreduce_array(np.array([sum(b.nbytes for _, b in pieces)], dtype=np.int64), "max")[0])
             nrounds = max(1, -(-most // MAX_CALL_NBYTES))
         todo, self._todo = self._todo, []
         try:
@@ -218,11 +226,11 @@ class GatheredRead:
         entries = sorted(self._crcs.values(), key=lambda t: t[0].offset)
         if not entries:
             return
-        terms = [self._call(lambda e=e, crc=crc: crc.term(e.end), 0) for e, crc in entries]  # type: ignore[misc]
+        terms = [self._try(lambda e=e, crc=crc: crc.term(e.end), 0) for e, crc in entries]  # type: ignore[misc]
         # One more word: nonzero if a rank's read failed (a 32-bit odd mix of its rank: XORs of several cancel
         # with probability 2**-32).  Then the sections it did not read cannot match, and its error is the one to raise.
         failed = ((self.comm.rank + 1) * 0x9E3779B1 | 1) & 0xFFFFFFFF if self._read_failed else 0
-        *got, someone_failed = self.comm.allreduce_xor([*terms, failed])
+        *got, someone_failed = (int(v) for v in self._call().allreduce_array(np.array([*terms, failed], dtype=np.uint32), "bxor"))
         for (e, _), c in zip(entries, got, strict=True):
             if c != e.crc32:
                 if someone_failed:

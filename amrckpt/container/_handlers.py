@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..comm import agree
+from ..comm import Call, current_call
 from ..errors import CheckpointError, ScdaError
 from ..scda import Share, data_padding_nbytes, parse_entries
 from ..sfc import mesh_record_dtype
@@ -159,7 +159,7 @@ class InlineHandler(FieldHandler):
 
     def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
         r.seek_field(fs)
-        raw: bytes = r.comm.bcast(r.scda.fread_inline_data(root=0) or b"", root=0)
+        raw: bytes = _call(r).allreduce(root_value=r.scda.fread_inline_data(root=0) or b"", what="inline data").value
         r.check_crc(fs.name)  # before parsing: damaged JSON is a damaged section, not a parse error
         return _json(raw, fs, r.path)
 
@@ -427,10 +427,12 @@ class HpHandler(FieldHandler):
         f = r.scda
         sizes = f.fread_varray_sizes(elem_counts)
         assert sizes is not None
-        err: BaseException | None = None
+        call = _call(r)
         if sizes.size and _not_multiples(sizes, value_nbytes):
-            err = CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf whose size is not a multiple of {value_nbytes} bytes")
-        agree(r.comm, err, what="load")
+            call.fail(
+                CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf whose size is not a multiple of {value_nbytes} bytes")
+            )
+        call.agree("load")
         data = f.fread_varray_data(elem_counts, sizes, f.proc_sizes())
         assert data is not None
         values = data.view(dt).reshape(-1, *fs.shape)
@@ -448,18 +450,17 @@ class HpHandler(FieldHandler):
         # No CRC wait here (a load CRCs in a helper thread until check_crcs): nothing is sized by the counts
         # before their sum is compared with the values section's N, whose bytes the file holds.
         counts = raw.astype(np.int64)
+        call = _call(r)
         if cdt.itemsize == 8 and counts.size and int(counts.min()) < 0:  # u8 above 2**63
             counts[:] = 0
-            err: BaseException | None = CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more than 2**63 values")
-        else:
-            err = None
-        agree(r.comm, err, what="load")
+            call.fail(CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more than 2**63 values"))
+        call.agree("load")
         return counts
 
     def _read_values(self, r: CheckpointReader, fs: FieldSpec, counts: np.ndarray, dt: np.dtype[Any], E: int) -> np.ndarray:
         """Layout ``counts``: this rank's values, their partition from the counts of every rank (one allgather). Collective."""
         mine = int(counts.sum(dtype=np.int64))
-        vcounts: list[int] = r.comm.allgather(mine)
+        vcounts: list[int] = _call(r).allgather_int(mine, what="values per rank").tolist()
         parts = r.entries(fs.name)
         if len(parts) < 2:  # the index, the same on every rank
             raise CheckpointError(f"{r.path!r}: the index has no values section of field {fs.name!r}")
@@ -610,6 +611,13 @@ class HpHandler(FieldHandler):
         sizes = r.scda.fread_varray_sizes(elem_counts)
         assert sizes is not None
         return sizes.astype(np.int64)
+
+
+def _call(r: CheckpointReader) -> Call:
+    """Return the collective call a section-by-section read belongs to (a method of the reader)."""
+    call = current_call(r.comm)
+    assert call is not None, "a field read outside a collective call"
+    return call
 
 
 def _sections(r: CheckpointReader, fs: FieldSpec, n: int) -> list[Section]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import scda
 from .._crc import crc32
-from ..comm import Comm, agree, as_comm, run_on_root
+from ..comm import Comm, SerialComm, as_comm, collective, collective_method, current_call
 from ..errors import (
     AmrckptError,
     CheckpointError,
@@ -306,20 +306,21 @@ class CheckpointReader:
         self._checked: list[str] = []  # sections whose CRC32 matched, outside the scda reader
         self._agree_on_close = False  # read_fields ran: close agrees (with the caller's error)
         try:
-            meta = run_on_root(self.comm, lambda: self._metadata_on_root(select))
-            self.file_size: int = meta[0]
-            self.index: Index = parse_model(Index, meta[1], "index", self.path)
-            self.manifest: Manifest = parse_model(Manifest, meta[2], "manifest", self.path)
-            self._run: RunRecord | None = meta[3]
-            self._sections: dict[str, list[Section]] = meta[4]
-            if verify:  # checked by the root: the file header, inline and block sections
-                self._checked.extend(name for name, secs in self._sections.items() if not secs or secs[0].data is not None)
-            self.provenance: Provenance | None = None
-            self._writer_partition: Partition | None = None
-            if self.manifest.format_version == 1:
-                raw = self._metadata_block("amrckpt provenance", PROVENANCE_USER_STRING)
-                self.provenance = parse_model(Provenance, raw, "provenance", self.path)
-                self._writer_partition = self._format1_partition(self.provenance)
+            with collective(self.comm, "CheckpointReader.open") as call:
+                meta = call.on_root(lambda: self._metadata_on_root(select), what="checkpoint metadata")
+                self.file_size: int = meta[0]
+                self.index: Index = parse_model(Index, meta[1], "index", self.path)
+                self.manifest: Manifest = parse_model(Manifest, meta[2], "manifest", self.path)
+                self._run: RunRecord | None = meta[3]
+                self._sections: dict[str, list[Section]] = meta[4]
+                if verify:  # checked by the root: the file header, inline and block sections
+                    self._checked.extend(name for name, secs in self._sections.items() if not secs or secs[0].data is not None)
+                self.provenance: Provenance | None = None
+                self._writer_partition: Partition | None = None
+                if self.manifest.format_version == 1:
+                    raw = self._metadata_block("amrckpt provenance", PROVENANCE_USER_STRING)
+                    self.provenance = parse_model(Provenance, raw, "provenance", self.path)
+                    self._writer_partition = self._format1_partition(self.provenance)
         except BaseException:
             self._close_quietly()
             raise
@@ -470,6 +471,7 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path!r}: the index has no section {name!r}")
         return out
 
+    @collective_method("CheckpointReader.check_crc")
     def check_crc(self, name: str, part: int = 0) -> None:
         """Compare the CRC32 of section ``name``, just read, with the index. Collective; no-op without ``verify``.
 
@@ -505,7 +507,9 @@ class CheckpointReader:
         data = f.fread_array_data(counts)
         self.check_crc(e.name)
         mine: list[int] = data.view("<i8").tolist() if data is not None and self.comm.rank == 0 else []
-        counts = self.comm.bcast(mine, root=0)
+        call = current_call(self.comm)
+        assert call is not None
+        counts = call.allreduce(root_value=mine, what="writing partition").value
         if len(counts) != prov.writer_size or sum(counts) < 0:
             raise CheckpointError(
                 f"{self.path!r}: the writing partition has {len(counts)} ranks, the provenance {prov.writer_size}"
@@ -543,6 +547,7 @@ class CheckpointReader:
 
     # -- fields ---------------------------------------------------------------
 
+    @collective_method("CheckpointReader.seek_field")
     def seek_field(self, fs: FieldSpec) -> SectionHeader:
         """Move to field ``fs``'s section through the index and read its header (decoded). Collective.
 
@@ -579,6 +584,7 @@ class CheckpointReader:
             return ms.num_leaves
         return fs.count
 
+    @collective_method("CheckpointReader.read_field")
     def read_field(self, name: str, elem_counts: list[int] | None = None) -> Any:
         r"""Read this rank's part of field ``name`` by its handler. Collective.
 
@@ -607,6 +613,7 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path!r} has no field {name!r}") from None
         return handler_for(fs.kind).read(self, fs, elem_counts)
 
+    @collective_method("CheckpointReader.read_fields")
     def read_fields(
         self, fields: Sequence[FieldSpec], parts: Mapping[str, Partition]
     ) -> tuple[dict[str, Any], BaseException | None]:
@@ -701,6 +708,7 @@ class CheckpointReader:
         r = self.comm.rank
         return Span(int(part.elem_counts[r]), int(part.global_first_quadrant[r]), part.N)
 
+    @collective_method("CheckpointReader.leaf_weights")
     def leaf_weights(self, mesh: str | None = None) -> np.ndarray:
         """Bytes per leaf (mesh record, cells, hp payloads) of this rank's leaves under the uniform partition. Collective.
 
@@ -756,9 +764,14 @@ class CheckpointReader:
                     w += fn()
                 except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
                     g.fail(exc)
-        agree(self.comm, g.error, what="leaf weights")
+        call = current_call(self.comm)
+        assert call is not None
+        if g.error is not None:
+            call.fail(g.error)
+        call.agree("leaf weights")
         return w
 
+    @collective_method("CheckpointReader.check_crcs")
     def check_crcs(self) -> tuple[str, ...]:
         """Compare the CRC32 of every section read in full with the index. Collective.
 
@@ -834,7 +847,7 @@ class CheckpointReader:
             read_chunk_range(self._pread(), e.offset, self.file_size, self.path, fs.name, N, E, fs.chunk, start, out)
             return out
         if fs.compressed:  # one zlib stream per element: decode the whole section serially, keep the range
-            with scda.fopen_read(self.path) as f:
+            with scda.fopen_read(self.path, comm=SerialComm()) as f:
                 f.fseek_section(e.offset)
                 f.fread_section_header(decode=True)
                 whole = f.fread_array_data([N], E)
@@ -903,7 +916,7 @@ class CheckpointReader:
         if fs.layout == "counts":
             return self._hp_range(fs, N, start, count, dt, vbytes)
         if fs.compressed:
-            with scda.fopen_read(self.path) as f:
+            with scda.fopen_read(self.path, comm=SerialComm()) as f:
                 f.fseek_section(e.offset)
                 f.fread_section_header(decode=True)
                 sizes = f.fread_varray_sizes([N])
@@ -977,6 +990,7 @@ class CheckpointReader:
 
     # -- closing ----------------------------------------------------------------
 
+    @collective_method("CheckpointReader.close")
     def close(self, error: BaseException | None = None) -> None:
         """Close the file, agreeing on ``error``: this rank's error of :meth:`read_fields` or of using what it read. Collective.
 
@@ -994,17 +1008,22 @@ class CheckpointReader:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        call = current_call(self.comm)
+        assert call is not None
+        agree = self._gathered is not None or self._agree_on_close  # the same on every rank: read_fields ran
+        if error is not None:
+            if not agree:
+                raise error  # an error every rank has (the caller's)
+            call.fail(error)
         try:
             if self._scda is not None:
                 self._scda.fclose()
         finally:
             g, self._gathered = self._gathered, None
             if g is not None:
-                g.close(error=error)
-            elif self._agree_on_close:
-                agree(self.comm, error, what="load")
-            elif error is not None:
-                raise error
+                g.close()  # on every rank; its errors are kept by the call
+            if agree:
+                call.agree("load")
 
     def _close_quietly(self) -> None:
         """Close what this rank opened after an error that every rank raises (no agreement: they all raise it)."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import scda
 from .._version import __version__
-from ..comm import as_comm
+from ..comm import SerialComm, as_comm
 from ._convention import (
     FOOTER_USER_STRING,
     FORMAT_VERSION,
@@ -63,7 +63,7 @@ def read_raw_metadata(path: str, info: scda.FileInfo) -> RawMetadata | None:
     if not any(s.type == "B" and s.user_string == MANIFEST_USER_STRING for s in info.sections):
         return None
     found: dict[bytes, Any] = {}
-    with scda.fopen_read(path) as f:
+    with scda.fopen_read(path, comm=SerialComm()) as f:  # one rank reads its own metadata
         for s in info.sections:
             if wanted.get(s.user_string) != s.type or s.user_string in found:
                 continue

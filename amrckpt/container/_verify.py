@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import scda
 from .._crc import SectionCrc
-from ..comm import Comm, agree_gather, as_comm, run_on_root
+from ..comm import Call, collective
 from ..errors import AmrckptError, IncompleteCheckpointError, ScdaError
 from ..scda._backend import os_error
 from ..scda._scan import exact_reader
@@ -52,15 +52,18 @@ def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, 
     VerifyReport
         Never raises for a damaged file: the report says what is wrong.
     """
-    c = as_comm(comm)
-    spath = os.fspath(path)
+    with collective(comm, "verify") as call:
+        return _verify(call, os.fspath(path), info, structure)
+
+
+def _verify(call: Call, spath: str, info: Any, structure: bool) -> VerifyReport:
     try:
-        index = run_on_root(c, lambda: locate_index(spath))
+        index = call.on_root(lambda: locate_index(spath), what="verify: index")
     except (AmrckptError, OSError) as exc:
         return VerifyReport(spath, False, [f"{type(exc).__name__}: {exc}"], None)
     problems: list[str] = []
     try:
-        crcs = _crc_ranges(spath, [(e.offset, e.end) for e in index.sections], c, info)
+        crcs = _crc_ranges(spath, [(e.offset, e.end) for e in index.sections], call, info)
     except AmrckptError as exc:
         return VerifyReport(spath, False, [f"{type(exc).__name__}: {exc}"], None)
     for e, crc in zip(index.sections, crcs, strict=True):
@@ -70,12 +73,12 @@ def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, 
             problems.append(f"section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32")
     ck = None
     try:
-        ck = read_info(path, comm=c, verify=True, info=info)
+        ck = read_info(spath, comm=call.comm, verify=True, info=info)
     except (AmrckptError, OSError) as exc:
         if not problems:
             problems.append(f"{type(exc).__name__}: {exc}")
     if structure:
-        problems += run_on_root(c, lambda: _structure_problems(spath, index))
+        problems += call.on_root(lambda: _structure_problems(spath, index), what="verify: structure")
     return VerifyReport(spath, not problems, problems, ck)
 
 
@@ -112,11 +115,11 @@ def _structure_problems(path: str, index: Index) -> list[str]:
 _VERIFY_CHUNK = 64 << 20
 
 
-def _crc_ranges(path: str, ranges: list[tuple[int, int]], comm: Comm, info: Any) -> list[int | None]:
+def _crc_ranges(path: str, ranges: list[tuple[int, int]], call: Call, info: Any) -> list[int | None]:
     """CRC32 of each byte range (None if it is not inside the file), the reading spread evenly over the ranks. Collective."""
+    comm = call.comm
     backend = scda.open_backend(path, "r", comm, info=info)
     terms = []
-    err: BaseException | None = None
     try:
         size = backend.file_size()  # collective; a damaged index may name bytes that the file does not have
         outside = [not 0 <= start <= end <= size for start, end in ranges]
@@ -128,19 +131,18 @@ def _crc_ranges(path: str, ranges: list[tuple[int, int]], comm: Comm, info: Any)
             hi = start + n * (comm.rank + 1) // comm.size
             s = SectionCrc()
             pos = lo
-            while pos < hi and err is None:
+            while pos < hi and not call.failed:
                 k = min(_VERIFY_CHUNK, hi - pos)
                 buf = bytearray(k)
                 try:
                     backend.read([(pos, memoryview(buf))], None, 0)
                 except ScdaError as exc:
-                    err = exc
+                    call.fail(exc)
                     break
                 s.add(pos, buf)
                 pos += k
             terms.append(s.term(end))
-        agree_gather(comm, err, None)
-        crcs = comm.allreduce_xor(terms)
+        crcs = call.allreduce(xors=terms, what="verify: CRC32s").xors
         return [None if out else crc for crc, out in zip(crcs, outside, strict=True)]
     finally:
         backend.close()

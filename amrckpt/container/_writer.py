@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import scda
 from .._version import __version__
-from ..comm import Comm, MPIComm, as_comm
+from ..comm import Comm, as_comm
 from ..errors import ScdaUsageError
 from ._convention import (
     FOOTER_USER_STRING,
@@ -245,7 +245,7 @@ def run_record(comm: Any, global_first_quadrant: list[int] | None, saved_at: flo
     """
     c = as_comm(comm)
     mpi = None
-    if isinstance(c, MPIComm):
+    if getattr(c, "mpi_comm", None) is not None:
         from mpi4py import MPI
 
         mpi = MPI.Get_library_version().strip().splitlines()[0]

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..comm import as_comm, run_on_root
+from ..comm import Call, collective
 from ..errors import CheckpointError
 from ._arrays import CellArray, HpSummary, checkpoint_paths, leaf_values, mesh_spec, plan_arrays
 from ._geometry import VTK_CELL_TYPE, cell_corners, float32_exact, leaf_boxes, tree_boxes
@@ -376,7 +376,26 @@ def to_vtkhdf(
     h5py = _h5py()
     if chunk_leaves < 1:
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
-    c = as_comm(comm)
+    with collective(comm, "export") as call:
+        return _export(call, h5py, source, out, prefix, hp, ranks, verify, points, brick, chunk_leaves, mesh, units_in_names)
+
+
+def _export(
+    call: Call,
+    h5py: Any,
+    source: Any,
+    out: Any,
+    prefix: str,
+    hp: Any,
+    ranks: Any,
+    verify: bool,
+    points: str,
+    brick: Any,
+    chunk_leaves: int,
+    mesh: Any,
+    units_in_names: bool,
+) -> ExportResult:
+    c = call.comm
     paths, series = checkpoint_paths(source, prefix)
     if points not in ("auto", "float64"):
         raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
@@ -384,7 +403,7 @@ def to_vtkhdf(
     def survey() -> list[_Step]:
         return _survey(paths, hp, ranks, verify, points, brick, chunk_leaves, mesh)
 
-    steps = survey() if c.size == 1 else run_on_root(c, survey)
+    steps = survey() if c.size == 1 else call.on_root(survey, what="export: survey")
     arrays = _common_arrays(steps)
     out_path = Path(out)
     parallel = c.size > 1 and bool(h5py.get_config().mpi)
@@ -403,7 +422,7 @@ def to_vtkhdf(
             before += N
 
     if parallel:
-        with h5py.File(out_path, "w", driver="mpio", comm=getattr(c, "mpi_comm", comm)) as h5:
+        with h5py.File(out_path, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
             write(c.rank, c.size, h5)
     else:
 
@@ -417,7 +436,7 @@ def to_vtkhdf(
                 tmp.unlink(missing_ok=True)
                 raise
 
-        serial() if c.size == 1 else run_on_root(c, serial)
+        serial() if c.size == 1 else call.on_root(serial, what="export: write")
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)
     return ExportResult(
         out_path,

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from .. import _faults
 from .._logging import RankLogger
-from ..comm import Comm, MPIComm, agree, agree_gather, as_comm, digest_of, run_on_root
+from ..comm import Call, Comm, SerialComm, as_comm, collective, collective_method, current_call, digest_of
 from ..container import CheckpointInfo, read_info, run_record_path, write_run_record
 from ..errors import (
     AmrckptError,
@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..restart import Loaded, load
 from ..schema import CheckpointSchema, save
-from ._policies import _CODE_BITS, Decision, EveryNSteps, Moment, SavePolicy, leaves
+from ._policies import Decision, EveryNSteps, Moment, SavePolicy, leaves
 from ._retention import KeepLast, KeepPolicy, kept_steps
 from ._snapshot import Snapshots, cores_per_rank
 
@@ -249,22 +249,6 @@ def read_history(directory: str | os.PathLike[str]) -> dict[int, dict[str, Any]]
     return logged
 
 
-def _vocabulary(policy: SavePolicy) -> int:
-    """Return a digest (below 2**62) of what the reasons' texts depend on: every leaf policy's class and reason key."""
-    return digest_of(*((type(p).__qualname__, getattr(p, "reason_key", lambda: None)()) for p in leaves(policy)))
-
-
-def _code(policy: SavePolicy, moment: Moment, reason: str) -> int | None:
-    """Return the code of ``policy``'s ``reason`` if its text comes back from the code exactly, else None."""
-    enc = getattr(policy, "reason_code", None)
-    if enc is None or getattr(policy, "reason_key", lambda: None)() is None:
-        return None
-    code = enc(moment, reason)
-    if code is None or not 0 <= code < 1 << _CODE_BITS or policy.reason_text(moment, code) != reason:  # type: ignore[attr-defined]
-        return None
-    return int(code)
-
-
 class CheckpointManager(Generic[S]):
     """Checkpoints a simulation into a directory: when to save, atomically, what to keep, where to restart.
 
@@ -342,7 +326,26 @@ class CheckpointManager(Generic[S]):
         info: Any = None,
         abort_on_error: bool = False,
     ) -> None:
-        self.comm: Comm = as_comm(comm)
+        with collective(comm, "CheckpointManager") as call:
+            self.comm: Comm = call.comm
+            self._init(
+                call, directory, schema, save_policy, keep_policy, background, prefix, sync, save_kwargs, info, abort_on_error
+            )
+
+    def _init(
+        self,
+        call: Call,
+        directory: str | os.PathLike[str],
+        schema: type[S],
+        save_policy: SavePolicy | None,
+        keep_policy: KeepPolicy | None,
+        background: bool,
+        prefix: str,
+        sync: bool,
+        save_kwargs: dict[str, Any] | None,
+        info: Any,
+        abort_on_error: bool,
+    ) -> None:
         self.log = RankLogger(log, self.comm.rank, self.comm.size)
         self.directory = Path(directory)
         self.schema = schema
@@ -370,18 +373,8 @@ class CheckpointManager(Generic[S]):
         self._bg_comm: Comm | None = None
         self._closed = False
         self.restored_step: int | None = None
-        err: BaseException | None = None
-        if self.comm.rank == 0:
-            try:
-                self._open_directory()
-            except AmrckptError as exc:
-                err = exc
-        # The reasons' vocabulary (every leaf policy and what its texts depend on), agreed with the directory:
-        # equal on every rank, reasons travel as codes in the decision's allreduce (see decide).
-        vocab = _vocabulary(self.save_policy)
-        dv, ndv, nl = agree(self.comm, err, what="CheckpointManager", values=[vocab, -vocab, len(leaves(self.save_policy))])
-        self._vocab: int | None = vocab if dv == -ndv else None  # None: the reasons travel as text (see decide)
-        self._nleaves = nl if dv == -ndv else 0
+        call.run(self._open_directory, on=0)  # every step of rank 0's is agreed on, OSErrors included
+        call.agree("CheckpointManager: open the directory")
         self._snapshots: Snapshots | None = None
         if background:
             self._bg_comm = self._background_comm()
@@ -439,7 +432,7 @@ class CheckpointManager(Generic[S]):
                     os.replace(kept, final)
 
     def _background_comm(self) -> Comm:
-        if isinstance(self.comm, MPIComm):
+        if getattr(self.comm, "mpi_comm", None) is not None:
             from mpi4py import MPI
 
             if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -452,65 +445,37 @@ class CheckpointManager(Generic[S]):
 
     # -- deciding -------------------------------------------------------------
 
+    @collective_method("CheckpointManager.decide")
     def decide(self, step: int) -> Decision:
         """Ask the save policy on every rank; return the decision they share. Collective.
 
-        One allreduce (``MPI_MAX`` of 5 + 2 L int64, L the policies that
-        ``a | b | c`` combines) decides, and carries the reasons: each
-        built-in policy's reason is a code from which every rank rebuilds
-        the same text (the reason of the lowest rank that gave it; e.g.
-        ``"received SIGTERM"`` of the one rank that got the signal).  The
-        history text is the policies' reasons in their order, joined by
-        ``"; "``: the text each rank's policies give when all ranks that
-        ask give the same (the usual case); a reason that ranks give
-        differently is the lowest rank's.  A reason the manager cannot
-        encode (a user-defined policy's text, more than 4 signals at once)
-        is the lowest rank's text, sent by one broadcast from that rank;
-        so is the whole text when the ranks' policies differ (their
-        vocabulary, agreed when the manager was created or now).
+        One allreduce (the maxima of whether to save, whether to halt, and
+        the lowest rank that wants to save) decides; when a save happens, a
+        second carries that rank's reason text (its policies' reasons joined
+        by ``"; "``, e.g. ``"received SIGTERM"`` of the one rank that got
+        the signal) to every rank for the history.
 
         Returns
         -------
         Decision
             The same on every rank.
         """
+        call = current_call(self.comm)
+        assert call is not None
         moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time)
-        pols = leaves(self.save_policy)
-        mine = [p.decide(moment) for p in pols]  # every policy is asked, as AnyOf does (triggers are consumed)
-        local = Decision(any(d.save for d in mine), any(d.halt for d in mine), "; ".join(d.reason for d in mine if d.reason))
-        P, L = self.comm.size, self._nleaves
-        vocab = _vocabulary(self.save_policy)
-        same = vocab == self._vocab and len(pols) == L  # else (policies changed since the manager was created): text
-        key = P - self.comm.rank if local.save else 0  # the largest key is the lowest rank
-        codes, custom = [0] * L, [0] * L
-        if local.save and same:
-            for i, (p, d) in enumerate(zip(pols, mine, strict=True)):
-                if d.reason:
-                    c = _code(p, moment, d.reason)
-                    if c is None:
-                        custom[i] = key
-                    else:
-                        codes[i] = (key << _CODE_BITS) | c
-        v = vocab % (1 << 62)
-        res = self.comm.allreduce_max([int(local.save), int(local.halt), v, -v, key, *codes, *custom])
-        if not res[0]:
-            return Decision(False, bool(res[1]), "")
-        if res[2] != -res[3] or vocab != self._vocab:  # the ranks' policies differ, or changed: the lowest saver's text
-            root = P - res[4]
-            return Decision(True, bool(res[1]), self.comm.bcast(local.reason if self.comm.rank == root else "", root))
-        texts: list[str | None] = [None] * L
-        roots: dict[int, list[int]] = {}
-        for i in range(L):
-            ka, kc = res[5 + i] >> _CODE_BITS, res[5 + L + i]
-            if kc > ka:
-                roots.setdefault(P - kc, []).append(i)
-            elif ka:
-                texts[i] = pols[i].reason_text(moment, res[5 + i] & ((1 << _CODE_BITS) - 1))  # type: ignore[attr-defined]
-        for root in sorted(roots):  # user-defined reasons: one broadcast from each rank whose text is taken
-            sent = [mine[i].reason for i in roots[root]] if self.comm.rank == root else []
-            for i, t in zip(roots[root], self.comm.bcast(sent, root), strict=True):
-                texts[i] = t
-        return Decision(True, bool(res[1]), "; ".join(t for t in texts if t))
+
+        def ask() -> Decision:
+            mine = [p.decide(moment) for p in leaves(self.save_policy)]  # every policy is asked (triggers are consumed)
+            return Decision(any(d.save for d in mine), any(d.halt for d in mine), "; ".join(d.reason for d in mine if d.reason))
+
+        local = call.run(ask) or Decision(False, False, "")
+        P = self.comm.size
+        key = P - self.comm.rank if local.save else 0  # the largest key is the lowest saving rank
+        save, halt, top = call.allreduce(maxima=[int(local.save), int(local.halt), key], what="decide").maxima
+        if not save:
+            return Decision(False, bool(halt), "")
+        reason = call.allreduce(root_value=local.reason, root=P - top, what="decide: reason").value
+        return Decision(True, bool(halt), str(reason))
 
     # -- saving ---------------------------------------------------------------
 
@@ -576,6 +541,19 @@ class CheckpointManager(Generic[S]):
         """
         if self._closed:
             raise ScdaUsageError("CheckpointManager.save: the manager is closed")
+        with collective(self.comm, "CheckpointManager.save"):
+            return self._save(step, state, force, overwrite, time_value, metrics, metadata)
+
+    def _save(
+        self,
+        step: int,
+        state: Any,
+        force: bool,
+        overwrite: bool,
+        time_value: float | None,
+        metrics: dict[str, Any] | None,
+        metadata: dict[str, Any] | None,
+    ) -> SaveHandle:
         self.wait()
         decision = self.decide(step)
         if decision.halt:
@@ -612,28 +590,33 @@ class CheckpointManager(Generic[S]):
 
         Returns the keys to add to the history record.
         """
-        err: BaseException | None = None
-        text = ""
-        extra: dict[str, Any] = {}
-        try:
-            for name, value in (("metrics", metrics), ("metadata", metadata)):
-                if value is None:
-                    continue
-                if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                    raise ManagerError(f"save: {name} must be a dict with str keys, not {type(value).__name__}")
-                extra[name] = json.loads(json.dumps(value))
-            text = json.dumps(extra, sort_keys=True)
-        except (TypeError, ValueError) as exc:
-            err = ManagerError(f"save: metrics and metadata must be JSON: {exc}")
-        except ManagerError as exc:
-            err = exc
-        texts = agree_gather(self.comm, err, text)
-        if len(set(texts)) > 1:
+        call = current_call(self.comm)
+        assert call is not None
+
+        def check() -> tuple[dict[str, Any], str]:
+            extra: dict[str, Any] = {}
+            try:
+                for name, value in (("metrics", metrics), ("metadata", metadata)):
+                    if value is None:
+                        continue
+                    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                        raise ManagerError(f"save: {name} must be a dict with str keys, not {type(value).__name__}")
+                    extra[name] = json.loads(json.dumps(value))
+                return extra, json.dumps(extra, sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise ManagerError(f"save: metrics and metadata must be JSON: {exc}") from exc
+
+        extra, text = call.run(check) or ({}, "")
+        if not call.allreduce(equal=[digest_of(text)], what="save: metrics").equal[0]:
+            texts = call.allgather(text, what="save: metrics")  # only when they differ: name the ranks
             ranks = [r for r, t in enumerate(texts) if t != texts[0]]
-            raise ManagerError(
-                f"save: metrics or metadata differ between ranks ({ranks} differ from rank 0): pass values reduced over the ranks"
+            raise call.agreed(
+                ManagerError(
+                    f"save: metrics or metadata differ between ranks ({ranks} differ from rank 0): "
+                    "pass values reduced over the ranks"
+                )
             )
-        run_on_root(self.comm, lambda: self._check_step(step, overwrite))
+        call.on_root(lambda: self._check_step(step, overwrite), what="save: check the step")
         return extra
 
     def _check_step(self, step: int, overwrite: bool) -> None:
@@ -701,8 +684,22 @@ class CheckpointManager(Generic[S]):
         After it, nothing collective remains: history and retention (rank 0)
         are advisory and only logged if they fail.
         """
+        with collective(comm, "CheckpointManager.commit") as call:
+            self._commit_in(call, step, state, reason, time_value, extra, overwrite)
+
+    def _commit_in(
+        self,
+        call: Call,
+        step: int,
+        state: S,
+        reason: str,
+        time_value: float | None,
+        extra: dict[str, Any] | None,
+        overwrite: bool,
+    ) -> None:
+        comm = call.comm
         final = self.path_of(step)
-        token = run_on_root(comm, self._begin_commit)
+        token = call.on_root(self._begin_commit, what="commit: check the directory")
         tmp = self.directory / f".{final.name}.partial-{token}"
         t0 = time.time()
         try:
@@ -712,10 +709,11 @@ class CheckpointManager(Generic[S]):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
             raise
-        err: BaseException | None = None
         renamed = False
         backup: Path | None = None
-        if comm.rank == 0:
+
+        def rename() -> None:
+            nonlocal renamed, backup
             try:
                 if final.exists():  # a checkpoint of the same step: keep a link to put it back if the commit fails
                     backup = self.directory / f".{final.name}.previous-{token}"
@@ -728,9 +726,11 @@ class CheckpointManager(Generic[S]):
                 if self.sync:
                     _fsync_directory(self.directory, comm)
             except OSError as exc:
-                err = ScdaIOError(exc.errno or errno.EIO, f"cannot commit {final.name}: {exc.strerror or exc}")
+                raise ScdaIOError(exc.errno or errno.EIO, f"cannot commit {final.name}: {exc.strerror or exc}") from exc
+
+        call.run(rename, on=0)
         try:
-            agree(comm, err, what="commit")
+            call.agree("commit")
         except BaseException:
             if comm.rank == 0:
                 self._roll_back(tmp, final, renamed, backup)
@@ -861,7 +861,7 @@ class CheckpointManager(Generic[S]):
 
     def _check(self, step: int) -> tuple[bool, str | None]:
         try:
-            read_info(self.path_of(step))
+            read_info(self.path_of(step), comm=SerialComm())
         except (AmrckptError, OSError) as exc:
             return False, f"{type(exc).__name__}: {exc}"
         return True, None
@@ -873,7 +873,8 @@ class CheckpointManager(Generic[S]):
         (footer, index, manifest, with CRCs; the run record and history
         beside them) and broadcasts.
         """
-        return run_on_root(self.comm, self._history)
+        with collective(self.comm, "CheckpointManager.history") as call:
+            return call.on_root(self._history, what="history")
 
     def _history(self) -> list[CheckpointRecord]:
         logged = read_history(self.directory)
@@ -881,7 +882,7 @@ class CheckpointManager(Generic[S]):
         for step, path in sorted(self._files().items()):
             e = logged.get(step, {})
             try:
-                info = read_info(path)
+                info = read_info(path, comm=SerialComm())
             except (AmrckptError, OSError) as exc:
                 records.append(
                     CheckpointRecord(
@@ -934,7 +935,8 @@ class CheckpointManager(Generic[S]):
         listed was committed; none is opened or verified (:meth:`history`
         and :meth:`latest` verify).
         """
-        return run_on_root(self.comm, lambda: sorted(self._files()))
+        with collective(self.comm, "CheckpointManager.all_steps") as call:
+            return call.on_root(lambda: sorted(self._files()), what="all_steps")
 
     def latest_step(self) -> int | None:
         """Return the newest committed step, or None (orbax's ``latest_step``). Collective.
@@ -943,7 +945,8 @@ class CheckpointManager(Generic[S]):
         :meth:`latest` returns the newest checkpoint that verifies, which a
         restart takes.
         """
-        steps = self.all_steps()
+        with collective(self.comm, "CheckpointManager.latest_step"):
+            steps = self.all_steps()
         return steps[-1] if steps else None
 
     def restore_latest(self, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None) -> Any:
@@ -972,6 +975,10 @@ class CheckpointManager(Generic[S]):
             None if there is no usable checkpoint.  The step restored is
             :attr:`restored_step`.
         """
+        with collective(self.comm, "CheckpointManager.restore_latest"):
+            return self._restore_latest(into, partition, fields)
+
+    def _restore_latest(self, into: Any, partition: Any, fields: list[str] | None) -> Any:
         self.wait()
         self.restored_step = None
         for r in reversed(self.history()):
@@ -1033,10 +1040,11 @@ class CheckpointManager(Generic[S]):
         CheckpointError, ScdaError
             On every rank, if the checkpoint is damaged or does not match the schema.
         """
-        self.wait()
-        path = run_on_root(self.comm, lambda: self._existing(step))
-        loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
-        return self._restored(step, loaded, into)
+        with collective(self.comm, "CheckpointManager.restore") as call:
+            self.wait()
+            path = call.on_root(lambda: self._existing(step), what="restore: find the step")
+            loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
+            return self._restored(step, loaded, into)
 
     def delete(self, step: int) -> None:
         """Delete the checkpoint of ``step`` and its history record (orbax's ``delete``). Collective.
@@ -1051,7 +1059,6 @@ class CheckpointManager(Generic[S]):
         ManagerError
             On every rank, if the file cannot be removed.
         """
-        self.wait()
 
         def remove() -> None:
             path = self._existing(step)
@@ -1066,7 +1073,9 @@ class CheckpointManager(Generic[S]):
             self._rewrite_history(drop={step})
             self.log.info("deleted %s", path.name)
 
-        run_on_root(self.comm, remove)
+        with collective(self.comm, "CheckpointManager.delete") as call:
+            self.wait()
+            call.on_root(remove, what="delete")
         self._unusable.discard(step)
 
     def metadata(self, step: int) -> StepMetadata:
@@ -1091,11 +1100,12 @@ class CheckpointManager(Generic[S]):
 
         def read() -> StepMetadata:
             path = self._existing(step)
-            info = read_info(path)
+            info = read_info(path, comm=SerialComm())
             record = read_history(self.directory).get(step, {})
             return StepMetadata(step, str(path), info, record.get("metrics"), record.get("metadata"), record)
 
-        return run_on_root(self.comm, read)
+        with collective(self.comm, "CheckpointManager.metadata") as call:
+            return call.on_root(read, what="metadata")
 
     # -- closing --------------------------------------------------------------
 
@@ -1105,12 +1115,13 @@ class CheckpointManager(Generic[S]):
             return
         self._closed = True
         try:
-            self.wait()
+            with collective(self.comm, "CheckpointManager.close"):
+                self.wait()
         finally:
             stop = getattr(self.save_policy, "stop", None)
             if stop is not None:
                 stop()
-            if self._bg_comm is not None and isinstance(self._bg_comm, MPIComm):
+            if self._bg_comm is not None:
                 self._bg_comm.free()
             if self._snapshots is not None:
                 self._snapshots.clear()
@@ -1122,7 +1133,7 @@ class CheckpointManager(Generic[S]):
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if exc is not None and self.abort_on_error and isinstance(self.comm, MPIComm) and self.comm.size > 1:
+        if exc is not None and self.abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
             self._abort(exc)
         self.close()
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from ..comm import Comm
+from ..comm import Comm, collective
 from ..errors import AmrckptError
 from ._scheduler import JobClock, detect_scheduler, env_end_time, launcher_rank
 
@@ -320,8 +320,9 @@ class BeforeWallTime(_Combinable):
         self._root = comm.rank == 0
         if self._explicit:
             return
-        end = None
-        if self._root:
+        self._clock = None  # rank 0's is set by learn()
+
+        def learn() -> float | None:
             self._clock = self._new_clock(True)
             end = self._clock.end()
             sched = detect_scheduler()
@@ -339,9 +340,10 @@ class BeforeWallTime(_Combinable):
                     sched.name,
                     sched.job_id,
                 )
-        else:
-            self._clock = None
-        self.end_time = comm.bcast(end, 0)
+            return end
+
+        with collective(comm, "BeforeWallTime.bind") as call:
+            self.end_time = call.on_root(learn, what="the job's end")
 
     def margin(self, moment: Moment) -> float:
         """Return the seconds before the end at which to save: learned from the save times."""

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import _faults
-from ..comm import Comm, MPIComm, agree
+from ..comm import Call, Comm, collective, current_call
 from ..errors import (
     ScdaArgumentError,
     ScdaCountError,
@@ -98,22 +98,45 @@ class Backend(Protocol):
         ...
 
     def file_size(self) -> int:
-        """Return the file's size in bytes. Collective for MPI-IO."""
+        """Return the file's size in bytes. Collective, agreeing (``MPI_File_get_size``; POSIX: ``fstat``)."""
         ...
 
     def sync(self, size: int | None = None) -> None:
-        """Flush written bytes to stable storage (fsync, ``MPI_File_sync``); with ``size``, first set the size. Collective."""
-        ...
+        """Flush written bytes to stable storage (fsync, ``MPI_File_sync``); with ``size``, first set the size. Collective.
 
-    pending: BaseException | None
-    """An error of opening that the writer agrees on later (``defer=True``), or None."""
-
-    def close(self, size: int | None = None, error: BaseException | None = None) -> None:
-        """Close the file; with ``size``, first cut (or extend) it to ``size`` bytes. Collective.
-
-        ``error``: this rank's earlier error, agreed on with those of closing.
+        A rank's error is kept by the open :class:`~amrckpt.comm.Call` for
+        its next agreement (the caller then closes the file all the same).
         """
         ...
+
+    def close(self, size: int | None = None) -> None:
+        """Close the file on every rank, whatever failed before; with ``size``, first cut (or extend) it. Collective.
+
+        A rank's error is kept by the open :class:`~amrckpt.comm.Call` for
+        its next agreement.
+        """
+        ...
+
+
+class _Step:
+    """The call a backend's collective step belongs to: the one open on its communicator, or one of its own."""
+
+    __slots__ = ("_ctx", "call")
+
+    def __init__(self, comm: Comm, op: str) -> None:
+        call = current_call(comm)
+        self._ctx: collective | None = None
+        if call is None:
+            self._ctx = collective(comm, op)
+            call = self._ctx.__enter__()
+        self.call: Call = call
+
+    def __enter__(self) -> Call:
+        return self.call
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
 
 
 def os_error(exc: OSError, path: str, what: str) -> ScdaIOError:
@@ -151,41 +174,29 @@ class PosixBackend:
         self.path = path
         self.mode = mode
         self._fd = -1
-        self.pending: BaseException | None = None
-        err: BaseException | None = None
-        if mode == "w":
-            # Rank 0 creates (truncates) the file before the others open it.
-            if comm.rank == 0:
-                try:
-                    self._inject("open")
-                    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
-                    self._fd = os.open(path, flags, 0o666)
-                except OSError as exc:
-                    err = os_error(exc, path, "cannot create")
+        with _Step(comm, "scda.open") as call:
             try:
-                agree(comm, err, what="fopen_write")
+                if mode == "w":
+                    # Rank 0 creates (truncates) the file before the others open it.
+                    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+                    call.run(self._open, flags, "cannot create", on=0)
+                    call.agree("fopen_write")
+                    if comm.rank != 0:
+                        call.run(self._open, os.O_WRONLY, "cannot open for writing")
+                else:
+                    call.run(self._open, os.O_RDONLY, "cannot open for reading")
+                call.agree("fopen")
             except BaseException:
                 with contextlib.suppress(OSError):
                     self._close_fd()
                 raise
-            if comm.rank != 0:
-                try:
-                    self._inject("open")
-                    self._fd = os.open(path, os.O_WRONLY)
-                except OSError as exc:
-                    err = os_error(exc, path, "cannot open for writing")
-        else:
-            try:
-                self._inject("open")
-                self._fd = os.open(path, os.O_RDONLY)
-            except OSError as exc:
-                err = os_error(exc, path, "cannot open for reading")
+
+    def _open(self, flags: int, what: str) -> None:
         try:
-            agree(comm, err, what="fopen")
-        except BaseException:
-            with contextlib.suppress(OSError):
-                self._close_fd()
-            raise
+            self._inject("open")
+            self._fd = os.open(self.path, flags, 0o666)
+        except OSError as exc:
+            raise os_error(exc, self.path, what) from exc
 
     def _inject(self, kind: str) -> None:
         """Raise the OSError of an injected fault (amrckpt._faults), if one is due."""
@@ -266,46 +277,58 @@ class PosixBackend:
 
     def file_size(self) -> int:
         """``fstat`` size of the file; agreed."""
-        err = None
-        size = 0
-        try:
-            self._inject("size")
-            size = os.fstat(self._fd).st_size
-        except OSError as exc:
-            err = os_error(exc, self.path, "cannot get the size of")
-        agree(self.comm, err, what="file size")
-        return size
+
+        def fstat() -> int:
+            try:
+                self._inject("size")
+                return os.fstat(self._fd).st_size
+            except OSError as exc:
+                raise os_error(exc, self.path, "cannot get the size of") from exc
+
+        with _Step(self.comm, "scda.file_size") as call:
+            size = call.run(fstat)
+            call.agree("file size")
+        return int(size or 0)
 
     def sync(self, size: int | None = None) -> None:
-        """``fsync`` on every rank (rank 0 first cuts the file to ``size``, so the size is synced too); agreed."""
-        err = None
-        try:
-            self._inject("sync")
-            if size is not None and self.comm.rank == 0:
-                os.ftruncate(self._fd, size)
-            os.fsync(self._fd)
-        except OSError as exc:
-            err = os_error(exc, self.path, "cannot fsync")
-        agree(self.comm, err, what="sync")
+        """``fsync`` on every rank (rank 0 first cuts the file to ``size``, so the size is synced too); errors kept by the call."""
 
-    def close(self, size: int | None = None, error: BaseException | None = None) -> None:
-        """Close every rank's descriptor (rank 0 first cuts the file to ``size``); agreed, with this rank's earlier ``error``."""
-        err = error
-        try:
-            if size is not None and self.comm.rank == 0:
+        def fsync() -> None:
+            try:
                 self._inject("sync")
-                os.ftruncate(self._fd, size)
-        except OSError as exc:
-            err = err or os_error(exc, self.path, "cannot set the size of")
-        try:
-            if self.mode == "w":
-                self.comm.barrier()  # every rank's descriptor stays open until the size is set
-        finally:
+                if size is not None and self.comm.rank == 0:
+                    os.ftruncate(self._fd, size)
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise os_error(exc, self.path, "cannot fsync") from exc
+
+        with _Step(self.comm, "scda.sync") as call:
+            call.run(fsync, always=True)
+
+    def close(self, size: int | None = None) -> None:
+        """Close every rank's descriptor (rank 0 first cuts the file to ``size``); errors kept by the call."""
+
+        def cut() -> None:
+            try:
+                self._inject("sync")
+                os.ftruncate(self._fd, size)  # type: ignore[arg-type]
+            except OSError as exc:
+                raise os_error(exc, self.path, "cannot set the size of") from exc
+
+        def close_fd() -> None:
             try:
                 self._close_fd()
             except OSError as exc:
-                err = err or os_error(exc, self.path, "cannot close")
-        agree(self.comm, err, what="fclose")
+                raise os_error(exc, self.path, "cannot close") from exc
+
+        with _Step(self.comm, "scda.close") as call:
+            if size is not None:
+                call.run(cut, on=0, always=True)
+            try:
+                if self.mode == "w":
+                    self.comm.barrier()  # every rank's descriptor stays open until the size is set
+            finally:
+                call.run(close_fd, always=True)
 
 
 _MPI_ERRNO = {
@@ -344,17 +367,15 @@ class MPIIOBackend:
         aggregators only).
     """
 
-    def __init__(self, path: str, mode: str, comm: MPIComm, info: Any = None, truncate: bool = True, defer: bool = False) -> None:
+    def __init__(self, path: str, mode: str, comm: Comm, info: Any = None, truncate: bool = True, defer: bool = False) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
         self.comm: Comm = comm
-        self._mpi_comm = comm.mpi_comm
+        self._mpi_comm = comm.mpi_comm  # type: ignore[attr-defined]
         self.path = path
         self.mode = mode
         self._fh: Any = None
-        self.pending: BaseException | None = None
-        err: BaseException | None = None
         mpi_info = MPI.INFO_NULL
         free_info = False
         extra = {"romio_no_indep_rw": "true"} if defer else {}
@@ -373,33 +394,40 @@ class MPIIOBackend:
                     if mpi_info.Get(k) is None:
                         mpi_info.Set(k, v)
         amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
-        try:
-            self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
-            self._inject("open")
-        except MPI.Exception as exc:
-            err = self._error(exc, "cannot open")
-        finally:
-            if free_info:
-                mpi_info.Free()
-        try:
-            agree(comm, err, what="fopen")
-            if mode == "w" and truncate:
-                try:
-                    self._fh.Set_size(0)
-                    self._inject("sync")
-                except MPI.Exception as exc:
-                    err = self._error(exc, "cannot truncate")
-                if defer:  # agreed later, with the writer's other errors
-                    self.pending = err
-                else:
-                    agree(comm, err, what="fopen_write")
-        except BaseException:
-            self._close_after_failed_open()
-            raise
 
-    def _close_after_failed_open(self) -> None:
+        def open_file() -> None:
+            try:
+                self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
+                self._inject("open")
+            except MPI.Exception as exc:
+                raise self._error(exc, "cannot open") from exc
+
+        def set_size_0() -> None:
+            try:
+                self._fh.Set_size(0)
+                self._inject("sync")
+            except MPI.Exception as exc:
+                raise self._error(exc, "cannot truncate") from exc
+
+        with _Step(comm, "scda.open") as call:
+            try:
+                call.run(open_file, always=True)  # MPI_File_open is collective: every rank joins
+            finally:
+                if free_info:
+                    mpi_info.Free()
+            try:
+                call.agree("fopen")
+                if mode == "w" and truncate:
+                    call.run(set_size_0, always=True)
+                    if not defer:  # deferred: agreed with the writer's other errors when it closes
+                        call.agree("fopen_write")
+            except BaseException:
+                self._close_after_failed_open(call)
+                raise
+
+    def _close_after_failed_open(self, call: Call) -> None:
         """Close the handles if every rank holds one (``MPI_File_close`` is collective). Collective."""
-        everyone = self.comm.allreduce_max([int(self._fh is None)])[0] == 0
+        everyone = call.allreduce(maxima=[int(self._fh is None)], what="close after a failed open").maxima[0] == 0
         if everyone:
             with contextlib.suppress(self._MPI.Exception):
                 self._fh.Close()
@@ -573,45 +601,53 @@ class MPIIOBackend:
         """Independent ``Read_at`` of the pieces, then ``Read_at_all`` of the bulk runs in rounds."""
         self._move(pieces, bulk, max_bulk_nbytes, False)
 
+    def _mpi_step(self, fn: Any, what: str) -> None:
+        """Run an MPI-IO call, raising its error as :class:`~amrckpt.errors.ScdaIOError` (with its errno)."""
+        try:
+            fn()
+        except self._MPI.Exception as exc:
+            raise self._error(exc, what) from exc
+
     def file_size(self) -> int:
         """``MPI_File_get_size``; agreed."""
-        err = None
-        size = 0
-        try:
-            size = int(self._fh.Get_size())
+        got: list[int] = []
+
+        def size() -> None:
+            got.append(int(self._fh.Get_size()))
             self._inject("size")
-        except self._MPI.Exception as exc:
-            err = self._error(exc, "cannot get the size of")
-        agree(self.comm, err, what="file size")
-        return size
+
+        with _Step(self.comm, "scda.file_size") as call:
+            call.run(self._mpi_step, size, "cannot get the size of")
+            call.agree("file size")
+        return got[0]
 
     def sync(self, size: int | None = None) -> None:
-        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_sync``; agreed."""
-        err = None
-        try:
+        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_sync`` (collective calls); errors kept by the call."""
+
+        def sync() -> None:
             if size is not None:
                 self._fh.Set_size(size)
             self._fh.Sync()
             self._inject("sync")
-        except self._MPI.Exception as exc:
-            err = self._error(exc, "cannot sync")
-        agree(self.comm, err, what="sync")
 
-    def close(self, size: int | None = None, error: BaseException | None = None) -> None:
-        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_close``; agreed (with ``error``, this rank's earlier one)."""
-        err = error
-        if size is not None:
-            try:
-                self._fh.Set_size(size)
-                self._inject("sync")
-            except self._MPI.Exception as exc:
-                err = err or self._error(exc, "cannot set the size of")
-        try:
+        with _Step(self.comm, "scda.sync") as call:
+            call.run(self._mpi_step, sync, "cannot sync", always=True)
+
+    def close(self, size: int | None = None) -> None:
+        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_close``; errors kept by the call."""
+
+        def set_size() -> None:
+            self._fh.Set_size(size)
+            self._inject("sync")
+
+        def close() -> None:
             self._fh.Close()
             self._inject("close")
-        except self._MPI.Exception as exc:
-            err = err or self._error(exc, "cannot close")
-        agree(self.comm, err, what="fclose")
+
+        with _Step(self.comm, "scda.close") as call:
+            if size is not None:
+                call.run(self._mpi_step, set_size, "cannot set the size of", always=True)
+            call.run(self._mpi_step, close, "cannot close", always=True)
 
 
 _MPI_ERROR_OF_ERRNO = {
@@ -709,12 +745,13 @@ def open_backend(
         For an unknown backend, or MPI-IO without an MPI communicator.
     """
     path = os.fspath(path)
+    mpi = getattr(comm, "mpi_comm", None) is not None  # an MPIComm, or a wrapper of one (amrckpt.testing)
     if backend is None:
-        backend = "mpiio" if isinstance(comm, MPIComm) else "posix"
+        backend = "mpiio" if mpi else "posix"
     if backend == "posix":
         return PosixBackend(path, mode, comm, truncate)
     if backend == "mpiio":
-        if not isinstance(comm, MPIComm):
+        if not mpi:
             raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
         return MPIIOBackend(path, mode, comm, info, truncate, defer)
     raise ScdaArgumentError(f"backend must be 'posix' or 'mpiio', not {backend!r}")

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _crc
 from .._crc import SectionCrc, crc32
-from ..comm import Comm, agree, agree_gather, as_comm, digest_of, run_on_root
+from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import (
     AmrckptError,
     ScdaArgumentError,
@@ -105,15 +105,16 @@ class ScdaReader:
         self._cur_entries: set[tuple[int, bytes]] = set()
         self._crc_log: list[tuple[int, int, SectionCrc | None]] = []  # (offset, end, the section's pieces on this rank)
         self._defer_crc = False  # restart.load: CRC in the helper thread until section_crcs()
-        self._backend: Backend | None = open_backend(self.path, "r", self.comm, info=info, backend=backend)
         self._pending: _Pending | None = None
-        try:
-            size = self._backend.file_size()
-            head = self._on_root(lambda: self._read_file_header(size))
-        except AmrckptError:
-            self._backend.close()
-            self._backend = None
-            raise
+        with collective(self.comm, "scda.fopen_read") as call:
+            self._backend: Backend | None = open_backend(self.path, "r", self.comm, info=info, backend=backend)
+            try:
+                size = self._backend.file_size()
+                head = call.on_root(lambda: self._read_file_header(size), what="file header")
+            except AmrckptError:
+                self._backend.close()
+                self._backend = None
+                raise
         self.file_size, self.vendor, self.user_string = size, head[0], head[1]
         self.offset = FILE_HEADER_NBYTES
         if self._checksum:
@@ -134,9 +135,12 @@ class ScdaReader:
     def _read_file_header(self, size: int) -> tuple[bytes, bytes, int]:
         return read_file_header(self._read_bytes, size, self.path, strict=self.strict)
 
-    def _on_root(self, fn: Any, root: int = 0) -> Any:
-        """Run ``fn`` on ``root`` only and broadcast its result or its error. Collective."""
-        return run_on_root(self.comm, fn, root)
+    @property
+    def call(self) -> Call:
+        """The collective call of the method running (every public method is one: :func:`amrckpt.comm.collective`)."""
+        call = current_call(self.comm)
+        assert call is not None, "ScdaReader: a collective step outside a method"
+        return call
 
     def _check_open(self, what: str) -> None:
         if self._backend is None:
@@ -152,8 +156,15 @@ class ScdaReader:
             raise ScdaUsageError(f"{what}: the current section is of type {p.pair.header.type!r}")
         return p
 
-    def _agree(self, err: BaseException | None, what: str, digest: int = 0) -> None:
-        agree(self.comm, err, digest=digest, what=what)
+    def _agree(self, what: str, digest: int | None = None) -> None:
+        """Agree on every rank's errors and, with ``digest``, that the collective arguments are the same. Collective."""
+        got = self.call.allreduce(equal=() if digest is None else (digest,), what=what)
+        if got.equal and not got.equal[0]:
+            raise self.call.agreed(
+                ScdaArgumentError(
+                    f"{what}: collective arguments differ between ranks (every rank must pass the same counts, sizes and root)"
+                )
+            )
 
     def _done(self, end: int) -> None:
         p, self._pending = self._pending, None
@@ -161,24 +172,23 @@ class ScdaReader:
         cur, self._cur = self._cur, None
         if cur is None or p is None:
             return
+
         # Rank 0 reads the data padding (which no data call reads) to cover every byte.
-        err: BaseException | None = None
-        if self.comm.rank == 0 and cur.complete:
-            try:
-                for raw in p.pair.raws:
-                    if raw.type == "I":
-                        continue
-                    if raw.type == "V":
-                        assert p.v is not None
-                        nbytes = p.v.total
-                    else:
-                        nbytes = raw.elem_count * raw.elem_size if raw.type == "A" else raw.elem_size
-                    start = raw.data_offset + nbytes
-                    stop = raw.end if raw.end is not None else end
-                    cur.add(start, self._read_bytes(start, stop - start))
-            except ScdaError as exc:
-                err = exc
-        self._agree(err, "checksum")
+        def padding() -> None:
+            for raw in p.pair.raws:
+                if raw.type == "I":
+                    continue
+                if raw.type == "V":
+                    assert p.v is not None
+                    nbytes = p.v.total
+                else:
+                    nbytes = raw.elem_count * raw.elem_size if raw.type == "A" else raw.elem_size
+                start = raw.data_offset + nbytes
+                stop = raw.end if raw.end is not None else end
+                cur.add(start, self._read_bytes(start, stop - start))
+
+        self.call.run(padding, on=0 if cur.complete else -1)
+        self._agree("checksum")
         if not self._defer_crc:
             cur.wait()  # the buffers go back to the caller now
         self._crc_log.append((p.pair.raws[0].offset, end, cur))
@@ -196,7 +206,7 @@ class ScdaReader:
     def section_crcs(self) -> list[tuple[int, int, int | None]]:
         """CRC32 of every section read so far, from the bytes read (file header first).
 
-        Collective: two allreduces of one number per section.  Needs
+        Collective: one allreduce of two numbers per section.  Needs
         ``checksum=True`` at :func:`fopen_read`; compare with the CRCs that
         a writer recorded (e.g. the index of an amrckpt checkpoint).
 
@@ -213,13 +223,15 @@ class ScdaReader:
         """
         if not self._checksum:
             raise ScdaUsageError("section_crcs: open the file with checksum=True")
-        terms = [(s.term(e), s.complete) for _, e, s in self._crc_log]  # type: ignore[union-attr]
-        incomplete = self.comm.allreduce_max([0 if ok else 1 for _, ok in terms])
-        crcs = self.comm.allreduce_xor([t for t, _ in terms])
+        with collective(self.comm, "scda.section_crcs") as call:
+            terms = call.run(lambda: [(s.term(e), s.complete) for _, e, s in self._crc_log]) or []  # type: ignore[union-attr]
+            got = call.allreduce(maxima=[0 if ok else 1 for _, ok in terms], xors=[t for t, _ in terms], what="section_crcs")
+        incomplete, crcs = got.maxima, got.xors
         return [(o, e, None if bad else c) for (o, e, _), bad, c in zip(self._crc_log, incomplete, crcs, strict=True)]
 
     # -- headers ----------------------------------------------------------
 
+    @collective_method("scda.fread_section_header")
     def fread_section_header(self, *, decode: bool = False) -> SectionHeader | None:
         """Read the next section's header (libsc ``sc_scda_fread_section_header``).
 
@@ -255,10 +267,11 @@ class ScdaReader:
         if self.offset == self.file_size:
             return None
         off = self.offset
-        pair: Pair = self._on_root(
+        pair: Pair = self.call.on_root(
             lambda: recognize(
                 self._read_bytes, read_raw_section(self._read_bytes, off, self.file_size), self.file_size, bool(decode)
-            )
+            ),
+            what="fread_section_header",
         )
         stage = "vsizes" if pair.header.type == "V" else "data"
         self._pending = _Pending(pair, stage)
@@ -270,6 +283,7 @@ class ScdaReader:
                     self._cur.add_crc(raw.offset, raw.head_nbytes, raw.head_crc)
         return pair.header
 
+    @collective_method("scda.fseek_section")
     def fseek_section(self, offset: int) -> None:
         """Move to the section that starts at ``offset`` (from an index or :func:`scan`).
 
@@ -305,6 +319,7 @@ class ScdaReader:
 
     # -- I and B ----------------------------------------------------------
 
+    @collective_method("scda.fread_inline_data")
     def fread_inline_data(self, *, root: int = 0, skip: bool = False) -> bytes | None:
         """Read the 32 data bytes of an inline section (libsc ``sc_scda_fread_inline_data``).
 
@@ -328,30 +343,25 @@ class ScdaReader:
             If the current section is not an inline section.
         """
         what = "fread_inline_data"
-        err = None
         try:
             self._check_open(what)
             p = self._expect(what, ("data",), "I")
             root = _root(root, self.comm.size)
         except ScdaError as exc:
-            err = exc
-        self._agree(err, what, digest_of(root, what))
+            self.call.fail(exc)
+        self._agree(what, digest_of(root, what))
         raw = p.raw
         out = None
         if root == 0 and self.comm.rank == 0:
             out = raw.inline  # read with the header
         elif root != 0:
-            err = None
-            if self.comm.rank == root and not skip:
-                try:
-                    out = self._read_bytes(raw.data_offset, 32)
-                except ScdaError as exc:
-                    err = exc
-            self._agree(err, what)
+            out = self.call.run(self._read_bytes, raw.data_offset, 32, on=root if not skip else -1)
+            self._agree(what)
         assert raw.end is not None
         self._done(raw.end)
         return None if (skip or self.comm.rank != root) else out
 
+    @collective_method("scda.fread_block_data")
     def fread_block_data(self, *, root: int | None = 0, out: Any = None, skip: bool = False) -> np.ndarray | None:
         """Read the data of a block section (libsc ``sc_scda_fread_block_data``).
 
@@ -382,7 +392,6 @@ class ScdaReader:
             If a decoded block does not conform to the convention.
         """
         what = "fread_block_data"
-        err: BaseException | None = None
         p = self._pending
         try:
             self._check_open(what)
@@ -390,8 +399,8 @@ class ScdaReader:
             if root is not None:
                 root = _root(root, self.comm.size)
         except ScdaError as exc:
-            err = exc
-        self._agree(err, what, digest_of(root, what))
+            self.call.fail(exc)
+        self._agree(what, digest_of(root, what))
         assert p is not None
         raw, hdr = p.raw, p.pair.header
         me = (root is None or self.comm.rank == root) and not skip
@@ -399,7 +408,6 @@ class ScdaReader:
         if counter and skip:
             self._crc_skip()
         result = None
-        err = None
         if me:
             try:
                 dest = _out_view(out, hdr.elem_size, "out")
@@ -424,14 +432,15 @@ class ScdaReader:
                 if self.strict:
                     self._check_padding(raw, raw.elem_size)
             except Exception as exc:  # noqa: BLE001 - agreed on below
-                err = exc
-        self._agree(err, what)
+                self.call.fail(exc)
+        self._agree(what)
         assert raw.end is not None
         self._done(raw.end)
         return result
 
     # -- A ----------------------------------------------------------------
 
+    @collective_method("scda.fread_array_data")
     def fread_array_data(
         self, elem_counts: Sequence[int] | np.ndarray, elem_size: int | None = None, *, out: Any = None, skip: bool = False
     ) -> np.ndarray | None:
@@ -466,7 +475,6 @@ class ScdaReader:
             If the data cannot be read or decoded.
         """
         what = "fread_array_data"
-        err = None
         p = self._pending
         counts: list[int] = []
         C: list[int] = []
@@ -477,8 +485,8 @@ class ScdaReader:
             if elem_size is not None and to_count(elem_size, "elem_size") != p.pair.header.elem_size:
                 raise ScdaArgumentError(f"elem_size {elem_size} differs from the section's E = {p.pair.header.elem_size}")
         except ScdaError as exc:
-            err = exc
-        self._agree(err, what, digest_of(counts, elem_size, what))
+            self.call.fail(exc)
+        self._agree(what, digest_of(counts, elem_size, what))
         assert p is not None
         hdr = p.pair.header
         r = self.comm.rank
@@ -493,23 +501,24 @@ class ScdaReader:
         raw = p.raw
         result: np.ndarray | None = None
         bulk = None
-        err = None
         if not skip:
             try:
                 result, view = _destination(out, counts[r] * E)
                 bulk = (raw.data_offset + C[r] * E, view)
             except ScdaError as exc:
-                err = exc
-        self._agree(err, what)
+                self.call.fail(exc)
+        self._agree(what)
         self._bulk_read_counted(bulk, max(counts) * E, what)
         if self.strict:
-            self._agree(self._root_padding(raw, hdr.elem_count * E), what)
+            self.call.run(self._check_padding, raw, hdr.elem_count * E, on=0)
+            self._agree(what)
         assert raw.end is not None
         self._done(raw.end)
         return result
 
     # -- V ----------------------------------------------------------------
 
+    @collective_method("scda.fread_varray_sizes")
     def fread_varray_sizes(self, elem_counts: Sequence[int] | np.ndarray, *, skip: bool = False) -> np.ndarray | None:
         """Read this rank's element sizes E_i of a variable-size array (libsc ``sc_scda_fread_varray_sizes``).
 
@@ -540,7 +549,6 @@ class ScdaReader:
             If the sizes add up to more than the file holds.
         """
         what = "fread_varray_sizes"
-        err = None
         p = self._pending
         counts: list[int] = []
         try:
@@ -548,8 +556,8 @@ class ScdaReader:
             p = self._expect(what, ("vsizes", "vdata"), "V")
             counts, _ = self._read_partition(elem_counts, p.pair.header.elem_count)
         except ScdaError as exc:
-            err = exc
-        self._agree(err, what, digest_of(counts, what))
+            self.call.fail(exc)
+        self._agree(what, digest_of(counts, what))
         assert p is not None
         v = self._v_sizes(p, counts, want=True)
         p.v = v
@@ -574,6 +582,7 @@ class ScdaReader:
             raise ScdaUsageError("proc_sizes: call fread_varray_sizes first")
         return list(p.v.uproc)
 
+    @collective_method("scda.fread_varray_data")
     def fread_varray_data(
         self,
         elem_counts: Sequence[int] | np.ndarray,
@@ -616,7 +625,6 @@ class ScdaReader:
             If the data cannot be read or decoded.
         """
         what = "fread_varray_data"
-        err = None
         p = self._pending
         counts: list[int] = []
         S: list[int] = []
@@ -634,22 +642,21 @@ class ScdaReader:
                 if int(usizes.sum(dtype=np.uint64)) != S[r]:
                     raise ScdaArgumentError(f"elem_sizes of this rank sum to {int(usizes.sum())}, proc_sizes[{r}] is {S[r]}")
         except ScdaError as exc:
-            err = exc
-        self._agree(err, what, digest_of(counts, S, what))
+            self.call.fail(exc)
+        self._agree(what, digest_of(counts, S, what))
         assert p is not None and p.v is not None
         v = p.v
         if counts != v.counts:
             v = self._v_sizes(p, counts, want=True)
             p.v = v
-        err = None
         if S != v.uproc:
-            err = ScdaArgumentError(f"proc_sizes {S[:8]} differ from the section's {v.uproc[:8]} for this partition")
-        self._agree(err, what)
+            self.call.fail(ScdaArgumentError(f"proc_sizes {S[:8]} differ from the section's {v.uproc[:8]} for this partition"))
+        self._agree(what)
         if p.pair.header.decoded:
             assert v.usizes is not None
             result = self._v_decode(p, v, v.usizes, S[r], out, skip)
         else:
-            result, bulk, err = None, None, None
+            result, bulk = None, None
             if not skip:
                 try:
                     if usizes is not None and v.sizes is not None and not np.array_equal(usizes, v.sizes):
@@ -657,11 +664,12 @@ class ScdaReader:
                     result, view = _destination(out, S[r])
                     bulk = (p.raw.data_offset + v.local_offset, view)
                 except ScdaError as exc:
-                    err = exc
-            self._agree(err, what)
+                    self.call.fail(exc)
+            self._agree(what)
             self._bulk_read_counted(bulk, max(S), what)
             if self.strict:
-                self._agree(self._last_byte_padding(p.raw, v), what)
+                self.call.run(self._check_padding, p.raw, v.total, on=0)
+                self._agree(what)
         self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
         return result
 
@@ -691,71 +699,61 @@ class ScdaReader:
                 self._crc_add(*bulk)
             return
         assert self._backend is not None
-        err: BaseException | None = None
         for part in rounds(bulk, max_bulk, chunk):
-            if err is not None:
+            if self.call.failed:
                 part = None  # after an error, join the remaining rounds with nothing
             try:
                 self._backend.read([], part, chunk)  # every rank calls every round: they are collective
             except ScdaError as exc:
-                err = err or exc
+                self.call.fail(exc)
                 continue
             if part is not None:
                 self._cur.add_later([part])
-        self._agree(err, what)
+        self._agree(what)
         if bulk is None:
             self._crc_skip()
 
     def _bulk_read(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
-        err = None
         assert self._backend is not None
         try:
             self._backend.read([], bulk, max_bulk)
         except ScdaError as exc:
-            err = exc
-        self._agree(err, what)
+            self.call.fail(exc)
+        self._agree(what)
 
-    def _entries(
-        self, raw: RawSection, letter: bytes, entries_offset: int, counts: list[int]
-    ) -> tuple[np.ndarray, BaseException | None]:
-        """Read and parse this rank's 32-byte entries; return them and a local error."""
+    def _entries(self, raw: RawSection, letter: bytes, entries_offset: int, counts: list[int]) -> np.ndarray:
+        """Read and parse this rank's 32-byte entries (collective read; a local error is kept by the call)."""
         r = self.comm.rank
         C0 = sum(counts[:r])
         buf = np.empty(COUNT_ENTRY_NBYTES * counts[r], dtype=np.uint8)
-        err: BaseException | None = None
         assert self._backend is not None
         try:
             self._backend.read([], (entries_offset + COUNT_ENTRY_NBYTES * C0, memoryview(buf)), COUNT_ENTRY_NBYTES * max(counts))
         except ScdaError as exc:
-            err = exc
-        vals = np.zeros(0, np.uint64)
+            self.call.fail(exc)
         key = (entries_offset, letter)
-        if err is None and key not in self._cur_entries:
+        if not self.call.failed and key not in self._cur_entries:
             self._cur_entries.add(key)
             self._crc_add(entries_offset + COUNT_ENTRY_NBYTES * C0, buf)
-        if err is None:
-            try:
-                vals = parse_entries(letter, buf, first_index=C0, offset=entries_offset + COUNT_ENTRY_NBYTES * C0, what=raw.where)
-            except ScdaError as exc:
-                err = exc
-        return vals, err
+        at = entries_offset + COUNT_ENTRY_NBYTES * C0
+        vals = self.call.run(parse_entries, letter, buf, first_index=C0, offset=at, what=raw.where)
+        return np.zeros(0, np.uint64) if vals is None else vals
 
     def _v_sizes(self, p: _Pending, counts: list[int], want: bool) -> _VState:
         """Read E_i (and U_i for a decoded section) for the partition ``counts``. Collective."""
         raw = p.raw
-        sizes, err = self._entries(raw, b"E", raw.entries_offset, counts)
+        sizes = self._entries(raw, b"E", raw.entries_offset, counts)
         usizes = None
         vdecoded = p.pair.header.decoded and p.pair.header.type == "V"
         if vdecoded:
             a = p.pair.raws[0]
-            usizes, err_u = self._entries(a, b"U", a.data_offset, counts)
-            err = err or err_u
+            usizes = self._entries(a, b"U", a.data_offset, counts)
         local = int(sizes.sum(dtype=np.uint64)) if sizes.size else 0
         ulocal = int(usizes.sum(dtype=np.uint64)) if usizes is not None and usizes.size else 0
-        if err is None and sizes.size and int(sizes.max()) > self.file_size:
-            err = ScdaCountError(f"{raw.where}an element size exceeds the file size {self.file_size}")
-        gathered = agree_gather(self.comm, err, (local, ulocal))
-        S = [g[0] for g in gathered]
+        if not self.call.failed and sizes.size and int(sizes.max()) > self.file_size:
+            self.call.fail(ScdaCountError(f"{raw.where}an element size exceeds the file size {self.file_size}"))
+        gathered = self.call.allgather_ints([local, ulocal], what="fread_varray_sizes")  # S_p: libsc's P-long proc_sizes
+        S = [int(g) for g in gathered[:, 0]]
         total = sum(S)
         end = raw.data_offset + total + data_padding_nbytes(total)
         if end > self.file_size:
@@ -763,7 +761,7 @@ class ScdaReader:
                 f"{raw.where}element sizes add up to {total} bytes; with padding the section ends at byte {end}, "
                 f"after the end of the file ({self.file_size})"
             )
-        uproc = [g[1] for g in gathered] if vdecoded else S
+        uproc = [int(g) for g in gathered[:, 1]] if vdecoded else S
         r = self.comm.rank
         return _VState(list(counts), sizes if want else None, usizes if want else None, sum(S[:r]), total, uproc)
 
@@ -771,7 +769,6 @@ class ScdaReader:
         """Read this rank's encoded elements of a decoded A or V section and decode them."""
         raw = p.raw
         r = self.comm.rank
-        err: BaseException | None = None
         enc = np.empty(0, np.uint8)
         dest = None
         if not skip:
@@ -784,17 +781,16 @@ class ScdaReader:
                 dest = _out_view(out, nbytes, "out")
                 enc = np.empty(enc_n, dtype=np.uint8)
             except ScdaError as exc:
-                err = exc
-        S = agree_gather(self.comm, err, int(enc.size))
-        self._bulk_read(None if skip else (raw.data_offset + v.local_offset, memoryview(enc)), max(S), "read")
+                self.call.fail(exc)
+        S = self.call.allgather_ints([enc.size], what="decode")[:, 0]
+        self._bulk_read(None if skip else (raw.data_offset + v.local_offset, memoryview(enc)), int(S.max()), "read")
         if skip:
             self._crc_skip()
         else:
             self._crc_add(raw.data_offset + v.local_offset, enc)
         if skip:
-            self._agree(None, "decode")
+            self._agree("decode")
             return None
-        err = None
         result = None
         try:
             assert v.sizes is not None
@@ -802,8 +798,8 @@ class ScdaReader:
             dec = decode_elements(enc, v.sizes, usizes, first_index=first, offset=raw.data_offset + v.local_offset, what=raw.where)
             result = _deliver(dec, dest)
         except Exception as exc:  # noqa: BLE001 - agreed on below
-            err = exc
-        self._agree(err, "decode")
+            self.call.fail(exc)
+        self._agree("decode")
         return result
 
     def _check_padding(self, raw: RawSection, n: int) -> None:
@@ -815,20 +811,9 @@ class ScdaReader:
         if padding_form(buf[1:] if n else buf, n, last) == "other":
             raise ScdaFormatError(f"{raw.where}malformed data padding at byte {start}")
 
-    def _root_padding(self, raw: RawSection, n: int) -> BaseException | None:
-        if self.comm.rank != 0:
-            return None
-        try:
-            self._check_padding(raw, n)
-        except ScdaError as exc:
-            return exc
-        return None
-
-    def _last_byte_padding(self, raw: RawSection, v: _VState) -> BaseException | None:
-        return self._root_padding(raw, v.total)
-
     # -- closing ----------------------------------------------------------
 
+    @collective_method("scda.fclose")
     def fclose(self) -> None:
         """Close the file (libsc ``sc_scda_fclose``). Collective; closing twice is a no-op."""
         if self._backend is None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _crc
 from .._crc import SectionCrc
-from ..comm import Comm, agree, agree_gather, as_comm, digest_of
+from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from . import _backend
 from ._backend import Backend, byte_view, open_backend, rounds
@@ -36,6 +36,9 @@ from ._format import (
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
 
 __all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
+
+_DIFFER = "collective arguments differ between ranks (every rank must pass the same user strings, counts and sizes)"
+
 
 _EMPTY = memoryview(b"")
 
@@ -155,7 +158,6 @@ class ScdaWriter:
         self._nrounds = 1
         self._sync_at_close = False
         self.style: Style = "unix"
-        err: BaseException | None = None
         header = b""
         digest = 0
         try:
@@ -163,8 +165,14 @@ class ScdaWriter:
             header = file_header(to_bytes(vendor, "vendor"), to_bytes(user_string, "user_string"), self.style)
             digest = digest_of(header)
         except ScdaError as exc:
-            err = exc
-        self._begin("fopen_write", err, digest)
+            self._pending = exc  # agreed on by the opening call below (deferred: by settle)
+        with collective(self.comm, "scda.fopen_write"):
+            self._open(user_string, header, digest, info, backend, truncate, checksum)
+
+    def _open(
+        self, user_string: bytes | str, header: bytes, digest: int, info: Any, backend: Any, truncate: bool, checksum: bool
+    ) -> None:
+        self._begin("fopen_write", digest)
         self._open_args: dict[str, Any] = {"info": info, "backend": backend, "truncate": truncate}
         self._is_open = True
         # Deferred: the file is opened by fclose, after settle's agreement (a save that fails creates nothing).
@@ -194,15 +202,35 @@ class ScdaWriter:
         if self._failed is not None:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is unusable after an earlier error: {self._failed}")
 
-    def _begin(self, what: str, err: BaseException | None, digest: int, **kw: Any) -> list[int]:
-        """Agree on argument checks before any byte is written (deferred: note them for :meth:`settle`)."""
+    @property
+    def call(self) -> Call:
+        """The collective call of the method running (every public method is one: :func:`amrckpt.comm.collective`)."""
+        call = current_call(self.comm)
+        assert call is not None, "ScdaWriter: a collective step outside a method"
+        return call
+
+    def _note(self, exc: BaseException) -> None:
+        """Keep this rank's error of a call's arguments: for the call's agreement, or (deferred) for :meth:`settle`'s."""
+        if self._defer:
+            self._pending = self._pending or exc
+        else:
+            self.call.fail(exc)
+
+    def _begin(self, what: str, digest: int, root_value: Any = None, root: int = 0) -> Any:
+        """Agree on argument checks before any byte is written (deferred: note them for :meth:`settle`).
+
+        Returns ``root``'s ``root_value`` on every rank (deferred: this rank's own).
+        """
         if not self._defer:
-            return agree(self.comm, err, digest=digest, what=what, **kw)
-        if err is not None and self._pending is None:
-            self._pending = err
-        values = [int(v) for v in kw.get("root_values", ())] if kw.get("nvalues") else []
-        self._digest = digest_of(self._digest, what, digest, *values)
-        return values
+            if self._pending is not None:
+                self.call.fail(self._pending)
+                self._pending = None
+            got = self.call.allreduce(equal=[digest], root_value=root_value, root=root, what=what)
+            if not got.equal[0]:
+                raise self.call.agreed(ScdaArgumentError(f"{what}: {_DIFFER}"))
+            return got.value
+        self._digest = digest_of(self._digest, what, digest, root_value)
+        return root_value
 
     def _section_start(self) -> None:
         self._cur = SectionCrc() if self._checksum else None
@@ -223,7 +251,7 @@ class ScdaWriter:
 
         Collective: one allreduce (errors, a digest of every call's
         collective arguments, the largest number of bytes any rank has to
-        write) and one allreduce of the CRC terms.  Only for a writer
+        write, and the CRC terms).  Only for a writer
         opened with ``defer=True``; nothing has been written yet.  After it,
         sections may still be added (by one rank, e.g. an index): their
         errors are agreed on by :meth:`fclose`, which writes everything.
@@ -244,23 +272,23 @@ class ScdaWriter:
         """
         if not self._defer or self._settled is not None:
             raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
-        err: BaseException | None = self._pending
-        terms: list[int] = []
-        try:
-            terms = [c.term(end) if c is not None else 0 for c, end in self._open_terms]
-        except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-            err = err or exc
-        nbytes = sum(b.nbytes for _, b in self._queue)
-        try:
-            (most,) = agree(self.comm, err, digest=self._digest, values=[nbytes], what="write")
-        except ScdaError as exc:
-            self._failed = exc
-            raise
-        self._nrounds = max(1, -(-most // _backend.MAX_CALL_NBYTES))
+        with collective(self.comm, "scda.settle") as call:
+            if self._pending is not None:
+                call.fail(self._pending)
+            terms = call.run(lambda: [c.term(end) if c is not None else 0 for c, end in self._open_terms]) or []
+            nbytes = sum(b.nbytes for _, b in self._queue)
+            try:
+                got = call.allreduce(maxima=[nbytes], xors=terms if self._checksum else [], equal=[self._digest], what="write")
+            except ScdaError as exc:
+                self._failed = exc
+                raise
+            if not got.equal[0]:
+                self._failed = call.agreed(ScdaArgumentError(f"write: {_DIFFER}"))
+                raise self._failed
+        self._nrounds = max(1, -(-got.maxima[0] // _backend.MAX_CALL_NBYTES))
         self._terms = terms
-        crcs = self.comm.allreduce_xor(terms) if self._checksum else []
-        self._settled = crcs
-        return list(crcs)
+        self._settled = got.xors
+        return list(got.xors)
 
     def local_crcs(self) -> list[int]:
         """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
@@ -286,10 +314,11 @@ class ScdaWriter:
         """
         if not self._checksum:
             raise ScdaUsageError("section_crcs: open the file with checksum=True")
-        return self.comm.allreduce_xor(self._terms)
+        with collective(self.comm, "scda.section_crcs") as call:
+            return call.allreduce(xors=self._terms, what="section_crcs").xors
 
     def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
-        err: BaseException | None = None
+        err: ScdaError | None = None
         if self._defer:  # queued for the single write of fclose; CRCed by the helper thread meanwhile
             allp = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
             self._queue.extend(allp)
@@ -307,11 +336,13 @@ class ScdaWriter:
             try:
                 self._backend.write(pieces, bulk, max_bulk)
             except ScdaError as exc:
-                err = exc
+                self._note(exc)
             if crc is not None:
                 crc.result()
+        if err is not None:
+            self.call.fail(err)
         try:
-            agree(self.comm, err, what=what)
+            self.call.agree(what)
         except ScdaError as exc:
             self._failed = exc
             raise
@@ -350,6 +381,7 @@ class ScdaWriter:
 
     # -- sections ---------------------------------------------------------
 
+    @collective_method("scda.fwrite_inline")
     def fwrite_inline(self, data: Any, user_string: bytes | str, *, root: int = 0, allow_magic: bool = False) -> SectionRecord:
         """Write an inline section I (paper 2.3, Fig. 2; libsc ``sc_scda_fwrite_inline``).
 
@@ -384,7 +416,7 @@ class ScdaWriter:
             On every rank, if the root cannot write.
         """
         what = "fwrite_inline"
-        err, digest, ustr, view = None, 0, b"", _EMPTY
+        digest, ustr, view = 0, b"", _EMPTY
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
@@ -394,8 +426,8 @@ class ScdaWriter:
                 view = _local_view(data, INLINE_DATA_NBYTES, "inline data")
             digest = digest_of("I", ustr, root)
         except ScdaError as exc:
-            err = exc
-        self._begin(what, err, digest)
+            self._note(exc)
+        self._begin(what, digest)
         self._section_start()
         off = self.offset
         pieces = []
@@ -404,6 +436,7 @@ class ScdaWriter:
         self._io(pieces, None, 0, what)
         return self._section_end(SectionRecord("I", ustr, off, off + SECTION_HEADER_NBYTES + INLINE_DATA_NBYTES, False))
 
+    @collective_method("scda.fwrite_block")
     def fwrite_block(
         self, data: Any, user_string: bytes | str, *, root: int = 0, encode: bool = False, level: int = 9
     ) -> SectionRecord:
@@ -436,7 +469,7 @@ class ScdaWriter:
             On every rank, as for :meth:`fwrite_inline`.
         """
         what = "fwrite_block"
-        err, digest, ustr, view = None, 0, b"", _EMPTY
+        digest, ustr, view = 0, b"", _EMPTY
         enc = np.empty(0, np.uint8)
         try:
             self._check_open(what)
@@ -455,8 +488,8 @@ class ScdaWriter:
                     enc, _ = encode_elements(view, np.array([0, view.nbytes]), level=level, style=self.style)
             digest = digest_of("B", ustr, root, bool(encode), level)
         except ScdaError as exc:
-            err = exc
-        E, Ec = self._begin(what, err, digest, root=root, root_values=[view.nbytes, enc.size], nvalues=2)
+            self._note(exc)
+        E, Ec = self._begin(what, digest, root_value=(view.nbytes, enc.size), root=root)
         self._section_start()
         off = self.offset
         pieces: list[tuple[int, memoryview]] = []
@@ -481,6 +514,7 @@ class ScdaWriter:
         self._io(pieces, None, 0, what)
         return self._section_end(SectionRecord("B", ustr, off, end, bool(encode)))
 
+    @collective_method("scda.fwrite_array")
     def fwrite_array(
         self,
         data: Any,
@@ -535,7 +569,7 @@ class ScdaWriter:
             On every rank, if any rank cannot write its bytes.
         """
         what = "fwrite_array"
-        err, digest, ustr, view = None, 0, b"", _EMPTY
+        digest, ustr, view = 0, b"", _EMPTY
         share = Share(0, 0, 0, 0, 0)
         E = 0
         try:
@@ -551,8 +585,8 @@ class ScdaWriter:
             view = _local_view(data, share.count * E, "array data")
             digest = digest_of("A", ustr, cdig, E, bool(encode), level)
         except ScdaError as exc:
-            err = exc
-        self._begin(what, err, digest)
+            self._note(exc)
+        self._begin(what, digest)
         self._section_start()
         off = self.offset
         if encode:
@@ -575,6 +609,7 @@ class ScdaWriter:
         self._io(pieces, (data_off + share.offset * E, view), share.max * E, what)
         return self._section_end(SectionRecord("A", ustr, off, data_off + total + data_padding_nbytes(total), False))
 
+    @collective_method("scda.fwrite_varray")
     def fwrite_varray(
         self,
         data: Any,
@@ -628,7 +663,7 @@ class ScdaWriter:
             On every rank, if any rank cannot write its bytes.
         """
         what = "fwrite_varray"
-        err, digest, ustr, view = None, 0, b"", _EMPTY
+        digest, ustr, view = 0, b"", _EMPTY
         share = Share(0, 0, 0, 0, 0)
         S = Share(0, 0, 0, 0, 0)
         sizes = np.zeros(0, np.uint64)
@@ -649,8 +684,8 @@ class ScdaWriter:
             view = _local_view(data, S.count, "varray data")
             digest = digest_of("V", ustr, cdig, sdig, bool(encode), level)
         except ScdaError as exc:
-            err = exc
-        self._begin(what, err, digest)
+            self._note(exc)
+        self._begin(what, digest)
         self._section_start()
         off = self.offset
         N = share.total
@@ -735,21 +770,17 @@ class ScdaWriter:
         Collective: the encoded sizes are known only after encoding, so
         their share is agreed on here (one gather of one number per rank).
         """
-        err: BaseException | None = None
-        enc = np.empty(0, np.uint8)
-        esizes = np.empty(0, np.uint64)
+        call = self.call
+        if self._defer and self._pending is not None:
+            call.fail(self._pending)
+        got = call.run(encode_elements, view, offsets, level=level, style=self.style)
+        enc, esizes = got if got is not None else (np.empty(0, np.uint8), np.empty(0, np.uint64))
         try:
-            enc, esizes = encode_elements(view, offsets, level=level, style=self.style)
-        except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-            err = exc
-        if self._defer and err is None:
-            err = self._pending
-        try:
-            S = agree_gather(self.comm, err, int(enc.size))
+            S = call.allgather_int(enc.size, what="encode")  # S_p: libsc's P-long proc_sizes
         except ScdaError as exc:
             self._failed = exc
             raise
-        return self._write_v(off, prefix, ustr, share, esizes, Share.of(S, self.comm.rank, "proc_sizes"), memoryview(enc))
+        return self._write_v(off, prefix, ustr, share, esizes, Share.of(S.tolist(), self.comm.rank, "proc_sizes"), memoryview(enc))
 
     # -- small helpers ----------------------------------------------------
 
@@ -769,6 +800,7 @@ class ScdaWriter:
         if value > MAX_COUNT:
             raise ScdaArgumentError(f"{name} = {value} has more than 26 digits")
 
+    @collective_method("scda.sync")
     def sync(self) -> None:
         """Flush the written bytes to stable storage (``fsync``; ``MPI_File_sync``). Collective.
 
@@ -782,6 +814,7 @@ class ScdaWriter:
         assert self._backend is not None
         self._backend.sync(None if self._truncate else self.offset)
 
+    @collective_method("scda.fclose")
     def fclose(self) -> None:
         """Close the file (libsc ``sc_scda_fclose``). Collective; closing twice is a no-op.
 
@@ -801,24 +834,23 @@ class ScdaWriter:
             return
         if self._settled is None or self._failed is not None:
             return  # deferred but not settled, or failed: the file was never opened
+        call = self.call
         try:
             backend = open_backend(self.path, "w", self.comm, defer=True, **self._open_args)
         except ScdaError as exc:
             self._failed = exc
             raise
-        err: BaseException | None = self._pending or backend.pending
+        if self._pending is not None:
+            call.fail(self._pending)
         queue, self._queue = self._queue, []
-        try:
-            backend.write_gathered(queue if err is None else [], self._nrounds)
-        except Exception as exc:  # noqa: BLE001 - agreed on by every rank when closing
-            err = err or exc
+        call.run(
+            backend.write_gathered, [] if call.failed else queue, self._nrounds, always=True
+        )  # a failed rank joins with nothing
         if self._sync_at_close:
-            try:
-                backend.sync(size)
-            except Exception as exc:  # noqa: BLE001 - agreed (every rank has it); closed below all the same
-                err = err or exc
+            backend.sync(size)  # errors kept by the call
+        backend.close(size)  # closes on every rank, whatever failed; errors kept by the call
         try:
-            backend.close(size, error=err)
+            call.agree("fclose")
         except BaseException as exc:
             self._failed = exc
             raise

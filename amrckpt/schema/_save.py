@@ -13,7 +13,7 @@ import numpy as np
 from .. import scda, sfc
 from .._crc import crc32
 from .._version import __version__
-from ..comm import Comm, agree, agree_max, allgather_int, as_comm, digest_of, exscan_sum_max
+from ..comm import NONE, Call, Comm, collective, digest_of
 from ..container import (
     CheckpointWriter,
     FieldSpec,
@@ -126,10 +126,6 @@ def _boundary(mesh: Forest) -> tuple[int, int, int, int] | None:
     return (int(mesh.tree[0]), int(keys[0]), int(mesh.tree[-1]), past)
 
 
-_ABSENT = -(2**70)
-"""Stands for "no value" in a maximum over ranks (below every digest and count)."""
-
-
 def _key(tree: int, key: int) -> int:
     """One integer ordered as ``(tree, key)`` (keys have at most 61 bits): for prefix maxima along the curve."""
     return (tree << 64) | key
@@ -142,107 +138,86 @@ class _Agreed:
     counts: list[scda.Share]
     nbytes: list[scda.Share]
     max_counts: list[int]
-    relay: dict[int, bool]
-    """Chunked fields (by position): whether some rank's first leaf lies inside a chunk."""
 
 
-def _agree_report(comm: Comm, state: Any, prepared: list[Prepared], err: BaseException | None) -> _Agreed:
+def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _Agreed:
     """Check the state across ranks with two collectives of O(1) numbers per rank; every rank raises the same error.
 
-    One exclusive scan (prefix sums of every field's count and bytes; the
-    prefix maximum of the ranks' last leaves along each mesh's curve, for
-    the order across ranks: each rank compares its first leaf with it), and
-    one reduction of maxima that agrees on errors and carries every check
-    that all ranks must pass: digests of the schema, of every global field
-    and shape, of the meshes' metadata (as the maximum of ``d`` and of
-    ``-d``: equal on every rank iff ``max(d) == -max(-d)``), the largest
-    count, the last rank with data and the totals.  Nothing of size P is
-    sent, received or allocated.
+    First one allreduce, the call's first exchange: it agrees on every
+    rank's local errors (a wrong dtype on rank 0 alone is raised on every
+    rank, before anything else is exchanged) and on the call tag, and
+    carries every check that all ranks must pass: digests of the schema, of
+    every global field and shape, of the meshes' metadata (equal on every
+    rank or not), the totals, the largest counts, the last rank with data,
+    and whether every rank passed the same leaves.  Then one exclusive
+    scan: each rank's offsets (prefix sums of every field's count and
+    bytes) and the prefix maximum of the ranks' last leaves along each
+    mesh's curve, against which each rank checks its first leaf; an order
+    error is kept by the call for the save's next agreement (the writer's,
+    before any byte is written).  Nothing of size P is sent, received or
+    allocated.
     """
     cls = type(state)
     names = list(getattr(cls, "__amrckpt_fields__", {}))
-    meshes = [(j, getattr(state, p.name)) for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)]
-    bounds = [_boundary(m) for _, m in meshes]
-    counts = [p.count for p in prepared]
-    nbytes = [p.nbytes for p in prepared]
-    ok = err is None
-    below, last_before = exscan_sum_max(
-        comm, counts + nbytes if ok else [], [_key(b[2], b[3]) if b is not None else -1 for b in bounds] if ok else []
-    )
-    r, P = comm.rank, comm.size
-    # Out of order across ranks: (rank, its first tree, the earlier tree) as one integer, for the maximum over ranks.
-    order = [
-        (r << 80) | (b[0] << 40) | (prev >> 64) if b is not None and prev > _key(b[0], b[1]) else -1
-        for b, prev in zip(bounds, last_before, strict=False)
-    ]
-    values: list[int] = []
-    if ok:
-        sd = _schema_digest(cls)
-        values += [sd, -sd]
-        meta = digest(repr([(m.dim, m.num_trees, m.curve) for _, m in meshes]).encode())
-        values += [meta, -meta]
-        for p in prepared:
-            fd, shd = p.digest % (1 << 62), digest_of(p.shape)
-            values += [fd, -fd, shd, -shd]
+    prep = prepared or []
+    meshes = [(j, getattr(state, p.name)) for j, p in enumerate(prep) if isinstance(p.kind, MeshKind)]
+    bounds = call.run(lambda: [_boundary(m) for _, m in meshes]) or [None] * len(meshes)
+    counts = [p.count for p in prep]
+    nbytes = [p.nbytes for p in prep]
+    r = call.rank
+    equal: list[int] = []
+    maxima: list[int] = []
+    if prepared is not None:
+        equal += [_schema_digest(cls), digest(repr([(m.dim, m.num_trees, m.curve) for _, m in meshes]).encode())]
+        for p in prep:
+            equal += [p.digest % (1 << 62), digest_of(p.shape)]
         for (_, m), b in zip(meshes, bounds, strict=True):
-            bd = digest_of(b, len(m)) if b is not None else _ABSENT
-            values += [bd, -bd if b is not None else _ABSENT, r if b is not None else -1, -r if b is not None else -P]
-        values += order
-        off_c, off_b = below[: len(prepared)], below[len(prepared) :]
-        for j in range(len(prepared)):
-            values += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
-            values += [off_c[j] + counts[j], off_b[j] + nbytes[j]]
-        values += [p.max_count for p in prepared]  # the largest values per leaf of an hp field (its count dtype)
-        # Layout chunks: whether some rank's first leaf lies inside a chunk (then the chunks' heads are relayed).
-        values += [int(below[j] % p.kind.chunks != 0) for j, p in enumerate(prepared) if _chunked(p)]  # type: ignore[attr-defined]
-    res = agree_max(comm, err, values)
-    if res[0] != -res[1]:
-        raise SchemaError("the ranks save different schemas (their name, version or fields differ)")
-    if res[2] != -res[3]:
-        raise SchemaError("the ranks' meshes disagree on dimension, number of trees or curve")
-    k = 4
-    for name in names:
-        if res[k] != -res[k + 1]:
-            raise SchemaError(f"field {name!r} differs between ranks; it must be the same on every rank")
-        if res[k + 2] != -res[k + 3]:
-            raise SchemaError(f"field {name!r} has a different shape on some ranks; it must be the same on every rank")
-        k += 4
+            bd = digest_of(b, len(m)) if b is not None else NONE
+            maxima += [bd, -bd if b is not None else NONE, r if b is not None else -1, -r if b is not None else -call.size]
+        for j in range(len(prep)):
+            maxima += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
+        maxima += [p.max_count for p in prep]  # the largest values per leaf of an hp field (its count dtype)
+    got = call.allreduce(sums=counts + nbytes, maxima=maxima, equal=equal, what="save: check the state")
+    if not got.equal[0]:
+        raise call.agreed(SchemaError("the ranks save different schemas (their name, version or fields differ)"))
+    if not got.equal[1]:
+        raise call.agreed(SchemaError("the ranks' meshes disagree on dimension, number of trees or curve"))
+    for k, name in enumerate(names):
+        if not got.equal[2 + 2 * k]:
+            raise call.agreed(SchemaError(f"field {name!r} differs between ranks; it must be the same on every rank"))
+        if not got.equal[3 + 2 * k]:
+            raise call.agreed(SchemaError(f"field {name!r} has a different shape on some ranks; it must be the same on every rank"))
+    res, k = got.maxima, 0
     for j, _ in meshes:
         bmax, bmin, rmax, rmin = res[k], -res[k + 1], res[k + 2], -res[k + 3]
         if rmax > rmin and bmax == bmin:
-            raise SchemaError(
-                f"mesh {names[j]!r}: every rank passed the same {counts[j]} leaves: each rank must pass only its own part "
-                "of the mesh (its leaves of a partition along the curve, e.g. amrckpt.Partition.uniform), not the whole mesh"
+            raise call.agreed(
+                SchemaError(
+                    f"mesh {names[j]!r}: every rank passed the same {counts[j]} leaves: each rank must pass only its own part "
+                    "of the mesh (its leaves of a partition along the curve, e.g. amrckpt.Partition.uniform), not the whole mesh"
+                )
             )
         k += 4
-    for j, _ in meshes:
-        if res[k] >= 0:
-            rank, tree, before = res[k] >> 80, (res[k] >> 40) & ((1 << 40) - 1), res[k] & ((1 << 40) - 1)
-            raise SchemaError(
-                f"mesh {names[j]!r}: the leaves are not in curve order across ranks: the first leaf of rank {rank} "
-                f"(tree {tree}) does not follow the last leaf of an earlier rank (tree {before}); the ranks' parts "
-                "overlap or are out of rank order"
-            )
-        k += 1
+    n = len(prep)
+    below = call.exscan(sums=counts + nbytes, maxima=[_key(b[2], b[3]) if b is not None else -1 for b in bounds])
+
+    def follow() -> None:
+        for (j, _), b, prev in zip(meshes, bounds, below.maxima, strict=True):
+            if b is not None and prev > _key(b[0], b[1]):
+                raise SchemaError(
+                    f"mesh {names[j]!r}: the leaves are not in curve order across ranks: the first leaf of rank {r} "
+                    f"(tree {b[0]}) does not follow the last leaf of an earlier rank (tree {prev >> 64}); the ranks' parts "
+                    "overlap or are out of rank order"
+                )
+
+    call.run(follow)  # agreed on by the save's next agreement (the writer's), before any byte is written
     cs, bs = [], []
-    for j in range(len(prepared)):
-        cmax, bmax, clast, blast, ctot, btot = res[k : k + 6]
-        cs.append(scda.Share(counts[j], below[j], ctot, cmax, clast))
-        bs.append(scda.Share(nbytes[j], below[len(prepared) + j], btot, bmax, blast))
-        k += 6
-    maxc = [int(x) for x in res[k : k + len(prepared)]]
-    k += len(prepared)
-    relay: dict[int, bool] = {}
-    for j, p in enumerate(prepared):
-        if _chunked(p):
-            relay[j] = bool(res[k] > 0)
-            k += 1
-    return _Agreed(cs, bs, maxc, relay)
-
-
-def _chunked(p: Prepared) -> bool:
-    """Whether a field is written in layout chunks (its kind's ``chunks``: leaves per chunk)."""
-    return getattr(p.kind, "chunks", None) is not None
+    for j in range(n):
+        cmax, bmax, clast, blast = res[k : k + 4]
+        cs.append(scda.Share(counts[j], below.sums[j], got.sums[j], cmax, clast))
+        bs.append(scda.Share(nbytes[j], below.sums[n + j], got.sums[n + j], bmax, blast))
+        k += 4
+    return _Agreed(cs, bs, [int(x) for x in res[k : k + n]])
 
 
 def save(
@@ -313,38 +288,54 @@ def save(
         On every rank, if the file cannot be written.
     """
     t0 = time.time()
-    c = as_comm(comm)
-    cls = type(state)
-    err: BaseException | None = None
-    prepared: list[Prepared] = []
-    try:
+    with collective(comm, "save") as call:
+        result, manifest, prepared = _save(call, state, path, style, sync, check_mesh, info, backend, truncate)
+        first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)
+        # The writing partition (P + 1 offsets) is what a save returns, on every rank (public: SaveResult.partition,
+        # run.global_first_quadrant): one MPI_Allgather of 8 bytes per rank, the save's only O(P) step.
+        partition = (
+            Partition.from_counts(call.allgather_int(prepared[first_mesh].count, what="save: partition"))
+            if first_mesh is not None
+            else None
+        )
+        gfq = partition.global_first_quadrant.tolist() if partition is not None else None
+        run = run_record_of(call.comm, gfq, t0)
+        if run_record:
+            _write_record(call, result.path, run, sync)
+    return SaveResult(result.path, result.nbytes, manifest, result.index, manifest.num_leaves, run, partition)
+
+
+def _save(
+    call: Call,
+    state: CheckpointSchema,
+    path: str | os.PathLike[str],
+    style: scda.Style,
+    sync: bool,
+    check_mesh: bool,
+    info: Any,
+    backend: str | None,
+    truncate: bool,
+) -> tuple[WriteResult, Manifest, list[Prepared]]:
+    """Check the state on every rank, agree, and write the file (the body of :func:`save`). Collective."""
+
+    def check() -> list[Prepared]:
         if not isinstance(state, CheckpointSchema):
-            raise SchemaError(f"save: expected an instance of a CheckpointSchema, got {cls.__name__}")
-        prepared = check_local(state, check_order=check_mesh)
-    except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-        err = exc
-    agreed = _agree_report(c, state, prepared, err)
-    manifest = _manifest(cls, state, prepared, agreed)
+            raise SchemaError(f"save: expected an instance of a CheckpointSchema, got {type(state).__name__}")
+        return check_local(state, check_order=check_mesh)
+
+    prepared = call.run(check)
+    agreed = _agree_report(call, state, prepared)
+    assert prepared is not None  # else the agreement raised
+    manifest = _manifest(type(state), state, prepared, agreed)
     with CheckpointWriter(
-        path, manifest, comm=c, style=style, sync=sync, info=info, backend=backend, truncate=truncate, defer=True
+        path, manifest, comm=call.comm, style=style, sync=sync, info=info, backend=backend, truncate=truncate, defer=True
     ) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             p.payload.elem_counts = agreed.counts[j]
-            if j in agreed.relay:
-                p.payload.relay = agreed.relay[j]
             if fs.section == "V" or fs.kind == "hp":
                 p.payload.proc_sizes = agreed.nbytes[j]
             w.write_field(fs, p.payload)
-    result = w.close()
-    first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)
-    # The writing partition (P + 1 offsets) is what a save returns, on every rank (public: SaveResult.partition,
-    # run.global_first_quadrant): one MPI_Allgather of 8 bytes per rank, the save's only O(P) step.
-    partition = Partition.from_counts(allgather_int(c, prepared[first_mesh].count)) if first_mesh is not None else None
-    gfq = partition.global_first_quadrant.tolist() if partition is not None else None
-    run = run_record_of(c, gfq, t0)
-    if run_record:
-        _write_record(c, result.path, run, sync)
-    return SaveResult(result.path, result.nbytes, manifest, result.index, manifest.num_leaves, run, partition)
+    return w.close(), manifest, prepared
 
 
 def run_record_of(comm: Comm, gfq: list[int] | None, t0: float) -> RunRecord:
@@ -352,17 +343,19 @@ def run_record_of(comm: Comm, gfq: list[int] | None, t0: float) -> RunRecord:
     return run_record(comm, gfq, t0, time.time() - t0)
 
 
-def _write_record(comm: Comm, path: str, run: RunRecord, sync: bool) -> None:
+def _write_record(call: Call, path: str, run: RunRecord, sync: bool) -> None:
     """Rank 0 writes the run record beside the file; every rank raises if it fails. Collective."""
-    err: BaseException | None = None
-    if comm.rank == 0:
+
+    def write() -> None:
         try:
             write_run_record(path, run, sync=sync)
         except OSError as exc:
-            err = SchemaError(f"{path!r} was written, but not its run record: {exc}")
             with contextlib.suppress(OSError):
                 os.unlink(path)  # nothing half-done is left behind
-    agree(comm, err, what="save")
+            raise SchemaError(f"{path!r} was written, but not its run record: {exc}") from exc
+
+    call.run(write, on=0)
+    call.agree("save: run record")
 
 
 def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: list[Prepared], agreed: _Agreed) -> Manifest:

@@ -42,7 +42,7 @@ def test_fields_are_bit_identical_to_a_serial_run(mpi_tmp: Path) -> None:
     sim.save(mpi_tmp / "parallel.scda", comm=comm)
     if comm.rank == 0:
         ref, _ = run(MPI.COMM_SELF)
-        ref.save(mpi_tmp / "serial.scda")
+        ref.save(mpi_tmp / "serial.scda", comm=MPI.COMM_SELF)
     comm.Barrier()
     same = adv.field_hashes(str(mpi_tmp / "parallel.scda")) == adv.field_hashes(str(mpi_tmp / "serial.scda"))
     assert all_true(same)

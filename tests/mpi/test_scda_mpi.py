@@ -305,7 +305,7 @@ def test_chunked_bytes_over_mpi_equal_the_serial_ones(mpi_tmp: Path, shape: str)
         w.Barrier()
     if r == 0:
         ref = mpi_tmp / "ref.scda"
-        with ac.scda.fopen_write(ref, b"x") as f:
+        with ac.scda.fopen_write(ref, b"x", comm=SerialComm()) as f:
             write_chunks(f, SerialComm(), data, [N], E, K, b"rho")
         digests.add(hashlib.sha256(ref.read_bytes()).hexdigest())
         assert len(digests) == 1

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from checkpoint_cases import Advection
@@ -26,6 +25,7 @@ from amrckpt import _faults
 from amrckpt._faults import FaultSpec, inject_faults
 from amrckpt.comm import SerialComm, run_threads
 from amrckpt.manager import EveryNSteps
+from amrckpt.testing import FaultyComm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def test_serial_comm_faults(tmp_path: Path) -> None:
 
 def test_faults_are_deterministic(tmp_path: Path) -> None:
     def run(d: Path) -> list[tuple[str, int, str]]:
-        with ac.CheckpointManager(d, Advection, save_policy=EveryNSteps(1)) as mgr:
+        with ac.CheckpointManager(d, Advection, comm=FaultyComm(None), save_policy=EveryNSteps(1)) as mgr:
             with inject_faults(7, seed=11, kinds={"write", "read", "sync", "mpi"}) as plan:
                 for step in range(1, 6):
                     try:
@@ -102,18 +102,18 @@ def test_a_failed_directory_fsync_takes_the_rename_back(tmp_path: Path) -> None:
 
 def test_a_failed_commit_agreement_takes_the_rename_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A communication error at the commit agreement (after the rename) undoes the rename."""
-    from amrckpt.manager import _manager
+    from amrckpt.comm import Call
 
     at: list[int] = []
 
-    def agree(comm: Any, err: BaseException | None, **kw: Any) -> list[int]:
-        if kw.get("what") == "commit" and _faults.ACTIVE is not None:
+    def agree(self: Call, what: str = "") -> None:
+        if what == "commit" and _faults.ACTIVE is not None:
             at.append(next(iter(_faults.ACTIVE[-1]._comm_calls.values()))[0])  # collectives before this one
-        return real(comm, err, **kw)
+        real(self, what)
 
-    real = _manager.agree
-    monkeypatch.setattr(_manager, "agree", agree)
-    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1)) as mgr:
+    real = Call.agree
+    monkeypatch.setattr(Call, "agree", agree)
+    with ac.CheckpointManager(tmp_path, Advection, comm=FaultyComm(None), save_policy=EveryNSteps(1)) as mgr:
         mgr.save(1, state(1, None))
         with inject_faults(10**9, kinds={"mpi"}):
             mgr.save(2, state(2, None))

@@ -11,49 +11,21 @@ the collectives of a whole load are counted on each rank.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
 from test_container import Layouts, _layouts_rank, rich_rank
 
 import amrckpt as ac
-from amrckpt.comm import ThreadComm, run_threads
+from amrckpt.comm import run_threads
 from amrckpt.container import CheckpointReader
 from amrckpt.errors import ChecksumError
 from amrckpt.partition import Partition
+from amrckpt.testing import CountingComm
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-
-COLLECTIVES = ("bcast", "allreduce_max", "allreduce_xor", "exscan_sum_max", "allgather", "allgather_int", "barrier")
-
-
-class CountingThreadComm(ThreadComm):
-    """A thread rank that counts its collective calls, by method name, in :attr:`counts` (keyed by the object's id)."""
-
-    __slots__ = ()
-    counts: ClassVar[dict[int, Counter[str]]] = {}
-
-
-def _counted(name: str) -> Callable[..., Any]:
-    def method(self: CountingThreadComm, *a: Any, **k: Any) -> Any:
-        CountingThreadComm.counts[id(self)][name] += 1
-        return getattr(ThreadComm, name)(self, *a, **k)
-
-    return method
-
-
-for _name in COLLECTIVES:
-    setattr(CountingThreadComm, _name, _counted(_name))
-
-
-def counting(comm: Any, counts: Counter[str]) -> Any:
-    """Count the collective calls of ``comm`` (a thread rank) in ``counts``, by method name."""
-    comm.__class__ = CountingThreadComm
-    CountingThreadComm.counts[id(comm)] = counts
-    return comm
 
 
 def same(a: Any, b: Any) -> bool:
@@ -121,8 +93,9 @@ def test_gathered_equals_field_by_field(files: dict[str, Path], Q: int, how: str
 
 
 def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -> None:
-    """A load of 1 or 5 cells fields plus an hp field, on 1..4 ranks: one broadcast, one agreement to open, one exscan,
-    one CRC32 allreduce, one agreement when closing (without hp, no exscan; without verify, no CRC allreduce)."""
+    """A load of 1 or 5 cells fields plus an hp field, on 1..4 ranks: the metadata from the root with the call tag, one
+    agreement to open, one exscan, one CRC32 allreduce, one agreement when closing (without hp, no exscan; without
+    verify, no CRC allreduce)."""
 
     def schema(k: int, hp: bool) -> type[ac.CheckpointSchema]:
         ns: dict[str, Any] = {"__annotations__": {"step": int, "mesh": ac.Forest}, "step": ac.Inline(), "mesh": ac.Mesh(dim=2)}
@@ -156,17 +129,17 @@ def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -
             for verify in (True, False):
 
                 def load(comm: Any, S: type[ac.CheckpointSchema] = S, path: Path = path, verify: bool = verify) -> Counter[str]:
-                    counts: Counter[str] = Counter()
-                    ac.load(path, S, comm=counting(comm, counts), verify=verify)
-                    return counts
+                    cc = CountingComm(comm)
+                    ac.load(path, S, comm=cc, verify=verify)
+                    return cc.counts
 
                 got = run_threads(Q, load)
                 assert all(g == got[0] for g in got)
-                want = Counter({"bcast": 1, "allreduce_max": 2})
+                want = Counter({"allreduce_columns": 3})
                 if hp:
-                    want["exscan_sum_max"] = 1
+                    want["exscan_columns"] = 1
                 if verify:
-                    want["allreduce_xor"] = 1
+                    want["allreduce_array"] = 1
                 assert got[0] == want, (k, hp, Q, verify, got[0])
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amrckpt._faults import inject_faults
+from _support import collectives
 from amrckpt.comm import run_threads
 from amrckpt.errors import AmrckptError, CollectiveError, PartitionError
 from amrckpt.partition import MAX_ELEMENTS, MAX_RANKS, Partition, transfer_counts
@@ -422,24 +422,13 @@ def test_from_local_count():
     assert sorted(info.value.rank_exceptions) == [0, 1, 2]
 
 
-def _collectives(P: int, fn) -> list[int]:
-    """The collective calls of ``fn(comm)`` on each of P thread ranks (counted by the fault hooks, injecting nothing)."""
-
-    def body(comm):
-        with inject_faults(10**9, kinds={"mpi"}) as plan:
-            fn(comm)
-        return sum(v[0] for v in plan._comm_calls.values())
-
-    return run_threads(P, body)
-
-
 def test_weighted_collectives():
-    """Issue 17: 3 collectives for integer weights, 4 for floats (P = 1: no cut allreduce); none carries O(P) data."""
-    assert _collectives(4, lambda c: Partition.weighted(np.arange(c.rank + 2), c)) == [3] * 4
-    assert _collectives(4, lambda c: Partition.weighted(np.linspace(0, 1, c.rank + 2), c)) == [4] * 4
-    assert _collectives(3, lambda c: Partition.weighted(np.zeros(2), c)) == [1] * 3  # all weights zero: uniform
-    assert _collectives(3, lambda c: Partition.weighted([1, 2], c, size=1)) == [2] * 3
-    assert _collectives(4, lambda c: Partition.from_local_count(c.rank, c)) == [1] * 4
+    """3 collectives for integer weights, 4 for floats (P = 1: no cut allreduce); none carries O(P) data."""
+    assert collectives(4, lambda c: Partition.weighted(np.arange(c.rank + 2), c)) == [3] * 4
+    assert collectives(4, lambda c: Partition.weighted(np.linspace(0, 1, c.rank + 2), c)) == [4] * 4
+    assert collectives(3, lambda c: Partition.weighted(np.zeros(2), c)) == [1] * 3  # all weights zero: uniform
+    assert collectives(3, lambda c: Partition.weighted([1, 2], c, size=1)) == [2] * 3
+    assert collectives(4, lambda c: Partition.from_local_count(c.rank, c)) == [1] * 4
 
 
 class _Rank0:
@@ -457,31 +446,28 @@ class _Rank0:
     def allgather(self, obj):
         raise AssertionError("Partition.weighted must not gather one value per rank")
 
-    def allreduce_max(self, values):
-        assert len(values) < 16, "only the cut allreduce is O(P), and it takes an array"
-        return [int(v) for v in values]
+    def allgather_array(self, values):
+        raise AssertionError("Partition.weighted must not gather one value per rank")
 
-    def allreduce_sum(self, value):
-        return int(value)
-
-    def allreduce_xor(self, values):
-        return list(values)
-
-    def exscan_sum(self, value):
-        return 0
-
-    def exscan_sum_max(self, sums, maxima):
-        return [0] * len(sums), [-1] * len(maxima)
-
-    def allreduce_sum_max(self, sums, maxima):
-        return list(sums), list(maxima)
-
-    def allreduce_max_array(self, values):
+    def allreduce_array(self, values, op):
         assert isinstance(values, np.ndarray)
         return values.copy()
 
+    def allreduce_columns(self, columns):
+        assert sum(map(len, columns[:3])) < 16, "only the cut allreduce is O(P), and it takes an array"
+        return columns
+
+    def exscan_columns(self, columns):
+        return None
+
+    def relay_down(self, data, *, send, receive, forward):
+        return None
+
     def dup(self):
         return self
+
+    def free(self):
+        pass
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.float64])

@@ -1,0 +1,705 @@
+"""One collective call of amrckpt: every rank's outcome shared, the same error raised on every rank.
+
+torch.distributed.checkpoint's ``_DistWrapper`` is the model: a public
+collective entry point (a save, a load, a manager call...) opens a
+:class:`Call` with :func:`collective` and runs its local work through it.
+:meth:`Call.run` runs a step on this rank and keeps its exception instead of
+raising it; the exchanges (:meth:`Call.allreduce`, :meth:`Call.exscan`,
+:meth:`Call.allgather_int`, ...) always send a well-formed payload, whatever
+failed before, so that no rank is left waiting and no rank misreads what it
+receives; every *agreeing* exchange raises, on every rank, the same error
+when any rank holds one, naming the failing ranks and their messages.
+
+Three promises have their home here:
+
+- **An error on any rank is raised on every rank.**  A step that fails on
+  one rank is skipped there until the next agreement, which raises it
+  everywhere as the same class of amrckpt's tree (:func:`agreed_error`);
+  an exception outside the tree becomes :class:`~amrckpt.errors.CollectiveError`.
+- **Mismatched calls are named.**  Each call takes the next sequence number
+  of its communicator; every agreeing exchange carries a digest of the call's
+  operation name, its sequence number and the exchange's position in the
+  call.  Ranks that made different calls (rank 0 in ``latest_step`` while
+  rank 1 is in ``restore``) all raise
+  :class:`~amrckpt.errors.CollectiveMismatchError` naming both.  The first
+  exchange of every call is an allreduce of the same kind, so that
+  mismatched calls always meet in the same MPI call.  The digest rides on
+  that first allreduce: no collective is added for it.
+- **``comm=None`` is not silently serial inside an MPI job.**  A call opened
+  with ``comm=None`` in a process whose ``MPI.COMM_WORLD`` has more than one
+  rank raises :class:`~amrckpt.errors.CommRequiredError` before anything
+  is read or written.
+
+Calls nest: an entry point called inside another on the same communicator
+(``CheckpointManager.save`` calls :func:`amrckpt.save`) joins the open call.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+
+import numpy as np
+
+from .. import errors
+from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, digest_of
+from ._mpi import MPIComm, is_mpi4py_comm
+from ._thread import ThreadComm
+
+__all__ = [
+    "Call",
+    "Reduced",
+    "agreed_error",
+    "as_comm",
+    "collective",
+    "collective_method",
+    "current_call",
+    "describe",
+    "require_comm",
+]
+
+T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
+
+
+def as_comm(comm: Any = None) -> Comm:
+    """Return a :class:`~amrckpt.comm.Comm` for ``comm`` (no check of the MPI job: see :func:`require_comm`).
+
+    Parameters
+    ----------
+    comm : None, mpi4py.MPI.Comm or Comm
+        ``None`` for a serial run (no MPI needed), an mpi4py
+        intracommunicator, or an object implementing :class:`~amrckpt.comm.Comm`.
+
+    Returns
+    -------
+    Comm
+        Not collective.
+
+    Raises
+    ------
+    ScdaArgumentError
+        If ``comm`` is none of the above.
+    """
+    if comm is None:
+        return SerialComm()
+    if isinstance(comm, (SerialComm, MPIComm, ThreadComm)):
+        return comm
+    if is_mpi4py_comm(comm):
+        return MPIComm(comm)
+    if isinstance(comm, Comm):
+        return comm
+    raise errors.ScdaArgumentError(f"comm must be None, an mpi4py communicator or an amrckpt Comm, not {type(comm).__name__}")
+
+
+def require_comm(comm: Any, op: str) -> Comm:
+    """Return :func:`as_comm` of ``comm``, refusing ``comm=None`` inside an MPI job of several processes. Not collective.
+
+    Serial use without MPI is unchanged: ``None`` is the serial
+    communicator unless mpi4py has initialised MPI and ``MPI.COMM_WORLD``
+    has more than one rank.  Every rank decides alone, from the same facts,
+    so every rank raises.
+
+    Raises
+    ------
+    CommRequiredError
+        For ``comm=None`` inside an MPI job of several processes.
+    """
+    if comm is None:
+        MPI = sys.modules.get("mpi4py.MPI")
+        if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+            n = MPI.COMM_WORLD.Get_size()
+            if n > 1:
+                raise errors.CommRequiredError(
+                    f"{op}: comm=None in an MPI job of {n} processes: each process would act alone, on the same files "
+                    "(a save would write its own part of the state as if it were the whole, a manager would commit it). "
+                    "Pass comm=MPI.COMM_WORLD (or the communicator of the ranks that take part); pass comm=MPI.COMM_SELF, "
+                    "explicitly, for files of one process each. Nothing was read or written."
+                )
+    return as_comm(comm)
+
+
+class Reduced(NamedTuple):
+    """What :meth:`Call.allreduce` returns, the same on every rank.
+
+    Attributes
+    ----------
+    sums, maxima, xors : list of int
+        The element-wise sums, maxima and XORs over ranks, as long as this
+        rank's lists.
+    value : object
+        The value the root gave (``root_value``), or None.
+    equal : list of bool
+        For each of ``equal``: whether every rank passed the same number.
+    """
+
+    sums: list[int]
+    maxima: list[int]
+    xors: list[int]
+    value: Any
+    equal: list[bool]
+
+
+# -- the calls open on this thread, and every communicator's call count --------------------------------------
+
+_open = threading.local()
+_counts: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
+_counts_lock = threading.Lock()
+_keyval: list[Any] = []
+
+
+def _inner(comm: Comm) -> Comm:
+    """Return the communicator under wrappers (amrckpt.testing's fault and counting wrappers set ``wrapped``)."""
+    while True:
+        w = getattr(comm, "wrapped", None)
+        if w is None:
+            return comm
+        comm = w
+
+
+def _key(comm: Comm) -> Any:
+    """Identify the communicator ``comm`` wraps: the MPI handle, the thread group, or the object."""
+    c = _inner(comm)
+    if isinstance(c, MPIComm):
+        return ("mpi", c.mpi_comm.py2f())
+    if isinstance(c, ThreadComm):
+        return ("threads", id(c._group))
+    if isinstance(c, SerialComm):
+        return ("serial",)
+    return ("object", id(c))
+
+
+def _next_seq(comm: Comm) -> int:
+    """Count a call on ``comm`` and return its number (1, 2, ...): cached on the communicator itself.
+
+    MPI: an attribute of the communicator (``MPI_Comm_set_attr``), dropped
+    when it is freed and not copied by ``MPI_Comm_dup``; threads: the group.
+    """
+    c = _inner(comm)
+    if isinstance(c, ThreadComm):
+        calls = c._group.calls
+        calls[c.rank] += 1
+        return int(calls[c.rank])
+    if isinstance(c, MPIComm):
+        MPI = c._MPI
+        if not _keyval:
+            _keyval.append(MPI.Comm.Create_keyval())
+        got = c.mpi_comm.Get_attr(_keyval[0])
+        n = (got or 0) + 1
+        c.mpi_comm.Set_attr(_keyval[0], n)
+        return int(n)
+    with _counts_lock:
+        box = _counts.setdefault(c, [0])
+        box[0] += 1
+        return box[0]
+
+
+def current_call(comm: Comm) -> Call | None:
+    """Return the call open on ``comm`` in this thread, or None. Not collective."""
+    calls: dict[Any, Call] = getattr(_open, "calls", {})
+    return calls.get(_key(comm))
+
+
+class collective:
+    """Open a collective call of amrckpt on ``comm``, or join the one open on it in this thread.
+
+    Collective: every rank of ``comm`` opens it at the same point of its
+    program.  Leaving the outermost block agrees on whatever was not agreed
+    yet (an allreduce, only if a step came after the last agreement); an
+    exception that left it on some ranks only (not raised by an exchange)
+    is agreed on there too.  A call opened inside another on the same
+    communicator joins it, and leaves the agreeing to it.
+
+    Parameters
+    ----------
+    comm : None, mpi4py.MPI.Comm or Comm
+        The communicator; ``None`` is refused inside an MPI job of several
+        processes (:func:`require_comm`).
+    op : str
+        The public name of the call (``"save"``, ``"CheckpointManager.restore"``),
+        for the call tag and error messages.
+
+    Raises
+    ------
+    CommRequiredError
+        For ``comm=None`` inside an MPI job of several processes, on every rank.
+    """
+
+    __slots__ = ("_call", "_outer")
+
+    def __init__(self, comm: Any, op: str) -> None:
+        c = require_comm(comm, op)
+        outer = current_call(c)
+        self._outer = outer is not None
+        self._call = outer if outer is not None else Call(c, op)
+
+    def __enter__(self) -> Call:
+        if not self._outer:
+            calls: dict[Any, Call] = getattr(_open, "calls", None) or {}
+            _open.calls = {**calls, _key(self._call.comm): self._call}
+        return self._call
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        call = self._call
+        if exc is not None and getattr(exc, "_amrckpt_agreed", False):
+            # Every rank raises it: what a rank's cleanup on the way out failed at (closing a file) is not agreed on
+            # any more, and must not fail the caller's next step (a restore trying the previous checkpoint).
+            call.error = None
+        if self._outer:
+            return  # the call that this one joined agrees when it ends
+        try:
+            if exc is None:
+                if call._unagreed:
+                    call.agree()
+            elif isinstance(exc, Exception) and call.size > 1 and not getattr(exc, "_amrckpt_agreed", False):
+                # An exception outside a step: this rank's own, which the others do not know about.  Agree on it
+                # (best effort: the other ranks are at their next exchange; every call's code is written so that it is one).
+                call.fail(exc)
+                call.agree()
+        finally:
+            calls = dict(getattr(_open, "calls", {}))
+            calls.pop(_key(call.comm), None)
+            _open.calls = calls
+
+
+_S = TypeVar("_S")
+_P = ParamSpec("_P")
+
+
+def collective_method(op: str) -> Callable[[Callable[Concatenate[_S, _P], T]], Callable[Concatenate[_S, _P], T]]:
+    """Run a method of an object with a ``comm`` attribute as one collective call named ``op`` (:class:`collective`).
+
+    For the objects whose every method is collective (an open file): each
+    method is a call of its own, or joins the call open on the same
+    communicator (a load that reads through the object); inside it,
+    :func:`current_call` gives the call.
+    """
+
+    def wrap(fn: Callable[Concatenate[_S, _P], T]) -> Callable[Concatenate[_S, _P], T]:
+        def method(obj: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> T:
+            with collective(obj.comm, op):  # type: ignore[attr-defined]
+                return fn(obj, *args, **kwargs)
+
+        functools.update_wrapper(method, fn)
+        return method
+
+    return wrap
+
+
+class Call:
+    """One collective call on a communicator: its steps, its exchanges, its call tag.
+
+    Made by :func:`collective`.  Every method except :meth:`run` and
+    :meth:`fail` is collective: every rank calls it, in the same order,
+    whatever failed on it before.
+
+    Attributes
+    ----------
+    comm : Comm
+        The communicator.
+    op : str
+        The call's name.
+    seq : int
+        Its number among the calls on ``comm`` (1, 2, ...).
+    error : BaseException or None
+        This rank's first error since the last agreement.
+    """
+
+    __slots__ = ("__weakref__", "_exchanges", "_unagreed", "comm", "error", "op", "seq")
+
+    def __init__(self, comm: Comm, op: str) -> None:
+        self.comm = comm
+        self.op = op
+        self.seq = _next_seq(comm) if comm.size > 1 else 0
+        self.error: BaseException | None = None
+        self._exchanges = 0
+        self._unagreed = False
+
+    @property
+    def rank(self) -> int:
+        """Return this rank."""
+        return self.comm.rank
+
+    @property
+    def size(self) -> int:
+        """The number of ranks."""
+        return self.comm.size
+
+    @property
+    def failed(self) -> bool:
+        """Whether this rank holds an error not agreed on yet."""
+        return self.error is not None
+
+    # -- local steps (not collective) ----------------------------------------------------------------------
+
+    def fail(self, exc: BaseException) -> None:
+        """Record an error of this rank (the first one is kept) for the next agreement. Not collective.
+
+        Outside :meth:`run`, only where an agreement follows on every rank
+        (this rank alone cannot make the others agree).
+        """
+        if self.error is None:
+            self.error = exc
+
+    def agreed(self, exc: E) -> E:
+        """Mark ``exc`` as raised on every rank: an error decided from agreed values (what an exchange returned). Not collective.
+
+        Leaving the call with it raises it as it is, without another
+        agreement (an error of this rank alone goes through one).
+        """
+        exc._amrckpt_agreed = True  # type: ignore[attr-defined]
+        return exc
+
+    def pop_error(self) -> BaseException | None:
+        """Take this rank's pending error back (to raise a better one first, e.g. a damaged section's). Not collective."""
+        error, self.error = self.error, None
+        return error
+
+    def run(self, fn: Callable[..., T], *args: Any, on: int | None = None, always: bool = False, **kwargs: Any) -> T | None:
+        """Run a step on this rank (on rank ``on`` only, if given); keep its exception for the next agreement.
+
+        Not collective itself, but every rank must call it at the same point
+        (with ``on``, the other ranks skip the step), so that every rank
+        knows a step came after the last agreement.  A step is skipped on a
+        rank that failed earlier, unless ``always``: a step that makes
+        collective calls of its own (an MPI-IO read or write that every rank
+        joins, with nothing to move where it failed) runs on every rank.
+
+        Returns
+        -------
+        object or None
+            What ``fn`` returned; None if it raised, if it was skipped, or
+            on ranks other than ``on``.
+        """
+        self._unagreed = True
+        if (self.error is not None and not always) or (on is not None and self.comm.rank != on):
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - agreed on by every rank at the next agreement
+            self.fail(exc)
+            return None
+
+    # -- exchanges (collective) -------------------------------------------------------------------------
+
+    def _tag(self) -> int:
+        """Return the digest of this call and exchange: operation, sequence number, position (62 bits)."""
+        return digest_of(self.op, self.seq, self._exchanges)
+
+    def allreduce(
+        self,
+        sums: Sequence[int] = (),
+        maxima: Sequence[int] = (),
+        xors: Sequence[int] = (),
+        *,
+        equal: Sequence[int] = (),
+        root_value: Any = None,
+        root: int = 0,
+        what: str = "",
+    ) -> Reduced:
+        """Agree on every rank's errors and combine numbers, in one ``MPI_Allreduce``.
+
+        Collective.  Carries, besides the numbers, whether each rank
+        failed, the call tag, and ``equal``'s numbers (digests that must be
+        the same on every rank).  A rank that failed sends empty lists; the
+        others' lists may differ in length (they are padded), so nothing a
+        rank sends depends on what succeeded before.
+
+        Parameters
+        ----------
+        sums, maxima, xors : sequence of int
+            Python integers of any size, combined element-wise over ranks.
+        equal : sequence of int
+            Numbers that must be equal on every rank (e.g. :func:`digest_of`
+            of collective arguments); :attr:`Reduced.equal` says which are.
+        root_value : object, optional
+            On ``root``: a value (picklable, not None) returned on every rank.
+        root : int, optional
+            The rank whose ``root_value`` is returned.
+        what : str, optional
+            Names the exchange in error messages.
+
+        Returns
+        -------
+        Reduced
+
+        Raises
+        ------
+        CollectiveMismatchError
+            On every rank, if the ranks are in different calls or at
+            different exchanges of a call.
+        AmrckptError
+            On every rank, if any rank failed: the agreed error (:func:`agreed_error`).
+        """
+        d = self._tag()
+        ok = self.error is None
+        eq = [int(e) for e in equal] if ok else []
+        head = [0 if ok else 1, d, -d]
+        mx = head + [v for e in eq for v in (e, -e)] + ([int(v) for v in maxima] if ok else [])
+        payload = Columns(
+            [int(v) for v in sums] if ok else [],
+            mx,
+            [int(v) for v in xors] if ok else [],
+            root_value if ok and self.comm.rank == root else None,
+        )
+        self._exchanges += 1
+        got = self.comm.allreduce_columns(payload)
+        if got.maxima[1] != -got.maxima[2]:
+            self._mismatch(what)
+        if got.maxima[0] > 0:
+            self._raise_agreed()
+        self._unagreed = False
+        k = 3 + 2 * len(eq)
+        return Reduced(
+            _fit(got.sums, len(sums), 0),
+            _fit(got.maxima[k:], len(maxima), NONE),
+            _fit(got.xors, len(xors), 0),
+            got.value,
+            [got.maxima[3 + 2 * i] == -got.maxima[4 + 2 * i] for i in range(len(eq))],
+        )
+
+    def agree(self, what: str = "") -> None:
+        """Raise on every rank the agreed error if any rank holds one (one allreduce). Collective.
+
+        Raises
+        ------
+        AmrckptError
+            As :meth:`allreduce`.
+        """
+        self.allreduce(what=what)
+
+    def on_root(self, fn: Callable[[], T], root: int = 0, what: str = "") -> T:
+        """Run ``fn`` on ``root`` only and return its result on every rank, agreeing on every rank's errors.
+
+        Collective: one allreduce, which carries the result (pickled) from
+        the root as a broadcast would.
+
+        Raises
+        ------
+        AmrckptError
+            On every rank, what ``fn`` raised on the root, or any rank's
+            earlier error (as :meth:`allreduce`).
+        """
+        value = self.run(lambda: (fn(),), on=root)
+        out = self.allreduce(root_value=value, root=root, what=what).value
+        return out[0]  # type: ignore[no-any-return]
+
+    def exscan(self, sums: Sequence[int] = (), maxima: Sequence[int] = (), xors: Sequence[int] = ()) -> Reduced:
+        """Exclusive prefix sums, maxima and XORs over the ranks below this one, in one ``MPI_Exscan``.
+
+        Collective, but not an agreement: a rank learns nothing of the
+        ranks above it, so errors stay pending until the next agreement.  A
+        rank that failed sends empty lists; what every rank gets back is as
+        long as its own lists (0 for sums and XORs, :data:`~amrckpt.comm.NONE`
+        for maxima where nothing is below), whatever the ranks below sent.
+        The first exchange of a call must agree on its tag, so an exscan
+        that comes first is preceded by an allreduce.
+
+        Returns
+        -------
+        Reduced
+            ``equal`` is empty and ``value`` None.
+        """
+        self._first_agrees()
+        ok = self.error is None
+        payload = Columns(
+            [int(v) for v in sums] if ok else [], [int(v) for v in maxima] if ok else [], [int(v) for v in xors] if ok else []
+        )
+        self._exchanges += 1
+        got = self.comm.exscan_columns(payload) or Columns([], [], [])
+        return Reduced(_fit(got.sums, len(sums), 0), _fit(got.maxima, len(maxima), NONE), _fit(got.xors, len(xors), 0), None, [])
+
+    def allgather_ints(self, values: Sequence[int], what: str = "") -> np.ndarray:
+        """Every rank's int64 ``values``, by rank, agreeing on errors: one ``MPI_Allgather`` of ``8 (k + 2)`` bytes per rank.
+
+        Collective and agreeing (each rank sees every rank's error flag and
+        call tag).  O(P) per rank: for what is P-long by nature (a
+        partition's offsets, libsc's ``proc_sizes``), never for an agreement
+        alone.  Every rank passes as many values.
+
+        Returns
+        -------
+        numpy.ndarray
+            (P, k) int64.
+
+        Raises
+        ------
+        AmrckptError
+            As :meth:`allreduce`; a value outside int64 is an error of its rank.
+        """
+        d = self._tag()
+        k = len(values)
+        mine = np.zeros(k + 2, dtype=np.int64)
+        if self.error is None:
+            try:
+                mine[2:] = np.asarray([int(v) for v in values], dtype=np.int64)
+            except (OverflowError, TypeError, ValueError):
+                self.fail(errors.ScdaArgumentError(f"{what or self.op}: {list(values)[:4]} do not fit int64"))
+        mine[0] = 0 if self.error is None else 1
+        mine[1] = d
+        self._exchanges += 1
+        got = self.comm.allgather_array(mine)
+        if (got[:, 1] != d).any():
+            self._mismatch(what)
+        if got[:, 0].any():
+            self._raise_agreed()
+        self._unagreed = False
+        return np.ascontiguousarray(got[:, 2:])
+
+    def allgather_int(self, value: int, what: str = "") -> np.ndarray:
+        """Every rank's int64 ``value``, by rank: (P,) int64 (:meth:`allgather_ints` of one value). Collective, agreeing."""
+        return np.ascontiguousarray(self.allgather_ints([value], what=what)[:, 0])
+
+    def allgather(self, obj: T, what: str = "") -> list[T]:
+        """Every rank's ``obj`` (pickled), by rank, agreeing on errors: one ``MPI_Allgather``. Collective, agreeing.
+
+        O(P) per rank: for tools and error paths (naming the ranks whose
+        values differ), never on a save's or a load's way.
+
+        Raises
+        ------
+        AmrckptError
+            As :meth:`allreduce`.
+        """
+        d = self._tag()
+        self._exchanges += 1
+        got = self.comm.allgather((self.error is not None, d, None if self.error is not None else obj))
+        if any(t != d for _, t, _ in got):
+            self._mismatch(what)
+        if any(f for f, _, _ in got):
+            self._raise_agreed()
+        self._unagreed = False
+        return [o for _, _, o in got]  # type: ignore[misc]
+
+    def allreduce_array(self, values: np.ndarray, op: ReduceOp) -> np.ndarray:
+        """``MPI_Allreduce`` of a numeric array of the same shape on every rank (no pickling). Collective, not agreeing.
+
+        A rank that failed passes the array's neutral element (zeros for a
+        sum); the caller agrees afterwards.  Preceded by an allreduce if it
+        is the call's first exchange.
+        """
+        self._first_agrees()
+        self._exchanges += 1
+        return self.comm.allreduce_array(values, op)
+
+    def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
+        """Pass byte strings to the rank below (:meth:`amrckpt.comm.MPIComm.relay_down`). Collective, not agreeing."""
+        self._first_agrees()
+        self._exchanges += 1
+        return self.comm.relay_down(data, send=send, receive=receive, forward=forward)
+
+    def _first_agrees(self) -> None:
+        if self._exchanges == 0 and self.comm.size > 1:
+            self.agree()
+
+    # -- raising --------------------------------------------------------------------------------------------
+
+    def _mismatch(self, what: str) -> None:
+        """Raise, the ranks being in different calls: gather what each is in and raise that on every rank."""
+        mine = (self.op, self.seq, self._exchanges, what)
+        seen = self.comm.allgather(mine)
+        groups: dict[tuple[str, int, int, str], list[int]] = {}
+        for r, t in enumerate(seen):
+            groups.setdefault(tuple(t), []).append(r)  # type: ignore[arg-type]
+        parts = [
+            f"{_ranks(rs)} in {op} (call {seq} on this communicator, exchange {k}{': ' + w if w else ''})"
+            for (op, seq, k, w), rs in groups.items()
+        ]
+        exc = errors.CollectiveMismatchError(
+            "the ranks made different collective calls: "
+            + "; ".join(parts)
+            + ". Every rank must make the same amrckpt calls in the same order (a call made on some ranks only, "
+            "or under a condition that differs between ranks, leaves the others in another call)"
+        )
+        exc.rank_errors = {r: f"CollectiveMismatchError: in {seen[r][0]} (call {seen[r][1]})" for r in range(len(seen))}
+        exc._amrckpt_agreed = True  # type: ignore[attr-defined]
+        self.error = None
+        self._unagreed = False
+        raise exc
+
+    def _raise_agreed(self) -> None:
+        """Raise the agreed error of the failing ranks: gather every rank's error and raise the agreed one (one more allgather)."""
+        error = self.error
+        self.error = None
+        self._unagreed = False
+        descs = self.comm.allgather(describe(error))
+        raise agreed_error(error, descs, self.comm.size)
+
+    def __repr__(self) -> str:
+        return f"Call({self.op!r}, seq={self.seq}, rank={self.comm.rank}, size={self.comm.size})"
+
+
+def _fit(values: Sequence[int], n: int, pad: int) -> list[int]:
+    """``values`` cut or padded to ``n`` entries (what a rank gets back is as long as what it sent)."""
+    out = [int(v) for v in values[:n]]
+    if len(out) < n:
+        out += [pad] * (n - len(out))
+    return out
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    """``rank 2`` or ``ranks 0, 1``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+Description = tuple[str | None, str, str, int | None]
+
+
+def describe(error: BaseException | None) -> Description | None:
+    """Describe an error for gathering: (class name if ours, ``"Class: message"``, message, errno), or None."""
+    if error is None:
+        return None
+    ours = isinstance(error, errors.AmrckptError)
+    code = error.errno if isinstance(error, OSError) else None
+    message = error.strerror if isinstance(error, OSError) and error.strerror and code is not None else str(error)
+    return (type(error).__name__ if ours else None, f"{type(error).__name__}: {error}", message, code)
+
+
+def _tree_class(name: str) -> type[errors.AmrckptError]:
+    """Return the class of amrckpt's error tree named ``name`` (CollectiveError if none)."""
+    todo: list[type[errors.AmrckptError]] = [errors.AmrckptError]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == name:
+            return cls
+        todo.extend(cls.__subclasses__())
+    return errors.CollectiveError
+
+
+def agreed_error(error: BaseException | None, descs: Sequence[Description | None], size: int) -> BaseException:
+    """Return the exception every rank raises, given every rank's description (:func:`describe`) and its own error.
+
+    The class is that of the lowest failing rank's error if it is of
+    amrckpt's tree (:class:`~amrckpt.errors.CollectiveError` otherwise), its
+    message names that rank and the others that failed, and
+    :attr:`~amrckpt.errors.AmrckptError.rank_errors` maps each failing rank
+    to ``"Class: message"``.  ``errno`` is kept for OSError classes.  On a
+    single rank the error itself is returned.  The failing ranks chain their
+    own error as ``__cause__`` when the result is raised from it.
+    """
+    failed = {r: d for r, d in enumerate(descs) if d is not None}
+    first = min(failed)
+    cls_name, text, message, code = failed[first]
+    if size == 1 and cls_name is not None and isinstance(error, errors.AmrckptError):
+        if not error.rank_errors:
+            error.rank_errors = {0: text}
+        error._amrckpt_agreed = True  # type: ignore[attr-defined]
+        return error
+    cls = _tree_class(cls_name) if cls_name is not None else errors.CollectiveError
+    if cls_name is None:
+        message = f"rank {first} failed: {text}"
+    elif size > 1:
+        message = f"{message} [rank {first}]"
+    others = sorted(set(failed) - {first})
+    if others:
+        message += f" ({_ranks(others)} failed as well; rank_errors has every rank's error)"
+    exc = cls(code, message) if code is not None and issubclass(cls, OSError) else cls(message)
+    exc.rank_errors = {r: d[1] for r, d in failed.items()}
+    exc._amrckpt_agreed = True  # type: ignore[attr-defined]
+    if error is not None:
+        exc.__cause__ = error
+    return exc

@@ -1,0 +1,36 @@
+"""Test support for amrckpt and for code built on it: wrappers, fault injection, conformance suites.
+
+Used by amrckpt's own tests, and meant for those of libraries that plug in
+a communicator or use amrckpt under MPI:
+
+- :class:`CountingComm` counts the collectives a call makes (what the
+  tests of collective counts per save and per load use);
+- :class:`FaultyComm` and :func:`inject_faults` make seeded calls fail
+  (libsc's ``fuzzy_everyn``), to check that every rank raises the same
+  error and that nothing is lost;
+- :func:`failing_steps` makes a chosen step of every collective call fail
+  on chosen ranks: the agreement test of every public entry point.
+
+Nothing here is imported by ``import amrckpt``.
+"""
+
+from __future__ import annotations
+
+from .._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
+from ._steps import InjectedStepError, StepFaults, failing_steps
+from ._wrappers import COLLECTIVES, CountingComm, FaultyComm, WrapperComm
+
+__all__ = [
+    "COLLECTIVES",
+    "KINDS",
+    "CountingComm",
+    "Fault",
+    "FaultPlan",
+    "FaultSpec",
+    "FaultyComm",
+    "InjectedStepError",
+    "StepFaults",
+    "WrapperComm",
+    "failing_steps",
+    "inject_faults",
+]
