@@ -117,7 +117,7 @@ def _value_of(kind: FieldKind | None, fs: FieldSpec, raw: Any, ms: MeshSpec | No
 
 def load(
     path: str | os.PathLike[str],
-    schema: type[S],
+    schema: type[S] | None = None,
     *,
     comm: Any = None,
     partition: PartitionSpec = "uniform",
@@ -143,8 +143,12 @@ def load(
     ----------
     path : str or os.PathLike
         The checkpoint.
-    schema : type of CheckpointSchema
-        The schema to read into (its name must match the file's).
+    schema : type of CheckpointSchema, optional
+        The schema to read into (its name must match the file's).  Without
+        one, the schema the file describes
+        (:meth:`CheckpointSchema.from_manifest`): every field, with its
+        dtype, shape and units as declared when it was written; inline and
+        block values as JSON values.
     comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
         The communicator (None: serial, no MPI).
     partition : {"uniform", "weighted", "writer"} or Partition, optional
@@ -184,13 +188,16 @@ def load(
         For malformed files.
     """
     c = as_comm(comm)
-    if not (isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema):
+    if schema is not None and not (
+        isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema
+    ):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
-    kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
     where = os.fspath(path)
 
     def select(m: Manifest) -> list[str]:
         """On the root, before anything else is read: the schema, the migrations, the fields to read."""
+        if schema is None:
+            return [fs.name for fs in _wanted(m, fields, False, where)]
         if m.schema_name != schema.__amrckpt_name__:
             raise SchemaError(f"{where!r} holds schema {m.schema_name!r}, not {schema.__amrckpt_name__!r} ({schema.__name__})")
         schema.check_migrations(m.schema_version)
@@ -199,6 +206,10 @@ def load(
     # One broadcast of the metadata, one or two collective reads, one agreement (when closing).
     with CheckpointReader(path, comm=c, verify=verify, info=info, backend=backend, defer_crc=True, select=select) as r:
         m = r.manifest
+        if schema is None:  # the manifest is the same on every rank: so is the schema built from it
+            schema = CheckpointSchema.from_manifest(m)  # type: ignore[assignment]
+        assert schema is not None
+        kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
         migrate = m.schema_version != schema.__amrckpt_version__
         wanted = _wanted(m, fields, migrate, r.path)
         parts: dict[str, Partition] = {ms.field: _partition(partition, ms, r, c, j == 0) for j, ms in enumerate(m.meshes)}
