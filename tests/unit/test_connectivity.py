@@ -112,7 +112,9 @@ def test_check_names_what_is_wrong() -> None:
     ete[0] = (ete[0] + 1) % 12
     kw = {n: getattr(shell, n) for n in ("tree_to_edge", "ett_offset", "edge_to_tree")}
     with pytest.raises(ConnectivityError, match="edge"):
-        Connectivity(3, shell.vertices, shell.tree_to_vertex, shell.tree_to_tree, shell.tree_to_face, edge_to_edge=ete, **kw).check()
+        Connectivity(
+            3, shell.vertices, shell.tree_to_vertex, shell.tree_to_tree, shell.tree_to_face, edge_to_edge=ete, **kw
+        ).check()
     with pytest.raises(ConnectivityError, match="shape"):
         Connectivity(2, star.vertices, star.tree_to_vertex[:, :3], star.tree_to_tree, star.tree_to_face, **_corners(star))
     with pytest.raises(ConnectivityError, match="tree_to_corner must be given"):
@@ -133,7 +135,7 @@ def _corners(conn: Connectivity, ctc: np.ndarray | None = None) -> dict[str, np.
 def test_damaged_p4est_bytes_are_named_and_allocate_nothing_large() -> None:
     blob = Connectivity.shell().to_p4est_bytes("2.2")
     for cut in (0, 7, 31, 40, 111, 112, 500, len(blob) - 1):
-        with pytest.raises(P4estFormatError, match="ends inside|magic"):
+        with pytest.raises(P4estFormatError, match=r"ends inside|magic"):
             Connectivity.from_p4est_bytes(blob[:cut])
     huge = bytearray(blob)
     huge[48:56] = struct.pack("<Q", 2**30)  # num_vertices: 24 GiB of vertices that are not there
