@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import scda
 from ..comm import Comm, agree, as_comm, run_on_root
-from ..errors import AmrckptError, P4estFormatError, SchemaError
+from ..errors import AmrckptError, P4estFormatError, ScdaFileNotFoundError, ScdaIOError, SchemaError
 from ..partition import Partition
 from ..sfc import P4EST_ONDISK_FORMAT, Connectivity, Forest
 
@@ -106,6 +106,15 @@ class P4estHeader:
 
 def _parse_header(path: str, check: bool) -> P4estHeader:
     """Read and check everything before the quadrant records (on one rank, a few small reads)."""
+    try:
+        return _parse_open(path, check)
+    except FileNotFoundError as exc:
+        raise ScdaFileNotFoundError(exc.errno, f"{path!r}: no such file") from exc
+    except OSError as exc:
+        raise ScdaIOError(exc.errno, f"cannot read {path!r}: {exc.strerror or exc}") from exc
+
+
+def _parse_open(path: str, check: bool) -> P4estHeader:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
 
