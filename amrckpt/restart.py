@@ -16,7 +16,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .comm import Comm, as_comm
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, read_info, verify
 from .errors import AmrckptError, SchemaError
-from .partition import Partition
+from .partition import Partition, family_window, keep_families
 from .schema import CheckpointSchema, FieldKind, Forest, HpData, field_adapter
 
 __all__ = ["CheckpointInfo", "Loaded", "VerifyReport", "load", "read_info", "verify"]
@@ -61,7 +61,26 @@ class Loaded(Generic[S]):
         return iter((self.state, self.partition))
 
 
-def _partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool) -> Partition:
+def _partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool, families: bool = False) -> Partition:
+    """Return the partition of mesh ``ms``'s leaves over the ranks of ``comm`` (families kept together). Collective."""
+    part = _base_partition(spec, ms, r, comm, first)
+    if not families or (spec == "writer" and first):
+        return part
+    start, count = family_window(part, comm.rank, ms.dim)
+    error: BaseException | None = None
+    window: Any = None
+    try:
+        window = r.read_mesh(start, count, ms.field)  # at most 2 * 2**dim - 2 leaves around this rank's cut, on this rank
+    except Exception as exc:  # noqa: BLE001 - agreed on by every rank in keep_families
+        error = exc
+    names = ("x", "y", "z")[: ms.dim]
+    if window is None:
+        return keep_families(part, [], [], [[]] * ms.dim, maxlevel=ms.maxlevel, comm=comm, error=error)
+    coords = [window[c] for c in names]
+    return keep_families(part, window["tree"], window["level"], coords, maxlevel=ms.maxlevel, comm=comm)
+
+
+def _base_partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool) -> Partition:
     """Return the partition of mesh ``ms``'s leaves over the ranks of ``comm``. Collective."""
     N = ms.num_leaves
     if isinstance(spec, Partition):
@@ -125,6 +144,7 @@ def load(
     verify: bool = True,
     info: Any = None,
     backend: str | None = None,
+    allow_for_coarsening: bool = False,
 ) -> Loaded[S]:
     """Read a checkpoint on the current communicator, with a new partition of its leaves.
 
@@ -167,6 +187,15 @@ def load(
         Check CRC32s (one pass over the bytes read, by zlib-ng).
     info, backend : optional
         MPI-IO hints and backend, as for :func:`amrckpt.scda.fopen_read`.
+    allow_for_coarsening : bool, optional
+        Keep every family of sibling leaves (``2**dim`` leaves of one
+        parent) on one rank, as p4est's ``p4est_partition_ext`` with
+        ``partition_for_coarsening`` does, so that a restarted p4est code
+        can coarsen any family: each cut of the uniform, weighted or given
+        partition that splits a family moves to its start or end
+        (:func:`amrckpt.partition.keep_families`; each rank reads the few
+        leaves around its own cut, then one allgather of one int64 per rank).
+        Not for ``"writer"`` (the partition is the writer's).
 
     Returns
     -------
@@ -212,7 +241,9 @@ def load(
         kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
         migrate = m.schema_version != schema.__amrckpt_version__
         wanted = _wanted(m, fields, migrate, r.path)
-        parts: dict[str, Partition] = {ms.field: _partition(partition, ms, r, c, j == 0) for j, ms in enumerate(m.meshes)}
+        parts: dict[str, Partition] = {
+            ms.field: _partition(partition, ms, r, c, j == 0, allow_for_coarsening) for j, ms in enumerate(m.meshes)
+        }
         for fs in m.fields:
             if fs.kind == "array":
                 parts[fs.name] = Partition.uniform(fs.count or 0, c.size)

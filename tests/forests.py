@@ -27,3 +27,25 @@ def random_forest(dim: int, num_trees: int, seed: int, *, level: int = 1, rounds
     order = sfc.sfc_order(tree, lev, *coords)
     z = coords[2][order] if dim == 3 else None
     return sfc.Leaves(tree[order], lev[order], coords[0][order], coords[1][order], z)
+
+
+def families(lv: sfc.Leaves) -> np.ndarray:
+    """The first leaf of every family of the forest (a serial reference, one family at a time)."""
+    dim = lv.dim
+    F, L = 1 << dim, sfc.MAXLEVEL[dim]
+    coords = [lv.x, lv.y] + ([lv.z] if lv.z is not None else [])
+    out = []
+    i = 0
+    N = lv.num_leaves
+    while i + F <= N:
+        lev = int(lv.level[i])
+        side = 1 << (L - lev + 1)
+        same = lev >= 1 and all(int(lv.level[i + k]) == lev and int(lv.tree[i + k]) == int(lv.tree[i]) for k in range(F))
+        same = same and all(int(c[i]) % side == 0 for c in coords)
+        same = same and all(int(c[i + k]) // side == int(c[i]) // side for c in coords for k in range(F))
+        if same:
+            out.append(i)
+            i += F
+        else:
+            i += 1
+    return np.array(out, dtype=np.int64)

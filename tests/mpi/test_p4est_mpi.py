@@ -10,7 +10,7 @@ import hashlib
 import numpy as np
 import pytest
 from conftest import shared_tmpdir
-from forests import random_forest
+from forests import families, random_forest
 
 import amrckpt as ac
 from _support import all_true, world
@@ -53,5 +53,32 @@ def test_p4est_write_read_convert_at_world_size(dim: int) -> None:
             ck1 = tmp / "serial.scda"
             p4est_to_checkpoint(serial, ck1)
             ok &= (_sha(serial), _sha(ck1)) == (digests[0], digests[2]) and digests[0] == digests[1]
+        comm.Barrier()
+    assert all_true(ok)
+
+
+@pytest.mark.mpi
+def test_load_keeps_families_at_world_size() -> None:
+    """allow_for_coarsening over real MPI: the same partition as on threads, no family split, one allgather."""
+    comm = world()
+
+    class Heat(ac.CheckpointSchema, name="heat families mpi", version=1):
+        mesh: ac.Forest = ac.Mesh(dim=3)
+        T: ac.CellData = ac.Cells("<f8")
+
+    lv = random_forest(3, 2, seed=9, level=1, rounds=2, fraction=0.5)
+    N = lv.num_leaves
+    with shared_tmpdir() as tmp:
+        path = tmp / "h.scda"
+        if comm.rank == 0:
+            ac.save(Heat(mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, lv.z, num_trees=2), T=np.arange(N, dtype="<f8")), path)
+        comm.Barrier()
+        loaded = ac.load(path, Heat, comm=comm, partition="weighted", allow_for_coarsening=True)
+        a, b = loaded.partition.local_range(comm.rank)  # type: ignore[union-attr]
+        ok = np.array_equal(loaded.state.T, np.arange(a, b))
+        cuts = loaded.partition.global_first_quadrant  # type: ignore[union-attr]
+        ok &= comm.allgather(cuts.tolist()) == [cuts.tolist()] * comm.size
+        starts = families(lv)
+        ok &= not any(((starts < c) & (c < starts + 8)).any() for c in cuts[1:-1])
         comm.Barrier()
     assert all_true(ok)
