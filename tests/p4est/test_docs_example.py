@@ -12,7 +12,7 @@ from p4est import build
 
 from _support import REPO
 
-REASON = build.why_not()
+REASON = build.skip_reason()
 
 
 def example(name: str) -> str:

@@ -22,7 +22,7 @@ from amrckpt.comm import run_threads
 from amrckpt.errors import P4estFormatError
 from amrckpt.p4est import checkpoint_to_p4est, p4est_to_checkpoint, read_p4est, write_p4est
 
-REASON = build.why_not()
+REASON = build.skip_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the real libp4est is not available: {REASON}")
 
 CONNECTIVITIES = {
