@@ -300,7 +300,7 @@ class Forest:
         out: Forest = forest_from_p4est(cls, quadrants, pertree, global_first_quadrant, rank, connectivity, check)
         return out
 
-    def to_p4est(self, *, comm: Any = None, connectivity: Connectivity | None = None) -> P4estQuadrants:
+    def to_p4est(self, *, comm: Any = None, connectivity: Connectivity | None = None, check: bool = True) -> P4estQuadrants:
         """Return this rank's leaves as p4est's quadrants, with ``global_first_quadrant`` and ``pertree``.
 
         Collective: one allgather of five int64 per rank (the counts and
@@ -314,6 +314,11 @@ class Forest:
             The communicator the leaves are distributed over (default serial).
         connectivity : amrckpt.sfc.Connectivity, optional
             Checked against the forest's dimension and number of trees.
+        check : bool, optional
+            Check that the leaves are a complete forest in Morton order
+            (their curve keys, one pass); across ranks it is always checked.
+            ``False`` for leaves known to be p4est's (e.g. just loaded and
+            verified against their CRC32s, written from a p4est).
 
         Returns
         -------
@@ -329,7 +334,7 @@ class Forest:
         """
         from ._p4est import forest_to_p4est
 
-        return forest_to_p4est(self, comm, connectivity)
+        return forest_to_p4est(self, comm, connectivity, check)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Forest):

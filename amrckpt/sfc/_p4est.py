@@ -10,7 +10,7 @@ import numpy as np
 from ..comm import agree_gather, allreduce_max_array, as_comm
 from ..errors import SchemaError
 from ._connectivity import Connectivity
-from ._keys import MAXLEVEL, QMAXLEVEL, morton_keys
+from ._keys import MAXLEVEL, morton_keys
 
 __all__ = ["P4estQuadrants", "forest_from_p4est", "forest_to_p4est", "quadrant_dtype"]
 
@@ -66,8 +66,8 @@ def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np
         d = 3 if "z" in names else 2
         if q.ndim != 1 or not {"x", "y", "level"} <= set(names):
             raise SchemaError(f"Forest.from_p4est: records {q.dtype} are not p4est quadrants (x, y[, z], level)")
-        coords = [q[c].astype(np.int32) for c in ("x", "y", "z")[:d]]
-        level = q["level"].astype(np.int64)
+        coords = [q[c] for c in ("x", "y", "z")[:d]]
+        level = q["level"]
     else:
         if q.ndim != 2 or q.shape[1] not in (3, 4) or (q.dtype.kind not in "iu" and q.size):
             raise SchemaError(
@@ -75,8 +75,8 @@ def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np
                 "(x, y[, z], level), as p4est_save_ext and p4est_inflate lay them out, or p4est_quadrant_t records"
             )
         d = q.shape[1] - 1
-        coords = [q[:, a].astype(np.int32) for a in range(d)]
-        level = q[:, d].astype(np.int64)
+        coords = [q[:, a] for a in range(d)]  # views: Forest copies them once, checking that they fit
+        level = q[:, d]
     if dim is not None and d != dim:
         raise SchemaError(f"Forest.from_p4est: {d}D quadrants, a {dim}D connectivity")
     return d, coords, level
@@ -102,21 +102,22 @@ def forest_from_p4est(
     g0, g1 = int(gfq[rank]), int(gfq[rank + 1])
     if g1 - g0 != n:
         raise SchemaError(f"Forest.from_p4est: {n} quadrants; global_first_quadrant gives rank {rank} {g1 - g0}")
-    if check and n and (int(level.min()) < 0 or int(level.max()) > QMAXLEVEL[dim]):
-        raise SchemaError(f"Forest.from_p4est: a quadrant level is outside [0, {QMAXLEVEL[dim]}]")
     tree = np.empty(n, dtype=np.int32)
     if n:
         t0 = int(np.searchsorted(pt, g0, side="right")) - 1
         t1 = int(np.searchsorted(pt, g1 - 1, side="right")) - 1
         counts = np.diff(np.clip(pt[t0 : t1 + 2], g0, g1)).astype(np.int64)
         tree[:] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
-    forest = cls(tree, level.astype(np.int8), *coords[:2], coords[2] if dim == 3 else None, num_trees=K)
-    if check:
-        forest.check()
+    try:
+        forest = cls(tree, level, *coords[:2], coords[2] if dim == 3 else None, num_trees=K)
+        if check:
+            forest.check()
+    except SchemaError as exc:
+        raise SchemaError(f"Forest.from_p4est: {exc}") from exc
     return forest
 
 
-def forest_to_p4est(forest: Any, comm: Any, connectivity: Connectivity | None) -> P4estQuadrants:
+def forest_to_p4est(forest: Any, comm: Any, connectivity: Connectivity | None, check: bool = True) -> P4estQuadrants:
     """Implement :meth:`Forest.to_p4est` (collective: one allgather and one allreduce of num_trees + 1 int64)."""
     c = as_comm(comm)
     error: Exception | None = None
@@ -135,21 +136,33 @@ def forest_to_p4est(forest: Any, comm: Any, connectivity: Connectivity | None) -
                 f"Forest.to_p4est: a {dim}D forest of {K} trees, a {connectivity.dim}D connectivity of {connectivity.num_trees}"
             )
         if n:
-            keys = morton_keys(*forest.coords(), level=forest.level, check=False)
-            ends = keys + np.left_shift(np.uint64(1), (dim * (L - forest.level.astype(np.int64))).astype(np.uint64))
-            tree = forest.tree.astype(np.int64)
-            same = tree[1:] == tree[:-1]
-            ok_same = same & (keys[1:] == ends[:-1])
-            ok_next = (tree[1:] == tree[:-1] + 1) & (ends[:-1] == np.uint64(full)) & (keys[1:] == 0)
-            bad = ~(ok_same | ok_next)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise SchemaError(
-                    f"Forest.to_p4est: the leaves are not a complete forest in Morton order: leaf {i + 1} (tree "
-                    f"{int(tree[i + 1])}) does not start where leaf {i} (tree {int(tree[i])}) ends (p4est needs every tree covered)"
-                )
-            bounds = (n, int(tree[0]), int(keys[0]), int(tree[-1]), int(ends[-1]))
-            starts = np.flatnonzero(keys == 0)  # a tree's first leaf (the forest is complete): its local index, made global below
+            tree = forest.tree
+            if check:
+                keys = morton_keys(*forest.coords(), level=forest.level, check=False)
+                ends = keys + np.left_shift(np.uint64(1), (dim * (L - forest.level.astype(np.int64))).astype(np.uint64))
+                t64 = tree.astype(np.int64)
+                same = t64[1:] == t64[:-1]
+                ok_same = same & (keys[1:] == ends[:-1])
+                ok_next = (t64[1:] == t64[:-1] + 1) & (ends[:-1] == np.uint64(full)) & (keys[1:] == 0)
+                bad = ~(ok_same | ok_next)
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    raise SchemaError(
+                        f"Forest.to_p4est: the leaves are not a complete forest in Morton order: leaf {i + 1} (tree "
+                        f"{int(tree[i + 1])}) does not start where leaf {i} (tree {int(tree[i])}) ends "
+                        "(p4est needs every tree covered)"
+                    )
+                first_key, last_end = int(keys[0]), int(ends[-1])
+            else:  # trusted: only the ends, for the bounds
+                lv = forest.level[[0, -1]].astype(np.int64)
+                ke = morton_keys(*(x[[0, -1]] for x in forest.coords()), level=forest.level[[0, -1]], check=False)
+                first_key, last_end = int(ke[0]), int(ke[1]) + (1 << (dim * (L - int(lv[1]))))
+            bounds = (n, int(tree[0]), first_key, int(tree[-1]), last_end)
+            # A tree's first leaf (the forest is complete) is the one at its origin: its local index, made global below.
+            origin = forest.x == 0
+            for x in forest.coords()[1:]:
+                origin &= x == 0
+            starts = np.flatnonzero(origin)
             firsts[tree[starts]] = starts
     except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
         error = exc

@@ -5,7 +5,8 @@
  *
  *   TOOL conn NAME OUT [NAME OUT ...]            p4est_connectivity_save of built-in connectivities
  *   TOOL save NAME LEVEL DATA SEED SAVEPART OUT  a refined, partitioned forest with DATA bytes per quadrant from SEED,
- *                                                saved by p4est_save_ext (SAVEPART: save the partition)
+ *                                                saved by p4est_save_ext (SAVEPART: save the partition; SEED < 0:
+ *                                                the uniform forest of LEVEL)
  *   TOOL equal A B DATA                          load both (p4est_load_ext, autopartition) and compare:
  *                                                p4est_connectivity_is_equal and p4est_is_equal (with data if DATA > 0);
  *                                                exit 0 when equal, 1 when not
@@ -15,7 +16,8 @@
  *   TOOL valid FILE [FILE ...]                   p4est_connectivity_load FILE (it runs p4est_connectivity_is_valid);
  *                                                print "valid 1" or "valid 0" for each
  *   TOOL load FILE DATA                          p4est_load_ext of FILE; print quadrant count and checksum
- *   TOOL bench FILE DATA                         time p4est_save_ext and p4est_load_ext of the forest in FILE
+ *   TOOL bench FILE DATA REPS OUT                load FILE, then REPS times: p4est_save_ext to OUT, p4est_load_ext of OUT,
+ *                                                each timed from a barrier to a barrier ("save S load L" per line)
  *
  * NAME is unit, periodic, rotwrap, star, moebius, corner, pillow, cubed, disk (2D); unit, periodic, rotwrap,
  * twocubes, twowrap, rotcubes, shell, sphere (3D); or brick:M,N[,P][:ABC] with periodic flags (e.g. brick:3,2:10).
@@ -217,6 +219,7 @@ main (int argc, char **argv)
     ctx.maxlevel = atoi (argv[3]) + 2;
     ctx.data_size = (size_t) atoi (argv[4]);
     ctx.seed = (unsigned) atoi (argv[5]);
+    ctx.uniform = atoi (argv[5]) < 0;
     p4est = make_forest (comm, conn, &ctx, atoi (argv[3]));
     p4est_save_ext (argv[7], p4est, ctx.data_size > 0, atoi (argv[6]));
     if (rank == 0) {
@@ -279,7 +282,7 @@ main (int argc, char **argv)
       printf ("quadrants %lld checksum %u\n", (long long) p4est->global_num_quadrants, p4est_checksum (p4est));
     }
   }
-  else if (argc == 5 && !strcmp (argv[1], "bench")) {
+  else if (argc == 6 && !strcmp (argv[1], "bench")) {
     size_t              ds = (size_t) atoi (argv[3]);
     double              t0, t1, t2;
     int                 k, reps = atoi (argv[4]);
@@ -289,11 +292,11 @@ main (int argc, char **argv)
       mpiret = sc_MPI_Barrier (comm);
       SC_CHECK_MPI (mpiret);
       t0 = sc_MPI_Wtime ();
-      p4est_save_ext (argv[2], p4est, ds > 0, 0);
+      p4est_save_ext (argv[5], p4est, ds > 0, 0);
       mpiret = sc_MPI_Barrier (comm);
       SC_CHECK_MPI (mpiret);
       t1 = sc_MPI_Wtime ();
-      p4est2 = load (argv[2], comm, ds, &conn2);
+      p4est2 = load (argv[5], comm, ds, &conn2);
       mpiret = sc_MPI_Barrier (comm);
       SC_CHECK_MPI (mpiret);
       t2 = sc_MPI_Wtime ();
