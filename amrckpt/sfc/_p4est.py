@@ -75,8 +75,12 @@ def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np
                 "(x, y[, z], level), as p4est_save_ext and p4est_inflate lay them out, or p4est_quadrant_t records"
             )
         d = q.shape[1] - 1
-        coords = [q[:, a] for a in range(d)]  # views: Forest copies them once, checking that they fit
-        level = q[:, d]
+        if q.dtype == np.int32:  # p4est's own: one blocked transpose, then contiguous rows that Forest keeps
+            rows = np.empty((d + 1, q.shape[0]), dtype=np.int32)
+            rows[...] = q.T
+            coords, level = [rows[a] for a in range(d)], rows[d]
+        else:  # views: Forest copies them once, checking that they fit
+            coords, level = [q[:, a] for a in range(d)], q[:, d]
     if dim is not None and d != dim:
         raise SchemaError(f"Forest.from_p4est: {d}D quadrants, a {dim}D connectivity")
     return d, coords, level
