@@ -87,8 +87,17 @@ def _plot_leaves(
     Array fields of positions (:func:`amrckpt.export.plan_points`): all of
     them in 2D, those within 1% of the domain's extent of the plane in 3D.
     """
-    from ..export import DEFAULT_CHUNK_LEAVES, cell_corners, leaf_boxes, leaf_corners, leaf_values, mesh_geometry, plan_arrays
-    from ..export._arrays import plan_points, point_values
+    from ..export import (
+        DEFAULT_CHUNK_LEAVES,
+        cell_corners,
+        leaf_boxes,
+        leaf_corners,
+        leaf_values,
+        mesh_geometry,
+        plan_arrays,
+        plan_points,
+        point_values,
+    )
 
     m = ck.manifest
     assert m.mesh is not None

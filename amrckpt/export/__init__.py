@@ -13,16 +13,28 @@ imported by the function that needs it (``pip install 'amrckpt[viz]'``).
 
 from __future__ import annotations
 
-from ._arrays import CellArray, HpSummary, checkpoint_paths, leaf_values, plan_arrays
+from ._arrays import (
+    POSITION_NAMES,
+    CellArray,
+    HpSummary,
+    PointSet,
+    checkpoint_paths,
+    leaf_values,
+    plan_arrays,
+    plan_points,
+    point_values,
+)
 from ._geometry import cell_corners, float32_exact, leaf_boxes, leaf_corners, mesh_geometry, tree_boxes
 from ._vtkhdf import DEFAULT_CHUNK_LEAVES, ExportResult, to_vtkhdf
 from ._yt import to_yt
 
 __all__ = [
     "DEFAULT_CHUNK_LEAVES",
+    "POSITION_NAMES",
     "CellArray",
     "ExportResult",
     "HpSummary",
+    "PointSet",
     "cell_corners",
     "checkpoint_paths",
     "float32_exact",
@@ -31,6 +43,8 @@ __all__ = [
     "leaf_values",
     "mesh_geometry",
     "plan_arrays",
+    "plan_points",
+    "point_values",
     "to_vtkhdf",
     "to_yt",
     "tree_boxes",
