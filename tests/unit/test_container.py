@@ -633,3 +633,29 @@ def test_write_chunks_bytes_do_not_depend_on_the_partition(tmp_path: Path, count
     relay = len(counts) > 1 and (misaligned or share is None)
     # [the relay], the exscan of the compressed sizes, the agreement; then fwrite_varray's 3 (not deferred here)
     assert ncoll == [2 + relay + 3] * len(counts)
+
+
+def test_a_format_2_brick_keeps_its_row_major_numbering(tmp_path: Path) -> None:
+    """Boxes per tree, as Mesh(brick=(4, 2)) wrote them in format 2 (row-major): read as they were written."""
+    lo = [[float(k % 4), float(k // 4)] for k in range(8)]
+    old = ac.GeometrySpec(brick=[4, 2], tree_lower=lo, tree_upper=[[x + 1, y + 1] for x, y in lo])
+
+    class OldBrick(ac.CheckpointSchema, name="old brick", version=1):
+        mesh: ac.Forest = ac.Mesh(dim=2, geometry=old)
+
+    lv = sfc.uniform_leaves(0, num_trees=8, dim=2)
+    res = ac.save(OldBrick(mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=8)), tmp_path / "old.scda")
+    assert res.manifest.format_version == 2
+    with CheckpointReader(tmp_path / "old.scda") as r:
+        g = r.geometry
+        assert g is not None and g.connectivity is None and g.tree_lower[2].tolist() == [2.0, 0.0]  # row-major
+        assert g.map_points([2], [[0.5, 0.5]])[0].tolist() == [2.5, 0.5, 0.0]
+    new = Geometry.of(_mesh_spec_of_brick())
+    assert new.tree_lower[2].tolist() == [0.0, 1.0]  # Mesh(brick=(4, 2)) now: p4est's Morton order
+
+
+def _mesh_spec_of_brick() -> Any:
+    from amrckpt.container import MeshSpec
+
+    geo = ac.Mesh(dim=2, brick=(4, 2)).metadata[0].geometry
+    return MeshSpec(field="mesh", dim=2, num_trees=8, curve="morton", maxlevel=30, record=[], geometry=geo)
