@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Literal
 
@@ -112,7 +113,7 @@ def p4est_to_checkpoint(
             update={"writer_size": saved.size, "global_first_quadrant": saved.global_first_quadrant.tolist()}
         )
         run_on_root(c, lambda: write_run_record(result.path, run))
-        result = SaveResult(result.path, result.nbytes, result.manifest, result.index, result.num_leaves, run, saved)
+        result = dataclasses.replace(result, run=run, partition=saved)
     return result
 
 
