@@ -1,14 +1,16 @@
 """Export checkpoints to VTKHDF: one ``UnstructuredGrid`` cell per leaf, a ``Steps`` group for a series.
 
 The file follows the VTKHDF specification (version 2.2; VTK's
-``vtkHDFReader``, ParaView 5.12 and later).  Each leaf becomes a cell with
+``vtkHDFReader``, ParaView 5.12 and later; ParaView 5.11 reads one step
+correctly but overlays all steps of a series in one grid).  Each leaf becomes a cell with
 its own 4 (2D) or 8 (3D) corner points, so that every array is a function of
 the leaf index alone: leaves ``a .. b`` of a step fill rows ``[P + 2**dim * a,
 P + 2**dim * b)`` of ``Points`` and rows ``[C + a, C + b)`` of ``Types`` and
 the cell data, whatever else is written.  That lets the export run in
 chunks of leaves, one at a time (serial) or on each rank at once (h5py built
 with MPI), and makes the file the same for any number of processes: one
-VTK partition per step, in curve order.
+VTK partition per step, in curve order.  The elements of Array fields of
+positions (particles) follow a step's leaves, one ``VTK_VERTEX`` cell each.
 """
 
 from __future__ import annotations
