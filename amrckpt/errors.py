@@ -23,9 +23,11 @@ __all__ = [
     "CollectiveMismatchError",
     "CommError",
     "CommRequiredError",
+    "ConnectivityError",
     "IncompleteCheckpointError",
     "LaunchError",
     "ManagerError",
+    "P4estFormatError",
     "PartitionError",
     "SchemaError",
     "StepAlreadyExistsError",
@@ -130,6 +132,26 @@ class PartitionError(AmrckptError, ValueError):
 
 class SchemaError(AmrckptError, ValueError):
     """A checkpoint schema, or the data given for it, is invalid."""
+
+
+class ConnectivityError(AmrckptError, ValueError):
+    """A p4est connectivity is invalid: its arrays fail p4est's ``p4est_connectivity_is_valid``, or their shapes."""
+
+
+class P4estFormatError(AmrckptError, ValueError):
+    """A file is not a valid p4est file (``p4est_save_ext``, ``p4est_connectivity_save``), or it is damaged.
+
+    Attributes
+    ----------
+    section : str
+        The part of the file that is wrong (``"connectivity header"``,
+        ``"forest header"``, ``"pertree"``, ``"quadrants"``...).
+    offset : int
+        The byte offset of that part in the file (-1 when unknown).
+    """
+
+    section: str = ""
+    offset: int = -1
 
 
 class CheckpointError(AmrckptError, ValueError):

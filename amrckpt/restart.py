@@ -16,7 +16,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .comm import Comm, collective
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, read_info, verify
 from .errors import AmrckptError, SchemaError
-from .partition import Partition
+from .partition import Partition, family_window, keep_families
 from .schema import CheckpointSchema, FieldKind, Forest, HpData, field_adapter
 
 __all__ = ["CheckpointInfo", "Loaded", "VerifyReport", "load", "read_info", "verify"]
@@ -61,7 +61,22 @@ class Loaded(Generic[S]):
         return iter((self.state, self.partition))
 
 
-def _partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool) -> Partition:
+def _partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool, families: bool = False) -> Partition:
+    """Return the partition of mesh ``ms``'s leaves over the ranks of ``comm`` (families kept together). Collective."""
+    part = _base_partition(spec, ms, r, comm, first)
+    if not families or (spec == "writer" and first):
+        return part
+    start, count = family_window(part, comm.rank, ms.dim)
+    with collective(comm, "load: keep families") as call:
+        # At most 2 * 2**dim - 2 leaves around this rank's cut, read on this rank; a failure is agreed in keep_families.
+        window: Any = call.run(r.read_mesh, start, count, ms.field)
+        if window is None:
+            return keep_families(part, [], [], [[]] * ms.dim, maxlevel=ms.maxlevel, comm=comm)
+        coords = [window[c] for c in ("x", "y", "z")[: ms.dim]]
+        return keep_families(part, window["tree"], window["level"], coords, maxlevel=ms.maxlevel, comm=comm)
+
+
+def _base_partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool) -> Partition:
     """Return the partition of mesh ``ms``'s leaves over the ranks of ``comm``. Collective."""
     N = ms.num_leaves
     if isinstance(spec, Partition):
@@ -117,7 +132,7 @@ def _value_of(kind: FieldKind | None, fs: FieldSpec, raw: Any, ms: MeshSpec | No
 
 def load(
     path: str | os.PathLike[str],
-    schema: type[S],
+    schema: type[S] | None = None,
     *,
     comm: Any = None,
     partition: PartitionSpec = "uniform",
@@ -125,6 +140,7 @@ def load(
     verify: bool = True,
     info: Any = None,
     backend: str | None = None,
+    allow_for_coarsening: bool = False,
 ) -> Loaded[S]:
     """Read a checkpoint on the current communicator, with a new partition of its leaves.
 
@@ -143,8 +159,12 @@ def load(
     ----------
     path : str or os.PathLike
         The checkpoint.
-    schema : type of CheckpointSchema
-        The schema to read into (its name must match the file's).
+    schema : type of CheckpointSchema, optional
+        The schema to read into (its name must match the file's).  Without
+        one, the schema the file describes
+        (:meth:`CheckpointSchema.from_manifest`): every field, with its
+        dtype, shape and units as declared when it was written; inline and
+        block values as JSON values.
     comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
         The communicator (None: serial, no MPI).
     partition : {"uniform", "weighted", "writer"} or Partition, optional
@@ -163,6 +183,15 @@ def load(
         Check CRC32s (one pass over the bytes read, by zlib-ng).
     info, backend : optional
         MPI-IO hints and backend, as for :func:`amrckpt.scda.fopen_read`.
+    allow_for_coarsening : bool, optional
+        Keep every family of sibling leaves (``2**dim`` leaves of one
+        parent) on one rank, as p4est's ``p4est_partition_ext`` with
+        ``partition_for_coarsening`` does, so that a restarted p4est code
+        can coarsen any family: each cut of the uniform, weighted or given
+        partition that splits a family moves to its start or end
+        (:func:`amrckpt.partition.keep_families`; each rank reads the few
+        leaves around its own cut, then one allgather of one int64 per rank).
+        Not for ``"writer"`` (the partition is the writer's).
 
     Returns
     -------
@@ -183,27 +212,32 @@ def load(
     CheckpointError, ScdaError
         For malformed files.
     """
-    if not (isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema):
+    if schema is not None and not (
+        isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema
+    ):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
     with collective(comm, "load") as call:
-        return _load(call.comm, path, schema, partition, fields, verify, info, backend)
+        return _load(call.comm, path, schema, partition, fields, verify, info, backend, allow_for_coarsening)
 
 
 def _load(
     c: Comm,
     path: str | os.PathLike[str],
-    schema: type[S],
+    schema: type[S] | None,
     partition: PartitionSpec,
     fields: list[str] | None,
     verify: bool,
     info: Any,
     backend: str | None,
+    allow_for_coarsening: bool,
 ) -> Loaded[S]:
-    kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
+    """Read the checkpoint: the body of :func:`load`, inside its collective call."""
     where = os.fspath(path)
 
     def select(m: Manifest) -> list[str]:
         """On the root, before anything else is read: the schema, the migrations, the fields to read."""
+        if schema is None:
+            return [fs.name for fs in _wanted(m, fields, False, where)]
         if m.schema_name != schema.__amrckpt_name__:
             raise SchemaError(f"{where!r} holds schema {m.schema_name!r}, not {schema.__amrckpt_name__!r} ({schema.__name__})")
         schema.check_migrations(m.schema_version)
@@ -212,9 +246,15 @@ def _load(
     # One broadcast of the metadata, one or two collective reads, one agreement (when closing).
     with CheckpointReader(path, comm=c, verify=verify, info=info, backend=backend, defer_crc=True, select=select) as r:
         m = r.manifest
+        if schema is None:  # the manifest is the same on every rank: so is the schema built from it
+            schema = CheckpointSchema.from_manifest(m)  # type: ignore[assignment]
+        assert schema is not None
+        kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
         migrate = m.schema_version != schema.__amrckpt_version__
         wanted = _wanted(m, fields, migrate, r.path)
-        parts: dict[str, Partition] = {ms.field: _partition(partition, ms, r, c, j == 0) for j, ms in enumerate(m.meshes)}
+        parts: dict[str, Partition] = {
+            ms.field: _partition(partition, ms, r, c, j == 0, allow_for_coarsening) for j, ms in enumerate(m.meshes)
+        }
         for fs in m.fields:
             if fs.kind == "array":
                 parts[fs.name] = Partition.uniform(fs.count or 0, c.size)

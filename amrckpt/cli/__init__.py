@@ -5,6 +5,7 @@ Subcommands (``amrckpt COMMAND --help`` for each)::
     amrckpt inspect FILE [--json] [--sections]      header, sections, manifest of any scda file
     amrckpt verify FILE...                          structure and CRC32s; exit 1 if any file is damaged
     amrckpt convert IN OUT [--encode | --decode]    rewrite with or without compression, unix or mime
+    amrckpt convert IN OUT --from p4est | --to p4est   a p4est save file to a checkpoint, or back
     amrckpt plot FILE --field NAME|level|rank       a PNG of a 2D checkpoint's mesh, or a slice of a 3D one
     amrckpt export SOURCE OUT.vtkhdf                a checkpoint or a manager's directory as VTKHDF (ParaView)
     amrckpt ls DIRECTORY                            the checkpoints a CheckpointManager wrote there
@@ -120,8 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         "data read back from OUT equal those of IN. A checkpoint stays a valid checkpoint: its\n"
         "manifest, index and footer are rebuilt, and its bytes are checked against its CRC32s\n"
         "as they are read. OUT is written under a temporary name and renamed when complete.\n"
+        "With --from p4est, IN is a file of p4est_save_ext (p8est_save_ext) and OUT a checkpoint\n"
+        "(schema p4est or p8est: the connectivity as the mesh's geometry, the quadrant data as\n"
+        "the cells field 'data'; a saved partition goes to OUT.run.json); with --to p4est, IN\n"
+        "is a checkpoint and OUT the p4est file of its first mesh, which p4est_load_ext loads.\n"
         "Runs in parallel under mpiexec -n P.\n\n"
-        "example:\n  amrckpt convert --encode big.scda small.scda\n  amrckpt convert --decode --style mime in.scda out.scda",
+        "example:\n  amrckpt convert --encode big.scda small.scda\n  amrckpt convert --decode --style mime in.scda out.scda\n"
+        "  amrckpt convert forest.p4est forest.scda --from p4est\n  amrckpt convert forest.scda forest.p4est --to p4est",
         _cmd_convert,
     )
     p.add_argument("input", metavar="IN", help="the file to read")
@@ -132,6 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--style", choices=["unix", "mime"], default=None, help="line breaks of OUT (default: those of IN)")
     p.add_argument("--level", type=int, choices=range(10), default=9, metavar="0-9", help="zlib level for compression (default 9)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only when stderr is a terminal)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--from", dest="from_format", choices=["scda", "p4est"], default="scda", help="the format of IN (default scda)")
+    g.add_argument("--to", dest="to_format", choices=["scda", "p4est"], default="scda", help="the format of OUT (default scda)")
+    p.add_argument("--save-partition", action="store_true", help="--to p4est: save the partition in OUT (p4est_save_ext)")
+    p.add_argument(
+        "--partition",
+        choices=["uniform", "writer"],
+        default="uniform",
+        help="--to p4est: the ranks' shares: uniform, or the checkpoint's writing partition (from its run record)",
+    )
+    p.add_argument(
+        "--data-field", default="data", metavar="NAME", help="--to p4est: the cells field written as quadrant data (default: data)"
+    )
 
     p = _subparser(
         sub,

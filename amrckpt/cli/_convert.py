@@ -70,6 +70,10 @@ def _convert(
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
+    if args.from_format == "p4est" or args.to_format == "p4est":
+        from ._p4est import convert_p4est
+
+        return convert_p4est(args)
     src, dst = os.fspath(args.input), os.fspath(args.output)
     if not os.path.isfile(src):
         raise _UsageError(f"{src}: no such file")

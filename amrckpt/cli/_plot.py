@@ -45,17 +45,60 @@ def _parse_slice(text: str | None) -> tuple[int, float | None]:
         raise _UsageError(f"--slice {text!r}: give x, y or z, and optionally =VALUE (e.g. --slice z=0.5)") from None
 
 
+_HEX_EDGES = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4], [0, 4], [1, 5], [2, 6], [3, 7]])
+"""The 12 edges of a hexahedron, its corners in VTK_HEXAHEDRON order."""
+
+
+def _slice_polygons(corners: np.ndarray, axis: int, plane: float) -> tuple[np.ndarray, np.ndarray]:
+    """Cut hexahedra ``(n, 8, 3)`` (VTK order) by the plane ``axis = plane``: ``(polygons (k, 6, 2), which (k,))``.
+
+    Each hexahedron's 12 edges are cut where they cross the plane; the
+    points, sorted by angle around their mean, are its polygon (padded to 6
+    vertices by repeating the first).  Vectorized over the leaves.
+    """
+    a = corners[:, _HEX_EDGES[:, 0], :]
+    b = corners[:, _HEX_EDGES[:, 1], :]
+    da, db = a[:, :, axis] - plane, b[:, :, axis] - plane
+    cross = ((da <= 0) & (db > 0)) | ((db <= 0) & (da > 0))
+    t = np.where(cross, da / np.where(cross, da - db, 1.0), 0.0)
+    pts = a + t[:, :, None] * (b - a)
+    keep = np.delete(np.arange(3), axis)
+    uv = pts[:, :, keep]  # (n, 12, 2)
+    which = np.flatnonzero(cross.sum(axis=1) >= 3)
+    uv, cross = uv[which], cross[which]
+    mid = (uv * cross[:, :, None]).sum(axis=1) / cross.sum(axis=1)[:, None]
+    ang = np.where(cross, np.arctan2(uv[:, :, 1] - mid[:, None, 1], uv[:, :, 0] - mid[:, None, 0]), np.inf)
+    order = np.argsort(ang, axis=1)[:, :6]
+    poly = np.take_along_axis(uv, order[:, :, None], axis=1)
+    valid = np.take_along_axis(cross, order, axis=1)
+    poly = np.where(valid[:, :, None], poly, poly[:, :1, :])
+    return poly, which
+
+
 def _plot_leaves(
     path: str, ck: CheckpointInfo, what: str, ranks: int | None, brick: tuple[int, ...] | None, axis: int | None, at: float | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float | None, str, str]:
-    """Return the leaves to draw: 2D boxes (lo, hi), a value each, the plane (3D), a label and the kind of colouring.
+) -> tuple[np.ndarray, np.ndarray, float | None, str, str, np.ndarray]:
+    """Return the leaves to draw: polygons in the plane, a value each, the plane (3D), a label, the kind of colouring, particles.
 
     Streams the leaves in chunks through :mod:`amrckpt.export` (the same
-    geometry and per-leaf values as ``amrckpt export``), CRC32s checked.  A
-    2D mesh is drawn whole; of a 3D mesh, the leaves cut by the plane
-    ``axis = at`` (default: through the middle of the domain).
+    geometry and per-leaf values as ``amrckpt export``: p4est's vertex map
+    of a connectivity, or boxes), CRC32s checked.  A 2D mesh is drawn
+    whole; of a 3D mesh, the leaves cut by the plane ``axis = at`` (default:
+    through the middle of the domain).  The particles are the elements of
+    Array fields of positions (:func:`amrckpt.export.plan_points`): all of
+    them in 2D, those within 1% of the domain's extent of the plane in 3D.
     """
-    from ..export import DEFAULT_CHUNK_LEAVES, leaf_boxes, leaf_values, plan_arrays, tree_boxes
+    from ..export import (
+        DEFAULT_CHUNK_LEAVES,
+        cell_corners,
+        leaf_boxes,
+        leaf_corners,
+        leaf_values,
+        mesh_geometry,
+        plan_arrays,
+        plan_points,
+        point_values,
+    )
 
     m = ck.manifest
     assert m.mesh is not None
@@ -85,33 +128,51 @@ def _plot_leaves(
         label = f"{what}: values per leaf" if fs.kind == "hp" else ("|" + what + "|" if dt.kind == "c" else what)
         label += " (first component)" if fs.kind != "hp" and many else ""
         label += f" [{fs.units}]" if fs.units and fs.kind != "hp" else ""
-    keep_lo, keep_hi, keep_v = [], [], []
+    keep_poly, keep_v, keep_pts = [], [], []
     with CheckpointReader(path, comm=SerialComm(), verify=True) as r:
-        lower, upper = tree_boxes(r, brick)
+        geometry = mesh_geometry(r, brick)
+        lower, upper = geometry.tree_lower, geometry.tree_upper
         plane = None
         if axis is not None:
             plane = float(at) if at is not None else 0.5 * (float(lower[:, axis].min()) + float(upper[:, axis].max()))
         N = m.num_leaves
         for s in range(0, N, DEFAULT_CHUNK_LEAVES):
             mesh = r.read_mesh(s, min(DEFAULT_CHUNK_LEAVES, N - s))
-            lo, hi = leaf_boxes(mesh, lower, upper, m.mesh.maxlevel)
             v = leaf_values([arr], r, mesh, s, N)[0]  # the chunk's values (rank: global indices)
             v = v.reshape(len(v), -1)[:, 0]
-            if axis is not None and plane is not None:
-                cut = (lo[:, axis] <= plane) & (plane < hi[:, axis])
-                lo, hi, v = np.delete(lo[cut], axis, axis=1), np.delete(hi[cut], axis, axis=1), v[cut]
-            keep_lo.append(lo)
-            keep_hi.append(hi)
+            nv = 1 << m.mesh.dim
+            if geometry.boxes_exact:
+                lo, hi = leaf_boxes(mesh, lower, upper, m.mesh.maxlevel)
+                if axis is not None and plane is not None:
+                    cut = (lo[:, axis] <= plane) & (plane < hi[:, axis])
+                    lo, hi, v = np.delete(lo[cut], axis, axis=1), np.delete(hi[cut], axis, axis=1), v[cut]
+                poly = cell_corners(lo, hi).reshape(len(v), 4, 3)[:, :, :2]
+            else:
+                corners = leaf_corners(mesh, geometry, m.mesh.maxlevel).reshape(len(mesh), nv, 3)
+                if axis is not None and plane is not None:
+                    poly, which = _slice_polygons(corners, axis, plane)
+                    v = v[which]
+                else:
+                    poly = corners[:, :, :2]
+            keep_poly.append(poly)
             keep_v.append(np.abs(v) if np.iscomplexobj(v) else v.astype(np.float64))
+        extent = (upper.max(axis=0) - lower.min(axis=0)).max() if len(upper) else 1.0
+        for ps in plan_points(m):
+            for s in range(0, ps.count, DEFAULT_CHUNK_LEAVES):
+                xyz, _ = point_values(ps, r, s, min(DEFAULT_CHUNK_LEAVES, ps.count - s))
+                if axis is not None and plane is not None:
+                    xyz = np.delete(xyz[np.abs(xyz[:, axis] - plane) <= 0.01 * extent], axis, axis=1)
+                keep_pts.append(xyz[:, :2])
         r.check_crcs()
     n = sum(len(v) for v in keep_v)
     if axis is not None and not n:
         raise _UsageError(f"the plane {'xyz'[axis]} = {plane:g} cuts no leaf of {path}")
-
-    def cat(xs: list[np.ndarray], k: int) -> np.ndarray:
-        return np.concatenate(xs) if xs else np.zeros((0, k))
-
-    return cat(keep_lo, 2), cat(keep_hi, 2), cat(keep_v, 1).reshape(-1), plane, label, kind
+    width = max((p.shape[1] for p in keep_poly), default=4)
+    polys = [np.concatenate([p, np.repeat(p[:, :1], width - p.shape[1], axis=1)], axis=1) for p in keep_poly]
+    verts = np.concatenate(polys) if polys else np.zeros((0, 4, 2))
+    values = np.concatenate(keep_v) if keep_v else np.zeros(0)
+    pts = np.concatenate(keep_pts) if keep_pts else np.zeros((0, 2))
+    return verts, values, plane, label, kind, pts
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -139,17 +200,16 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         _err(f"amrckpt plot: {_INSTALL_MATPLOTLIB}")
         return EXIT_BAD
     try:
-        lo, hi, values, plane, label, kind = _plot_leaves(path, ck, args.field, args.ranks, brick, axis, at)
+        verts, values, plane, label, kind, particles = _plot_leaves(path, ck, args.field, args.ranks, brick, axis, at)
     except ValueError as exc:
         if isinstance(exc, AmrckptError):  # a damaged file (ChecksumError is a ValueError too): not a usage error
             raise
         raise _UsageError(str(exc)) from exc
     units = ck.manifest.mesh.geometry.units if ck.manifest.mesh.geometry is not None else None  # type: ignore[union-attr]
     u, v = [a for a in "xyz"[:dim] if axis is None or a != "xyz"[axis]]
-    verts = np.stack([lo, np.stack([hi[:, 0], lo[:, 1]], 1), hi, np.stack([lo[:, 0], hi[:, 1]], 1)], 1)
     n = len(values)
-    x0, y0 = lo.min(axis=0) if n else (0.0, 0.0)
-    x1, y1 = hi.max(axis=0) if n else (1.0, 1.0)
+    x0, y0 = verts.reshape(-1, 2).min(axis=0) if n else (0.0, 0.0)
+    x1, y1 = verts.reshape(-1, 2).max(axis=0) if n else (1.0, 1.0)
     width = 8.0
     fig, ax = plt.subplots(figsize=(width + 1.6, max(2.5, width * (y1 - y0) / max(x1 - x0, 1e-300) + 0.9)), constrained_layout=True)
     few = n <= 20000
@@ -168,6 +228,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     else:
         pc.set_cmap("viridis")
     ax.add_collection(pc)
+    if len(particles):
+        ax.scatter(particles[:, 0], particles[:, 1], s=10, c="red", marker=".", linewidths=0, label="particles", zorder=3)
     ax.set_xlim(x0, x1)
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
@@ -188,10 +250,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = args.output or f"{Path(path).stem}-{args.field}{suffix}.png"
     fig.savefig(out, dpi=args.dpi)
     plt.close(fig)
+    dots = f", {len(particles)} particles" if len(particles) else ""
     if axis is not None and plane is not None:
-        _out(f"wrote {out}: the {n} leaves of {path} cut by {'xyz'[axis]} = {plane:g}, coloured by {label}")
+        _out(f"wrote {out}: the {n} leaves of {path} cut by {'xyz'[axis]} = {plane:g}, coloured by {label}{dots}")
     else:
-        _out(f"wrote {out}: {n} leaves of {path} coloured by {label}")
+        _out(f"wrote {out}: {n} leaves of {path} coloured by {label}{dots}")
     return EXIT_OK
 
 

@@ -24,6 +24,7 @@ gsd's split of its file layer (``gsd.fl``) from its schema layer
 from __future__ import annotations
 
 from ._convention import (
+    CONNECTIVITY_FORMAT_VERSION,
     FOOTER_NBYTES,
     FOOTER_USER_STRING,
     FORMAT_VERSION,
@@ -31,7 +32,9 @@ from ._convention import (
     MANIFEST_USER_STRING,
     READ_FORMAT_VERSIONS,
     SECTION_OF_KIND,
+    ConnectivitySpec,
     FieldSpec,
+    GeometryMap,
     GeometrySpec,
     Index,
     IndexEntry,
@@ -42,19 +45,22 @@ from ._convention import (
     dtype_from_json,
     dtype_to_json,
     footer_bytes,
+    format_version_of,
     json_schemas,
     mesh_record_dtype,
     parse_footer,
     write_json_schemas,
 )
+from ._geometry import Geometry
 from ._handlers import HANDLERS, FieldHandler, Payload, handler_for
-from ._reader import CheckpointInfo, CheckpointReader, Geometry, checksum_error, read_info, read_run_record
+from ._reader import CheckpointInfo, CheckpointReader, checksum_error, read_info, read_run_record
 from ._tools import RawMetadata, convert, read_raw_metadata
 from ._values import HpData
 from ._verify import VerifyReport, locate_index, verify
 from ._writer import CheckpointWriter, WriteResult, run_record, run_record_path, write_run_record
 
 __all__ = [
+    "CONNECTIVITY_FORMAT_VERSION",
     "FOOTER_NBYTES",
     "FOOTER_USER_STRING",
     "FORMAT_VERSION",
@@ -67,9 +73,11 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointReader",
     "CheckpointWriter",
+    "ConnectivitySpec",
     "FieldHandler",
     "FieldSpec",
     "Geometry",
+    "GeometryMap",
     "GeometrySpec",
     "Index",
     "IndexEntry",
@@ -86,6 +94,7 @@ __all__ = [
     "dtype_from_json",
     "dtype_to_json",
     "footer_bytes",
+    "format_version_of",
     "handler_for",
     "json_schemas",
     "locate_index",

@@ -31,16 +31,19 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from ..errors import CheckpointError, IncompleteCheckpointError
-from ..sfc import mesh_record_dtype
+from ..errors import CheckpointError, ConnectivityError, IncompleteCheckpointError
+from ..sfc import Connectivity, mesh_record_dtype
 
 __all__ = [
+    "CONNECTIVITY_FORMAT_VERSION",
     "FOOTER_NBYTES",
     "FOOTER_USER_STRING",
     "FORMAT_VERSION",
     "INDEX_USER_STRING",
     "MANIFEST_USER_STRING",
+    "ConnectivitySpec",
     "FieldSpec",
+    "GeometryMap",
     "GeometrySpec",
     "Index",
     "IndexEntry",
@@ -51,6 +54,7 @@ __all__ = [
     "dtype_from_json",
     "dtype_to_json",
     "footer_bytes",
+    "format_version_of",
     "json_schemas",
     "mesh_record_dtype",
     "parse_footer",
@@ -58,8 +62,11 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 2
-"""Version of the amrckpt convention written (format 1 is still read)."""
-READ_FORMAT_VERSIONS = (1, 2)
+"""Version of the amrckpt convention written for files without a p4est connectivity (format 1 is still read)."""
+CONNECTIVITY_FORMAT_VERSION = 3
+"""Version written for files whose meshes have a p4est connectivity (:class:`ConnectivitySpec`): format 2 and
+geometries holding a connectivity, brick trees numbered by p4est's Morton curve."""
+READ_FORMAT_VERSIONS = (1, 2, 3)
 MANIFEST_USER_STRING = b"amrckpt manifest"
 PROVENANCE_USER_STRING = b"amrckpt provenance"  # format 1 only
 PARTITION_USER_STRING = b"amrckpt partition"  # format 1 only
@@ -101,11 +108,11 @@ class FieldSpec(_Model):
         default_factory=list,
         description="shape of one leaf's value (cells), of one value (hp), of one element (array), of the whole array (ndarray)",
     )
-    units: str | None = Field(None, description="physical units")
+    units: str | None = Field(default=None, description="physical units")
     description: str | None = None
     compressed: bool = Field(False, description="written by the compression convention of scda (paper section 3)")
     native_byteorder: bool = Field(False, description="the schema left the byte order to the machine; readers convert to theirs")
-    mesh: str | None = Field(None, description="the mesh field whose leaves this field's values belong to (cells, hp)")
+    mesh: str | None = Field(default=None, description="the mesh field whose leaves this field's values belong to (cells, hp)")
     count: int | None = Field(None, ge=0, description="global number of elements (array)")
     layout: Literal["counts", "chunks"] | None = Field(
         None,
@@ -132,23 +139,195 @@ class FieldSpec(_Model):
 _LAYOUT_KEYS = ("layout", "count_dtype", "chunk")
 
 
-class GeometrySpec(_Model):
-    """Where the trees of a forest are in physical space (p4est keeps its connectivity with the forest).
+class ConnectivitySpec(_Model):
+    """p4est's connectivity of a mesh (``p4est_connectivity_t``), as the manifest stores it (format 3).
 
-    Tree ``k`` covers the box ``[tree_lower[k], tree_upper[k])``; a tree's
-    integer coordinate ``x`` (units of ``2**-maxlevel``) maps linearly onto
-    it.  A brick (p4est_connectivity_new_brick's layout) records its tree
-    counts per axis in ``brick``; ``vertices`` and ``tree_to_vertex`` are
-    p4est's connectivity arrays when the trees are not axis-aligned boxes
-    (then the boxes are their vertices' bounding boxes).
+    The arrays of :class:`amrckpt.sfc.Connectivity` as JSON, under p4est's
+    names; the edge arrays in 3D only, the corner arrays where there are
+    shared corners.  Absent entries are not written.
     """
 
-    brick: list[int] | None = Field(None, description="trees per axis of a brick (nx, ny[, nz]); trees in row-major order")
-    tree_lower: list[list[float]] = Field(description="lower corner of each tree, (num_trees, dim), in the mesh's length units")
-    tree_upper: list[list[float]] = Field(description="upper corner of each tree, (num_trees, dim)")
-    units: str | None = Field(None, description="length units of the corners")
-    vertices: list[list[float]] | None = Field(default=None, description="p4est connectivity vertices, (num_vertices, 3)")
-    tree_to_vertex: list[list[int]] | None = Field(default=None, description="p4est tree_to_vertex, (num_trees, 2**dim)")
+    vertices: list[list[float]] = Field(default_factory=list, description="p4est vertices, (num_vertices, 3)")
+    tree_to_vertex: list[list[int]] | None = Field(
+        None, description="p4est tree_to_vertex, (num_trees, 2**dim), corners in z-order"
+    )
+    tree_to_tree: list[list[int]] = Field(description="p4est tree_to_tree, (num_trees, 2 * dim): the neighbour across each face")
+    tree_to_face: list[list[int]] = Field(description="p4est tree_to_face, (num_trees, 2 * dim): face + 2 * dim * orientation")
+    tree_to_edge: list[list[int]] | None = Field(
+        default=None, description="p8est tree_to_edge, (num_trees, 12) (3D with shared edges)"
+    )
+    ett_offset: list[int] | None = Field(default=None, description="p8est ett_offset, (num_edges + 1,) (3D)")
+    edge_to_tree: list[int] | None = Field(default=None, description="p8est edge_to_tree, (num_ett,)")
+    edge_to_edge: list[int] | None = Field(default=None, description="p8est edge_to_edge, (num_ett,): edge + 12 * flip")
+    tree_to_corner: list[list[int]] | None = Field(
+        None, description="p4est tree_to_corner, (num_trees, 2**dim) (with shared corners)"
+    )
+    ctt_offset: list[int] | None = Field(default=None, description="p4est ctt_offset, (num_corners + 1,)")
+    corner_to_tree: list[int] | None = Field(default=None, description="p4est corner_to_tree, (num_ctt,)")
+    corner_to_corner: list[int] | None = Field(default=None, description="p4est corner_to_corner, (num_ctt,)")
+    tree_to_attr: list[str] | None = Field(default=None, description="p4est tree_to_attr: each tree's attribute bytes in hex")
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out = handler(self)
+        if isinstance(out, dict):
+            for k in [k for k, v in out.items() if v is None]:
+                del out[k]
+        return out
+
+    def to_connectivity(self, dim: int) -> Connectivity:
+        """Return the connectivity of a ``dim``-dimensional mesh (ConnectivityError if the arrays do not fit)."""
+        attr = None
+        if self.tree_to_attr is not None:
+            try:
+                raw = [bytes.fromhex(h) for h in self.tree_to_attr]
+            except ValueError as exc:
+                raise ConnectivityError(f"connectivity: tree_to_attr is not hex: {exc}") from exc
+            attr = np.array([list(b) for b in raw], dtype=np.uint8) if raw else None
+        v = np.array(self.vertices, dtype=np.float64).reshape(-1, 3) if self.vertices else np.zeros((0, 3))
+        return Connectivity(
+            dim,
+            v,
+            self.tree_to_vertex,
+            self.tree_to_tree,
+            self.tree_to_face,
+            self.tree_to_edge,
+            self.ett_offset,
+            self.edge_to_tree,
+            self.edge_to_edge,
+            self.tree_to_corner,
+            self.ctt_offset,
+            self.corner_to_tree,
+            self.corner_to_corner,
+            attr,
+        )
+
+    @classmethod
+    def of(cls, conn: Connectivity) -> ConnectivitySpec:
+        """Return the spec of a connectivity (every array as it is, nothing recomputed)."""
+
+        def lst(a: np.ndarray | None) -> Any:
+            return None if a is None else a.tolist()
+
+        three = conn.dim == 3
+        corners = conn.num_corners > 0
+        return cls(
+            vertices=conn.vertices.tolist(),
+            tree_to_vertex=lst(conn.tree_to_vertex),
+            tree_to_tree=conn.tree_to_tree.tolist(),
+            tree_to_face=conn.tree_to_face.tolist(),
+            tree_to_edge=lst(conn.tree_to_edge),
+            ett_offset=lst(conn.ett_offset) if three else None,
+            edge_to_tree=lst(conn.edge_to_tree) if three and conn.num_edges else None,
+            edge_to_edge=lst(conn.edge_to_edge) if three and conn.num_edges else None,
+            tree_to_corner=lst(conn.tree_to_corner),
+            ctt_offset=lst(conn.ctt_offset) if corners else None,
+            corner_to_tree=lst(conn.corner_to_tree) if corners else None,
+            corner_to_corner=lst(conn.corner_to_corner) if corners else None,
+            tree_to_attr=None if conn.tree_to_attr is None else [bytes(r).hex() for r in conn.tree_to_attr],
+        )
+
+
+class GeometryMap(_Model):
+    """An analytic map of a connectivity's trees into space, after the vertex map (p4est's ``p4est_geometry_t``)."""
+
+    kind: Literal["p8est shell"] = Field(description="'p8est shell': p8est_geometry_new_shell of the 24-tree shell connectivity")
+    R1: float = Field(gt=0, description="inner radius")
+    R2: float = Field(gt=0, description="outer radius")
+
+    @model_validator(mode="after")
+    def _radii(self) -> GeometryMap:
+        if not self.R1 < self.R2:
+            raise ValueError(f"the shell's radii must satisfy R1 < R2, not R1={self.R1}, R2={self.R2}")
+        return self
+
+
+class GeometrySpec(_Model):
+    """Where the trees of a forest are in physical space, and how they touch (p4est keeps its connectivity with the forest).
+
+    Either p4est's connectivity (format 3): each tree placed by p4est's
+    (bi/tri)linear map of its corner vertices (and then by ``map``), its
+    neighbours and their orientation in ``tree_to_tree`` and
+    ``tree_to_face`` (periodicity included); a brick's trees are numbered as
+    ``p4est_connectivity_new_brick`` numbers them, along a Morton curve.
+    Or, as formats 1 and 2 wrote it, a box per tree: tree ``k`` covers
+    ``[tree_lower[k], tree_upper[k])`` and a tree's integer coordinate maps
+    linearly onto it; a brick there is numbered row-major (tree = (k * ny
+    + j) * nx + i), and ``vertices`` and ``tree_to_vertex`` were kept for
+    information only.
+    """
+
+    brick: list[int] | None = Field(
+        default=None,
+        description="trees per axis of a brick (nx, ny[, nz]): with a connectivity in p4est's Morton order, else row-major",
+    )
+    periodic: list[bool] | None = Field(default=None, description="a brick's periodicity per axis (with a connectivity)")
+    tree_lower: list[list[float]] | None = Field(
+        None, description="lower corner of each tree, (num_trees, dim) (without a connectivity)"
+    )
+    tree_upper: list[list[float]] | None = Field(default=None, description="upper corner of each tree, (num_trees, dim)")
+    units: str | None = Field(default=None, description="length units of the vertices or corners")
+    vertices: list[list[float]] | None = Field(
+        default=None, description="formats 1, 2: p4est connectivity vertices, (num_vertices, 3)"
+    )
+    tree_to_vertex: list[list[int]] | None = Field(
+        default=None, description="formats 1, 2: p4est tree_to_vertex, (num_trees, 2**dim)"
+    )
+    connectivity: ConnectivitySpec | None = Field(default=None, description="p4est's connectivity of the trees (format 3)")
+    map: GeometryMap | None = Field(
+        default=None, description="an analytic map of the trees after the vertex map (with a connectivity)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # What formats 1 and 2 did not have is written only where set: their geometries keep their bytes.
+        out = handler(self)
+        if isinstance(out, dict):
+            for k in ("periodic", "connectivity", "map"):
+                if out.get(k, 0) is None:
+                    del out[k]
+            if self.connectivity is not None:
+                for k in ("tree_lower", "tree_upper", "vertices", "tree_to_vertex"):
+                    if out.get(k, 0) is None:
+                        del out[k]
+        return out
+
+    @model_validator(mode="after")
+    def _boxes_or_connectivity(self) -> GeometrySpec:
+        if self.connectivity is None and (self.tree_lower is None or self.tree_upper is None):
+            raise ValueError("a geometry needs a connectivity, or tree_lower and tree_upper")
+        if self.map is not None and self.connectivity is None:
+            raise ValueError("a geometry's map applies to a connectivity; this geometry has none")
+        return self
+
+    @property
+    def num_trees(self) -> int:
+        """The number of trees the geometry places."""
+        if self.connectivity is not None:
+            return len(self.connectivity.tree_to_tree)
+        return len(self.tree_lower or [])
+
+    @classmethod
+    def of_connectivity(
+        cls,
+        conn: Connectivity,
+        *,
+        units: str | None = None,
+        map: GeometryMap | None = None,
+        brick: Any = None,
+        periodic: Any = None,
+    ) -> GeometrySpec:
+        """Return the geometry of a p4est connectivity (ConnectivityError unless it passes :meth:`Connectivity.check`)."""
+        conn.check()
+        return cls(
+            tree_lower=None,
+            tree_upper=None,
+            connectivity=ConnectivitySpec.of(conn),
+            units=units,
+            map=map,
+            brick=None if brick is None else [int(b) for b in brick],
+            periodic=None if periodic is None else [bool(p) for p in periodic],
+        )
 
 
 class MeshSpec(_Model):
@@ -161,7 +340,7 @@ class MeshSpec(_Model):
     maxlevel: int = Field(description="p4est's MAXLEVEL: coordinates are in units of 2**-maxlevel of a tree")
     record: list[tuple[str, str]] = Field(description="the packed record of one leaf: (name, numpy dtype)")
     num_leaves: int = Field(0, ge=0, description="global number of leaves of this mesh")
-    geometry: GeometrySpec | None = Field(None, description="the trees in physical space (None: unit trees in a row)")
+    geometry: GeometrySpec | None = Field(default=None, description="the trees in physical space (None: unit trees in a row)")
 
 
 class Manifest(_Model):
@@ -192,6 +371,14 @@ class Manifest(_Model):
                 data["meshes"] = [dict(mesh, num_leaves=n)]
         return data
 
+    @model_validator(mode="after")
+    def _connectivity_in_format_3(self) -> Manifest:
+        if self.format_version < CONNECTIVITY_FORMAT_VERSION and format_version_of(self.meshes) == CONNECTIVITY_FORMAT_VERSION:
+            raise ValueError(
+                f"a mesh geometry with a p4est connectivity is format {CONNECTIVITY_FORMAT_VERSION}, not {self.format_version}"
+            )
+        return self
+
     @property
     def mesh(self) -> MeshSpec | None:
         """The first mesh (the only one of most checkpoints), or None."""
@@ -217,6 +404,12 @@ class Manifest(_Model):
         raise KeyError(name)
 
 
+def format_version_of(meshes: list[MeshSpec]) -> int:
+    """Return the format version to write for these meshes: 3 if a geometry holds a p4est connectivity, else 2."""
+    conn = any(m.geometry is not None and m.geometry.connectivity is not None for m in meshes)
+    return CONNECTIVITY_FORMAT_VERSION if conn else FORMAT_VERSION
+
+
 class Provenance(_Model):
     """Who wrote a format-1 checkpoint (the JSON of its ``amrckpt provenance`` block); format 2 has none."""
 
@@ -225,7 +418,7 @@ class Provenance(_Model):
     amrckpt_version: str
     python_version: str
     numpy_version: str
-    mpi_library: str | None = Field(None, description="MPI library version string, or None for a serial save")
+    mpi_library: str | None = Field(default=None, description="MPI library version string, or None for a serial save")
     hostname: str | None = None
     byteorder: Literal["little", "big"] = Field(description="byte order of the writing machine")
 

@@ -34,7 +34,6 @@ from ._convention import (
     PROVENANCE_USER_STRING,
     READ_FORMAT_VERSIONS,
     FieldSpec,
-    GeometrySpec,
     Index,
     IndexEntry,
     Manifest,
@@ -46,6 +45,7 @@ from ._convention import (
     parse_footer,
 )
 from ._gather import GatheredRead, Section, Span
+from ._geometry import Geometry
 from ._handlers import counts_of, handler_for
 from ._writer import run_record_path
 
@@ -89,69 +89,6 @@ class CheckpointInfo:
         if self.run is not None:
             return self.run.saved_at
         return self.provenance.saved_at if self.provenance is not None else None
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """The trees of a mesh in physical space (from the manifest's :class:`GeometrySpec`).
-
-    Attributes
-    ----------
-    tree_lower, tree_upper : (num_trees, dim) numpy.ndarray of float64
-        The box of each tree.  Without a geometry in the file: unit trees in
-        a row (tree ``k`` at ``[k, k + 1) x [0, 1)``), or a ``brick`` layout
-        given by the caller (row-major: tree = (k * ny + j) * nx + i).
-    brick : tuple of int or None
-    units : str or None
-    """
-
-    tree_lower: np.ndarray
-    tree_upper: np.ndarray
-    brick: tuple[int, ...] | None = None
-    units: str | None = None
-
-    @classmethod
-    def of(cls, mesh: MeshSpec, brick: tuple[int, ...] | None = None) -> Geometry:
-        """Return the geometry of ``mesh``: stored in the file, else a ``brick`` of unit trees, else a row of unit trees.
-
-        Raises
-        ------
-        CheckpointError
-            If the stored geometry does not have one box per tree.
-        ValueError
-            If ``brick`` does not have ``dim`` positive entries holding the trees.
-        """
-        g = mesh.geometry
-        if g is not None and brick is None:
-            lo, hi = np.asarray(g.tree_lower, dtype=np.float64), np.asarray(g.tree_upper, dtype=np.float64)
-            if lo.shape != (mesh.num_trees, mesh.dim) or hi.shape != lo.shape:
-                raise CheckpointError(f"the geometry of mesh {mesh.field!r} does not give one box per tree")
-            return cls(lo, hi, tuple(g.brick) if g.brick else None, g.units)
-        if brick is None:
-            brick = (mesh.num_trees, *([1] * (mesh.dim - 1)))
-        return cls.brick_of(brick, mesh.num_trees, mesh.dim)
-
-    @classmethod
-    def brick_of(cls, brick: tuple[int, ...], num_trees: int, dim: int, lower: Any = None, upper: Any = None) -> Geometry:
-        """Return a brick of ``brick`` trees per axis, row-major, the trees of size ``(upper - lower) / brick``."""
-        b = tuple(int(x) for x in brick)
-        if len(b) != dim or min(b) < 1 or math.prod(b) < num_trees:
-            raise ValueError(f"brick {b}: give {dim} positive tree counts per axis, holding {num_trees} trees")
-        k = np.arange(num_trees)
-        ijk = np.stack([(k // math.prod(b[:a])) % b[a] for a in range(dim)], axis=1).astype(np.float64)
-        lo = np.zeros(dim) if lower is None else np.asarray(lower, dtype=np.float64)
-        hi = np.asarray(b, dtype=np.float64) if upper is None else np.asarray(upper, dtype=np.float64)
-        size = (hi - lo) / np.asarray(b, dtype=np.float64)
-        return cls(lo + ijk * size, lo + (ijk + 1) * size, b)
-
-    def spec(self) -> GeometrySpec:
-        """Return this geometry as the manifest stores it."""
-        return GeometrySpec(
-            brick=list(self.brick) if self.brick else None,
-            tree_lower=self.tree_lower.tolist(),
-            tree_upper=self.tree_upper.tolist(),
-            units=self.units,
-        )
 
 
 def parse_model(model: Any, raw: bytes, what: str, path: str) -> Any:

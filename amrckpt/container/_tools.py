@@ -14,13 +14,13 @@ from .._version import __version__
 from ..comm import SerialComm, as_comm
 from ._convention import (
     FOOTER_USER_STRING,
-    FORMAT_VERSION,
     MANIFEST_USER_STRING,
     PARTITION_USER_STRING,
     PROVENANCE_USER_STRING,
     FieldSpec,
     Manifest,
     Provenance,
+    format_version_of,
 )
 from ._reader import CheckpointReader
 from ._writer import CheckpointWriter, WriteResult
@@ -151,7 +151,9 @@ def convert(
 
         fields = [fs.model_copy(update={"compressed": compressed(fs)}) for fs in m.fields]
         changed = sum(a.compressed != b.compressed for a, b in zip(fields, m.fields, strict=True))
-        manifest = m.model_copy(update={"fields": fields, "format_version": FORMAT_VERSION, "amrckpt_version": __version__})
+        manifest = m.model_copy(
+            update={"fields": fields, "format_version": format_version_of(m.meshes), "amrckpt_version": __version__}
+        )
         with CheckpointWriter(dst, manifest, comm=c, style=style) as w:
             for fs in fields:
                 parts = r.entries(fs.name) if fs.layout is not None else [r.entry(fs.name)]

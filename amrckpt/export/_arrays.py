@@ -17,7 +17,18 @@ from ..container import Manifest, MeshSpec, dtype_from_json
 from ..errors import CheckpointError
 from ..partition import Partition
 
-__all__ = ["CellArray", "HpSummary", "checkpoint_paths", "leaf_values", "mesh_spec", "plan_arrays"]
+__all__ = [
+    "POSITION_NAMES",
+    "CellArray",
+    "HpSummary",
+    "PointSet",
+    "checkpoint_paths",
+    "leaf_values",
+    "mesh_spec",
+    "plan_arrays",
+    "plan_points",
+    "point_values",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -275,6 +286,90 @@ def leaf_values(arrays: Sequence[CellArray], reader: Any, mesh: np.ndarray, star
         v = np.asarray(v).astype(a.dtype, copy=False)
         out.append(v.reshape(count) if a.ncomp == 1 else v.reshape(count, a.ncomp))
     return out
+
+
+POSITION_NAMES = ("x", "pos", "position", "positions", "xyz", "coords", "r")
+"""Record members that hold a point's position (float, shape (2,) or (3,)), for :func:`plan_points`, first match wins."""
+
+
+@dataclass(frozen=True)
+class PointSet:
+    """An ``Array`` field whose elements are points (particles), exported beside the leaves.
+
+    Attributes
+    ----------
+    field : str
+        The Array field.
+    count : int
+        Its global number of elements.
+    ncoord : int
+        Components of a position (2 or 3).
+    member : str or None
+        The record member that holds the positions (None: the element is the position).
+    arrays : tuple of CellArray
+        The field's values as cell arrays of the point cells (named as for
+        :func:`plan_arrays`: ``NAME``, ``NAME.MEMBER``...).
+    """
+
+    field: str
+    count: int
+    ncoord: int
+    member: str | None
+    arrays: tuple[CellArray, ...]
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What must agree between the steps of a series."""
+        return (self.field, self.ncoord, self.member, tuple(a.key for a in self.arrays))
+
+
+def _position(dt: np.dtype[Any], shape: Sequence[int]) -> tuple[str | None, int] | None:
+    if dt.names is None:
+        return (None, int(shape[0])) if dt.kind == "f" and len(shape) == 1 and shape[0] in (2, 3) else None
+    if math.prod(shape) != 1:
+        return None
+    for member in POSITION_NAMES:
+        sub = dt.fields[member][0] if dt.fields and member in dt.fields else None
+        if sub is not None and sub.base.kind == "f" and len(sub.shape) == 1 and sub.shape[0] in (2, 3):
+            return member, int(sub.shape[0])
+    return None
+
+
+def plan_points(manifest: Manifest) -> list[PointSet]:
+    """Return the ``Array`` fields of a checkpoint that are points, in declaration order.
+
+    An Array field is a point set when its element is a float vector of 2 or
+    3 components (shape ``(2,)`` or ``(3,)``), or a record with such a
+    member named one of :data:`POSITION_NAMES` (``x``, ``pos``,
+    ``position``...); e.g. ``Array([("id", "<i8"), ("x", "<f8", (3,))])``.
+    Its values become cell arrays of the points (as :func:`plan_arrays`
+    decomposes cells fields).  Other Array fields are not exported.
+    """
+    out = []
+    for fs in manifest.fields:
+        if fs.kind != "array":
+            continue
+        dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
+        pos = _position(dt, fs.shape)
+        if pos is None:
+            logger.info("Array field %s of dtype %s has no positions: not exported as points", fs.name, dt)
+            continue
+        out.append(PointSet(fs.name, fs.count or 0, pos[1], pos[0], tuple(_cells_arrays(fs.name, dt, fs.shape, fs.units))))
+    return out
+
+
+def point_values(ps: PointSet, reader: Any, start: int, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Return the positions ``(count, 3)`` float64 (z = 0 for 2 components) and each array's values of elements ``start ..``."""
+    raw = reader.read_cells(ps.field, start, count)
+    pos = raw[ps.member] if ps.member is not None else raw
+    xyz = np.zeros((count, 3), dtype=np.float64)
+    xyz[:, : ps.ncoord] = np.asarray(pos, dtype=np.float64).reshape(count, ps.ncoord)
+    vals = []
+    for a in ps.arrays:
+        assert a.pick is not None
+        v = np.asarray(a.pick(raw)).astype(a.dtype, copy=False)
+        vals.append(v.reshape(count) if a.ncomp == 1 else v.reshape(count, a.ncomp))
+    return xyz, vals
 
 
 _CKPT = re.compile(r"(?P<prefix>.+)-(?P<step>\d{12,})\.scda")

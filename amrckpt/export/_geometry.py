@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["cell_corners", "float32_exact", "leaf_boxes", "tree_boxes"]
+__all__ = ["cell_corners", "float32_exact", "leaf_boxes", "leaf_corners", "mesh_geometry", "tree_boxes"]
 
 # Corners of a cell, as VTK_QUAD (9) and VTK_HEXAHEDRON (12) order them (and yt's Quad4 and Hex8):
 # counter-clockwise around the bottom face, then the same around the top face.  Row c is corner c;
@@ -17,6 +17,31 @@ _CORNERS = {
 }
 VTK_CELL_TYPE = {2: 9, 3: 12}
 """VTK cell type of a leaf: VTK_QUAD in 2D, VTK_HEXAHEDRON in 3D."""
+
+
+def mesh_geometry(reader: Any, brick: tuple[int, ...] | None = None, mesh: str | None = None) -> Any:
+    """Return the :class:`amrckpt.container.Geometry` of a checkpoint's mesh: how its trees lie in space.
+
+    The one place where the exporters decide it: the geometry stored in
+    the checkpoint (p4est's connectivity, placing each tree by its vertex
+    map; or a box per tree, formats 1 and 2), a row of unit trees without
+    one, or a ``brick`` of unit trees, row-major, given by the caller (for
+    files written before geometry was stored).
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint has no mesh, or its geometry is not valid.
+    ValueError
+        If it has no mesh ``mesh``, or ``brick`` does not hold the trees.
+    """
+    from ..container import Geometry
+    from ._arrays import mesh_spec
+
+    m = mesh_spec(reader.manifest, mesh)
+    if brick is not None:
+        brick = tuple(int(b) for b in brick) + (1,) * (m.dim - len(brick))
+    return Geometry.of(m, brick)
 
 
 def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None, mesh: str | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +69,9 @@ def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None, mesh: str | No
     Returns
     -------
     lower, upper : (num_trees, dim) numpy.ndarray of float64
-        Lower and upper corner of each tree, in the checkpoint's length unit.
+        Lower and upper corner of each tree, in the checkpoint's length unit
+        (with a p4est connectivity: the box around the tree's vertices;
+        :func:`leaf_corners` places leaves by the vertex map).
 
     Raises
     ------
@@ -54,13 +81,7 @@ def tree_boxes(reader: Any, brick: tuple[int, ...] | None = None, mesh: str | No
         If it has no mesh ``mesh``; if ``brick`` has the wrong length, a size below 1, or fewer trees
         than the forest.
     """
-    from ..container import Geometry
-    from ._arrays import mesh_spec
-
-    m = mesh_spec(reader.manifest, mesh)
-    if brick is not None:
-        brick = tuple(int(b) for b in brick) + (1,) * (m.dim - len(brick))
-    g = Geometry.of(m, brick)
+    g = mesh_geometry(reader, brick, mesh)
     return np.asarray(g.tree_lower, dtype=np.float64), np.asarray(g.tree_upper, dtype=np.float64)
 
 
@@ -127,6 +148,46 @@ def cell_corners(lo: np.ndarray, hi: np.ndarray, dtype: Any = np.float64) -> np.
             pts[:, c, d] = hi[:, d] if corner[d] else lo[:, d]
         if dim == 2:
             pts[:, c, 2] = 0.0
+    return pts.reshape(-1, 3)
+
+
+def leaf_corners(mesh: np.ndarray, geometry: Any, maxlevel: int, dtype: Any = np.float64) -> np.ndarray:
+    """Return the corners of each leaf placed by the geometry's map, as 3D points in VTK_QUAD / VTK_HEXAHEDRON order.
+
+    With a p4est connectivity each corner is placed by p4est's
+    (bi/tri)linear map of its tree's vertices (and the geometry's analytic
+    map, p8est's shell), so that a star's, a Moebius strip's or a shell's
+    leaves lie where p4est's own VTK output puts them; for trees that are
+    boxes it equals :func:`cell_corners` of :func:`leaf_boxes`.
+    Vectorized: one vertex map per corner of the leaves.
+
+    Parameters
+    ----------
+    mesh : (n,) numpy.ndarray of mesh records
+        Fields ``tree``, ``level``, ``x``, ``y`` [, ``z``].
+    geometry : amrckpt.container.Geometry
+        From :func:`mesh_geometry`.
+    maxlevel : int
+        p4est's ``MAXLEVEL`` of the coordinates.
+    dtype : numpy dtype, optional
+        Of the points.
+
+    Returns
+    -------
+    (n * 2**dim, 3) numpy.ndarray of ``dtype``
+        Corner ``c`` of leaf ``i`` in row ``i * 2**dim + c``.
+    """
+    dim = geometry.dim
+    n = len(mesh)
+    sel = _CORNERS[dim]
+    side = np.ldexp(1.0, -np.arange(maxlevel + 1))[mesh["level"]]  # the leaf's side in reference units, by table
+    anchor = [np.ldexp(mesh[c].astype(np.float64), -maxlevel) for c in ("x", "y", "z")[:dim]]
+    pts = np.empty((n, len(sel), 3), dtype=dtype)
+    ref = np.empty((n, dim), dtype=np.float64)
+    for c, corner in enumerate(sel):
+        for d in range(dim):
+            ref[:, d] = anchor[d] + side if corner[d] else anchor[d]
+        pts[:, c, :] = geometry.map_points(mesh["tree"], ref)
     return pts.reshape(-1, 3)
 
 

@@ -1,14 +1,16 @@
 """Export checkpoints to VTKHDF: one ``UnstructuredGrid`` cell per leaf, a ``Steps`` group for a series.
 
 The file follows the VTKHDF specification (version 2.2; VTK's
-``vtkHDFReader``, ParaView 5.12 and later).  Each leaf becomes a cell with
+``vtkHDFReader``, ParaView 5.12 and later; ParaView 5.11 reads one step
+correctly but overlays all steps of a series in one grid).  Each leaf becomes a cell with
 its own 4 (2D) or 8 (3D) corner points, so that every array is a function of
 the leaf index alone: leaves ``a .. b`` of a step fill rows ``[P + 2**dim * a,
 P + 2**dim * b)`` of ``Points`` and rows ``[C + a, C + b)`` of ``Types`` and
 the cell data, whatever else is written.  That lets the export run in
 chunks of leaves, one at a time (serial) or on each rank at once (h5py built
 with MPI), and makes the file the same for any number of processes: one
-VTK partition per step, in curve order.
+VTK partition per step, in curve order.  The elements of Array fields of
+positions (particles) follow a step's leaves, one ``VTK_VERTEX`` cell each.
 """
 
 from __future__ import annotations
@@ -25,14 +27,26 @@ import numpy as np
 
 from ..comm import Call, collective
 from ..errors import CheckpointError
-from ._arrays import CellArray, HpSummary, checkpoint_paths, leaf_values, mesh_spec, plan_arrays
-from ._geometry import VTK_CELL_TYPE, cell_corners, float32_exact, leaf_boxes, tree_boxes
+from ._arrays import (
+    CellArray,
+    HpSummary,
+    PointSet,
+    checkpoint_paths,
+    leaf_values,
+    mesh_spec,
+    plan_arrays,
+    plan_points,
+    point_values,
+)
+from ._geometry import VTK_CELL_TYPE, cell_corners, float32_exact, leaf_boxes, leaf_corners, mesh_geometry
 from ._reader import HpWindow, open_reader
 
 __all__ = ["DEFAULT_CHUNK_LEAVES", "ExportResult", "to_vtkhdf"]
 
 logger = logging.getLogger(__name__)
 
+VTK_VERTEX = 1
+"""VTK cell type of a point (an element of an Array field of positions)."""
 DEFAULT_CHUNK_LEAVES = 1 << 17
 """Leaves converted at a time: 24 MiB of 3D corner points, the largest temporary of a chunk."""
 
@@ -55,9 +69,12 @@ class ExportResult:
         The ``step`` and ``time`` inline values of each checkpoint (None where
         a checkpoint has none).
     arrays : tuple of str
-        The cell data arrays of every step.
+        The cell data arrays of every step (those of the point sets last).
     series : bool
         Whether the file has a ``Steps`` group (a time series).
+    points : tuple of str
+        The Array fields exported as points (particles): VTK_VERTEX cells
+        after each step's leaves (:func:`amrckpt.export.plan_points`).
     """
 
     path: Path
@@ -67,6 +84,7 @@ class ExportResult:
     times: tuple[float | None, ...]
     arrays: tuple[str, ...]
     series: bool
+    points: tuple[str, ...] = ()
 
 
 def _number(v: Any, kind: type) -> Any:
@@ -84,12 +102,21 @@ class _Step:
     float32: bool
     mesh: str
     length_units: str | None
+    points: list[PointSet]
+
+    @property
+    def num_points(self) -> int:
+        """Elements of the step's point sets (particles), exported as VTK_VERTEX cells after the leaves."""
+        return sum(p.count for p in self.points)
 
 
 def _float32_points(r: Any, brick: tuple[int, ...] | None, chunk: int, mesh: str) -> bool:
     """Whether every corner of this mesh's leaves is exactly a float32 (one pass over the levels)."""
     N = mesh_spec(r.manifest, mesh).num_leaves
-    lower, upper = tree_boxes(r, brick, mesh)
+    g = mesh_geometry(r, brick, mesh)
+    if not g.boxes_exact or plan_points(r.manifest):  # leaves placed by a vertex map, or particles: float64
+        return False
+    lower, upper = g.tree_lower, g.tree_upper
     finest = 0
     for s in range(0, N, chunk):
         finest = max(finest, int(r.read_mesh(s, min(chunk, N - s), mesh)["level"].max()))
@@ -124,6 +151,7 @@ def _survey(
                     points == "auto" and _float32_points(r, brick, chunk, ms.field),
                     ms.field,
                     ms.geometry.units if ms.geometry is not None else None,
+                    plan_points(m),
                 )
             )
     dims = {s.dim for s in out}
@@ -142,38 +170,70 @@ def _common_arrays(steps: Sequence[_Step]) -> list[CellArray]:
     return [a for a in first if a.key in keep]
 
 
+def _common_points(steps: Sequence[_Step]) -> list[PointSet]:
+    """Return the point sets of the first step that every step has, alike (others are logged and left out)."""
+    keep = set.intersection(*({p.key for p in s.points} for s in steps))
+    dropped = [p.field for p in steps[0].points if p.key not in keep]
+    if dropped:
+        logger.warning("point sets %s are not in every checkpoint alike; not exported", dropped)
+    return [p for p in steps[0].points if p.key in keep]
+
+
 def _dataset_name(a: CellArray, units_in_names: bool) -> str:
-    return f"{a.name} [{a.units}]" if units_in_names and a.units else a.name
+    """Return the array's name in the file: with ``units_in_names``, ``NAME [UNITS]``.
+
+    HDF5 takes ``/`` as a path separator (``velocity [m/s]`` would become a
+    group ``velocity [m`` holding ``s]``, which VTK does not show): a ``/``
+    of the units is written as U+2215 DIVISION SLASH, which looks the same;
+    the exact units are in the ``units`` attribute.
+    """
+    name = f"{a.name} [{a.units}]" if units_in_names and a.units else a.name
+    return name.replace("/", "\u2215")
 
 
-def _create(h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], series: bool, units_in_names: bool) -> dict[str, Any]:
+def _fill(dt: np.dtype[Any]) -> Any:
+    """Return what a leaf array holds on point cells, and a point array on leaf cells: NaN, -1, or the largest unsigned."""
+    if dt.kind == "f":
+        return np.nan
+    return np.iinfo(dt).max if dt.kind == "u" else -1
+
+
+def _create(
+    h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], points: Sequence[PointSet], series: bool, units_in_names: bool
+) -> dict[str, Any]:
     """Create every dataset of the file at its full size (collective under MPI); return them by name."""
     dim = steps[0].dim
     nv = 1 << dim
     n = np.array([s.num_leaves for s in steps], dtype=np.int64)
+    m = np.array([sum(p.count for p in s.points if p.key in {q.key for q in points}) for s in steps], dtype=np.int64)
+    cells = n + m
+    pts = nv * n + m
     S = len(steps)
-    total = int(n.sum())
+    total, total_pts = int(cells.sum()), int(pts.sum())
     root = h5.create_group("VTKHDF")
     root.attrs["Version"] = np.array([2, 2], dtype=np.int64)
     root.attrs.create("Type", np.bytes_(b"UnstructuredGrid"))
     d: dict[str, Any] = {}
-    root.create_dataset("NumberOfPoints", data=nv * n)
-    root.create_dataset("NumberOfCells", data=n)
-    root.create_dataset("NumberOfConnectivityIds", data=nv * n)
-    points = np.float32 if all(s.float32 for s in steps) else np.float64
-    d["Points"] = root.create_dataset("Points", (nv * total, 3), dtype=points)
+    root.create_dataset("NumberOfPoints", data=pts)
+    root.create_dataset("NumberOfCells", data=cells)
+    root.create_dataset("NumberOfConnectivityIds", data=pts)
+    points_dt = np.float32 if all(s.float32 for s in steps) else np.float64
+    d["Points"] = root.create_dataset("Points", (total_pts, 3), dtype=points_dt)
     # Point ids count from each step's first point: int32 unless a step has 2**31 points (VTK widens them to vtkIdType).
-    ids = np.int32 if nv * int(n.max(initial=0)) < 2**31 else np.int64
-    d["Connectivity"] = root.create_dataset("Connectivity", (nv * total,), dtype=ids)
+    ids = np.int32 if int(pts.max(initial=0)) < 2**31 else np.int64
+    d["Connectivity"] = root.create_dataset("Connectivity", (total_pts,), dtype=ids)
     d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids)
     d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8)
     cd = root.create_group("CellData")
-    for a in arrays:
+    mixed = bool(m.any())
+    everything = [("cell:", a) for a in arrays] + [(f"point:{p.field}:", a) for p in points for a in p.arrays]
+    for prefix, a in everything:
         shape = (total,) if a.ncomp == 1 else (total, a.ncomp)
-        ds = cd.create_dataset(_dataset_name(a, units_in_names), shape, dtype=a.dtype)
+        fill = {"fillvalue": _fill(a.dtype)} if mixed else {}
+        ds = cd.create_dataset(_dataset_name(a, units_in_names), shape, dtype=a.dtype, **fill)
         if a.units:
             ds.attrs.create("units", np.bytes_(a.units.encode()))
-        d["cell:" + a.name] = ds
+        d[prefix + a.name] = ds
     root.create_group("PointData")
     fd = root.create_group("FieldData")
     step_v = np.array([-1 if s.step is None else s.step for s in steps], dtype=np.int64)
@@ -181,17 +241,18 @@ def _create(h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], series
     fd.create_dataset("step", data=step_v)
     fd.create_dataset("time", data=time_v)
     if series:
-        cells_before = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+        cells_before = np.concatenate([[0], np.cumsum(cells)[:-1]]).astype(np.int64)
+        pts_before = np.concatenate([[0], np.cumsum(pts)[:-1]]).astype(np.int64)
         st = root.create_group("Steps")
         st.attrs["NSteps"] = np.int64(S)
         st.create_dataset("Values", data=np.where(np.isnan(time_v), step_v.astype(np.float64), time_v))
         st.create_dataset("PartOffsets", data=np.arange(S, dtype=np.int64))
         st.create_dataset("NumberOfParts", data=np.ones(S, dtype=np.int64))
-        st.create_dataset("PointOffsets", data=nv * cells_before)
+        st.create_dataset("PointOffsets", data=pts_before)
         st.create_dataset("CellOffsets", data=cells_before.reshape(S, 1))
-        st.create_dataset("ConnectivityIdOffsets", data=(nv * cells_before).reshape(S, 1))
+        st.create_dataset("ConnectivityIdOffsets", data=pts_before.reshape(S, 1))
         cdo = st.create_group("CellDataOffsets")
-        for a in arrays:
+        for _, a in everything:
             cdo.create_dataset(_dataset_name(a, units_in_names), data=cells_before)
         st.create_group("PointDataOffsets")
         fdo = st.create_group("FieldDataOffsets")
@@ -203,20 +264,33 @@ def _create(h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], series
     meta.attrs["sources"] = [os.fspath(s.path) for s in steps]
     meta.attrs["mesh"] = [s.mesh for s in steps]
     meta.attrs["leaf_order"] = "curve order of each checkpoint: cell i of a step is its leaf i"
+    if mixed:
+        meta.attrs["points"] = [p.field for p in points]
+        meta.attrs["point_cells"] = "after the leaves of each step: one VTK_VERTEX cell per element of each point set, in order"
     if steps[0].length_units:
         meta.attrs["length_units"] = steps[0].length_units
     return d
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Where one step starts in the file's datasets, and its sizes."""
+
+    step_index: int
+    cells_before: int
+    points_before: int
+    num_leaves: int
+    num_points: int
+    leaf_points: int
 
 
 def _write_range(
     d: dict[str, Any],
     reader: Any,
     arrays: Sequence[CellArray],
-    geometry: tuple[np.ndarray, np.ndarray],
+    geometry: Any,
     maxlevel: int,
-    step_index: int,
-    cells_before: int,
-    num_leaves: int,
+    rows: _Rows,
     a: int,
     b: int,
     chunk: int,
@@ -230,24 +304,30 @@ def _write_range(
     GIL; h5py does not): serial exports only, where no MPI call is made off
     the main thread.
     """
-    lower, upper = geometry
-    dim = lower.shape[1]
+    dim = geometry.dim
     nv = 1 << dim
-    off0 = cells_before + step_index  # this step's first row of Offsets (one extra row per part)
+    num_leaves = rows.num_leaves
+    off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
     ids = d["Connectivity"].dtype
     points_dtype = d["Points"].dtype
+    boxes = geometry.boxes_exact
 
     def convert(s: int) -> tuple[int, int, np.ndarray, list[np.ndarray]]:
         e = min(s + chunk, b)
         leaves = reader.read_mesh(s, e - s, mesh)
-        lo, hi = leaf_boxes(leaves, lower, upper, maxlevel)
-        return s, e, cell_corners(lo, hi, points_dtype), leaf_values(arrays, reader, leaves, s, num_leaves)
+        if boxes:
+            lo, hi = leaf_boxes(leaves, geometry.tree_lower, geometry.tree_upper, maxlevel)
+            corners = cell_corners(lo, hi, points_dtype)
+        else:
+            corners = leaf_corners(leaves, geometry, maxlevel, points_dtype)
+        return s, e, corners, leaf_values(arrays, reader, leaves, s, num_leaves)
 
     def write(s: int, e: int, points: np.ndarray, values: list[np.ndarray]) -> None:
-        c0, c1 = cells_before + s, cells_before + e
-        d["Points"][nv * c0 : nv * c1] = points
-        d["Connectivity"][nv * c0 : nv * c1] = np.arange(nv * s, nv * e, dtype=ids)
-        last = e == num_leaves
+        c0, c1 = rows.cells_before + s, rows.cells_before + e
+        p0 = rows.points_before + nv * s
+        d["Points"][p0 : p0 + nv * (e - s)] = points
+        d["Connectivity"][p0 : p0 + nv * (e - s)] = np.arange(nv * s, nv * e, dtype=ids)
+        last = e == num_leaves and not rows.num_points
         d["Offsets"][off0 + s : off0 + e + last] = np.arange(nv * s, nv * (e + last), nv, dtype=ids)
         d["Types"][c0:c1] = np.full(e - s, VTK_CELL_TYPE[dim], dtype=np.uint8)
         for arr, v in zip(arrays, values, strict=True):
@@ -265,8 +345,35 @@ def _write_range(
     else:
         for s in starts:
             write(*convert(s))
-    if num_leaves == 0 and a == 0:
+    if num_leaves == 0 and a == 0 and not rows.num_points:
         d["Offsets"][off0 : off0 + 1] = np.zeros(1, dtype=ids)
+
+
+def _write_points(
+    d: dict[str, Any], reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int
+) -> None:
+    """Write this rank's share of each point set of one step, as VTK_VERTEX cells after the leaves (not collective)."""
+    ids = d["Connectivity"].dtype
+    off0 = rows.cells_before + rows.step_index
+    leaf_pts = rows.leaf_points
+    before = 0
+    for ps in points:
+        a, b = ps.count * rank // size, ps.count * (rank + 1) // size
+        for s in range(a, b, max(1, chunk)):
+            e = min(s + chunk, b)
+            xyz, values = point_values(ps, reader, s, e - s)
+            k0, k1 = before + s, before + e  # the step's point cells, counted after its leaves
+            c0, c1 = rows.cells_before + rows.num_leaves + k0, rows.cells_before + rows.num_leaves + k1
+            p0 = rows.points_before + leaf_pts + k0
+            d["Points"][p0 : p0 + (e - s)] = xyz
+            d["Connectivity"][p0 : p0 + (e - s)] = np.arange(leaf_pts + k0, leaf_pts + k1, dtype=ids)
+            last = k1 == rows.num_points
+            first_row = off0 + rows.num_leaves + k0
+            d["Offsets"][first_row : first_row + (e - s) + last] = np.arange(leaf_pts + k0, leaf_pts + k1 + last, dtype=ids)
+            d["Types"][c0:c1] = np.full(e - s, VTK_VERTEX, dtype=np.uint8)
+            for arr, v in zip(ps.arrays, values, strict=True):
+                d[f"point:{ps.field}:" + arr.name][c0:c1] = v
+        before += ps.count
 
 
 def _h5py() -> Any:
@@ -405,21 +512,28 @@ def _export(
 
     steps = survey() if c.size == 1 else call.on_root(survey, what="export: survey")
     arrays = _common_arrays(steps)
+    point_sets = _common_points(steps)
+    keys = {p.key for p in point_sets}
     out_path = Path(out)
     parallel = c.size > 1 and bool(h5py.get_config().mpi)
 
     def write(rank: int, size: int, h5: Any) -> None:
-        d = _create(h5, steps, arrays, series, units_in_names)
-        before = 0
+        d = _create(h5, steps, arrays, point_sets, series, units_in_names)
+        cells_before = points_before = 0
         for i, st in enumerate(steps):
+            nv = 1 << st.dim
+            N = st.num_leaves
+            mine = [p for p in st.points if p.key in keys]
+            rows = _Rows(i, cells_before, points_before, N, sum(p.count for p in mine), nv * N)
             with open_reader(st.path, verify=verify) as r:
                 maxlevel = mesh_spec(r.manifest, st.mesh).maxlevel
-                geometry = tree_boxes(r, brick, st.mesh)
-                N = st.num_leaves
+                geometry = mesh_geometry(r, brick, st.mesh)
                 a, b = N * rank // size, N * (rank + 1) // size
-                _write_range(d, HpWindow(r), arrays, geometry, maxlevel, i, before, N, a, b, chunk_leaves, not parallel, st.mesh)
+                _write_range(d, HpWindow(r), arrays, geometry, maxlevel, rows, a, b, chunk_leaves, not parallel, st.mesh)
+                _write_points(d, r, mine, rows, rank, size, chunk_leaves)
                 r.check_crcs()  # every section read against the index (verify=True), before the file is kept
-            before += N
+            cells_before += N + rows.num_points
+            points_before += nv * N + rows.num_points
 
     if parallel:
         with h5py.File(out_path, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
@@ -444,6 +558,7 @@ def _export(
         tuple(s.num_leaves for s in steps),
         tuple(s.step for s in steps),
         tuple(s.time for s in steps),
-        tuple(_dataset_name(a, units_in_names) for a in arrays),
+        tuple(_dataset_name(a, units_in_names) for a in [*arrays, *(x for p in point_sets for x in p.arrays)]),
         series,
+        tuple(p.field for p in point_sets),
     )

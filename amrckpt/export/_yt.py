@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import CellArray, HpSummary, leaf_values, mesh_spec, plan_arrays
-from ._geometry import leaf_boxes, tree_boxes
+from ._geometry import leaf_boxes, leaf_corners, mesh_geometry
 from ._reader import HpWindow, open_reader
 from ._vtkhdf import DEFAULT_CHUNK_LEAVES
 
@@ -59,8 +59,9 @@ def to_yt(
     """Return a checkpoint as a yt dataset, one mesh element per leaf (2D or 3D, any forest).
 
     Built with :func:`yt.load_unstructured_mesh` (yt's stream frontend):
-    each leaf is a ``Quad4`` (2D) or ``Hex8`` (3D) element on its box, placed
-    by the forest geometry (:func:`tree_boxes`), in curve order (element
+    each leaf is a ``Quad4`` (2D) or ``Hex8`` (3D) element placed by the
+    forest geometry (:func:`mesh_geometry`: p4est's vertex map of the
+    connectivity, or boxes), in curve order (element
     ``i`` is leaf ``i``).  The element fields are those of
     :func:`to_vtkhdf` (:func:`plan_arrays`), under the mesh field type
     ``connect1``: ``("connect1", "q")``, a vector field's components as
@@ -124,7 +125,8 @@ def to_yt(
         m = r.manifest
         ms = mesh_spec(m, mesh)
         arrays: list[CellArray] = plan_arrays(m, hp=hp, ranks=ranks, mesh=ms.field)
-        lower, upper = tree_boxes(r, brick, ms.field)
+        geometry = mesh_geometry(r, brick, ms.field)
+        lower, upper = geometry.tree_lower, geometry.tree_upper
         if length_unit is None and brick is None and ms.geometry is not None and ms.geometry.units:
             length_unit = yt_units(ms.geometry.units)
         dim, N, maxlevel = ms.dim, ms.num_leaves, ms.maxlevel
@@ -135,8 +137,11 @@ def to_yt(
         for s in range(0, N, max(1, chunk_leaves)):
             e = min(s + chunk_leaves, N)
             leaves = r.read_mesh(s, e - s, ms.field)
-            lo, hi = leaf_boxes(leaves, lower, upper, maxlevel)
-            coords[s:e] = np.where(_CORNERS[dim][None, :, :], hi[:, None, :], lo[:, None, :])
+            if geometry.boxes_exact:
+                lo, hi = leaf_boxes(leaves, lower, upper, maxlevel)
+                coords[s:e] = np.where(_CORNERS[dim][None, :, :], hi[:, None, :], lo[:, None, :])
+            else:  # p4est's vertex map (a 2D mesh drawn in its x-y plane)
+                coords[s:e] = leaf_corners(leaves, geometry, maxlevel).reshape(e - s, nv, 3)[:, :, :dim]
             for v, chunk in zip(values, leaf_values(arrays, hp_reader, leaves, s, N), strict=True):
                 v[s:e] = chunk
         r.check_crcs()  # every section read against the index (verify=True)

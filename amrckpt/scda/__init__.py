@@ -24,7 +24,7 @@ do not depend on how many processes wrote it::
 
 from __future__ import annotations
 
-from ._backend import HINTS_ENV, Backend, MPIIOBackend, PosixBackend, hints, open_backend
+from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints, open_backend
 from ._codec import decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -52,6 +52,7 @@ __all__ = [
     "MAGIC_A",
     "MAGIC_B",
     "MAGIC_V",
+    "MAX_CALL_NBYTES",
     "MAX_COUNT",
     "MAX_USER_STRING_NBYTES",
     "MAX_VENDOR_NBYTES",

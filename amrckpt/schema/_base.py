@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ..container import Manifest
 from ..errors import SchemaError
 from ._kinds import CellsKind, FieldKind, MeshKind
 
@@ -108,6 +109,38 @@ class CheckpointSchema(BaseModel):
                     f"{cls.__name__}.{fname}: mesh={k.mesh!r} is not a Mesh() field of the schema ({', '.join(meshes) or 'none'})"
                 )
         cls.__amrckpt_fields__ = kinds
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> type[CheckpointSchema]:
+        """Return a schema class that reads every field of a checkpoint, built from its manifest at run time.
+
+        Not collective.  The class has the file's schema name and version
+        and one field per field of the file, in order, of the kind, dtype
+        (with its byte order, or native where the file says so), per-leaf
+        shape, units, compression and layout the manifest records: inline
+        and block values as JSON values (``Any``), meshes as :class:`Forest`
+        with the stored geometry, cells and distributed arrays as numpy
+        arrays, hp fields as :class:`HpData`, replicated arrays with the
+        recorded shape.  ``amrckpt.load(path)`` without a schema uses it;
+        saving an instance writes the same manifest again.
+
+        Parameters
+        ----------
+        manifest : amrckpt.container.Manifest
+            E.g. ``amrckpt.read_info(path).manifest``.
+
+        Returns
+        -------
+        type of CheckpointSchema
+
+        Raises
+        ------
+        SchemaError
+            If a field's dtype cannot be rebuilt, or its name is not a Python identifier.
+        """
+        from ._manifest import schema_from_manifest
+
+        return schema_from_manifest(cls, manifest)
 
     @classmethod
     def migration(cls, from_version: int) -> Callable[[Migration], Migration]:

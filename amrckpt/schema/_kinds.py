@@ -22,7 +22,7 @@ from pydantic_core import PydanticUndefined
 from .. import sfc
 from ..comm import digest_of
 from ..container import FieldSpec, GeometrySpec, HpData, MeshSpec, Payload, dtype_to_json
-from ..errors import SchemaError
+from ..errors import ConnectivityError, SchemaError
 from ..sfc import Forest
 from ._json import encode_inline, json_bytes, json_value
 
@@ -244,8 +244,8 @@ class MeshKind(FieldKind):
             raise SchemaError(f"field {name!r}: a {value.dim}D {value.curve} forest; the schema declares {self.dim}D {self.curve}")
         if n is not None and len(value) != n:
             raise SchemaError(f"field {name!r}: {len(value)} leaves; the partition gives this rank {n}")
-        if self.geometry is not None and len(self.geometry.tree_lower) != value.num_trees:
-            raise SchemaError(f"field {name!r}: {value.num_trees} trees; the schema's geometry has {len(self.geometry.tree_lower)}")
+        if self.geometry is not None and self.geometry.num_trees != value.num_trees:
+            raise SchemaError(f"field {name!r}: {value.num_trees} trees; the schema's geometry has {self.geometry.num_trees}")
         if check_values:
             try:
                 value.check()
@@ -539,10 +539,11 @@ def Mesh(
     *,
     curve: str = "morton",
     brick: tuple[int, ...] | None = None,
+    periodic: bool | tuple[bool, ...] = False,
     lower: Any = None,
     upper: Any = None,
     units: str | None = None,
-    geometry: GeometrySpec | None = None,
+    geometry: GeometrySpec | sfc.Connectivity | None = None,
     description: str | None = None,
     compress: bool = False,
     level: int = 9,
@@ -562,17 +563,24 @@ def Mesh(
     curve : {"morton", "hilbert"}, optional
         The order of the leaves (:mod:`amrckpt.sfc`).
     brick : tuple of int, optional
-        The trees form a brick of ``brick[a]`` trees along axis ``a``,
-        numbered row-major (tree = (k * ny + j) * nx + i); recorded in the
-        manifest with each tree's box, so that viewers place the trees
-        (p4est keeps its connectivity with the forest).
+        The trees form a brick of ``brick[a]`` trees along axis ``a``: p4est's
+        ``p4est_connectivity_new_brick`` (:meth:`amrckpt.sfc.Connectivity.brick`),
+        whose trees are numbered along a Morton curve over the brick (tree 2
+        of a 4 x 2 brick is at (0, 1)), recorded in the manifest with the
+        connectivity, so that viewers place the trees and readers know the
+        neighbours.
+    periodic : bool or tuple of bool, optional
+        The brick's periodicity along each axis (p4est's ``periodic_a``, ...).
     lower, upper : (dim,) array_like of float, optional
-        The physical corners of the brick (default: 0 and ``brick``, unit trees).
+        The physical corners of the brick (default: 0 and ``brick``, unit
+        trees): the connectivity's vertices are scaled onto them.
     units : str, optional
-        Length units of the corners, e.g. ``"m"``.
-    geometry : amrckpt.container.GeometrySpec, optional
-        Any other placement of the trees (their boxes; p4est's vertices and
-        tree_to_vertex), instead of ``brick``.
+        Length units of the vertices, e.g. ``"m"``.
+    geometry : amrckpt.sfc.Connectivity or amrckpt.container.GeometrySpec, optional
+        Any other p4est connectivity (:meth:`~amrckpt.sfc.Connectivity.star`,
+        a connectivity read from a p4est file, ...), or a geometry spec (a
+        connectivity with an analytic map, such as p8est's shell; or boxes
+        per tree), instead of ``brick``.
     description : str, optional
     compress : bool, optional
         Write by the compression convention (paper 3.3).
@@ -581,26 +589,51 @@ def Mesh(
     Returns
     -------
     pydantic.fields.FieldInfo
+
+    Raises
+    ------
+    SchemaError
+        For a bad dimension, curve or brick, a connectivity of another
+        dimension, or one that fails p4est's ``p4est_connectivity_is_valid``.
     """
     if dim not in (2, 3):
         raise SchemaError(f"mesh dimension must be 2 or 3, not {dim}")
     if curve not in sfc.CURVES:
         raise SchemaError(f"curve must be one of {sfc.CURVES}, not {curve!r}")
-    if brick is not None:
-        if geometry is not None:
-            raise SchemaError("Mesh: give brick= or geometry=, not both")
-        from ..container import Geometry
-
-        b = _shape(brick)
+    try:
+        if brick is not None:
+            if geometry is not None:
+                raise SchemaError("Mesh: give brick= or geometry=, not both")
+            b = _shape(brick)
+            if len(b) != dim:
+                raise SchemaError(f"Mesh: brick {b}: give {dim} positive tree counts per axis")
+            conn = sfc.Connectivity.brick(b, periodic)
+            per = [bool(periodic)] * dim if isinstance(periodic, (bool, int)) else [bool(p) for p in periodic]
+            if lower is not None or upper is not None:
+                lo = np.zeros(dim) if lower is None else np.asarray(lower, dtype=np.float64)
+                hi = np.asarray(b, dtype=np.float64) if upper is None else np.asarray(upper, dtype=np.float64)
+                if lo.shape != (dim,) or hi.shape != (dim,) or not (hi > lo).all():
+                    raise SchemaError(f"Mesh: lower= and upper= must be {dim} coordinates with lower < upper")
+                conn = conn.scaled(lo, hi, b)
+            geometry = GeometrySpec.of_connectivity(conn, units=units, brick=b, periodic=per)
+        elif lower is not None or upper is not None:
+            raise SchemaError("Mesh: lower= and upper= are the corners of a brick: give brick= too")
+        elif isinstance(geometry, sfc.Connectivity):
+            if geometry.dim != dim:
+                raise SchemaError(f"Mesh: a {geometry.dim}D connectivity for a {dim}D mesh")
+            geometry = GeometrySpec.of_connectivity(geometry, units=units)
+    except ConnectivityError as exc:
+        raise SchemaError(f"Mesh: {exc}") from exc
+    given: Any = geometry
+    if given is not None and not isinstance(given, GeometrySpec):
+        what = type(given).__name__
+        raise SchemaError(f"Mesh: geometry must be an amrckpt.sfc.Connectivity or an amrckpt.container.GeometrySpec, not {what}")
+    if geometry is not None and geometry.connectivity is not None:
         try:
-            g = Geometry.brick_of(b, math.prod(b), dim, lower, upper)
-        except ValueError as exc:
+            conn = geometry.connectivity.to_connectivity(dim)
+            conn.check()
+        except ConnectivityError as exc:
             raise SchemaError(f"Mesh: {exc}") from exc
-        geometry = GeometrySpec.model_validate(g.spec().model_dump() | {"units": units})
-    elif lower is not None or upper is not None:
-        raise SchemaError("Mesh: lower= and upper= are the corners of a brick: give brick= too")
-    if geometry is not None and not isinstance(geometry, GeometrySpec):
-        raise SchemaError(f"Mesh: geometry must be an amrckpt.container.GeometrySpec, not {type(geometry).__name__}")
     kind = MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve, geometry=geometry)
     return _field(kind, PydanticUndefined)
 

@@ -21,6 +21,7 @@ from ..container import (
     MeshSpec,
     RunRecord,
     WriteResult,
+    format_version_of,
     mesh_record_dtype,
     run_record,
     write_run_record,
@@ -388,6 +389,7 @@ def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: li
             spec["count_dtype"] = count_dtype(agreed.max_counts[j])
         fields.append(FieldSpec.model_validate(spec))
     return Manifest(
+        format_version=format_version_of(meshes),
         amrckpt_version=__version__,
         schema_name=cls.__amrckpt_name__,
         schema_version=cls.__amrckpt_version__,

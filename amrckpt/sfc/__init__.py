@@ -49,15 +49,20 @@ Keys are numpy.uint64: 60 bits in 2D, 57 bits in 3D.
 
 from __future__ import annotations
 
+from ._connectivity import P4EST_ONDISK_FORMAT, Connectivity, shell_map
 from ._forest import Forest, mesh_record_dtype
 from ._keys import CURVES, MAXLEVEL, QMAXLEVEL, ROOT_LEN, Curve, hilbert_keys, leaf_ranges, morton_decode, morton_keys, sfc_keys
 from ._linear import Leaves, check_linear_forest, is_linear_forest, sfc_order, uniform_leaves
+from ._p4est import P4estQuadrants, quadrant_dtype
 
 __all__ = [
     "CURVES",
+    "Connectivity",
     "Forest",
     "Curve",
     "MAXLEVEL",
+    "P4EST_ONDISK_FORMAT",
+    "P4estQuadrants",
     "QMAXLEVEL",
     "ROOT_LEN",
     "Leaves",
@@ -68,7 +73,9 @@ __all__ = [
     "mesh_record_dtype",
     "morton_decode",
     "morton_keys",
+    "quadrant_dtype",
     "sfc_keys",
     "sfc_order",
+    "shell_map",
     "uniform_leaves",
 ]

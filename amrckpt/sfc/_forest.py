@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import SchemaError
 from ._keys import CURVES, MAXLEVEL, QMAXLEVEL, sfc_keys
 from ._linear import check_linear_forest
+
+if TYPE_CHECKING:
+    from ._connectivity import Connectivity
+    from ._p4est import P4estQuadrants
 
 __all__ = ["Forest", "mesh_record_dtype"]
 
@@ -243,6 +247,94 @@ class Forest:
             if check:
                 out._check_chunk(s, e)
         return out
+
+    @classmethod
+    def from_p4est(
+        cls,
+        quadrants: Any,
+        *,
+        pertree: Any,
+        global_first_quadrant: Any,
+        rank: int = 0,
+        connectivity: Connectivity | None = None,
+        check: bool = True,
+    ) -> Forest:
+        """Build this rank's leaves from p4est's quadrants (the arrays of ``p4est_inflate``).
+
+        Not collective, vectorized (no loop over quadrants or trees): the
+        tree of each quadrant follows from its global index
+        ``global_first_quadrant[rank] + i`` and ``pertree``.
+
+        Parameters
+        ----------
+        quadrants : (n, dim + 1) array_like of int, or (n,) p4est_quadrant_t records
+            ``x``, ``y`` [, ``z``], ``level`` of each local quadrant in curve
+            order: the layout of ``p4est_save_ext``'s records and of
+            ``p4est_inflate``'s ``quadrants`` (``P4EST_DIM + 1``
+            ``p4est_qcoord_t`` each), or the 24-byte ``p4est_quadrant_t``
+            (:func:`amrckpt.sfc.quadrant_dtype`) of a tree's quadrant array.
+        pertree : (num_trees + 1,) array_like of int
+            p4est's ``pertree`` (``p4est_comm_count_pertree``): the global index
+            of each tree's first quadrant, then N.
+        global_first_quadrant : (P + 1,) array_like of int
+            p4est's ``global_first_quadrant``.
+        rank : int, optional
+            The rank these quadrants belong to (p4est's ``mpirank``).
+        connectivity : amrckpt.sfc.Connectivity, optional
+            The forest's connectivity: its dimension and number of trees are checked.
+        check : bool, optional
+            Check levels and coordinates (:meth:`check`).
+
+        Returns
+        -------
+        Forest
+            Of ``len(pertree) - 1`` trees, Morton curve.
+
+        Raises
+        ------
+        SchemaError
+            If the arrays do not fit together (counts, ranges, dimension).
+        """
+        from ._p4est import forest_from_p4est
+
+        out: Forest = forest_from_p4est(cls, quadrants, pertree, global_first_quadrant, rank, connectivity, check)
+        return out
+
+    def to_p4est(self, *, comm: Any = None, connectivity: Connectivity | None = None, check: bool = True) -> P4estQuadrants:
+        """Return this rank's leaves as p4est's quadrants, with ``global_first_quadrant`` and ``pertree``.
+
+        Collective: one allgather of five int64 per rank (the counts and
+        the ends of each rank's leaves, which also agrees on errors), one
+        allreduce of ``num_trees + 1`` int64.  Vectorized.  The arrays are
+        what ``p4est_inflate`` takes to build the forest in C.
+
+        Parameters
+        ----------
+        comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
+            The communicator the leaves are distributed over (default serial).
+        connectivity : amrckpt.sfc.Connectivity, optional
+            Checked against the forest's dimension and number of trees.
+        check : bool, optional
+            Check that the leaves are a complete forest in Morton order
+            (their curve keys, one pass); across ranks it is always checked.
+            ``False`` for leaves known to be p4est's (e.g. just loaded and
+            verified against their CRC32s, written from a p4est).
+
+        Returns
+        -------
+        P4estQuadrants
+            ``quadrants`` ((n, dim + 1) int32), ``global_first_quadrant``,
+            ``pertree``, ``first_local_tree``, ``last_local_tree``.
+
+        Raises
+        ------
+        SchemaError
+            On every rank: a Hilbert forest, or leaves that are not a
+            complete forest in Morton order (p4est's forests cover every tree).
+        """
+        from ._p4est import forest_to_p4est
+
+        return forest_to_p4est(self, comm, connectivity, check)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Forest):

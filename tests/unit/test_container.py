@@ -239,18 +239,24 @@ def test_two_meshes_arrays_and_replicated_arrays_on_any_P_and_Q(tmp_path: Path, 
 
 
 def test_geometry_is_in_the_file() -> None:
+    """A brick is p4est's brick connectivity, its vertices scaled onto lower..upper."""
     m = Rich.__amrckpt_fields__["coarse"]
     g = m.geometry  # type: ignore[attr-defined]
-    assert g is not None and g.brick == [2, 1] and g.units == "m"
-    assert g.tree_lower == [[0.0, 0.0], [1000.0, 0.0]] and g.tree_upper == [[1000.0, 1000.0], [2000.0, 1000.0]]
+    assert g is not None and g.brick == [2, 1] and g.periodic == [False, False] and g.units == "m"
+    assert g.tree_lower is None and g.connectivity is not None
+    conn = g.connectivity.to_connectivity(2)
+    assert conn.num_trees == 2 and np.array_equal(conn.tree_to_tree, [[0, 1, 0, 0], [0, 1, 1, 1]])
+    lo, hi = conn.bounding_boxes()
+    assert lo.tolist() == [[0.0, 0.0], [1000.0, 0.0]] and hi.tolist() == [[1000.0, 1000.0], [2000.0, 1000.0]]
 
 
 def test_geometry_read_back_and_default(tmp_path: Path) -> None:
     path = tmp_path / "g.scda"
     ac.save(rich_rank(ac.comm.SerialComm()), path)
+    assert ac.read_info(path).manifest.format_version == 3  # a connectivity in the file
     with CheckpointReader(path) as r:
         geo = r.geometry
-        assert geo is not None and geo.brick == (2, 1)
+        assert geo is not None and geo.brick == (2, 1) and geo.connectivity is not None and geo.boxes_exact
         assert np.array_equal(geo.tree_upper, [[1000.0, 1000.0], [2000.0, 1000.0]])
         fine = Geometry.of(r.manifest.meshes[1])  # none stored: unit trees in a row
         assert np.array_equal(fine.tree_lower, [[0.0, 0.0]]) and np.array_equal(fine.tree_upper, [[1.0, 1.0]])
@@ -258,6 +264,61 @@ def test_geometry_read_back_and_default(tmp_path: Path) -> None:
     assert b.tree_lower.tolist() == [[0, 0, 0], [1, 0, 0], [0, 1, 0]]
     with pytest.raises(SchemaError, match="brick"):
         ac.Mesh(dim=2, brick=(2,))
+
+
+class Star(ac.CheckpointSchema, name="star", version=1):
+    mesh: ac.Forest = ac.Mesh(dim=2, geometry=sfc.Connectivity.star(), units="km")
+    q: ac.CellData = ac.Cells("<f4")
+
+
+class Plain(ac.CheckpointSchema, name="plain", version=1):
+    mesh: ac.Forest = ac.Mesh(dim=2)
+    q: ac.CellData = ac.Cells("<f4")
+
+
+def test_connectivity_is_format_3_and_meshes_without_one_stay_format_2(tmp_path: Path) -> None:
+    """A p4est connectivity in the manifest makes the file format 3; other files keep format 2's bytes."""
+    lv = sfc.uniform_leaves(1, num_trees=6, dim=2)
+    mesh = ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=6)
+    star = ac.save(Star(mesh=mesh, q=np.arange(24, dtype="<f4")), tmp_path / "star.scda")
+    assert star.manifest.format_version == 3
+    geo = star.manifest.mesh.geometry  # type: ignore[union-attr]
+    assert geo is not None and geo.connectivity is not None and geo.units == "km"
+    with ac.scda.fopen_read(tmp_path / "star.scda") as f:
+        f.fread_section_header()
+        raw = json.loads(bytes(f.fread_block_data()))  # type: ignore[arg-type]
+    assert "tree_lower" not in raw["meshes"][0]["geometry"] and "tree_to_edge" not in raw["meshes"][0]["geometry"]["connectivity"]
+    with CheckpointReader(tmp_path / "star.scda") as r:
+        g = r.geometry
+        assert g is not None and g.connectivity == sfc.Connectivity.star() and not g.boxes_exact
+        pts = g.map_points(np.zeros(4, int), [[0, 0], [1, 0], [0, 1], [1, 1]])
+        assert np.allclose(pts, sfc.Connectivity.star().tree_corners()[0])
+    plain = ac.save(Plain(mesh=mesh, q=np.arange(24, dtype="<f4")), tmp_path / "plain.scda")
+    assert plain.manifest.format_version == 2 and plain.manifest.mesh.geometry is None  # type: ignore[union-attr]
+    # A format-2 manifest that claims a connectivity is refused; boxes serialize as format 2 wrote them.
+    bad = star.manifest.model_dump() | {"format_version": 2}
+    with pytest.raises(ValueError, match="format 3"):
+        ac.container.Manifest.model_validate(bad)
+    boxes = ac.GeometrySpec(tree_lower=[[0.0, 0.0]], tree_upper=[[1.0, 1.0]])
+    assert list(json.loads(boxes.model_dump_json())) == ["brick", "tree_lower", "tree_upper", "units", "vertices", "tree_to_vertex"]
+    with pytest.raises(ValueError, match="connectivity, or tree_lower"):
+        ac.GeometrySpec()
+
+
+def test_mesh_geometry_declarations() -> None:
+    """brick= with periodicity and corners, a shell map, and what is refused."""
+    per = ac.Mesh(dim=3, brick=(2, 1, 3), periodic=(True, False, True)).metadata[0].geometry
+    conn = per.connectivity.to_connectivity(3)
+    assert conn == sfc.Connectivity.brick((2, 1, 3), (True, False, True)) and per.periodic == [True, False, True]
+    shell = ac.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=ac.container.GeometryMap(kind="p8est shell", R1=1, R2=2))
+    g = ac.Mesh(dim=3, geometry=shell).metadata[0].geometry
+    assert g.map is not None and g.map.R2 == 2.0
+    with pytest.raises(SchemaError, match="a 2D connectivity for a 3D mesh"):
+        ac.Mesh(dim=3, geometry=sfc.Connectivity.star())
+    with pytest.raises(ValueError, match="R1 < R2"):
+        ac.container.GeometryMap(kind="p8est shell", R1=2, R2=1)
+    with pytest.raises(SchemaError, match="lower < upper"):
+        ac.Mesh(dim=2, brick=(2, 2), lower=(0, 0), upper=(1, 0))
 
 
 def test_replicated_and_distributed_arrays_are_checked(tmp_path: Path) -> None:
@@ -573,3 +634,29 @@ def test_write_chunks_bytes_do_not_depend_on_the_partition(tmp_path: Path, count
     # The call's first allreduce (the call tag: write_chunks is called alone here, not inside a save), [the relay],
     # the exscan of the compressed sizes, the agreement; then fwrite_varray's 3 (not deferred here)
     assert ncoll == [(len(counts) > 1) + relay + 2 + 3] * len(counts)
+
+
+def test_a_format_2_brick_keeps_its_row_major_numbering(tmp_path: Path) -> None:
+    """Boxes per tree, as Mesh(brick=(4, 2)) wrote them in format 2 (row-major): read as they were written."""
+    lo = [[float(k % 4), float(k // 4)] for k in range(8)]
+    old = ac.GeometrySpec(brick=[4, 2], tree_lower=lo, tree_upper=[[x + 1, y + 1] for x, y in lo])
+
+    class OldBrick(ac.CheckpointSchema, name="old brick", version=1):
+        mesh: ac.Forest = ac.Mesh(dim=2, geometry=old)
+
+    lv = sfc.uniform_leaves(0, num_trees=8, dim=2)
+    res = ac.save(OldBrick(mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=8)), tmp_path / "old.scda")
+    assert res.manifest.format_version == 2
+    with CheckpointReader(tmp_path / "old.scda") as r:
+        g = r.geometry
+        assert g is not None and g.connectivity is None and g.tree_lower[2].tolist() == [2.0, 0.0]  # row-major
+        assert g.map_points([2], [[0.5, 0.5]])[0].tolist() == [2.5, 0.5, 0.0]
+    new = Geometry.of(_mesh_spec_of_brick())
+    assert new.tree_lower[2].tolist() == [0.0, 1.0]  # Mesh(brick=(4, 2)) now: p4est's Morton order
+
+
+def _mesh_spec_of_brick() -> Any:
+    from amrckpt.container import MeshSpec
+
+    geo = ac.Mesh(dim=2, brick=(4, 2)).metadata[0].geometry
+    return MeshSpec(field="mesh", dim=2, num_trees=8, curve="morton", maxlevel=30, record=[], geometry=geo)

@@ -1,0 +1,68 @@
+"""``amrckpt convert --from p4est`` and ``--to p4est``: one library call each (:mod:`amrckpt.p4est`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import uuid
+from pathlib import Path
+
+from ..comm import Call, collective
+from ..errors import AmrckptError
+from ._common import EXIT_BAD, EXIT_OK, _describe, _err, _out, _UsageError, _world_comm
+
+
+def convert_p4est(args: argparse.Namespace) -> int:
+    """Convert a p4est save file into a checkpoint, or a checkpoint into a p4est save file. Collective."""
+    src, dst = os.fspath(args.input), os.fspath(args.output)
+    if not os.path.isfile(src):
+        raise _UsageError(f"{src}: no such file")
+    if os.path.exists(dst) and os.path.samefile(src, dst):
+        raise _UsageError("IN and OUT are the same file; write to another name")
+    if args.encode or args.decode or args.style is not None:
+        raise _UsageError("--encode, --decode and --style rewrite scda files; with --from/--to p4est there are none to rewrite")
+    with collective(_world_comm(), "amrckpt convert") as call:
+        return _convert_p4est(call, args, src, dst)
+
+
+def _convert_p4est(call: Call, args: argparse.Namespace, src: str, dst: str) -> int:
+    from ..p4est import checkpoint_to_p4est, p4est_to_checkpoint
+
+    c = comm = call.comm
+    token = call.on_root(lambda: uuid.uuid4().hex[:12], what="convert: token")
+    out = Path(dst)
+    tmp = str(out.parent / f".{out.name}.partial-{token}")
+    try:
+        try:
+            if args.from_format == "p4est":
+                res = p4est_to_checkpoint(src, tmp, comm=comm)
+                what = f"{res.num_leaves} quadrants, schema {res.manifest.schema_name}, {res.nbytes} bytes"
+                run = Path(tmp + ".run.json")
+                saved = res.partition.size if run.exists() and res.partition is not None else 0
+                what += f"; the saved partition of {saved} processes in {dst}.run.json" if saved else ""
+            else:
+                nbytes = checkpoint_to_p4est(
+                    src, tmp, comm=comm, partition=args.partition, save_partition=args.save_partition, data_field=args.data_field
+                )
+                what = f"a p4est file of {nbytes} bytes"
+        except AmrckptError as exc:
+            if c.rank == 0:
+                _err(f"amrckpt convert: {src}: {_describe(exc)}")
+            return EXIT_BAD
+
+        def commit() -> None:
+            if os.path.exists(tmp + ".run.json"):
+                os.replace(tmp + ".run.json", dst + ".run.json")
+            os.replace(tmp, dst)
+
+        call.run(commit, on=0)
+        call.agree("convert")
+    finally:
+        if c.rank == 0:
+            for leftover in (tmp, tmp + ".run.json"):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
+    if c.rank == 0:
+        _out(f"{src} -> {dst}: {what}")
+    return EXIT_OK

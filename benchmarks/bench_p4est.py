@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""The same 3D forest and data saved and loaded by amrckpt and by p4est itself (p8est_save_ext / p8est_load_ext).
+
+Run::
+
+    apt-get install libp4est-dev libopenmpi-dev          # Debian's p4est 2.2 (tests/p4est builds a C tool against it)
+    python benchmarks/bench_p4est.py --json benchmarks/results/p4est-P1.json
+    python benchmarks/bench_p4est.py --quick             # small, as the tests run it
+
+The forest: p4est's own (``p8est_new_ext`` on a 2 x 2 x 1 brick, level
+``--level``, refined at random two levels deeper: 1.26 million octants at
+the default level 5), with ``--data`` bytes of quadrant data, made and
+saved by the C tool of ``tests/p4est``.  Serial, on one process each, files
+in ``--dir`` (default /dev/shm); both sides ``fsync`` (p4est's
+``p4est_save_ext`` does; amrckpt's ``save(sync=True)``).
+
+* ``p4est``: the C tool times ``p8est_save_ext`` (save) and
+  ``p8est_load_ext`` (load) of the forest it loaded, in its own process
+  (Open MPI);
+* ``amrckpt``: this process times, from p4est's arrays (``quadrants``
+  (n, 4) int32, ``global_first_quadrant``, ``pertree``, the data (n, data)
+  bytes) as a C code holds them: save = ``Forest.from_p4est`` + ``save``
+  (CRC32s computed, fsync); load = ``load`` (every byte checked against its
+  CRC32) + ``Forest.to_p4est``; with every check of the leaves (ranges,
+  curve order, completeness: ``check=True``, ``check_mesh=True``);
+* ``trusted``: the same, CRC32s on, without the checks of the leaves that
+  p4est does not make either (``from_p4est(check=False)``,
+  ``save(check_mesh=False)``, ``to_p4est(check=False)``): a p4est code's
+  forest is valid by construction.
+
+Rounds alternate p4est, amrckpt / amrckpt, p4est, after one dropped warm-up
+round; medians of ``--reps`` with min-max, and the ratios amrckpt / p4est
+(below 1: amrckpt is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+from p4est import build
+
+import amrckpt as ac
+from amrckpt.p4est import read_p4est
+
+
+def schema(data_size: int) -> type[ac.CheckpointSchema]:
+    """The checkpoint of a p8est forest on a 2 x 2 x 1 brick with ``data_size`` bytes per octant."""
+
+    class Octants(ac.CheckpointSchema, name="bench p4est", version=1):
+        step: int = ac.Inline()
+        mesh: ac.Forest = ac.Mesh(dim=3, brick=(2, 2, 1))
+        data: ac.CellData = ac.Cells("u1", shape=(data_size,))
+
+    return Octants
+
+
+def p4est_round(src: Path, out: Path, data_size: int) -> tuple[float, float]:
+    """One p8est_save_ext and one p8est_load_ext, timed by the C tool."""
+    line = build.run(3, "bench", src, str(data_size), "1", out).split("save ", 1)[1].split()
+    return float(line[0]), float(line[2])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--level", type=int, default=5, help="level of the uniform forest before refinement (default 5: 1.26M octants)")
+    ap.add_argument("--data", type=int, default=16, help="bytes of data per octant (default 16)")
+    ap.add_argument("--reps", type=int, default=5, help="timed rounds (default 5)")
+    ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None, help="where the files go")
+    ap.add_argument("--json", default=None, help="write the result here")
+    ap.add_argument("--quick", action="store_true", help="level 2, 1 round (seconds)")
+    args = ap.parse_args()
+    if args.quick:
+        args.level, args.reps = 2, 1
+    reason = build.why_not()
+    if reason is not None:
+        sys.exit(f"bench_p4est: {reason}")
+    work = Path(tempfile.mkdtemp(prefix="amrckpt-bench-p4est-", dir=args.dir))
+    try:
+        src = work / "forest.p8est"
+        build.run(3, "save", "brick:2,2,1:000", str(args.level), str(args.data), "7", "0", src)
+        pf = read_p4est(src)  # the arrays a C code holds (not timed)
+        q = pf.forest.to_p4est()
+        quadrants, gfq, pertree = q.quadrants, q.global_first_quadrant, q.pertree
+        data = pf.data if pf.data is not None else np.zeros((len(pf.forest), 0), np.uint8)
+        N = len(pf.forest)
+        Octants = schema(args.data)
+        ck = work / "forest.scda"
+
+        def ac_round(check: bool) -> tuple[float, float]:
+            t0 = time.perf_counter()
+            mesh = ac.Forest.from_p4est(quadrants, pertree=pertree, global_first_quadrant=gfq, check=check)
+            ac.save(Octants(step=1, mesh=mesh, data=data), ck, sync=True, check_mesh=check)
+            t1 = time.perf_counter()
+            st = ac.load(ck, Octants).state  # CRC32s checked
+            back = st.mesh.to_p4est(check=check)
+            t2 = time.perf_counter()
+            assert back.quadrants.shape == quadrants.shape and st.data.shape == data.shape
+            return t1 - t0, t2 - t1
+
+        who_all = ("p4est", "amrckpt", "trusted")
+        times: dict[str, list[float]] = {f"{w} {op}": [] for w in who_all for op in ("save", "load")}
+        for k in range(args.reps + 1):
+            for who in who_all if k % 2 == 0 else who_all[::-1]:
+                if who == "p4est":
+                    save_s, load_s = p4est_round(src, work / "again.p8est", args.data)
+                else:
+                    save_s, load_s = ac_round(who == "amrckpt")
+                if k:
+                    times[f"{who} save"].append(save_s)
+                    times[f"{who} load"].append(load_s)
+        # Same forest, same data: the checkpoint holds p4est's octants, and p4est's file is what amrckpt writes.
+        ac.p4est.checkpoint_to_p4est(ck, work / "from-amrckpt.p8est", package_version=pf.header.package_version)
+        same = (work / "from-amrckpt.p8est").read_bytes() == src.read_bytes()
+        med = {k: statistics.median(v) for k, v in times.items()}
+        sizes = {"p4est": src.stat().st_size, "amrckpt": ck.stat().st_size}
+        print(f"bench_p4est: {N} octants (3D, 2 x 2 x 1 brick), {args.data} bytes of data each, serial, {args.reps} rounds")
+        print(f"files: p4est {sizes['p4est'] / 2**20:.1f} MiB, amrckpt {sizes['amrckpt'] / 2**20:.1f} MiB; converted back: {same}")
+        for k, v in times.items():
+            print(f"  {k:13s} {med[k]:8.4f} s  ({min(v):.4f}-{max(v):.4f})")
+        ratios = {f"{w} {op}": med[f"{w} {op}"] / med[f"p4est {op}"] for w in ("amrckpt", "trusted") for op in ("save", "load")}
+        for w in ("amrckpt", "trusted"):
+            print(f"ratio {w} / p4est: save {ratios[w + ' save']:.2f}, load {ratios[w + ' load']:.2f} (below 1: amrckpt is faster)")
+        if args.json:
+            out = Path(args.json)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            result = {
+                "octants": N,
+                "data_bytes": args.data,
+                "reps": args.reps,
+                "seconds": times,
+                "median": med,
+                "ratio": ratios,
+                "file_bytes": sizes,
+                "byte_identical_back": same,
+                "machine": {"node": platform.node(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z")},
+            }
+            out.write_text(json.dumps(result, indent=1))
+            print(f"wrote {out}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Forest.from_p4est / Forest.to_p4est: p4est's quadrant arrays, global_first_quadrant and pertree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from forests import random_forest
+
+import amrckpt as ac
+from amrckpt import sfc
+from amrckpt.comm import run_threads
+from amrckpt.errors import SchemaError
+
+
+def _part(lv: sfc.Leaves, a: int, b: int, K: int) -> ac.Forest:
+    return ac.Forest(lv.tree[a:b], lv.level[a:b], lv.x[a:b], lv.y[a:b], None if lv.z is None else lv.z[a:b], num_trees=K)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+def test_to_p4est_and_back_on_any_P(dim: int, P: int) -> None:
+    K = 5
+    lv = random_forest(dim, K, seed=10 * dim + P, level=1)
+    N = lv.num_leaves
+    want_pertree = np.concatenate([[0], np.cumsum(np.bincount(lv.tree, minlength=K))])
+
+    def body(comm: Any) -> bool:
+        a, b = N * comm.rank // P, N * (comm.rank + 1) // P
+        if comm.rank == 1:  # an uneven split, one rank possibly empty
+            a = b = N * (comm.rank + 1) // P
+        if comm.rank == 0 and P > 1:
+            b = N * 2 // P
+        mine = _part(lv, a, b, K)
+        q = mine.to_p4est(comm=comm, connectivity=sfc.Connectivity.brick((5, 1) if dim == 2 else (5, 1, 1)))
+        assert q.quadrants.dtype == np.int32 and q.quadrants.shape == (b - a, dim + 1)
+        assert np.array_equal(q.quadrants[:, dim], lv.level[a:b]) and np.array_equal(q.quadrants[:, 0], lv.x[a:b])
+        assert np.array_equal(q.pertree, want_pertree) and q.global_first_quadrant[comm.rank] == a
+        assert q.global_first_quadrant[-1] == N and len(q.global_first_quadrant) == P + 1
+        assert (q.first_local_tree, q.last_local_tree) == ((int(lv.tree[a]), int(lv.tree[b - 1])) if b > a else (-1, -2))
+        back = ac.Forest.from_p4est(q.quadrants, pertree=q.pertree, global_first_quadrant=q.global_first_quadrant, rank=comm.rank)
+        assert back == mine
+        trusted = mine.to_p4est(comm=comm, check=False)  # no keys computed: the same arrays
+        assert all(np.array_equal(u, v) for u, v in zip(q, trusted, strict=True))
+        rec = np.zeros(b - a, dtype=sfc.quadrant_dtype(dim))
+        for k, name in enumerate("xyz"[:dim]):
+            rec[name] = q.quadrants[:, k]
+        rec["level"] = q.quadrants[:, dim]
+        rec["p"] = 0xDEADBEEF  # the union of p4est_quadrant_t: ignored
+        same = ac.Forest.from_p4est(rec, pertree=q.pertree, global_first_quadrant=q.global_first_quadrant, rank=comm.rank)
+        assert same == mine
+        return True
+
+    assert all(run_threads(P, body))
+    assert sfc.quadrant_dtype(dim).itemsize == 24
+
+
+def test_to_p4est_refuses_what_p4est_cannot_hold() -> None:
+    lv = random_forest(2, 2, seed=3)
+    N, K = lv.num_leaves, 2
+    gap = _part(lv, 0, N, K)
+    keep = np.ones(N, dtype=bool)
+    keep[N // 2] = False
+    holes = ac.Forest(gap.tree[keep], gap.level[keep], gap.x[keep], gap.y[keep], num_trees=K)
+    with pytest.raises(SchemaError, match="not a complete forest"):
+        holes.to_p4est()
+
+    def across(comm: Any) -> None:  # the hole at a rank boundary: every rank raises
+        a, b = (0, N // 2) if comm.rank == 0 else (N // 2 + 1, N)
+        _part(lv, a, b, K).to_p4est(comm=comm)
+
+    with pytest.raises(SchemaError, match="do not join"):
+        run_threads(2, across)
+    with pytest.raises(SchemaError, match="Morton"):
+        ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=K, curve="hilbert").to_p4est()
+    with pytest.raises(SchemaError, match="connectivity"):
+        _part(lv, 0, N, K).to_p4est(connectivity=sfc.Connectivity.unit(2))
+    lone = ac.Forest(lv.tree[lv.tree == 0], lv.level[lv.tree == 0], lv.x[lv.tree == 0], lv.y[lv.tree == 0], num_trees=K)
+    with pytest.raises(SchemaError, match="do not join"):  # tree 1 has no leaves
+        lone.to_p4est()
+
+
+def test_from_p4est_checks_its_arrays() -> None:
+    lv = random_forest(3, 2, seed=4)
+    q = _part(lv, 0, lv.num_leaves, 2).to_p4est()
+    kw = {"pertree": q.pertree, "global_first_quadrant": q.global_first_quadrant}
+    with pytest.raises(SchemaError, match="quadrants; global_first_quadrant gives"):
+        ac.Forest.from_p4est(q.quadrants[1:], **kw)
+    with pytest.raises(SchemaError, match="3D quadrants, a 2D connectivity"):
+        ac.Forest.from_p4est(q.quadrants, connectivity=sfc.Connectivity.unit(2), **kw)
+    with pytest.raises(SchemaError, match="pertree"):
+        ac.Forest.from_p4est(q.quadrants, pertree=q.pertree[::-1], global_first_quadrant=q.global_first_quadrant)
+    bad = q.quadrants.copy()
+    bad[0, 3] = 40
+    with pytest.raises(SchemaError, match="level"):
+        ac.Forest.from_p4est(bad, **kw)
+    bad = q.quadrants.copy()
+    bad[1, 0] += 1
+    with pytest.raises(SchemaError, match="aligned"):
+        ac.Forest.from_p4est(bad, **kw)
+    with pytest.raises(SchemaError, match=r"\(n, dim \+ 1\)"):
+        ac.Forest.from_p4est(q.quadrants[:, :2], **kw)
