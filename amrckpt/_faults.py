@@ -13,8 +13,10 @@ Where faults are injected (``kinds``)
     ``fstat``/``MPI_File_get_size``, ``ftruncate``+``fsync``/``MPI_File_set_size``+``MPI_File_sync``,
     ``close``/``MPI_File_close``.
 ``"rename"``, ``"fsync"``
-    The checkpoint manager's commit: ``rename`` of the temporary file and
-    ``fsync`` of the directory (rank 0).
+    The file operations of a checkpoint directory, through
+    :class:`amrckpt.testing.FaultyFileSystem` (``rename``, ``link`` and
+    ``unlink``; ``fsync`` of the directory); its record writes and reads
+    count as ``"write"``, ``"sync"`` and ``"read"``.
 ``"mpi"``
     The collectives of every communicator (:class:`~amrckpt.comm.Comm`:
     barrier, bcast, allgather, allreduce, exscan, dup).
@@ -88,7 +90,7 @@ from typing import Any
 from .comm import thread_rank
 from .errors import CommError
 
-__all__ = ["ACTIVE", "KINDS", "Fault", "FaultPlan", "FaultSpec", "inject_faults"]
+__all__ = ["ACTIVE", "KINDS", "Fault", "FaultPlan", "FaultSpec", "home_rank", "inject_faults", "io_error_at"]
 
 KINDS = frozenset({"open", "write", "read", "size", "sync", "close", "rename", "fsync", "mpi"})
 """Every kind of call that can be made to fail."""
@@ -256,7 +258,9 @@ class FaultPlan:
         first = failing[0]
         message = words[first].removeprefix("CommError: ")
         if len(failing) > 1:
-            message += f" (ranks {', '.join(map(str, failing[1:]))} failed as well; see rank_errors)"
+            others = failing[1:]
+            which = f"rank {others[0]}" if len(others) == 1 else "ranks " + ", ".join(map(str, others))
+            message += f" ({which} failed as well; rank_errors has every rank's error)"
         exc = CommError(message)
         exc.rank_errors = words
         raise exc
@@ -365,13 +369,22 @@ def _plan_of(plans: dict[int, FaultPlan], rank: int) -> FaultPlan | None:
 def io_error(kind: str, comm: Any, what: str) -> OSError | None:
     """Return the OSError that the I/O call ``kind`` on ``what`` of ``comm``'s rank fails with, or None.
 
-    The hook of the file backends and the manager, called only when
-    :data:`ACTIVE` is set.
+    The hook of the file backends, called only when :data:`ACTIVE` is set.
+    """
+    if ACTIVE is None:
+        return None
+    return io_error_at(kind, _world_ranks(comm)[comm.rank], what)
+
+
+def io_error_at(kind: str, rank: int, what: str) -> OSError | None:
+    """Return the OSError that the I/O call ``kind`` on ``what`` of world rank ``rank`` fails with, or None.
+
+    What the fault wrappers of :mod:`amrckpt.testing` call (a file system
+    knows its rank, not a communicator).
     """
     plans = ACTIVE
     if plans is None:
         return None
-    rank = _world_ranks(comm)[comm.rank]
     plan = _plan_of(plans, rank)
     if plan is None:
         return None
@@ -379,6 +392,11 @@ def io_error(kind: str, comm: Any, what: str) -> OSError | None:
     if not code:
         return None
     return OSError(code, f"{os.strerror(code)} (injected {kind} fault, seed {plan.spec.seed})")
+
+
+def home_rank() -> int:
+    """Return the world rank of this thread (a thread rank of run_threads, else the MPI world rank, else 0)."""
+    return _home_rank()
 
 
 def collective(comm: Any, what: str) -> None:

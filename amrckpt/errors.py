@@ -17,7 +17,9 @@ from __future__ import annotations
 
 __all__ = [
     "AmrckptError",
+    "AmrckptWarning",
     "CheckpointError",
+    "CheckpointSkippedWarning",
     "ChecksumError",
     "CollectiveError",
     "CollectiveMismatchError",
@@ -195,6 +197,21 @@ class StepAlreadyExistsError(ManagerError):
 
 class StepNotFoundError(ManagerError, LookupError):
     """A manager has no checkpoint of the step asked for (:meth:`~amrckpt.CheckpointManager.restore`, ``delete``, ``metadata``)."""
+
+
+class AmrckptWarning(UserWarning):
+    """Root of the warnings amrckpt issues (:mod:`warnings`: shown on stderr unless filtered)."""
+
+
+class CheckpointSkippedWarning(AmrckptWarning):
+    """A restart skipped a checkpoint that is damaged or cannot be read, and kept it aside.
+
+    Issued on rank 0 by :meth:`~amrckpt.CheckpointManager.restore_latest`
+    (and by a save of a step whose checkpoint is damaged): the message names
+    the checkpoint, the problem, and the name it is kept under (it is never
+    overwritten).  The same steps are in the ``skipped`` list of what
+    ``restore_latest`` returns.
+    """
 
 
 class CommError(AmrckptError, RuntimeError):

@@ -30,7 +30,7 @@ from checkpoint_cases import Advection, GlobalState, assert_state_equal, global_
 import amrckpt as ac
 from amrckpt.comm import as_comm
 from amrckpt.manager import EveryNSteps, KeepLast
-from amrckpt.testing import KINDS, FaultyComm, inject_faults
+from amrckpt.testing import KINDS, FaultyComm, FaultyFileSystem, inject_faults
 
 IO_KINDS = sorted(KINDS - {"mpi"})
 
@@ -98,7 +98,8 @@ class Trials:
         self.comm = FaultyComm(comm)  # collectives fail where the plan says (kind "mpi")
         self.c = self.comm
         policies = {"save_policy": EveryNSteps(10**9), "keep_policy": KeepLast(2)}
-        self.mgr = ac.CheckpointManager(directory, Advection, comm=self.comm, save_kwargs=save_kwargs, **policies)
+        fs = FaultyFileSystem()  # the directory's file operations fail where the plan says (kinds "rename", "fsync"...)
+        self.mgr = ac.CheckpointManager(directory, Advection, comm=self.comm, save_kwargs=save_kwargs, fs=fs, **policies)
         self.mgr.save(0, state(0, self.comm), force=True)
         self.prev = 0
         self.prev_sha = _sha(self.mgr.path_of(0)) if self.c.rank == 0 else ""

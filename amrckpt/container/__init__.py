@@ -57,7 +57,15 @@ from ._reader import CheckpointInfo, CheckpointReader, checksum_error, read_info
 from ._tools import RawMetadata, convert, read_raw_metadata
 from ._values import HpData
 from ._verify import VerifyReport, locate_index, verify
-from ._writer import CheckpointWriter, WriteResult, run_record, run_record_path, write_run_record
+from ._writer import (
+    RUN_RECORD_SUFFIX,
+    CheckpointWriter,
+    WriteResult,
+    run_record,
+    run_record_json,
+    run_record_path,
+    write_run_record,
+)
 
 __all__ = [
     "CONNECTIVITY_FORMAT_VERSION",
@@ -69,6 +77,7 @@ __all__ = [
     "INDEX_USER_STRING",
     "MANIFEST_USER_STRING",
     "READ_FORMAT_VERSIONS",
+    "RUN_RECORD_SUFFIX",
     "SECTION_OF_KIND",
     "CheckpointInfo",
     "CheckpointReader",
@@ -104,6 +113,7 @@ __all__ = [
     "read_raw_metadata",
     "read_run_record",
     "run_record",
+    "run_record_json",
     "run_record_path",
     "verify",
     "write_json_schemas",

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import scda
+from .._files import write_atomic
 from .._version import __version__
 from ..comm import Comm, as_comm
 from ..errors import ScdaUsageError
@@ -30,7 +31,7 @@ from ._convention import (
 )
 from ._handlers import Payload, handler_for
 
-__all__ = ["CheckpointWriter", "WriteResult", "run_record", "run_record_path", "write_run_record"]
+__all__ = ["RUN_RECORD_SUFFIX", "CheckpointWriter", "WriteResult", "run_record", "run_record_json", "run_record_path", "write_run_record"]
 
 RUN_RECORD_SUFFIX = ".run.json"
 
@@ -269,23 +270,20 @@ def run_record_path(path: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + RUN_RECORD_SUFFIX)
 
 
+def run_record_json(record: RunRecord) -> bytes:
+    """Return the bytes of a run record file (indented JSON and a line break). Not collective."""
+    return (record.model_dump_json(indent=1) + "\n").encode()
+
+
 def write_run_record(path: str | os.PathLike[str], record: RunRecord, *, sync: bool = False) -> Path:
     """Write ``record`` as the run record of checkpoint ``path`` (not collective: call it on one rank).
 
-    Written under a temporary name and renamed, so a reader never sees half
-    a record.
+    Written under a temporary name and renamed (never through a link
+    planted under either name), so a reader never sees half a record.
 
     Raises
     ------
     OSError
         If it cannot be written.
     """
-    out = run_record_path(path)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(record.model_dump_json(indent=1) + "\n")
-        if sync:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, out)
-    return out
+    return write_atomic(run_record_path(path), run_record_json(record), sync=sync)

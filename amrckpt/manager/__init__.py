@@ -8,18 +8,15 @@ it is committed).
 
 from __future__ import annotations
 
+from .._files import FileSystem, LocalFileSystem
+from ..errors import ManagerError, StepAlreadyExistsError, StepNotFoundError
 from ._decorator import checkpointable
-from ._manager import (
-    HISTORY,
-    CheckpointManager,
-    CheckpointRecord,
-    ManagerError,
-    SaveHandle,
-    StepAlreadyExistsError,
-    StepMetadata,
-    StepNotFoundError,
-    read_history,
-)
+from ._directory import CheckpointDirectory, read_history
+from ._handle import SaveHandle
+from ._history import HISTORY
+from ._lock import LOCK
+from ._manager import CheckpointManager
+from ._names import StepNames
 from ._policies import (
     AnyOf,
     BeforeWallTime,
@@ -33,6 +30,8 @@ from ._policies import (
     SavePolicy,
     slurm_end_time,
 )
+from ._records import CheckpointRecord, StepMetadata
+from ._restore import Restored, Skipped
 from ._retention import KeepAll, KeepAny, KeepBest, KeepEvery, KeepEveryNSeconds, KeepLast, KeepPolicy
 from ._scheduler import job_end_time
 
@@ -40,11 +39,14 @@ __all__ = [
     "HISTORY",
     "AnyOf",
     "BeforeWallTime",
+    "LOCK",
+    "CheckpointDirectory",
     "CheckpointManager",
     "CheckpointRecord",
     "Decision",
     "EveryNSeconds",
     "EveryNSteps",
+    "FileSystem",
     "KeepAll",
     "KeepAny",
     "KeepBest",
@@ -52,15 +54,19 @@ __all__ = [
     "KeepEveryNSeconds",
     "KeepLast",
     "KeepPolicy",
+    "LocalFileSystem",
     "ManagerError",
     "Moment",
     "Never",
     "OnFileTrigger",
     "OnSignal",
+    "Restored",
     "SaveHandle",
     "SavePolicy",
+    "Skipped",
     "StepAlreadyExistsError",
     "StepMetadata",
+    "StepNames",
     "StepNotFoundError",
     "checkpointable",
     "job_end_time",

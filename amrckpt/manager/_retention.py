@@ -14,19 +14,22 @@ from ..errors import AmrckptError
 __all__ = ["KeepAll", "KeepAny", "KeepBest", "KeepEvery", "KeepEveryNSeconds", "KeepLast", "KeepPolicy", "kept_steps"]
 
 History = Mapping[int, Mapping[str, Any]]
-"""The manager's history records by step (``metrics``, ``metadata``, ``saved_at_unix``, ``saved_at``...)."""
+"""The step records by step (``metrics``, ``saved_at_unix``...): only the steps whose record is known."""
 
 
 def kept_steps(policy: KeepPolicy, steps: Sequence[int], history: History) -> set[int]:
-    """Return what ``policy`` keeps among ``steps``, giving it the history records if it reads them.
+    """Return what ``policy`` keeps among ``steps``, giving it the step records if it reads them.
 
     A policy that judges by the records (metrics, save times) has a method
     ``keep_with_history(steps, history)``; any other policy is asked
-    ``keep(steps)``.  Not collective (the manager calls it on rank 0).
+    ``keep(steps)``.  A step absent from ``history`` (its record is missing
+    or cannot be read: its facts are unknown) is always kept by a policy
+    that reads records: it never deletes what it cannot judge.  Not
+    collective (the manager calls it on rank 0).
     """
     with_history = getattr(policy, "keep_with_history", None)
     if with_history is not None:
-        return set(with_history(steps, history))
+        return set(with_history(steps, history)) | {s for s in steps if s not in history}
     return set(policy.keep(steps))
 
 
@@ -36,10 +39,12 @@ class KeepPolicy(Protocol):
 
     The manager never deletes the newest valid checkpoint, whatever the
     policy says, and deletes only after a new checkpoint was committed.  A
-    policy that judges by the history records (the ``metrics`` of each
+    policy that judges by the step records (the ``metrics`` of each
     save, its time) also has ``keep_with_history(steps, history)``, which
     the manager calls instead (:func:`kept_steps`); see :class:`KeepBest`.
-    Called on rank 0 only: the outcome needs no agreement.
+    Such a policy never deletes a step whose record is missing or cannot
+    be read (its facts are unknown).  Called on rank 0 only: the outcome
+    needs no agreement.
     """
 
     def keep(self, steps: Sequence[int]) -> set[int]:
@@ -62,11 +67,11 @@ class KeepAny(_Combinable):
         return KeepAny([*self.policies, other])
 
     def keep(self, steps: Sequence[int]) -> set[int]:
-        """Return the union of the policies' choices (without history records)."""
+        """Return the union of the policies' choices (without step records)."""
         return self.keep_with_history(steps, {})
 
     def keep_with_history(self, steps: Sequence[int], history: History) -> set[int]:
-        """Return the union of the policies' choices, each given the history records if it reads them."""
+        """Return the union of the policies' choices, each given the step records if it reads them."""
         out: set[int] = set()
         for p in self.policies:
             out |= kept_steps(p, steps, history)
@@ -129,10 +134,11 @@ class KeepBest(_Combinable):
     """Keep the ``n`` checkpoints with the best value of a metric (orbax's ``best_fn``/``BestN``).
 
     The metric is the one passed to ``CheckpointManager.save(..., metrics=
-    {metric: value})`` and recorded in the history.  A checkpoint without a
+    {metric: value})`` and recorded in the step record.  A checkpoint without a
     finite number for it (not recorded, NaN, not a number) is never among the
     best; combine with another policy (``KeepBest("loss", 3) | KeepLast(1)``)
-    to keep such checkpoints.  Ties go to the newer step.  The manager never
+    to keep such checkpoints.  A checkpoint whose step record is missing or
+    cannot be read is kept: its metric is unknown, not bad.  Ties go to the newer step.  The manager never
     deletes the newest valid checkpoint whatever the policy says.
 
     Parameters
@@ -161,7 +167,7 @@ class KeepBest(_Combinable):
             raise AmrckptError(f"KeepBest: mode must be 'min' or 'max', not {self.mode!r}")
 
     def value(self, record: Mapping[str, Any] | None) -> float | None:
-        """Return the metric of one history record, or None if it has no finite number for it."""
+        """Return the metric of one step record, or None if it has no finite number for it."""
         metrics = (record or {}).get("metrics")
         v = metrics.get(self.metric) if isinstance(metrics, Mapping) else None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -169,7 +175,7 @@ class KeepBest(_Combinable):
         return float(v)
 
     def keep(self, steps: Sequence[int]) -> set[int]:
-        """Return nothing: without history records no step has a metric."""
+        """Return nothing: without step records no step has a metric."""
         return set()
 
     def keep_with_history(self, steps: Sequence[int], history: History) -> set[int]:
@@ -209,7 +215,7 @@ class KeepEveryNSeconds(_Combinable):
 
     @staticmethod
     def saved_at(record: Mapping[str, Any] | None) -> float | None:
-        """Return the Unix time a checkpoint was saved at, from its history record (None if unknown)."""
+        """Return the Unix time a checkpoint was saved at, from its step record (None if unknown)."""
         record = record or {}
         t = record.get("saved_at_unix")
         if isinstance(t, (int, float)) and not isinstance(t, bool):
@@ -223,7 +229,7 @@ class KeepEveryNSeconds(_Combinable):
         return None
 
     def keep(self, steps: Sequence[int]) -> set[int]:
-        """Return nothing: without history records no step has a save time."""
+        """Return nothing: without step records no step has a save time."""
         return set()
 
     def keep_with_history(self, steps: Sequence[int], history: History) -> set[int]:

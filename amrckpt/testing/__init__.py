@@ -5,8 +5,8 @@ a communicator or use amrckpt under MPI:
 
 - :class:`CountingComm` counts the collectives a call makes (what the
   tests of collective counts per save and per load use);
-- :class:`FaultyComm` and :func:`inject_faults` make seeded calls fail
-  (libsc's ``fuzzy_everyn``), to check that every rank raises the same
+- :class:`FaultyComm`, :class:`FaultyFileSystem` and :func:`inject_faults`
+  make seeded collectives and file operations fail (libsc's ``fuzzy_everyn``), to check that every rank raises the same
   error and that nothing is lost;
 - :func:`failing_steps` makes a chosen step of every collective call fail
   on chosen ranks: the agreement test of every public entry point.
@@ -17,6 +17,7 @@ Nothing here is imported by ``import amrckpt``.
 from __future__ import annotations
 
 from .._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
+from ._files import FaultyFileSystem
 from ._steps import InjectedStepError, StepFaults, failing_steps
 from ._wrappers import COLLECTIVES, CountingComm, FaultyComm, WrapperComm
 
@@ -28,6 +29,7 @@ __all__ = [
     "FaultPlan",
     "FaultSpec",
     "FaultyComm",
+    "FaultyFileSystem",
     "InjectedStepError",
     "StepFaults",
     "WrapperComm",

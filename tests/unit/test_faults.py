@@ -25,7 +25,7 @@ from amrckpt import _faults
 from amrckpt._faults import FaultSpec, inject_faults
 from amrckpt.comm import SerialComm, run_threads
 from amrckpt.manager import EveryNSteps
-from amrckpt.testing import FaultyComm
+from amrckpt.testing import FaultyComm, FaultyFileSystem
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,7 +86,7 @@ def test_every_call_fails_with_the_errno_asked_for(tmp_path: Path) -> None:
 
 def test_a_failed_directory_fsync_takes_the_rename_back(tmp_path: Path) -> None:
     """The rename is done when the directory fsync fails: the commit must be undone, not left half-reported."""
-    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1)) as mgr:
+    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1), fs=FaultyFileSystem()) as mgr:
         mgr.save(1, state(1, None))
         old = mgr.path_of(1).read_bytes()
         with inject_faults(1, kinds={"fsync"}), pytest.raises(ac.ScdaIOError, match="cannot commit"):
@@ -95,7 +95,8 @@ def test_a_failed_directory_fsync_takes_the_rename_back(tmp_path: Path) -> None:
         # The same step again: the file it replaced comes back.
         with inject_faults(1, kinds={"fsync"}), pytest.raises(ac.ScdaIOError):
             mgr.save(1, state(2, None), overwrite=True)
-        assert mgr.path_of(1).read_bytes() == old
+        assert mgr.path_of(1).read_bytes() == old and mgr.metadata(1).record["step"] == 1
+        assert mgr.metadata(1).record_problem is None  # the records it replaced came back with it
         assert not list(tmp_path.glob(".ckpt-*"))
         assert mgr.latest().step == 1  # type: ignore[union-attr]
 

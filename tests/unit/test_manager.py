@@ -161,12 +161,19 @@ def test_restore_falls_back_when_the_newest_is_damaged(tmp_path: Path, caplog: p
     newest.write_bytes(bytes(blob))
     middle = tmp_path / f"ckpt-{20:012d}.scda"
     middle.write_bytes(middle.read_bytes()[:-40])  # cut short: the footer is gone
-    with ac.CheckpointManager(tmp_path, Advection) as mgr, caplog.at_level("WARNING", logger="amrckpt.manager"):
+    kept = {s: (tmp_path / f"ckpt-{s:012d}.scda").read_bytes() for s in (20, 30)}
+    with ac.CheckpointManager(tmp_path, Advection) as mgr:
         assert [r.valid for r in mgr.history()] == [True, False, True]
-        loaded = mgr.restore_latest()
-        assert mgr.restored_step == 10
+        with pytest.warns(ac.CheckpointSkippedWarning) as seen:
+            loaded = mgr.restore_latest()
+        assert mgr.restored_step == 10 == loaded.step
         assert_state_equal(loaded.state, state_at(10))
-    assert "ChecksumError" in caplog.text and "footer" in caplog.text
+        assert [(s.step, s.unreadable) for s in loaded.skipped] == [(30, False), (20, False)] and mgr.skipped == loaded.skipped
+    text = " ".join(str(w.message) for w in seen)
+    assert len(seen) == 2 and "ChecksumError" in text and "footer" in text
+    for s in loaded.skipped:  # kept aside, byte for byte, under a name that is no step
+        assert s.kept_as is not None and Path(s.kept_as).read_bytes() == kept[s.step] and not Path(s.path).exists()
+        assert Path(s.kept_as).name.startswith(f"ckpt-{s.step:012d}.scda.damaged-")
 
 
 def test_failed_save_leaves_nothing_and_keeps_the_previous(tmp_path: Path) -> None:
@@ -180,6 +187,7 @@ def test_failed_save_leaves_nothing_and_keeps_the_previous(tmp_path: Path) -> No
             "amrckpt-history.jsonl",
             f"ckpt-{1:012d}.scda",
             f"ckpt-{1:012d}.scda.run.json",
+            f"ckpt-{1:012d}.scda.step.json",
         ]
         assert mgr.latest().step == 1  # type: ignore[union-attr]
 

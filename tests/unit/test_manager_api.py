@@ -27,7 +27,7 @@ from checkpoint_cases import Advection, assert_state_equal, global_state
 import amrckpt as ac
 from amrckpt.comm import run_threads
 from amrckpt.manager import EveryNSteps, KeepAll, KeepBest, KeepEveryNSeconds, KeepLast
-from amrckpt.manager._manager import HISTORY
+from amrckpt.manager import HISTORY
 
 G = {s: global_state(seed=s % 7, max_level=4) for s in range(0, 80, 10)}
 
@@ -165,13 +165,20 @@ def test_a_step_that_restore_found_damaged_may_be_saved_again(tmp_path: Path) ->
     blob = bytearray(newest.read_bytes())
     blob[ac.read_info(newest).index.entry("rho").offset + 10] ^= 1  # data damaged, metadata intact
     newest.write_bytes(blob)
+    damaged = newest.read_bytes()
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10)) as mgr:
-        assert mgr.restore_latest() is not None and mgr.restored_step == 10
-        assert mgr.save(20, state(20, None))  # the run goes on from 10 and writes 20 again, replacing the damaged one
+        with pytest.warns(ac.CheckpointSkippedWarning, match="step 20 .* is damaged: CheckpointError"):
+            assert mgr.restore_latest() is not None and mgr.restored_step == 10
+        assert mgr.save(20, state(20, None))  # the run goes on from 10 and writes 20 again; the damaged one is kept aside
         assert ac.verify(newest).ok and [e["step"] for e in history_lines(tmp_path)] == [10, 20]
+    [aside] = tmp_path.glob("ckpt-000000000020.scda.damaged-*[0-9a-f]")
+    assert aside.read_bytes() == damaged
     newest.write_bytes(newest.read_bytes()[:-50])  # cut short: not even the metadata verify
+    cut = newest.read_bytes()
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10)) as mgr:
-        assert mgr.save(20, state(20, None))  # a damaged checkpoint does not block a save
+        with pytest.warns(ac.CheckpointSkippedWarning, match="step 20 .* is damaged: IncompleteCheckpointError"):
+            assert mgr.save(20, state(20, None))  # a damaged checkpoint does not block a save, and is not overwritten
+    assert sorted(p.read_bytes() for p in tmp_path.glob("ckpt-000000000020.scda.damaged-*[0-9a-f]")) == sorted([damaged, cut])
 
 
 # -- metrics and metadata --------------------------------------------------------------------------
@@ -309,9 +316,8 @@ def test_the_package_logger_has_a_null_handler_and_prints_nothing(tmp_path: Path
     assert any(isinstance(h, logging.NullHandler) for h in logging.getLogger("amrckpt").handlers)
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10)) as mgr:
         mgr.save(10, state(10, None))
-    (tmp_path / "ckpt-000000000020.scda").write_bytes(b"damaged")
-    with ac.CheckpointManager(tmp_path, Advection) as mgr:
-        assert mgr.restore_latest() is not None  # warns that it skips step 20: to the logger, not to stderr
+        mgr.save(20, state(20, None))
+        mgr.delete(20)  # logged (info): not printed
     out, err = capfd.readouterr()
     assert out == "" and err == ""
 
@@ -327,9 +333,10 @@ def test_warnings_come_once_per_job_not_once_per_rank(tmp_path: Path, caplog: py
             mgr.log.rank_warning("rank %d differs", comm.rank)
             return mgr.restored_step
 
-    with caplog.at_level(logging.INFO, logger="amrckpt"):
+    with caplog.at_level(logging.INFO, logger="amrckpt"), pytest.warns(ac.CheckpointSkippedWarning) as seen:
         assert run_threads(4, body, timeout=60) == [10] * 4
-    skipping = [r for r in caplog.records if "skipping" in r.getMessage()]
+    assert len(seen) == 1  # the warning of rank 0 only
+    skipping = [r for r in caplog.records if "skipped and kept aside" in r.getMessage()]
     assert len(skipping) == 1 and skipping[0].rank == 0 and skipping[0].size == 4  # type: ignore[attr-defined]
     tagged = sorted(r.getMessage() for r in caplog.records if "differs" in r.getMessage())
     assert tagged == [f"rank {r} of 4: rank {r} differs" for r in range(4)]

@@ -1,0 +1,298 @@
+"""Writing files atomically, never through a planted link: the one write-then-rename of the package.
+
+Every file amrckpt writes under a name a reader may look at (a checkpoint,
+its run and step records, a manager's history index, a converted file, a
+VTKHDF export) is written under a temporary name beside it, synced if asked,
+and renamed over the final name (POSIX ``rename`` is atomic: a reader sees
+the old file or the new one, never half of one).  orbax's
+``path/atomicity.py`` is the model.
+
+The temporary name is ``.<name>.partial-<token>`` with a random token; it
+is created with ``O_CREAT | O_EXCL | O_NOFOLLOW``, so that a file or a
+symbolic link planted under that name makes the write fail instead of
+writing through the link, and the rename replaces a link planted under the
+final name by the new file (``rename`` does not follow its destination).
+
+:class:`FileSystem` is the small set of file operations that the
+checkpoint directory objects use (:mod:`amrckpt.manager`);
+:class:`LocalFileSystem` does them with the operating system's calls.
+``amrckpt.testing.FaultyFileSystem`` wraps one to make seeded calls fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "LOCAL",
+    "FileSystem",
+    "LocalFileSystem",
+    "fsync_directory",
+    "new_token",
+    "read_regular",
+    "replacing",
+    "temporary_path",
+    "write_atomic",
+]
+
+PARTIAL = ".partial-"
+"""What a temporary name holds between the final name and the token: ``.<name>.partial-<token>``."""
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def new_token() -> str:
+    """Return a random token for a temporary name (12 hex digits). Not collective: choose it on one rank."""
+    return uuid.uuid4().hex[:12]
+
+
+def temporary_path(final: str | os.PathLike[str], token: str) -> Path:
+    """Return the temporary name of ``final``: ``.<name>.partial-<token>`` in the same directory."""
+    p = Path(final)
+    return p.with_name(f".{p.name}{PARTIAL}{token}")
+
+
+@runtime_checkable
+class FileSystem(Protocol):
+    """The file operations of a checkpoint directory; each raises ``OSError`` as the system call does.
+
+    Not collective: every method acts on this process alone (the manager
+    calls them on rank 0 inside an agreed step).
+    """
+
+    def write_new(self, path: Path, data: bytes, *, sync: bool) -> None:
+        """Create ``path`` (``O_EXCL | O_NOFOLLOW``: it must not exist, not even as a link), write ``data``, fsync if ``sync``."""
+        ...
+
+    def read_regular(self, path: Path, limit: int) -> bytes:
+        """Return the bytes of the regular file ``path`` (a link or a special file is refused), at most ``limit`` bytes."""
+        ...
+
+    def replace(self, src: Path, dst: Path) -> None:
+        """Rename ``src`` over ``dst`` (``rename(2)``: atomic; a link at ``dst`` is replaced, not followed)."""
+        ...
+
+    def link(self, src: Path, dst: Path) -> None:
+        """Make ``dst`` a hard link of ``src`` (``link(2)``; ``dst`` must not exist)."""
+        ...
+
+    def unlink(self, path: Path) -> None:
+        """Remove the name ``path`` (a link itself, never its target)."""
+        ...
+
+    def fsync_directory(self, path: Path) -> None:
+        """Make the names in directory ``path`` durable (``fsync`` of the directory)."""
+        ...
+
+    def rewrite(self, fd: int, data: bytes) -> None:
+        """Make the open file ``fd`` hold exactly ``data`` (written from byte 0, then cut to its length)."""
+        ...
+
+
+class LocalFileSystem:
+    """:class:`FileSystem` through the operating system's calls (``open``, ``rename``, ``link``, ``fsync``)."""
+
+    def write_new(self, path: Path, data: bytes, *, sync: bool) -> None:
+        """Create ``path`` exclusively and without following a link; write ``data``; fsync if ``sync``."""
+        fd = os.open(path, _NEW, 0o666)
+        try:
+            view = memoryview(data)
+            while view.nbytes:
+                n = os.write(fd, view)
+                view = view[n:]
+            if sync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        os.close(fd)
+
+    def read_regular(self, path: Path, limit: int) -> bytes:
+        """Read a regular file of at most ``limit`` bytes (``O_NOFOLLOW``; anything else raises OSError)."""
+        return read_regular(path, limit)
+
+    def replace(self, src: Path, dst: Path) -> None:
+        """``os.replace``."""
+        os.replace(src, dst)
+
+    def link(self, src: Path, dst: Path) -> None:
+        """``os.link`` (never following a link at ``src``)."""
+        os.link(src, dst, follow_symlinks=False)
+
+    def unlink(self, path: Path) -> None:
+        """``os.unlink``."""
+        os.unlink(path)
+
+    def fsync_directory(self, path: Path) -> None:
+        """Open the directory read-only and fsync it."""
+        fsync_directory(path)
+
+    def rewrite(self, fd: int, data: bytes) -> None:
+        """``pwrite`` at byte 0, then ``ftruncate`` to the length of ``data``."""
+        view = memoryview(data)
+        done = 0
+        while done < view.nbytes:
+            done += os.pwrite(fd, view[done:], done)
+        os.ftruncate(fd, len(data))
+
+    def __repr__(self) -> str:
+        return "LocalFileSystem()"
+
+
+LOCAL = LocalFileSystem()
+"""The default :class:`FileSystem`."""
+
+
+def fsync_directory(path: str | os.PathLike[str]) -> None:
+    """Fsync the directory ``path``, so that the names created or renamed in it survive a crash. Not collective."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """Return the bytes of a regular file, refusing links, special files and files over ``limit`` bytes. Not collective.
+
+    Raises
+    ------
+    OSError
+        ``ELOOP`` for a symbolic link, ``EINVAL`` for a file that is not
+        regular, ``EFBIG`` for one over ``limit`` bytes, or the error of
+        ``open``/``read``.
+    """
+    fd = os.open(path, _READ)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than the {limit} expected", os.fspath(path))
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            got = os.read(fd, min(left, 1 << 20))
+            if not got:
+                break
+            chunks.append(got)
+            left -= len(got)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"more than the {limit} bytes expected", os.fspath(path))
+        return data
+    finally:
+        os.close(fd)
+
+
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes, *, sync: bool = False, fs: FileSystem = LOCAL, token: str | None = None
+) -> Path:
+    """Write ``data`` as ``path``: under a temporary name, synced if ``sync``, renamed over ``path``. Not collective.
+
+    A reader sees the old file or the new one, never a part; a link planted
+    under ``path`` is replaced, not followed; the temporary file is removed
+    if anything fails.  With ``sync`` the directory is synced after the
+    rename.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    OSError
+        What the file system raised; ``path`` is then as it was.
+    """
+    final = Path(path)
+    tmp = temporary_path(final, token or new_token())
+    fs.write_new(tmp, data, sync=sync)
+    try:
+        fs.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.unlink(tmp)
+        raise
+    if sync:
+        fs.fsync_directory(final.parent)
+    return final
+
+
+@contextlib.contextmanager
+def replacing(
+    final: str | os.PathLike[str], call: Any = None, *, companions: Sequence[str] = (), sync: bool = False
+) -> Iterator[Path]:
+    """Yield a temporary path for ``final``; when the block ends without error, rename it (and its companions) over ``final``.
+
+    For writers that write a whole file through a library of their own (a
+    collective scda write, h5py).  With ``call`` (an
+    :class:`amrckpt.comm.Call`), collective: rank 0 chooses the token and
+    creates the empty temporary file (``O_EXCL | O_NOFOLLOW``), every rank
+    writes through the yielded path, and rank 0 renames; the rename is
+    agreed on.  Without ``call``, this process does all of it.  If the block
+    raises, the temporary file and its companions are removed (rank 0) and
+    ``final`` is untouched.
+
+    Parameters
+    ----------
+    final : str or os.PathLike
+        The file's name.
+    call : Call, optional
+        The collective call the write belongs to.
+    companions : sequence of str, optional
+        Suffixes of files written beside the temporary one (``".run.json"``):
+        each that exists is renamed to ``final + suffix`` before ``final``.
+    sync : bool, optional
+        Fsync the directory after the rename.
+
+    Yields
+    ------
+    pathlib.Path
+        The temporary path to write.
+    """
+    out = Path(final)
+
+    def begin() -> Path:
+        tmp = temporary_path(out, new_token())
+        LOCAL.write_new(tmp, b"", sync=False)
+        return tmp
+
+    tmp = begin() if call is None else call.on_root(begin, what="choose a temporary name")
+    root = call is None or call.rank == 0
+
+    def remove() -> None:
+        for p in [tmp, *(Path(f"{tmp}{s}") for s in companions)]:
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+
+    def commit() -> None:
+        for s in companions:
+            side = Path(f"{tmp}{s}")
+            if os.path.lexists(side):
+                os.replace(side, f"{out}{s}")
+        os.replace(tmp, out)
+        if sync:
+            fsync_directory(out.parent)
+
+    try:
+        yield tmp
+        if call is None:
+            commit()
+        else:
+            call.run(commit, on=0)
+            call.agree("rename into place")
+    except BaseException:
+        if root:
+            remove()
+        raise

@@ -1,0 +1,455 @@
+"""A checkpoint directory as one object: its names, lock, commits, records, index, retention and kept-aside files.
+
+:class:`CheckpointDirectory` is what :class:`~amrckpt.CheckpointManager`
+works on, through its collective calls (rank 0 runs these methods inside
+agreed steps), and what ``amrckpt ls`` reads, on its own process, without
+the lock.  Its methods are not collective.  A node-local level of the same
+layout (a cache beside the shared directory) is another instance on
+another path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._files import LOCAL, PARTIAL, FileSystem, new_token, write_atomic
+from .._logging import RankLogger
+from ..comm import SerialComm
+from ..container import CheckpointInfo, read_info
+from ..errors import AmrckptError, ManagerError, ScdaIOError
+from ._commit import StepCommit, recover
+from ._history import HISTORY, read_index, write_index
+from ._lock import DirectoryLock
+from ._names import RECORDS, STEP_RECORD, Listing, StepNames
+from ._records import RECORD_LIMIT, CheckpointRecord, RecordError, encode_record, fingerprint, parse_record
+from ._retention import KeepPolicy, kept_steps
+
+__all__ = ["Check", "CheckpointDirectory", "read_history"]
+
+_log = logging.getLogger("amrckpt.manager")
+
+
+@dataclass(frozen=True)
+class Check:
+    """What reading a checkpoint's metadata found.
+
+    Attributes
+    ----------
+    info : CheckpointInfo or None
+        The metadata, if they verify.
+    problem : str or None
+        Why they do not.
+    unreadable : bool
+        The file could not be read (``EIO``, ``EACCES``), as opposed to read and found damaged.
+    """
+
+    info: CheckpointInfo | None
+    problem: str | None = None
+    unreadable: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the metadata verify."""
+        return self.info is not None
+
+
+def unreadable(exc: BaseException) -> bool:
+    """Whether an error of reading a checkpoint means it could not be read (an I/O error) rather than it is damaged."""
+    return isinstance(exc, ScdaIOError) or (isinstance(exc, OSError) and not isinstance(exc, AmrckptError))
+
+
+class CheckpointDirectory:
+    """A checkpoint directory: step names, lock, commits with their records, index, retention. Not collective.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The directory.
+    prefix : str, optional
+        Checkpoints are ``<prefix>-<step:012d>.scda`` (:class:`StepNames`).
+    fs : FileSystem, optional
+        The file operations (default: the operating system's).
+    sync : bool, optional
+        Fsync records, index and directory when they change.
+    log : RankLogger, optional
+        Where messages go (default: the logger ``amrckpt.manager``).
+
+    Raises
+    ------
+    ManagerError
+        For an invalid prefix.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        prefix: str = "ckpt",
+        fs: FileSystem | None = None,
+        sync: bool = True,
+        log: RankLogger | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.names = StepNames(prefix)
+        self.fs: FileSystem = fs if fs is not None else LOCAL
+        self.sync = sync
+        self.log = log if log is not None else RankLogger(_log, 0, 1)
+        self._lock: DirectoryLock | None = None
+        self._identity: tuple[int, int] | None = None
+        self._records: dict[str, tuple[tuple[int, int, int], dict[str, Any] | None, str | None]] = {}
+
+    def __repr__(self) -> str:
+        return f"CheckpointDirectory({str(self.path)!r}, prefix={self.names.prefix!r})"
+
+    # -- opening and closing --------------------------------------------------------------------------
+
+    def open(self, *, lock: bool = True) -> None:
+        """Make the directory if needed, take its lock, finish or undo cut-short commits, adopt a legacy history.
+
+        Raises
+        ------
+        ManagerError
+            If the directory cannot be made or used, or the lock is held or refused.
+        """
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            st = self.path.stat()
+        except OSError as exc:
+            raise ManagerError(f"cannot use the checkpoint directory {str(self.path)!r}: {exc.strerror or exc}") from exc
+        if not stat.S_ISDIR(st.st_mode):
+            raise ManagerError(f"cannot use the checkpoint directory {str(self.path)!r}: not a directory")
+        self._identity = (st.st_dev, st.st_ino)
+        if lock:
+            self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
+        try:
+            self._tidy()
+        except BaseException:
+            self.close()
+            raise
+
+    def _tidy(self) -> None:
+        listing = self.listing()
+        if recover(self.path, listing, self.names, self.fs, self.log):
+            listing = self.listing()
+        for step, recs in listing.records.items():  # records of no checkpoint: a commit cut short, a delete cut short
+            if step in listing.checkpoints:
+                continue
+            for name in recs.values():
+                self._remove_if_regular(name, "a record without its checkpoint")
+        for name in os.listdir(self.path):
+            if name.startswith(f".{HISTORY}{PARTIAL}"):  # an index rewrite cut short (the index itself is whole)
+                with contextlib.suppress(OSError):
+                    self.fs.unlink(self.path / name)
+        self._adopt_index(listing)
+
+    def _remove_if_regular(self, name: str, what: str) -> None:
+        p = self.path / name
+        try:
+            if not stat.S_ISREG(os.lstat(p).st_mode):
+                self.log.warning("%s is not a regular file (a link?): left alone", name)
+                return
+            self.fs.unlink(p)
+            self.log.info("removed %s, %s", name, what)
+        except OSError:
+            pass
+
+    def _adopt_index(self, listing: Listing) -> None:
+        """Write step records from the history index for checkpoints that have none (a directory of an older version)."""
+        missing = [s for s in listing.checkpoints if STEP_RECORD not in listing.records.get(s, {})]
+        if not missing:
+            return
+        legacy = read_index(self.path, self.fs)
+        for step in missing:
+            entry = legacy.get(step)
+            size = self._size(listing.checkpoints[step])
+            if entry is None or entry.get("nbytes") != size:
+                continue
+            try:
+                record = parse_record(encode_record(entry), step, "a line of the history")
+                write_atomic(self.path / self.names.step_record_name(listing.checkpoints[step]), encode_record(record), fs=self.fs)
+            except (RecordError, OSError) as exc:
+                self.log.warning("cannot adopt the history's record of step %d: %s", step, exc)
+
+    def close(self) -> None:
+        """Release the lock, if held."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def check_identity(self) -> None:
+        """Raise unless the directory is still the one opened (not removed, moved away or replaced).
+
+        Raises
+        ------
+        ManagerError
+            Naming what happened; nothing was written.
+        """
+        try:
+            st = self.path.stat()
+        except OSError as exc:
+            raise ManagerError(
+                f"the checkpoint directory {str(self.path)!r} is gone ({exc.strerror or exc}): it was removed "
+                "or moved away while this manager used it; nothing was saved"
+            ) from exc
+        if self._identity is not None and (st.st_dev, st.st_ino) != self._identity:
+            raise ManagerError(
+                f"the checkpoint directory {str(self.path)!r} was replaced (moved away, or removed and made again) "
+                "while this manager used it; nothing was saved: open a new CheckpointManager to use the new directory"
+            )
+
+    # -- what is there --------------------------------------------------------------------------------
+
+    def listing(self) -> Listing:
+        """Return the directory's names, sorted (checkpoints, records, commits in progress, kept aside).
+
+        Raises
+        ------
+        ManagerError
+            If the directory cannot be listed.
+        """
+        try:
+            names = os.listdir(self.path)
+        except OSError as exc:
+            raise ManagerError(f"cannot list the checkpoint directory {str(self.path)!r}: {exc.strerror or exc}") from exc
+        return self.names.listing(names)
+
+    def steps(self) -> dict[int, Path]:
+        """Return the committed checkpoints by step."""
+        return {s: self.path / n for s, n in self.listing().checkpoints.items()}
+
+    def path_of(self, step: int) -> Path:
+        """Return the file of the checkpoint of ``step``."""
+        return self.path / self.names.build_name(step)
+
+    def _size(self, name: str) -> int | None:
+        try:
+            return os.stat(self.path / name).st_size
+        except OSError:
+            return None
+
+    def check(self, step: int) -> Check:
+        """Read and verify the metadata of the checkpoint of ``step`` (footer, index, manifest; CRC32s)."""
+        try:
+            return Check(read_info(self.path_of(step), comm=SerialComm()))
+        except (AmrckptError, OSError) as exc:
+            return Check(None, f"{type(exc).__name__}: {exc}", unreadable(exc))
+
+    # -- records --------------------------------------------------------------------------------------
+
+    def read_record(self, step: int, info: CheckpointInfo | None = None) -> tuple[dict[str, Any] | None, str | None]:
+        """Return the step record of ``step`` and None, or None and why it cannot be used.
+
+        The record must parse, be of ``step``, and describe the checkpoint
+        there: its size, and (given ``info``) the fingerprint of its index.
+        """
+        name = self.names.build_name(step)
+        rec_name = self.names.step_record_name(name)
+        try:
+            st = os.lstat(self.path / rec_name)
+            size = os.stat(self.path / name).st_size
+        except FileNotFoundError:
+            return None, "no step record"
+        except OSError as exc:
+            return None, f"cannot read the step record: {exc.strerror or exc}"
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._records.get(rec_name)
+        if cached is not None and cached[0] == key:
+            record, problem = cached[1], cached[2]
+        else:
+            try:
+                record, problem = parse_record(self.fs.read_regular(self.path / rec_name, RECORD_LIMIT), step, rec_name), None
+            except RecordError as exc:
+                record, problem = None, str(exc)
+            except OSError as exc:
+                record, problem = None, f"cannot read {rec_name}: {exc.strerror or exc}"
+            self._records[rec_name] = (key, record, problem)
+        if record is None:
+            return None, problem
+        if record.get("nbytes") is not None and record["nbytes"] != size:
+            return None, f"the step record describes a file of {record['nbytes']} bytes, not this one of {size}"
+        if info is not None and record.get("fingerprint") not in (None, fingerprint(info.index)):
+            return None, "the step record describes another file (its fingerprint differs)"
+        return record, None
+
+    def records(self, steps: list[int] | None = None) -> dict[int, dict[str, Any]]:
+        """Return the step records that can be used, by step (a step whose facts are unknown is absent)."""
+        out = {}
+        for step in steps if steps is not None else sorted(self.listing().checkpoints):
+            record, _ = self.read_record(step)
+            if record is not None:
+                out[step] = record
+        return out
+
+    def write_index(self) -> None:
+        """Rewrite the history index from the step records (logged, not raised, if it fails: it is derived)."""
+        try:
+            write_index(self.path, self.records(), fs=self.fs, sync=False)
+        except OSError as exc:
+            self.log.warning("cannot rewrite %s (it is rebuilt at the next commit): %s", HISTORY, exc)
+
+    def history(self) -> list[CheckpointRecord]:
+        """Every checkpoint, oldest first, with its validity (metadata CRC32s) and its step record's facts."""
+        out = []
+        for step, name in sorted(self.listing().checkpoints.items()):
+            path = self.path / name
+            c = self.check(step)
+            record, problem = self.read_record(step, c.info)
+            e = record or {}
+            nbytes = self._size(name) or 0
+            if c.info is None:
+                out.append(
+                    CheckpointRecord(
+                        step,
+                        str(path),
+                        False,
+                        c.problem,
+                        nbytes=nbytes,
+                        metrics=e.get("metrics"),
+                        metadata=e.get("metadata"),
+                        record_problem=problem,
+                        unreadable=c.unreadable,
+                    )
+                )
+                continue
+            t = c.info.manifest.values.get("time")
+            out.append(
+                CheckpointRecord(
+                    step,
+                    str(path),
+                    True,
+                    None,
+                    t if isinstance(t, (int, float)) and not isinstance(t, bool) else e.get("time"),
+                    c.info.saved_at or e.get("saved_at"),
+                    e.get("save_seconds"),
+                    nbytes,
+                    c.info.writer_size or e.get("writer_size"),
+                    e.get("reason"),
+                    e.get("metrics"),
+                    e.get("metadata"),
+                    problem,
+                )
+            )
+        return out
+
+    # -- changing -------------------------------------------------------------------------------------
+
+    def begin(self, step: int) -> str:
+        """Start the commit of ``step``: check that the directory is still the one opened; return the commit's token.
+
+        Raises
+        ------
+        ManagerError
+            If the directory is gone or replaced.
+        """
+        self.check_identity()
+        return new_token()
+
+    def new_commit(self, step: int, token: str) -> StepCommit:
+        """Return the commit ``token`` of ``step`` (its temporary name; the file-system steps of rank 0)."""
+        return StepCommit(self.path, self.names, step, token, self.fs, self.sync)
+
+    def delete(self, step: int) -> None:
+        """Remove the checkpoint of ``step``, then its records, and sync the directory.
+
+        Raises
+        ------
+        OSError
+            If the checkpoint cannot be removed.
+        """
+        path = self.path_of(step)
+        self.fs.unlink(path)
+        for name in self.names.record_names(path.name):
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.unlink(self.path / name)
+        if self.sync:
+            self.fs.fsync_directory(self.path)
+
+    def keep_aside(self, step: int, reason: str) -> str:
+        """Rename the checkpoint of ``step`` and its records aside (``<name>.<reason>-<token>``); return the new name.
+
+        Never overwrites: the new name is taken by a hard link (or a rename
+        to a name that does not exist, where hard links are not supported).
+
+        Raises
+        ------
+        OSError
+            If it cannot be renamed (it is then where it was).
+        """
+        name = self.names.build_name(step)
+        aside = self.names.aside_name(name, reason, new_token())
+        for suffix in ("", *RECORDS):
+            src, dst = self.path / (name + suffix), self.path / (aside + suffix)
+            if suffix and not os.path.lexists(src):
+                continue
+            try:
+                self.fs.link(src, dst)
+                self.fs.unlink(src)
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV) or os.path.lexists(
+                    dst
+                ):
+                    if suffix:
+                        continue
+                    raise
+                self.fs.replace(src, dst)
+        if self.sync:
+            with contextlib.suppress(OSError):
+                self.fs.fsync_directory(self.path)
+        return aside
+
+    def retain(self, policy: KeepPolicy, *, protect: int | None = None) -> list[int]:
+        """Delete the checkpoints that ``policy`` does not keep; return their steps.
+
+        Never deletes ``protect``, the newest checkpoint whose metadata
+        verify, or (for a policy that judges by the step records) a step
+        whose record is unknown.  A file that cannot be deleted is logged.
+        """
+        steps = sorted(self.listing().checkpoints)
+        if not steps:
+            return []
+        keep = kept_steps(policy, steps, self.records(steps))
+        if protect is not None:
+            keep.add(protect)
+        newest_valid = next((s for s in reversed(steps) if self.check(s).ok), None)
+        if newest_valid is not None:
+            keep.add(newest_valid)
+        gone = []
+        for s in steps:
+            if s in keep:
+                continue
+            try:
+                self.delete(s)
+                self.log.info("retention: removed %s", self.names.build_name(s))
+                gone.append(s)
+            except OSError as exc:
+                self.log.warning("retention: cannot remove %s: %s", self.names.build_name(s), exc)
+        return gone
+
+
+def read_history(directory: str | os.PathLike[str], prefix: str = "ckpt") -> dict[int, dict[str, Any]]:
+    """Return the step records of a manager's directory, by step (the newest of each). Not collective.
+
+    The records committed with each checkpoint (``<checkpoint>.step.json``);
+    for a step without one, the line of the history index
+    ``amrckpt-history.jsonl`` (a directory written before step records).
+    Read-only, and never raises for what the files hold: a missing
+    directory or index gives ``{}``, a record that does not parse is left out.
+
+    Returns
+    -------
+    dict of int to dict
+        Step to its record (step, path, time, save_seconds, nbytes,
+        writer_size, reason, saved_at, metrics, metadata, ...).
+    """
+    d = CheckpointDirectory(directory, prefix=prefix)
+    out: dict[int, dict[str, Any]] = dict(read_index(d.path))
+    with contextlib.suppress(ManagerError):
+        out.update(d.records())
+    return out
