@@ -6,12 +6,9 @@ whether the job should stop afterwards.  The manager combines the answers of
 all ranks with one allreduce, so every rank takes the same decision even
 when only one of them received a signal.  Policies combine with ``|``.
 
-The reasons travel in the same allreduce: each built-in policy has a codec,
-three methods: ``reason_key()`` (what its texts depend on besides the step),
-``reason_code(moment, reason)`` (the reason as an int in ``[0, 2**32)``, or
-None) and ``reason_text(moment, code)`` (the inverse), from which every rank
-rebuilds the same text.  A policy without them (a user's) sends its text;
-see :func:`leaves` and :meth:`amrckpt.CheckpointManager.decide`.
+A policy's reason is free text (``"received SIGTERM"``); when a save
+happens, the lowest saving rank's reasons travel to every rank in one more
+exchange (:meth:`amrckpt.CheckpointManager.decide`).
 """
 
 from __future__ import annotations
@@ -109,10 +106,6 @@ def leaves(policy: SavePolicy) -> list[SavePolicy]:
     return [leaf for p in policy.policies for leaf in leaves(p)]
 
 
-_CODE_BITS = 32
-"""Reason codes are below ``2**32``: the manager packs one with the rank that gave it into one int64."""
-
-
 class _Combinable:
     def __or__(self, other: SavePolicy) -> AnyOf:
         return AnyOf([self, other])  # type: ignore[list-item]
@@ -187,19 +180,7 @@ class EveryNSteps(_Combinable):
     def decide(self, moment: Moment) -> Decision:
         """Save when the step is a multiple of ``n`` (and not the step last saved)."""
         ok = moment.step % self.n == 0 and moment.step != moment.last_step
-        return Decision(ok, False, self.reason_text(moment, 0) if ok else "")
-
-    def reason_key(self) -> tuple[object, ...]:
-        """Return the interval: the text depends on it."""
-        return (self.n,)
-
-    def reason_code(self, moment: Moment, reason: str) -> int | None:
-        """0: the text follows from the step and ``n``."""
-        return 0
-
-    def reason_text(self, moment: Moment, code: int) -> str:
-        """``"step <step> is a multiple of <n>"``."""
-        return f"step {moment.step} is a multiple of {self.n}"
+        return Decision(ok, False, f"step {moment.step} is a multiple of {self.n}" if ok else "")
 
 
 @dataclass
@@ -217,19 +198,7 @@ class EveryNSeconds(_Combinable):
     def decide(self, moment: Moment) -> Decision:
         """Save when the interval has passed since the last save (or the start)."""
         ok = moment.now - moment.last_time >= self.seconds
-        return Decision(ok, False, self.reason_text(moment, 0) if ok else "")
-
-    def reason_key(self) -> tuple[object, ...]:
-        """Return the interval: the text depends on it."""
-        return (self.seconds,)
-
-    def reason_code(self, moment: Moment, reason: str) -> int | None:
-        """0: the text follows from ``seconds``."""
-        return 0
-
-    def reason_text(self, moment: Moment, code: int) -> str:
-        """``"<seconds> s since the last save"``."""
-        return f"{self.seconds:g} s since the last save"
+        return Decision(ok, False, f"{self.seconds:g} s since the last save" if ok else "")
 
 
 def slurm_end_time(environ: dict[str, str] | None = None) -> float | None:
@@ -373,24 +342,6 @@ class BeforeWallTime(_Combinable):
             return Decision()
         return Decision(True, self.halt, f"{left:.0f} s of wall time left")
 
-    def reason_key(self) -> tuple[object, ...]:
-        """Nothing: the seconds left are in the code."""
-        return ()
-
-    def reason_code(self, moment: Moment, reason: str) -> int | None:
-        """Return the whole seconds left, offset by 2**30 and doubled, plus 1 for ``"-0"``."""
-        secs = reason.removesuffix(" s of wall time left")
-        try:
-            v = int(secs)
-        except ValueError:
-            return None
-        return 2 * (v + 2**30) + (secs == "-0") if abs(v) < 2**30 else None
-
-    def reason_text(self, moment: Moment, code: int) -> str:
-        """``"<seconds> s of wall time left"``."""
-        secs = "-0" if code & 1 else str((code >> 1) - 2**30)
-        return f"{secs} s of wall time left"
-
 
 @dataclass
 class OnSignal(_Combinable):
@@ -442,25 +393,6 @@ class OnSignal(_Combinable):
         self._received.clear()
         return Decision(True, self.halt, f"received {names}")
 
-    def reason_key(self) -> tuple[object, ...]:
-        """Nothing: the signals are in the code."""
-        return ()
-
-    def reason_code(self, moment: Moment, reason: str) -> int | None:
-        """Up to 4 signal numbers (below 128), 7 bits each, then their number in bits 28 to 30."""
-        try:
-            nums = [int(signal.Signals[name]) for name in reason.removeprefix("received ").split(", ")]
-        except KeyError:
-            return None
-        if not 1 <= len(nums) <= 4 or max(nums) >= 128:
-            return None
-        return sum(v << (7 * i) for i, v in enumerate(nums)) | (len(nums) << 28)
-
-    def reason_text(self, moment: Moment, code: int) -> str:
-        """``"received <SIGNAL>, <SIGNAL>..."``."""
-        nums = [(code >> (7 * i)) & 127 for i in range(code >> 28)]
-        return "received " + ", ".join(signal.Signals(v).name for v in nums)
-
 
 @dataclass
 class OnFileTrigger(_Combinable):
@@ -486,16 +418,4 @@ class OnFileTrigger(_Combinable):
             p.unlink()
         except OSError:
             pass  # another rank removed it first: the decision stands
-        return Decision(True, self.halt, self.reason_text(moment, 0))
-
-    def reason_key(self) -> tuple[object, ...]:
-        """Return the path: the text names it."""
-        return (str(Path(self.path)),)
-
-    def reason_code(self, moment: Moment, reason: str) -> int | None:
-        """0: the text follows from the path."""
-        return 0
-
-    def reason_text(self, moment: Moment, code: int) -> str:
-        """``"trigger file <path>"``."""
-        return f"trigger file {Path(self.path)}"
+        return Decision(True, self.halt, f"trigger file {Path(self.path)}")

@@ -424,20 +424,3 @@ def test_decide_with_policies_that_differ_between_ranks(tmp_path: Path) -> None:
     """Ranks with different policies: the lowest saving rank's whole text, the same on every rank."""
     got = _decisions(tmp_path, 3, lambda r: EveryNSteps(5) if r else EveryNSteps(3) | OnFileTrigger(tmp_path / "x"))
     assert got == [(Decision(True, False, "step 10 is a multiple of 5"), 2)] * 3
-
-
-def test_reason_codes_round_trip() -> None:
-    """Each built-in policy's text comes back from its code exactly (else the manager sends the text)."""
-    m = Moment(10, 0.0, None, 0.0)
-    for p, text in [
-        (EveryNSteps(5), "step 10 is a multiple of 5"),
-        (EveryNSeconds(2.5), "2.5 s since the last save"),
-        (BeforeWallTime(end_time=1.0), "-0 s of wall time left"),
-        (BeforeWallTime(end_time=1.0), "-7 s of wall time left"),
-        (BeforeWallTime(end_time=1.0), "123456 s of wall time left"),
-        (OnSignal(), "received SIGTERM, SIGTERM, SIGUSR1"),
-        (OnFileTrigger("a/b"), "trigger file a/b"),
-    ]:
-        code = p.reason_code(m, text)
-        assert code is not None and 0 <= code < 2**32 and p.reason_text(m, code) == text
-    assert OnSignal().reason_code(m, "received SIGTERM, SIGTERM, SIGTERM, SIGTERM, SIGTERM") is None
