@@ -10,12 +10,9 @@ import sys
 from typing import Any
 
 from .. import scda
+from ..scda import safe_text
 from ..comm import Comm
-from ..container import (
-    FOOTER_NBYTES,
-    FOOTER_USER_STRING,
-    dtype_from_json,
-)
+from ..container import dtype_from_json
 from ..errors import AmrckptError, ScdaDecodeError
 
 EXIT_OK = 0
@@ -43,29 +40,15 @@ def _err(text: str) -> None:
         sys.stderr.write(text + "\n")
 
 
-def safe_text(b: bytes) -> str:
-    r"""Return bytes as printable ASCII: ``\\``, ``\n``, ``\r``, ``\t`` and ``\xNN`` escapes, and ``\"``.
+def safe_str(text: str) -> str:
+    r"""Return ``text`` with every character that is not printable escaped (``\x1b``, ``\u202e``).
 
-    User strings of scda sections may hold any byte; this shows them on a
-    terminal without control characters, and reversibly.
-
-    Parameters
-    ----------
-    b : bytes
-        The bytes to show.
-
-    Returns
-    -------
-    str
-        ASCII text.
-
-    Examples
-    --------
-    >>> print(safe_text(b'rho <f8\x00\xff"\n'))
-    rho <f8\x00\xff\"\n
+    For text that comes from a file (a manifest's names and units, a run
+    record's host): a terminal shows it without running escape sequences.
     """
-    named = {0x5C: "\\\\", 0x22: '\\"', 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
-    return "".join(named.get(c) or (chr(c) if 0x20 <= c < 0x7F else f"\\x{c:02x}") for c in b)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _q(b: bytes) -> str:
@@ -135,25 +118,6 @@ def _world_comm() -> Any:
         return None
     _RANK[0] = MPI.COMM_WORLD.Get_rank()
     return MPI.COMM_WORLD
-
-
-def _file_style(path: str) -> str:
-    """Return the line-break style of a file, from its header's first line."""
-    with open(path, "rb") as fh:
-        head = fh.read(32)
-    return "mime" if head[30:32] == b"\r\n" else "unix"
-
-
-def _is_checkpoint_file(path: str) -> bool:
-    """Whether a file claims to be an amrckpt checkpoint (its header, or a footer at the end)."""
-    with open(path, "rb") as fh:
-        head = fh.read(scda.FILE_HEADER_NBYTES)
-        size = os.fstat(fh.fileno()).st_size
-        tail = b""
-        if size >= scda.FILE_HEADER_NBYTES + FOOTER_NBYTES:
-            fh.seek(size - FOOTER_NBYTES)
-            tail = fh.read(FOOTER_NBYTES)
-    return head[32:42] == b"F amrckpt " or tail.startswith(b"I " + FOOTER_USER_STRING + b" ")
 
 
 # -- inspect ------------------------------------------------------------------

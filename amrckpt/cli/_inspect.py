@@ -14,7 +14,7 @@ from ..container import (
     read_raw_metadata,
     read_run_record,
 )
-from ._common import EXIT_BAD, EXIT_OK, _dtype_text, _dump_json, _file_style, _human, _jsonable, _out, _scan, safe_text
+from ._common import EXIT_BAD, EXIT_OK, _dtype_text, _dump_json, _human, _jsonable, _out, _scan, safe_str, safe_text
 
 
 def _section_doc(s: scda.SectionInfo) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def _inspect_doc(path: str, sections: bool) -> dict[str, Any]:
         "file_size": info.file_size,
         "magic": "scdata0",
         "format_version": 0,
-        "line_breaks": _file_style(path),
+        "line_breaks": scda.line_style(path),
         "vendor": safe_text(info.vendor),
         "vendor_hex": info.vendor.hex(),
         "user_string": safe_text(info.user_string),
@@ -123,20 +123,25 @@ def _inspect_doc(path: str, sections: bool) -> dict[str, Any]:
     }
 
 
+def _say(text: str = "") -> None:
+    """Print a line of the text report, escaping what is not printable (text from the file: names, units, hosts)."""
+    _out(safe_str(text))
+
+
 def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
     secs = doc["sections"]
     ncomp = sum(1 for s in secs if s["compressed"])
-    _out(f"file         {doc['path']}")
-    _out(f"size         {doc['file_size']} bytes ({_human(doc['file_size'])}), {doc['line_breaks']} line breaks")
-    _out(f"magic        {doc['magic']} (scda format version {doc['format_version']})")
-    _out(f'vendor       "{doc["vendor"]}"')
-    _out(f'user string  "{doc["user_string"]}"')
-    _out(f"sections     {len(secs)}" + (f" ({ncomp} compressed)" if ncomp else ""))
+    _say(f"file         {doc['path']}")
+    _say(f"size         {doc['file_size']} bytes ({_human(doc['file_size'])}), {doc['line_breaks']} line breaks")
+    _say(f"magic        {doc['magic']} (scda format version {doc['format_version']})")
+    _say(f'vendor       "{doc["vendor"]}"')
+    _say(f'user string  "{doc["user_string"]}"')
+    _say(f"sections     {len(secs)}" + (f" ({ncomp} compressed)" if ncomp else ""))
     if doc["decode_error"]:
-        _out(f"note         listed raw: the file breaks the compression convention: {doc['decode_error']}")
+        _say(f"note         listed raw: the file breaks the compression convention: {doc['decode_error']}")
     if secs:
-        _out()
-        _out(
+        _say()
+        _say(
             f"{'#':>4}  type {'N':>10} {'E':>10} {'offset':>12} {'end':>12} {'bytes':>12} {'data':>12}  "
             + f"{'compressed':<11} user string"
         )
@@ -147,27 +152,27 @@ def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
         comp = "no"
         if s["compressed"]:
             comp = f"yes ({100.0 * s['stored_nbytes'] / s['data_nbytes']:.0f}%)" if s["data_nbytes"] else "yes"
-        _out(
+        _say(
             f"{s['index']:>4}  {t:<4} {n:>10} {e:>10} {s['offset']:>12} {s['end']:>12} {s['nbytes']:>12} "
             f'{s["data_nbytes"]:>12}  {comp:<11} "{s["user_string"]}"'
         )
         if sections:
             for r in s["raw"]:
-                _out(
+                _say(
                     f"{'':>6}raw {r['type']} N={r['elem_count']} E={r['elem_size']} bytes {r['offset']}..{r['end']}, "
                     f'data at {r["data_offset"]} ({r["data_nbytes"]} bytes), padding {r["padding"]}: "{r["user_string"]}"'
                 )
     if doc["error"]:
-        _out(f"ERROR        damaged or cut short after {len(secs)} section{'s' if len(secs) != 1 else ''}: {doc['error']}")
+        _say(f"ERROR        damaged or cut short after {len(secs)} section{'s' if len(secs) != 1 else ''}: {doc['error']}")
     ck = doc["checkpoint"]
     if ck is None:
         return
-    _out()
+    _say()
     if "error" in ck:
-        _out(f"amrckpt checkpoint: {ck['error']}")
+        _say(f"amrckpt checkpoint: {ck['error']}")
         return
-    _out("amrckpt checkpoint")
-    _out(f"  schema       {ck['schema_name']} v{ck['schema_version']}")
+    _say("amrckpt checkpoint")
+    _say(f"  schema       {ck['schema_name']} v{ck['schema_version']}")
     who = f"amrckpt {ck['amrckpt_version']} (format {ck['format_version']})"
     if ck.get("writer_size") is not None:
         who += f" on {ck['writer_size']} process" + ("es" if ck["writer_size"] != 1 else "")
@@ -175,7 +180,7 @@ def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
         who += f", {ck['saved_at']}"
     if ck.get("hostname"):
         who += f", host {ck['hostname']}"
-    _out(f"  written by   {who}")
+    _say(f"  written by   {who}")
     mesh = ck["mesh"]
     leaves = f"{ck['num_leaves']}"
     if mesh is not None:
@@ -183,15 +188,15 @@ def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
     wp = ck.get("writer_partition")
     if wp:
         leaves += f"; {wp['min_leaves']}..{wp['max_leaves']} leaves per writing process"
-    _out(f"  leaves       {leaves}")
-    _out(f"  step         {ck['step'] if ck['step'] is not None else '-'}")
-    _out(f"  time         {ck['time'] if ck['time'] is not None else '-'}")
-    _out(
+    _say(f"  leaves       {leaves}")
+    _say(f"  step         {ck['step'] if ck['step'] is not None else '-'}")
+    _say(f"  time         {ck['time'] if ck['time'] is not None else '-'}")
+    _say(
         f"  complete     {'yes (ends in its footer)' if ck['complete'] else 'NO: no footer at the end (the save did not finish?)'}"
     )
     others = {k: v for k, v in ck["values"].items() if k not in ("step", "time")}
     if others:
-        _out("  values       " + ", ".join(f"{k}={json.dumps(_jsonable(v))}" for k, v in others.items()))
+        _say("  values       " + ", ".join(f"{k}={json.dumps(_jsonable(v))}" for k, v in others.items()))
     rows = [("name", "kind", "section", "dtype", "shape", "units", "compressed")]
     for f in ck["fields"]:
         shape = "(" + ", ".join(str(d) for d in f["shape"]) + ("," if len(f["shape"]) == 1 else "") + ")" if f["shape"] else "-"
@@ -199,9 +204,9 @@ def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
         section = f["section"] + "+A" if f.get("layout") == "counts" else f["section"]
         rows.append((f["name"], f["kind"], section, f["dtype"], shape, f["units"] or "-", comp))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    _out("  fields")
+    _say("  fields")
     for r in rows:
-        _out("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        _say("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

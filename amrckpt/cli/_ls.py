@@ -1,88 +1,56 @@
-"""``amrckpt ls``: the checkpoints a CheckpointManager wrote in a directory."""
+"""``amrckpt ls``: the checkpoints a CheckpointManager wrote in a directory (:class:`amrckpt.manager.CheckpointDirectory`)."""
 
 from __future__ import annotations
 
 import argparse
-import re
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ..comm import SerialComm
-from ..container import (
-    CheckpointInfo,
-    read_info,
-)
-from ..container import verify as verify_checkpoint
-from ..errors import AmrckptError
-from ..manager import read_history
-from ._common import EXIT_BAD, EXIT_OK, _describe, _dump_json, _human, _out, _UsageError
+from ..container import verify
+from ..manager import CheckpointDirectory
+from ._common import EXIT_BAD, EXIT_OK, _dump_json, _human, _out, _UsageError, safe_str
 
 
-def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only.
+def _ls_records(directory: Path, prefix: str, full: bool, quick: bool = False) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """List the checkpoints in ``directory`` as CheckpointManager.history finds them, read-only (no lock, nothing removed).
 
     Each record says how far it was checked (``checked``): ``"every byte"``
     (:func:`amrckpt.verify`) or ``"metadata"`` (footer, index and metadata
-    CRCs, :func:`amrckpt.read_info`).  Without ``full``, the restart target
-    is still checked byte for byte, newest first, as a restart reads it
-    (every byte against its CRC32): a damaged newest checkpoint is marked
-    invalid and the previous one is checked in turn, so that the one marked
-    ``restart`` is the one a restart takes.  With ``quick``, nothing is
-    checked beyond the metadata.
+    CRCs).  Without ``full``, the restart target is still checked byte for
+    byte, newest first, as a restart reads it: a damaged newest checkpoint
+    is marked invalid and the previous one is checked in turn, so that the
+    one marked ``restart`` is the one a restart takes.  With ``quick``,
+    nothing is checked beyond the metadata.  Returns the records, the
+    temporary files of saves that did not finish, and the files kept aside.
     """
-    pattern = re.compile(re.escape(prefix) + r"-(\d{12,})\.scda")
-    files: dict[int, Path] = {}
-    partial = []
-    for p in directory.iterdir():
-        mt = pattern.fullmatch(p.name)
-        if mt:
-            files[int(mt.group(1))] = p
-        elif p.name.startswith(f".{prefix}-") and ".partial-" in p.name:
-            partial.append(p.name)
-    logged = read_history(directory)
+    d = CheckpointDirectory(directory, prefix=prefix)
+    listing = d.listing()
     records = []
-    for step, p in sorted(files.items()):
-        e = logged.get(step, {})
-        rec: dict[str, Any] = {"step": step, "path": str(p), "name": p.name, "valid": True, "problem": None}
-        rec["checked"] = "every byte" if full else "metadata"
-        try:
-            rec["nbytes"] = p.stat().st_size
-        except OSError:
-            rec["nbytes"] = 0
-        info: CheckpointInfo | None = None
-        if full:
-            rep = verify_checkpoint(p)
-            info = rep.info
+    for r in d.history():
+        rec: dict[str, Any] = dataclasses.asdict(r)
+        rec["name"] = Path(r.path).name
+        rec["checked"] = "metadata"
+        if full and r.valid:
+            rep = verify(r.path)
+            rec["checked"] = "every byte"
             if not rep.ok:
-                rec.update(valid=False, problem=rep.problems[0])
-        else:
-            try:
-                info = read_info(p, comm=SerialComm())
-            except (AmrckptError, OSError) as exc:
-                rec.update(valid=False, problem=_describe(exc))
-        t = info.manifest.values.get("time") if info is not None else None
-        rec["time"] = t if isinstance(t, (int, float)) else e.get("time")
-        rec["writer_size"] = (info.writer_size if info is not None else None) or e.get("writer_size")
-        rec["saved_at"] = (info.saved_at if info is not None else None) or e.get("saved_at")
-        rec["save_seconds"] = e.get("save_seconds")
-        rec["reason"] = e.get("reason")
-        rec["metrics"] = e.get("metrics")
-        rec["metadata"] = e.get("metadata")
-        rec["schema"] = f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None
+                rec.update(valid=False, problem=rep.problems[0].message)
         records.append(rec)
     if not full and not quick:  # the restart target: checked byte for byte, as a restart reads it
-        for r in reversed(records):
-            if not r["valid"]:
+        for rec in reversed(records):
+            if not rec["valid"]:
                 continue
-            rep = verify_checkpoint(r["path"])
-            r["checked"] = "every byte"
+            rep = verify(rec["path"])
+            rec["checked"] = "every byte"
             if rep.ok:
                 break
-            r.update(valid=False, problem=rep.problems[0])
+            rec.update(valid=False, problem=rep.problems[0].message)
     newest = next((r for r in reversed(records) if r["valid"]), None)
-    for r in records:
-        r["restart"] = r is newest
-    return records, sorted(partial)
+    for rec in records:
+        rec["restart"] = rec is newest
+    aside = [name for name, _ in listing.aside]
+    return records, listing.partial(), aside
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
@@ -91,10 +59,11 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         raise _UsageError(f"{d} is not a directory")
     if args.verify and args.quick:
         raise _UsageError("--verify and --quick exclude each other")
-    records, partial = _ls_records(d, args.prefix, args.verify, args.quick)
+    records, partial, aside = _ls_records(d, args.prefix, args.verify, args.quick)
     newest = next((r for r in records if r["restart"]), None)
     if args.json:
-        _dump_json({"directory": str(d), "checkpoints": records, "partial": partial, "restart": newest["name"] if newest else None})
+        doc = {"directory": str(d), "checkpoints": records, "partial": partial, "kept_aside": aside}
+        _dump_json(doc | {"restart": newest["name"] if newest else None})
         return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
     if not records:
         _out(f"{d}: no checkpoints named {args.prefix}-<step>.scda")
@@ -122,9 +91,11 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         right = {2, 3, 4, 5}
         for row in rows:
             cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row[:-1], widths, strict=True))]
-            _out(" ".join(cells) + " " + row[-1])
+            _out(safe_str(" ".join(cells) + " " + row[-1]))
     for name in partial:
-        _out(f"  {name}: a save that did not finish (the next manager removes it)")
+        _out(f"  {safe_str(name)}: a save that did not finish (the next manager removes it)")
+    for name in aside:
+        _out(f"  {safe_str(name)}: kept aside by a restart that found it damaged or unreadable (never removed by a manager)")
     if newest is not None and newest["checked"] == "metadata":
         _out(
             f"* a restart would try {newest['name']} (step {newest['step']}) first: the newest whose metadata verify "

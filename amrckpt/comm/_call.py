@@ -646,17 +646,27 @@ def _ranks(ranks: Sequence[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-Description = tuple[str | None, str, str, int | None]
+Description = tuple[str | None, str, str, int | None, bool]
 
 
 def describe(error: BaseException | None) -> Description | None:
-    """Describe an error for gathering: (class name if ours, ``"Class: message"``, message, errno), or None."""
+    """Describe an error for gathering: (class name if ours, ``"Class: message"``, message, errno, remote), or None.
+
+    ``remote``: the error says only that another rank failed (an attribute
+    ``remote`` set to True, e.g. ROMIO's "open failed on a remote node").
+    """
     if error is None:
         return None
     ours = isinstance(error, errors.AmrckptError)
     code = error.errno if isinstance(error, OSError) else None
     message = error.strerror if isinstance(error, OSError) and error.strerror and code is not None else str(error)
-    return (type(error).__name__ if ours else None, f"{type(error).__name__}: {error}", message, code)
+    return (
+        type(error).__name__ if ours else None,
+        f"{type(error).__name__}: {error}",
+        message,
+        code,
+        getattr(error, "remote", False) is True,
+    )
 
 
 def _tree_class(name: str) -> type[errors.AmrckptError]:
@@ -673,7 +683,8 @@ def _tree_class(name: str) -> type[errors.AmrckptError]:
 def agreed_error(error: BaseException | None, descs: Sequence[Description | None], size: int) -> BaseException:
     """Return the exception every rank raises, given every rank's description (:func:`describe`) and its own error.
 
-    The class is that of the lowest failing rank's error if it is of
+    The class is that of the lowest failing rank's error (the lowest whose
+    error is not only a report of another rank's failure, ``remote``) if it is of
     amrckpt's tree (:class:`~amrckpt.errors.CollectiveError` otherwise), its
     message names that rank and the others that failed, and
     :attr:`~amrckpt.errors.AmrckptError.rank_errors` maps each failing rank
@@ -682,8 +693,8 @@ def agreed_error(error: BaseException | None, descs: Sequence[Description | None
     own error as ``__cause__`` when the result is raised from it.
     """
     failed = {r: d for r, d in enumerate(descs) if d is not None}
-    first = min(failed)
-    cls_name, text, message, code = failed[first]
+    first = min((r for r, d in failed.items() if not d[4]), default=min(failed))
+    cls_name, text, message, code, _ = failed[first]
     if size == 1 and cls_name is not None and isinstance(error, errors.AmrckptError):
         if not error.rank_errors:
             error.rank_errors = {0: text}

@@ -54,9 +54,9 @@ from ._convention import (
 from ._geometry import Geometry
 from ._handlers import HANDLERS, FieldHandler, Payload, handler_for
 from ._reader import CheckpointInfo, CheckpointReader, checksum_error, read_info, read_run_record
-from ._tools import RawMetadata, convert, read_raw_metadata
+from ._tools import ConvertResult, RawMetadata, convert, convert_file, read_raw_metadata
 from ._values import HpData
-from ._verify import VerifyReport, locate_index, verify
+from ._verify import Problem, VerifyReport, is_checkpoint, locate_index, verify, verify_file
 from ._writer import (
     RUN_RECORD_SUFFIX,
     CheckpointWriter,
@@ -83,6 +83,7 @@ __all__ = [
     "CheckpointReader",
     "CheckpointWriter",
     "ConnectivitySpec",
+    "ConvertResult",
     "FieldHandler",
     "FieldSpec",
     "Geometry",
@@ -93,6 +94,7 @@ __all__ = [
     "Manifest",
     "MeshSpec",
     "Payload",
+    "Problem",
     "Provenance",
     "RawMetadata",
     "RunRecord",
@@ -100,11 +102,13 @@ __all__ = [
     "WriteResult",
     "checksum_error",
     "convert",
+    "convert_file",
     "dtype_from_json",
     "dtype_to_json",
     "footer_bytes",
     "format_version_of",
     "handler_for",
+    "is_checkpoint",
     "json_schemas",
     "locate_index",
     "mesh_record_dtype",
@@ -116,6 +120,7 @@ __all__ = [
     "run_record_json",
     "run_record_path",
     "verify",
+    "verify_file",
     "write_json_schemas",
     "write_run_record",
 ]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from .. import scda
+from .._files import replacing
 from .._version import __version__
-from ..comm import SerialComm, as_comm
+from ..comm import SerialComm, as_comm, collective
 from ._convention import (
     FOOTER_USER_STRING,
     MANIFEST_USER_STRING,
@@ -22,10 +23,11 @@ from ._convention import (
     Provenance,
     format_version_of,
 )
-from ._reader import CheckpointReader
+from ._reader import CheckpointReader, read_info
+from ._verify import is_checkpoint
 from ._writer import CheckpointWriter, WriteResult
 
-__all__ = ["RawMetadata", "convert", "read_raw_metadata"]
+__all__ = ["ConvertResult", "RawMetadata", "convert", "convert_file", "read_raw_metadata"]
 
 
 @dataclass(frozen=True)
@@ -173,3 +175,76 @@ def convert(
         r.check_crcs()
     assert w.result is not None
     return w.result, changed
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """What :func:`convert_file` did.
+
+    Attributes
+    ----------
+    kind : {"checkpoint", "scda"}
+        What ``src`` was rewritten as.
+    sections : int
+        The new file's sections (a checkpoint's index entries and footer).
+    encoded, decoded : int
+        Sections (fields) compressed, and decompressed, by the rewrite.
+    style : {"unix", "mime"}
+        The new file's line breaks.
+    file_size : int
+        The new file's size in bytes.
+    """
+
+    kind: Literal["checkpoint", "scda"]
+    sections: int
+    encoded: int
+    decoded: int
+    style: scda.Style
+    file_size: int
+
+
+def convert_file(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    comm: Any = None,
+    compress: Literal["keep", "encode", "decode"] = "keep",
+    style: scda.Style | None = None,
+    level: int = 9,
+    progress: Any = None,
+) -> ConvertResult:
+    """Rewrite any scda file: a checkpoint by :func:`convert` (checked, a valid checkpoint again), any other section by section.
+
+    Collective.  ``dst`` is written under a temporary name beside it and
+    renamed when complete (never through a link planted under either
+    name); if anything fails it is untouched.  ``style`` defaults to that
+    of ``src``.
+
+    Returns
+    -------
+    ConvertResult
+
+    Raises
+    ------
+    CheckpointError
+        On every rank, if ``src`` claims to be a checkpoint but its footer,
+        index or metadata do not verify (nothing is written).
+    ScdaError, ChecksumError
+        On every rank, if ``src`` is damaged or ``dst`` cannot be written.
+    """
+    with collective(comm, "convert") as call:
+        spath = os.fspath(src)
+        in_style, is_ckpt = call.on_root(lambda: (scda.line_style(spath), is_checkpoint(spath)), what="convert: sniff")
+        out_style = cast("scda.Style", style or in_style)
+        if is_ckpt:
+            read_info(spath, comm=call.comm, verify=True)
+        with replacing(dst, call) as tmp:
+            if is_ckpt:
+                res, changed = convert(
+                    spath, tmp, comm=call.comm, compress=compress, level=level, style=out_style, progress=progress
+                )
+                enc = changed if compress == "encode" else 0
+                dec = changed if compress == "decode" else 0
+                return ConvertResult("checkpoint", len(res.index.sections) + 1, enc, dec, out_style, res.nbytes)
+            got = scda.rewrite(spath, tmp, comm=call.comm, compress=compress, style=out_style, level=level, progress=progress)
+            return ConvertResult("scda", got.sections, got.encoded, got.decoded, out_style, got.file_size)

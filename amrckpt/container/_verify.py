@@ -2,41 +2,76 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .. import scda
 from .._crc import SectionCrc
 from ..comm import Call, collective
 from ..errors import AmrckptError, IncompleteCheckpointError, ScdaError
+from ..scda import Problem
 from ..scda._backend import os_error
 from ..scda._scan import exact_reader
-from ._convention import Index
+from ._convention import FOOTER_NBYTES, FOOTER_USER_STRING, Index
 from ._reader import CheckpointInfo, read_index_on_root, read_info
 
-__all__ = ["VerifyReport", "locate_index", "verify"]
+__all__ = ["Problem", "VerifyReport", "is_checkpoint", "locate_index", "verify", "verify_file"]
 
 
 @dataclass(frozen=True)
 class VerifyReport:
-    """What :func:`verify` found.
+    """What :func:`verify` (or :func:`verify_file`) found.
 
     Attributes
     ----------
     path : str
     ok : bool
-        True only if the file is complete and every section matches its CRC32.
-    problems : list of str
-        One sentence per problem, naming the section and its byte range.
+        True only if the file is complete and every section matches its
+        CRC32 (a plain scda file: every section was read and decoded).
+    problems : list of Problem
+        One per problem: its kind (``incomplete``, ``damaged``,
+        ``unreadable``, ``not-scda``), the section and byte range where
+        known, and a sentence.
     info : CheckpointInfo or None
         The metadata, if the footer, index and manifest could be read.
+    kind : {"checkpoint", "scda"} or None
+        What the file was checked as (None: it could not be told).
+    sections : int or None
+        The number of sections (a checkpoint's index entries and footer; a
+        plain file's logical sections), where known.
+    compressed : int
+        A plain file's compressed sections (decoded).
+    file_size : int or None
     """
 
     path: str
     ok: bool
-    problems: list[str]
+    problems: list[Problem]
     info: CheckpointInfo | None
+    kind: Literal["checkpoint", "scda"] | None = "checkpoint"
+    sections: int | None = None
+    compressed: int = 0
+    file_size: int | None = None
+
+
+def is_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Return whether a file claims to be an amrckpt checkpoint: its header, or a footer at its end. Not collective.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be read.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(scda.FILE_HEADER_NBYTES)
+        size = os.fstat(fh.fileno()).st_size
+        tail = b""
+        if size >= scda.FILE_HEADER_NBYTES + FOOTER_NBYTES:
+            fh.seek(size - FOOTER_NBYTES)
+            tail = fh.read(FOOTER_NBYTES)
+    return head[32:42] == b"F amrckpt " or tail.startswith(b"I " + FOOTER_USER_STRING + b" ")
 
 
 def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, structure: bool = True) -> VerifyReport:
@@ -50,33 +85,98 @@ def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, 
     Returns
     -------
     VerifyReport
-        Never raises for a damaged file: the report says what is wrong.
+        Never raises for a damaged file: the report says what is wrong, the
+        same on every rank.
     """
     with collective(comm, "verify") as call:
         return _verify(call, os.fspath(path), info, structure)
 
 
-def _verify(call: Call, spath: str, info: Any, structure: bool) -> VerifyReport:
+def verify_file(
+    path: str | os.PathLike[str], *, comm: Any = None, strict: bool = False, progress: Any = None, info: Any = None
+) -> VerifyReport:
+    """Check any file: a checkpoint by :func:`verify`, any other scda file by :func:`amrckpt.scda.verify`. Collective.
+
+    Rank 0 tells the kinds apart (a checkpoint's header, or its footer at
+    the end).  ``strict`` checks a plain file's data padding; ``progress``
+    (``update(nbytes)``) is told the bytes read.
+
+    Returns
+    -------
+    VerifyReport
+        Never raises for a damaged or unreadable file; the same on every rank.
+    """
+    with collective(comm, "verify_file") as call:
+        spath = os.fspath(path)
+
+        def sniff() -> bool | Problem:
+            try:
+                return is_checkpoint(spath)
+            except OSError as exc:
+                return scda.problem_of(exc)
+
+        got = call.on_root(sniff, what="verify: sniff")
+        if isinstance(got, Problem):
+            return VerifyReport(spath, False, [got], None, None)
+        if got:
+            rep = _verify(call, spath, info, True)
+            size = call.on_root(lambda: _size(spath), what="verify: size")
+            nsec = len(rep.info.index.sections) + 1 if rep.info is not None else None
+            if progress is not None and size is not None:
+                progress.update(size)
+            return dataclasses.replace(rep, sections=nsec, file_size=size)
+        plain = scda.verify(spath, comm=call.comm, strict=strict, progress=progress)
+        return VerifyReport(spath, plain.ok, plain.problems, None, "scda", plain.sections, plain.compressed, plain.file_size)
+
+
+def _size(path: str) -> int | None:
     try:
-        index = call.on_root(lambda: locate_index(spath), what="verify: index")
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _located(path: str) -> Index | Problem:
+    """Return the index, or the problem of finding it (rank 0)."""
+    try:
+        return locate_index(path)
     except (AmrckptError, OSError) as exc:
-        return VerifyReport(spath, False, [f"{type(exc).__name__}: {exc}"], None)
-    problems: list[str] = []
+        try:
+            magic_ok = scda.is_scda(path)
+        except OSError:
+            magic_ok = True
+        return scda.problem_of(exc, not_scda=not magic_ok)
+
+
+def _verify(call: Call, spath: str, info: Any, structure: bool) -> VerifyReport:
+    got = call.on_root(lambda: _located(spath), what="verify: index")
+    if isinstance(got, Problem):
+        return VerifyReport(spath, False, [got], None)
+    index = got
+    problems: list[Problem] = []
     try:
         crcs = _crc_ranges(spath, [(e.offset, e.end) for e in index.sections], call, info)
     except AmrckptError as exc:
-        return VerifyReport(spath, False, [f"{type(exc).__name__}: {exc}"], None)
+        return VerifyReport(spath, False, [scda.problem_of(exc)], None)
     for e, crc in zip(index.sections, crcs, strict=True):
         if crc is None:
-            problems.append(f"section {e.name!r} (bytes {e.offset}..{e.end}) is not inside the file")
+            problems.append(
+                Problem(
+                    "damaged", f"section {e.name!r} (bytes {e.offset}..{e.end}) is not inside the file", e.name, e.offset, e.end
+                )
+            )
         elif crc != e.crc32:
-            problems.append(f"section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32")
+            problems.append(
+                Problem(
+                    "damaged", f"section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32", e.name, e.offset, e.end
+                )
+            )
     ck = None
     try:
         ck = read_info(spath, comm=call.comm, verify=True, info=info)
     except (AmrckptError, OSError) as exc:
         if not problems:
-            problems.append(f"{type(exc).__name__}: {exc}")
+            problems.append(scda.problem_of(exc))
     if structure:
         problems += call.on_root(lambda: _structure_problems(spath, index), what="verify: structure")
     return VerifyReport(spath, not problems, problems, ck)
@@ -99,16 +199,21 @@ def locate_index(path: str) -> Index:
         os.close(fd)
 
 
-def _structure_problems(path: str, index: Index) -> list[str]:
+def _structure_problems(path: str, index: Index) -> list[Problem]:
     try:
         found = scda.scan(path, decode=True).sections
     except (AmrckptError, OSError) as exc:
-        return [f"the scda structure is broken: {exc}"]
+        p = scda.problem_of(exc)
+        return [Problem(p.kind, f"the scda structure is broken: {exc}")]
     have = {(s.offset, s.end, s.type) for s in found}
     out = []
     for e in index.sections:
         if e.type != "F" and (e.offset, e.end, e.type) not in have:
-            out.append(f"section {e.name!r}: no {e.type} section spans bytes {e.offset}..{e.end}")
+            out.append(
+                Problem(
+                    "damaged", f"section {e.name!r}: no {e.type} section spans bytes {e.offset}..{e.end}", e.name, e.offset, e.end
+                )
+            )
     return out
 
 

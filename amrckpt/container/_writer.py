@@ -31,7 +31,15 @@ from ._convention import (
 )
 from ._handlers import Payload, handler_for
 
-__all__ = ["RUN_RECORD_SUFFIX", "CheckpointWriter", "WriteResult", "run_record", "run_record_json", "run_record_path", "write_run_record"]
+__all__ = [
+    "RUN_RECORD_SUFFIX",
+    "CheckpointWriter",
+    "WriteResult",
+    "run_record",
+    "run_record_json",
+    "run_record_path",
+    "write_run_record",
+]
 
 RUN_RECORD_SUFFIX = ".run.json"
 

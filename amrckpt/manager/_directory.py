@@ -244,10 +244,13 @@ class CheckpointDirectory:
     # -- records --------------------------------------------------------------------------------------
 
     def read_record(self, step: int, info: CheckpointInfo | None = None) -> tuple[dict[str, Any] | None, str | None]:
-        """Return the step record of ``step`` and None, or None and why it cannot be used.
+        """Return the step record of ``step`` and None if it can be used; else why not, and the record if it parses.
 
-        The record must parse, be of ``step``, and describe the checkpoint
-        there: its size, and (given ``info``) the fingerprint of its index.
+        A record can be used if it parses, is of ``step``, and describes the
+        checkpoint there: its size, and (given ``info``) the fingerprint of
+        its index.  One that parses but describes another file (the
+        checkpoint was damaged or replaced) is returned with the problem:
+        its facts are shown, never used to decide.
         """
         name = self.names.build_name(step)
         rec_name = self.names.step_record_name(name)
@@ -273,17 +276,17 @@ class CheckpointDirectory:
         if record is None:
             return None, problem
         if record.get("nbytes") is not None and record["nbytes"] != size:
-            return None, f"the step record describes a file of {record['nbytes']} bytes, not this one of {size}"
+            return record, f"the step record describes a file of {record['nbytes']} bytes, not this one of {size}"
         if info is not None and record.get("fingerprint") not in (None, fingerprint(info.index)):
-            return None, "the step record describes another file (its fingerprint differs)"
+            return record, "the step record describes another file (its fingerprint differs)"
         return record, None
 
     def records(self, steps: list[int] | None = None) -> dict[int, dict[str, Any]]:
         """Return the step records that can be used, by step (a step whose facts are unknown is absent)."""
         out = {}
         for step in steps if steps is not None else sorted(self.listing().checkpoints):
-            record, _ = self.read_record(step)
-            if record is not None:
+            record, problem = self.read_record(step)
+            if record is not None and problem is None:
                 out[step] = record
         return out
 
@@ -310,14 +313,20 @@ class CheckpointDirectory:
                         str(path),
                         False,
                         c.problem,
-                        nbytes=nbytes,
-                        metrics=e.get("metrics"),
-                        metadata=e.get("metadata"),
+                        e.get("time"),
+                        e.get("saved_at"),
+                        e.get("save_seconds"),
+                        nbytes,
+                        e.get("writer_size"),
+                        e.get("reason"),
+                        e.get("metrics"),
+                        e.get("metadata"),
                         record_problem=problem,
                         unreadable=c.unreadable,
                     )
                 )
                 continue
+            e = e if problem is None else {}  # a record of another file says nothing of this one
             t = c.info.manifest.values.get("time")
             out.append(
                 CheckpointRecord(
@@ -334,6 +343,7 @@ class CheckpointDirectory:
                     e.get("metrics"),
                     e.get("metadata"),
                     problem,
+                    schema=f"{c.info.manifest.schema_name} v{c.info.manifest.schema_version}",
                 )
             )
         return out

@@ -350,11 +350,13 @@ class CheckpointManager(Generic[S]):
         checkpoint = self._as_schema(state)
         if time_value is None:
             time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
-        self._last_step, self._last_time = step, time.time()
-        self._last_save_time = self._last_time
         if self._bg_comm is None:
             self._commit(self.comm, step, checkpoint, reason, time_value, extra)
+            self._last_step, self._last_time = step, time.time()  # a save that failed may be tried again at the same step
+            self._last_save_time = self._last_time
             return SaveHandle(step, True, self.path_of(step))
+        self._last_step, self._last_time = step, time.time()
+        self._last_save_time = self._last_time
         assert self._snapshots is not None
         copy = self._snapshots.take(checkpoint)  # the only blocking part of a background save
         handle = SaveHandle(step, True, self.path_of(step))
@@ -776,7 +778,7 @@ class CheckpointManager(Generic[S]):
             path = self._existing(step)
             info = read_info(path, comm=SerialComm())
             record, problem = self._dir.read_record(step, info)
-            e = record or {}
+            e = record if record is not None and problem is None else {}
             return StepMetadata(step, str(path), info, e.get("metrics"), e.get("metadata"), e, problem)
 
         with collective(self.comm, "CheckpointManager.metadata") as call:

@@ -152,6 +152,8 @@ class CheckpointRecord:
     unreadable : bool
         For an invalid checkpoint: whether it could not be read at all
         (``EIO``, ``EACCES``) rather than read and found damaged.
+    schema : str or None
+        The schema's name and version (``"advection2d v2"``), for a valid checkpoint.
     """
 
     step: int
@@ -168,6 +170,7 @@ class CheckpointRecord:
     metadata: dict[str, Any] | None = None
     record_problem: str | None = None
     unreadable: bool = False
+    schema: str | None = None
 
 
 @dataclass(frozen=True)

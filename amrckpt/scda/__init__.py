@@ -43,7 +43,9 @@ from ._format import (
 )
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader, Share
 from ._reader import ScdaReader, fopen_read, read_file_header
+from ._rewrite import RewriteResult, rewrite
 from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan, scan_partial
+from ._verify import FileReport, Problem, ProblemKind, is_scda, line_style, problem_of, safe_text, verify
 from ._writer import ScdaWriter, SectionRecord, fopen_write
 
 __all__ = [
@@ -58,9 +60,13 @@ __all__ = [
     "MAX_VENDOR_NBYTES",
     "Backend",
     "FileInfo",
+    "FileReport",
     "MPIIOBackend",
     "PosixBackend",
+    "Problem",
+    "ProblemKind",
     "RawSectionInfo",
+    "RewriteResult",
     "ScdaReader",
     "ScdaWriter",
     "SectionData",
@@ -79,14 +85,20 @@ __all__ = [
     "fopen_write",
     "format_entries",
     "hints",
+    "is_scda",
+    "line_style",
     "open_backend",
     "pad_string",
+    "problem_of",
     "parse_count_entry",
     "parse_entries",
     "read_file_header",
     "read_section_data",
+    "rewrite",
+    "safe_text",
     "scan",
     "scan_partial",
     "unpad_string",
+    "verify",
     "write_section_data",
 ]

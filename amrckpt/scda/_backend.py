@@ -344,6 +344,20 @@ _MPI_ERRNO = {
 }
 
 
+_ERRNO_OF_TEXT = (
+    errno_mod.ENOSPC,
+    errno_mod.EDQUOT,
+    errno_mod.EFBIG,
+    errno_mod.EROFS,
+    errno_mod.EACCES,
+    errno_mod.EPERM,
+    errno_mod.ENOENT,
+    errno_mod.ENAMETOOLONG,
+    errno_mod.EISDIR,
+)
+"""The errnos whose system text (``os.strerror``) in a ROMIO message of class ``MPI_ERR_IO`` gives the errno."""
+
+
 class MPIIOBackend:
     """Shared file through MPI-IO (``MPI_File_write_at_all`` and friends).
 
@@ -397,7 +411,8 @@ class MPIIOBackend:
 
         def open_file() -> None:
             try:
-                self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
+                # Absolute: ROMIO reads a leading "ufs:", "nfs:"... of a relative name as a file-system prefix
+                self._fh = MPI.File.Open(self._mpi_comm, os.path.abspath(path), amode, mpi_info)
                 self._inject("open")
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot open") from exc
@@ -441,16 +456,31 @@ class MPIIOBackend:
                 raise _injected_mpi_exception(self._MPI, exc)
 
     def _error(self, exc: Any, what: str) -> ScdaIOError:
+        """Return the ScdaIOError of an MPI-IO error, with the errno of its MPI error class or of the system's text in it.
+
+        ROMIO reports a failed ``write``/``open`` of the file system as the
+        generic class ``MPI_ERR_IO`` whose message ends in the system's text
+        (``"... Other I/O error No space left on device"``): the errno is
+        read from that text.  A rank whose open failed only because another
+        rank's did (``"open failed on a remote node"``) is marked
+        ``remote``, so that the agreed error is the other rank's.
+        """
         MPI = self._MPI
         cls = exc.Get_error_class()
+        text = exc.Get_error_string()
         name = next((n for n in _MPI_ERRNO if getattr(MPI, n, None) == cls), None)
         code = _MPI_ERRNO.get(name or "", errno_mod.EIO)
+        if name is None:
+            code = next((c for c in _ERRNO_OF_TEXT if os.strerror(c) in text), code)
         out: type[ScdaIOError] = ScdaIOError
         if code == errno_mod.ENOENT:
             out = ScdaFileNotFoundError
-        elif code in (errno_mod.EACCES, errno_mod.EROFS):
+        elif code in (errno_mod.EACCES, errno_mod.EROFS, errno_mod.EPERM):
             out = ScdaPermissionError
-        return out(code, f"{what} {self.path!r}: {exc.Get_error_string()}")
+        err = out(code, f"{what} {self.path!r}: {text}")
+        if name is None and "failed on a remote node" in text:
+            err.remote = True  # type: ignore[attr-defined]
+        return err
 
     def _independent(self, runs: list[tuple[int, list[memoryview]]], write: bool) -> None:
         MPI = self._MPI
