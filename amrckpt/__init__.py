@@ -42,12 +42,14 @@ from .errors import (
     StepNotFoundError,
 )
 from .manager import (
+    AnyOf,
     BeforeWallTime,
     CheckpointManager,
     CheckpointRecord,
     EveryNSeconds,
     EveryNSteps,
     KeepAll,
+    KeepAny,
     KeepBest,
     KeepEvery,
     KeepEveryNSeconds,
@@ -94,6 +96,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AmrckptError",
+    "AnyOf",
     "BeforeWallTime",
     "CheckpointManager",
     "CheckpointRecord",
@@ -101,6 +104,7 @@ __all__ = [
     "EveryNSeconds",
     "EveryNSteps",
     "KeepAll",
+    "KeepAny",
     "KeepBest",
     "KeepEvery",
     "KeepEveryNSeconds",

@@ -461,9 +461,10 @@ class MPIIOBackend:
         ROMIO reports a failed ``write``/``open`` of the file system as the
         generic class ``MPI_ERR_IO`` whose message ends in the system's text
         (``"... Other I/O error No space left on device"``): the errno is
-        read from that text.  A rank whose open failed only because another
-        rank's did (``"open failed on a remote node"``) is marked
-        ``remote``, so that the agreed error is the other rank's.
+        read from that text.  A rank whose collective open failed only
+        because another rank's did (``"open failed on a remote node"``, or
+        the bare class ``MPI_ERR_OTHER``) is marked ``remote``, so that the
+        agreed error is the other rank's.
         """
         MPI = self._MPI
         cls = exc.Get_error_class()
@@ -478,7 +479,7 @@ class MPIIOBackend:
         elif code in (errno_mod.EACCES, errno_mod.EROFS, errno_mod.EPERM):
             out = ScdaPermissionError
         err = out(code, f"{what} {self.path!r}: {text}")
-        if name is None and "failed on a remote node" in text:
+        if name is None and ("failed on a remote node" in text or cls == MPI.ERR_OTHER):
             err.remote = True  # type: ignore[attr-defined]
         return err
 
