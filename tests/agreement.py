@@ -59,6 +59,11 @@ class Case:
     """The entry point reports what it cannot read instead of raising (verify; a history's invalid records)."""
 
 
+def _plain(comm: Comm, d: Path) -> Path:
+    _scda_roundtrip(comm, d)
+    return d / "plain.scda"
+
+
 def _saved(comm: Comm, d: Path) -> Path:
     path = d / "base.scda"
     ac.save(_state(comm), path, comm=comm, run_record=True)
@@ -109,6 +114,19 @@ CASES: list[Case] = [
     Case("load(writer)", lambda comm, d, ctx: ac.load(ctx, Advection, comm=comm, partition="writer"), setup=_saved),
     Case("read_info", lambda comm, d, ctx: ac.read_info(ctx, comm=comm), setup=_saved),
     Case("verify", lambda comm, d, ctx: ac.verify(ctx, comm=comm), setup=_saved, reports=True),
+    Case("verify_file", lambda comm, d, ctx: ac.container.verify_file(ctx, comm=comm), setup=_saved, reports=True),
+    Case(
+        "convert_file",
+        lambda comm, d, ctx: ac.container.convert_file(ctx, d / "conv.scda", comm=comm, compress="encode"),
+        setup=_saved,
+        written=lambda d: _new_files(d, "*conv.scda*"),
+    ),
+    Case("scda.verify", lambda comm, d, ctx: ac.scda.verify(ctx, comm=comm), setup=_plain, reports=True),
+    Case(
+        "scda.rewrite",
+        lambda comm, d, ctx: ac.scda.rewrite(ctx, d / "re.scda", comm=comm, compress="decode"),
+        setup=_plain,
+    ),
     Case("Partition.weighted", lambda comm, d, ctx: ac.Partition.weighted(np.arange(comm.rank + 3), comm)),
     Case("Partition.from_local_count", lambda comm, d, ctx: ac.Partition.from_local_count(comm.rank + 1, comm)),
     # The scda layer writes section by section, as libsc does: a failed write leaves a file cut short (which every
@@ -150,13 +168,13 @@ CASES: list[Case] = [
 
 def _digest(value: Any) -> str:
     """What a call returned, comparable across ranks (rank-local parts such as a rank's leaves excluded)."""
-    if isinstance(value, ac.VerifyReport):
+    if isinstance(value, (ac.VerifyReport, ac.scda.FileReport)):
         value = (value.ok, tuple(value.problems))
     elif isinstance(value, ac.Loaded):
         value = tuple(value.partition.global_first_quadrant.tolist()) if value.partition is not None else None
     elif isinstance(value, ac.CheckpointInfo):
         value = value.manifest.model_dump_json()
-    elif isinstance(value, (ac.SaveResult, ac.SaveHandle)) or value is None:
+    elif isinstance(value, (ac.SaveResult, ac.SaveHandle, ac.container.ConvertResult, ac.scda.RewriteResult)) or value is None:
         value = type(value).__name__
     elif isinstance(value, ac.Partition):
         value = tuple(value.global_first_quadrant.tolist())

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from .. import scda
-from ..scda import safe_text
+from ..scda import safe_text as safe_text
 from ..comm import Comm
 from ..container import dtype_from_json
 from ..errors import AmrckptError, ScdaDecodeError

@@ -25,7 +25,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise _UsageError("IN and OUT are the same file; write to another name")
     if os.path.isdir(dst):
         raise _UsageError(f"{dst} is a directory")
-    mode = cast("Literal['keep', 'encode', 'decode']", "encode" if args.encode else "decode" if args.decode else "keep")
+    mode: Literal["keep", "encode", "decode"] = "encode" if args.encode else "decode" if args.decode else "keep"
     with collective(_world_comm(), "amrckpt convert") as call:
         bar = _progress(os.stat(src).st_size, "convert", call.comm, not args.no_progress)
         try:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import uuid
-from pathlib import Path
 
+from .._files import replacing
 from ..comm import Call, collective
 from ..errors import AmrckptError
 from ._common import EXIT_BAD, EXIT_OK, _describe, _err, _out, _UsageError, _world_comm
@@ -29,40 +27,26 @@ def convert_p4est(args: argparse.Namespace) -> int:
 def _convert_p4est(call: Call, args: argparse.Namespace, src: str, dst: str) -> int:
     from ..p4est import checkpoint_to_p4est, p4est_to_checkpoint
 
-    c = comm = call.comm
-    token = call.on_root(lambda: uuid.uuid4().hex[:12], what="convert: token")
-    out = Path(dst)
-    tmp = str(out.parent / f".{out.name}.partial-{token}")
     try:
-        try:
+        with replacing(dst, call, companions=(".run.json",)) as tmp:
             if args.from_format == "p4est":
-                res = p4est_to_checkpoint(src, tmp, comm=comm)
+                res = p4est_to_checkpoint(src, tmp, comm=call.comm)
                 what = f"{res.num_leaves} quadrants, schema {res.manifest.schema_name}, {res.nbytes} bytes"
-                run = Path(tmp + ".run.json")
-                saved = res.partition.size if run.exists() and res.partition is not None else 0
+                saved = res.partition.size if os.path.exists(f"{tmp}.run.json") and res.partition is not None else 0
                 what += f"; the saved partition of {saved} processes in {dst}.run.json" if saved else ""
             else:
                 nbytes = checkpoint_to_p4est(
-                    src, tmp, comm=comm, partition=args.partition, save_partition=args.save_partition, data_field=args.data_field
+                    src,
+                    tmp,
+                    comm=call.comm,
+                    partition=args.partition,
+                    save_partition=args.save_partition,
+                    data_field=args.data_field,
                 )
                 what = f"a p4est file of {nbytes} bytes"
-        except AmrckptError as exc:
-            if c.rank == 0:
-                _err(f"amrckpt convert: {src}: {_describe(exc)}")
-            return EXIT_BAD
-
-        def commit() -> None:
-            if os.path.exists(tmp + ".run.json"):
-                os.replace(tmp + ".run.json", dst + ".run.json")
-            os.replace(tmp, dst)
-
-        call.run(commit, on=0)
-        call.agree("convert")
-    finally:
-        if c.rank == 0:
-            for leftover in (tmp, tmp + ".run.json"):
-                with contextlib.suppress(OSError):
-                    os.unlink(leftover)
-    if c.rank == 0:
+    except AmrckptError as exc:
+        _err(f"amrckpt convert: {src}: {_describe(exc)}")
+        return EXIT_BAD
+    if call.rank == 0:
         _out(f"{src} -> {dst}: {what}")
     return EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 
@@ -235,7 +235,7 @@ def convert_file(
     with collective(comm, "convert") as call:
         spath = os.fspath(src)
         in_style, is_ckpt = call.on_root(lambda: (scda.line_style(spath), is_checkpoint(spath)), what="convert: sniff")
-        out_style = cast("scda.Style", style or in_style)
+        out_style: scda.Style = style or in_style
         if is_ckpt:
             read_info(spath, comm=call.comm, verify=True)
         with replacing(dst, call) as tmp:

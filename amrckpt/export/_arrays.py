@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ import numpy as np
 
 from ..container import Manifest, MeshSpec, dtype_from_json
 from ..errors import CheckpointError
+from ..manager import StepNames
 from ..partition import Partition
 
 __all__ = [
@@ -372,9 +372,6 @@ def point_values(ps: PointSet, reader: Any, start: int, count: int) -> tuple[np.
     return xyz, vals
 
 
-_CKPT = re.compile(r"(?P<prefix>.+)-(?P<step>\d{12,})\.scda")
-
-
 def checkpoint_paths(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], prefix: str = "ckpt"
 ) -> tuple[list[Path], bool]:
@@ -403,11 +400,7 @@ def checkpoint_paths(
     if isinstance(source, (str, os.PathLike)):
         p = Path(source)
         if p.is_dir():
-            found = sorted(
-                (int(m.group("step")), q)
-                for q in p.iterdir()
-                if (m := _CKPT.fullmatch(q.name)) is not None and m.group("prefix") == prefix and q.is_file()
-            )
+            found = sorted((s, p / name) for s, name in StepNames(prefix).find_all(os.listdir(p)).items() if (p / name).is_file())
             if not found:
                 raise FileNotFoundError(f"{p}: no checkpoints named {prefix}-<step>.scda")
             return [q for _, q in found], True

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._files import replacing
 from ..comm import Call, collective
 from ..errors import CheckpointError
 from ._arrays import (
@@ -536,19 +537,13 @@ def _export(
             points_before += nv * N + rows.num_points
 
     if parallel:
-        with h5py.File(out_path, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
+        with replacing(out_path, call) as tmp, h5py.File(tmp, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
             write(c.rank, c.size, h5)
     else:
 
         def serial() -> None:
-            tmp = out_path.with_name(f".{out_path.name}.partial-{os.getpid()}")
-            try:
-                with h5py.File(tmp, "w") as h5:
-                    write(0, 1, h5)
-                os.replace(tmp, out_path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
+            with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
+                write(0, 1, h5)
 
         serial() if c.size == 1 else call.on_root(serial, what="export: write")
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)

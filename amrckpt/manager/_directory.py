@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,13 @@ from .._files import LOCAL, PARTIAL, FileSystem, new_token, write_atomic
 from .._logging import RankLogger
 from ..comm import SerialComm
 from ..container import CheckpointInfo, read_info
-from ..errors import AmrckptError, ManagerError, ScdaIOError
+from ..errors import AmrckptError, CheckpointSkippedWarning, ManagerError, ScdaIOError, StepAlreadyExistsError
 from ._commit import StepCommit, recover
 from ._history import HISTORY, read_index, write_index
 from ._lock import DirectoryLock
 from ._names import RECORDS, STEP_RECORD, Listing, StepNames
 from ._records import RECORD_LIMIT, CheckpointRecord, RecordError, encode_record, fingerprint, parse_record
+from ._restore import Skipped
 from ._retention import KeepPolicy, kept_steps
 
 __all__ = ["Check", "CheckpointDirectory", "read_history"]
@@ -413,6 +415,75 @@ class CheckpointDirectory:
             with contextlib.suppress(OSError):
                 self.fs.fsync_directory(self.path)
         return aside
+
+    def prepare_step(self, step: int, overwrite: bool, unusable: frozenset[int] = frozenset()) -> list[Skipped]:
+        """Make room for a save of ``step``: keep a damaged checkpoint of it aside, or raise if the step is taken.
+
+        ``unusable``: steps found damaged that could not be kept aside
+        (they never count, and are never overwritten).
+
+        Returns
+        -------
+        list of Skipped
+            What was kept aside (a warning was issued for each).
+
+        Raises
+        ------
+        StepAlreadyExistsError
+            Unless ``overwrite``: ``step`` has a checkpoint whose metadata
+            verify, or a newer one does.
+        ManagerError
+            If the directory is gone or replaced, or a damaged checkpoint
+            of ``step`` cannot be renamed aside.
+        """
+        self.check_identity()  # first: the directory gone or replaced says so, not "cannot list"
+        steps = sorted(self.listing().checkpoints)
+        skipped = []
+        if step in steps:
+            c = self.check(step)
+            if not c.ok or step in unusable:  # a damaged checkpoint is never overwritten
+                skipped.append(self.set_aside(step, c.problem or "a restore found its data damaged", c.unreadable, must=True))
+                steps.remove(step)
+            elif not overwrite:
+                raise StepAlreadyExistsError(
+                    f"step {step} has a checkpoint ({self.names.build_name(step)}): pass overwrite=True to replace it"
+                )
+        newer = [s for s in steps if s > step and s not in unusable]
+        if not overwrite and newer and any(self.check(s).ok for s in newer):
+            raise StepAlreadyExistsError(
+                f"step {step} is lower than the newest checkpoint, step {newer[-1]}: pass overwrite=True to save it anyway "
+                "(a restart still takes the newest), or delete the newer steps first"
+            )
+        return skipped
+
+    def set_aside(self, step: int, problem: str, unreadable: bool, must: bool = False) -> Skipped:
+        """Keep a damaged or unreadable checkpoint aside (:meth:`keep_aside`) and warn (:mod:`warnings`: on stderr).
+
+        Returns
+        -------
+        Skipped
+            With ``kept_as`` None if it could not be renamed.
+
+        Raises
+        ------
+        ManagerError
+            With ``must``, if it cannot be renamed.
+        """
+        path = str(self.path_of(step))
+        try:
+            skipped = Skipped(
+                step, path, problem, str(self.path / self.keep_aside(step, "unreadable" if unreadable else "damaged")), unreadable
+            )
+        except OSError as exc:
+            if must:
+                raise ManagerError(
+                    f"the checkpoint of step {step} is damaged ({problem}) and cannot be renamed aside "
+                    f"({exc.strerror or exc}): it is not overwritten, and nothing was saved"
+                ) from exc
+            skipped = Skipped(step, path, problem, None, unreadable, f"{exc.strerror or exc}")
+        self.log.info("%s", skipped.message())
+        warnings.warn(skipped.message(), CheckpointSkippedWarning, stacklevel=3)
+        return skipped
 
     def retain(self, policy: KeepPolicy, *, protect: int | None = None) -> list[int]:
         """Delete the checkpoints that ``policy`` does not keep; return their steps.

@@ -14,22 +14,19 @@ import os
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from .._files import FileSystem
 from .._logging import RankLogger
 from ..comm import Call, Comm, SerialComm, collective, collective_method, current_call, digest_of
-from ..container import RUN_RECORD_SUFFIX, WriteResult, read_info, run_record_json
+from ..container import read_info
 from ..errors import (
     CheckpointError,
-    CheckpointSkippedWarning,
     ManagerError,
     ScdaError,
     ScdaUsageError,
     SchemaError,
-    StepAlreadyExistsError,
     StepNotFoundError,
 )
 from ..restart import Loaded, load
@@ -37,9 +34,8 @@ from ..schema import CheckpointSchema, save
 from ._commit import StepCommit
 from ._directory import CheckpointDirectory
 from ._handle import SaveHandle
-from ._names import STEP_RECORD
 from ._policies import Decision, EveryNSteps, Moment, SavePolicy, leaves
-from ._records import RECORD_FORMAT, CheckpointRecord, StepMetadata, encode_record, fingerprint
+from ._records import CheckpointRecord, StepMetadata, step_records
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
 from ._snapshot import Snapshots, cores_per_rank
@@ -403,51 +399,10 @@ class CheckpointManager(Generic[S]):
                     "pass values reduced over the ranks"
                 )
             )
-        skipped = call.on_root(lambda: self._check_step(step, overwrite), what="save: check the step")
+        unusable = frozenset(self._unusable)
+        skipped = call.on_root(lambda: self._dir.prepare_step(step, overwrite, unusable), what="save: check the step")
         self._report(skipped)
         return extra
-
-    def _check_step(self, step: int, overwrite: bool) -> list[Skipped]:
-        """Keep a damaged checkpoint of ``step`` aside; raise StepAlreadyExistsError if the step is taken (rank 0)."""
-        self._dir.check_identity()  # first: the directory gone or replaced says so, not "cannot list"
-        steps = sorted(self._dir.listing().checkpoints)
-        skipped = []
-        if step in steps:
-            c = self._dir.check(step)
-            if not c.ok or step in self._unusable:  # a damaged checkpoint is never overwritten
-                problem = c.problem or "a restore found its data damaged"
-                skipped.append(self._keep_aside(step, problem, c.unreadable, must=True))
-                steps.remove(step)
-            elif not overwrite:
-                raise StepAlreadyExistsError(
-                    f"step {step} has a checkpoint ({self.path_of(step).name}): pass overwrite=True to replace it"
-                )
-        newer = [s for s in steps if s > step and s not in self._unusable]
-        if not overwrite and newer and any(self._dir.check(s).ok for s in newer):
-            raise StepAlreadyExistsError(
-                f"step {step} is lower than the newest checkpoint, step {newer[-1]}: pass overwrite=True to save it anyway "
-                "(a restart still takes the newest), or delete the newer steps first"
-            )
-        return skipped
-
-    def _keep_aside(self, step: int, problem: str, unreadable: bool, must: bool = False) -> Skipped:
-        """Rename a damaged or unreadable checkpoint aside (rank 0); warn on stderr. With ``must``, raise if it cannot be."""
-        path = str(self.path_of(step))
-        try:
-            aside = self._dir.keep_aside(step, "unreadable" if unreadable else "damaged")
-            skipped = Skipped(step, path, problem, str(self.directory / aside), unreadable)
-            self._unusable.discard(step)
-        except OSError as exc:
-            if must:
-                raise ManagerError(
-                    f"the checkpoint of step {step} is damaged ({problem}) and cannot be renamed aside "
-                    f"({exc.strerror or exc}): it is not overwritten, and nothing was saved"
-                ) from exc
-            skipped = Skipped(step, path, problem, None, unreadable, f"{exc.strerror or exc}")
-            self._unusable.add(step)
-        self.log.info("%s", skipped.message())
-        warnings.warn(skipped.message(), CheckpointSkippedWarning, stacklevel=2)
-        return skipped
 
     def _report(self, skipped: list[Skipped]) -> None:
         """Note on every rank what rank 0 kept aside (the warning was issued there)."""
@@ -506,7 +461,12 @@ class CheckpointManager(Generic[S]):
                     commit.discard()
                 raise
             seconds = time.time() - t0
-            call.run(lambda: commit.publish(self._records(comm, step, result, reason, time_value, extra, t0, seconds)), on=0)
+            facts = {"reason": reason, "time": time_value, "keep_policy": repr(self.keep_policy), **extra}
+
+            def publish() -> None:
+                commit.publish(step_records(step, commit.name, result, comm.size, t0, seconds, facts))
+
+            call.run(publish, on=0)
             try:
                 call.agree("commit")
             except BaseException:
@@ -519,46 +479,18 @@ class CheckpointManager(Generic[S]):
             if comm.rank == 0:
                 self._after_commit(commit)
 
-    def _records(
-        self,
-        comm: Comm,
-        step: int,
-        result: WriteResult,
-        reason: str,
-        time_value: float | None,
-        extra: dict[str, Any],
-        t0: float,
-        seconds: float,
-    ) -> dict[str, bytes]:
-        """Return the step's records (rank 0): what depends on the run, beside the file (the file is a function of the state)."""
-        run = getattr(result, "run", None)
-        run = run.model_copy(update={"save_seconds": seconds}) if run is not None else None
-        record: dict[str, Any] = {"format": RECORD_FORMAT, "step": step, "path": self.path_of(step).name}
-        record |= {"time": None if time_value is None else float(time_value), "save_seconds": seconds, "nbytes": result.nbytes}
-        record |= {"fingerprint": fingerprint(result.index), "writer_size": comm.size, "reason": reason}
-        record |= {"saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)), "saved_at_unix": t0}
-        if run is not None:
-            record |= {"hostname": run.hostname, "mpi_library": run.mpi_library, "amrckpt_version": run.amrckpt_version}
-        record |= {"keep_policy": repr(self.keep_policy), **extra}
-        out = {STEP_RECORD: encode_record(record)}
-        if run is not None:
-            out = {RUN_RECORD_SUFFIX: run_record_json(run), **out}
-        return out
-
     def _after_commit(self, commit: StepCommit) -> None:
         """Rank 0, after the agreement: drop what the commit replaced, apply retention, rewrite the index (logged, never raised)."""
         commit.finish()
         self._unusable.discard(commit.step)
-        try:
-            self._dir.retain(self.keep_policy, protect=commit.step)
-        except Exception as exc:  # noqa: BLE001 - committed already; the other ranks have returned
-            self.log.warning("checkpoint %s committed, but retention failed: %s: %s", commit.name, type(exc).__name__, exc)
-        try:
-            self._dir.write_index()
-        except Exception as exc:  # noqa: BLE001 - the index is derived from the records
-            self.log.warning(
-                "checkpoint %s committed, but the index was not rewritten: %s: %s", commit.name, type(exc).__name__, exc
-            )
+        for what, fn in (
+            ("retention", lambda: self._dir.retain(self.keep_policy, protect=commit.step)),
+            ("index", self._dir.write_index),
+        ):
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - committed already; the other ranks have returned
+                self.log.warning("checkpoint %s committed, but its %s failed: %s: %s", commit.name, what, type(exc).__name__, exc)
 
     # -- discovering ----------------------------------------------------------
 
@@ -667,7 +599,7 @@ class CheckpointManager(Generic[S]):
 
     def _skip(self, call: Call, step: int, problem: str, unreadable: bool) -> list[Skipped]:
         """Keep a checkpoint aside (rank 0: rename, warning); return it on every rank. Collective."""
-        got: Skipped = call.on_root(lambda: self._keep_aside(step, problem, unreadable), what="restore: keep aside")
+        got: Skipped = call.on_root(lambda: self._dir.set_aside(step, problem, unreadable), what="restore: keep aside")
         self._report([got])
         return [got]
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..container import CheckpointInfo, Index
+from ..container import RUN_RECORD_SUFFIX, CheckpointInfo, Index, run_record_json
+from ._names import STEP_RECORD
 
 __all__ = [
     "RECORD_FORMAT",
@@ -35,6 +37,7 @@ __all__ = [
     "fingerprint",
     "parse_json",
     "parse_record",
+    "step_records",
 ]
 
 RECORD_FORMAT = "amrckpt step"
@@ -108,6 +111,31 @@ def parse_record(data: bytes, step: int, what: str) -> dict[str, Any]:
         if record.get(key) is not None and _int(record[key]) is None:
             raise RecordError(f"{what}: {key} is not an integer")
     return record
+
+
+def step_records(
+    step: int, name: str, result: Any, writer_size: int, t0: float, seconds: float, facts: dict[str, Any]
+) -> dict[str, bytes]:
+    """Return the record files of a step by suffix: its run record (if ``result`` has one) and its step record.
+
+    What depends on the run goes beside the checkpoint, never in it (the
+    file is a function of the state).  ``result`` is the save's
+    :class:`~amrckpt.SaveResult`; ``facts`` holds ``reason``, ``time``,
+    ``keep_policy``, and the save's ``metrics`` and ``metadata``.  Not collective.
+    """
+    run = getattr(result, "run", None)
+    run = run.model_copy(update={"save_seconds": seconds}) if run is not None else None
+    t = facts.get("time")
+    record: dict[str, Any] = {"format": RECORD_FORMAT, "step": step, "path": name, "nbytes": result.nbytes}
+    record |= {"fingerprint": fingerprint(result.index), "writer_size": writer_size, "save_seconds": seconds}
+    record |= {"saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)), "saved_at_unix": t0}
+    if run is not None:
+        record |= {"hostname": run.hostname, "mpi_library": run.mpi_library, "amrckpt_version": run.amrckpt_version}
+    record |= {**facts, "time": None if t is None else float(t)}
+    out = {STEP_RECORD: encode_record(record)}
+    if run is not None:
+        out = {RUN_RECORD_SUFFIX: run_record_json(run), **out}
+    return out
 
 
 def encode_record(record: dict[str, Any]) -> bytes:

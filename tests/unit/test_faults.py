@@ -94,7 +94,7 @@ def test_a_failed_directory_fsync_takes_the_rename_back(tmp_path: Path) -> None:
         assert not mgr.path_of(2).exists()
         # The same step again: the file it replaced comes back.
         with inject_faults(1, kinds={"fsync"}), pytest.raises(ac.ScdaIOError):
-            mgr.save(1, state(2, None), overwrite=True)
+            mgr.save(1, state(2, None), overwrite=True, force=True)
         assert mgr.path_of(1).read_bytes() == old and mgr.metadata(1).record["step"] == 1
         assert mgr.metadata(1).record_problem is None  # the records it replaced came back with it
         assert not list(tmp_path.glob(".ckpt-*"))
