@@ -24,7 +24,14 @@ from .._files import LOCAL, PARTIAL, FileSystem, new_token, write_atomic
 from .._logging import RankLogger
 from ..comm import SerialComm
 from ..container import CheckpointInfo, read_info
-from ..errors import AmrckptError, CheckpointSkippedWarning, ManagerError, ScdaIOError, StepAlreadyExistsError
+from ..errors import (
+    AmrckptError,
+    CheckpointSkippedWarning,
+    ManagerError,
+    ScdaIOError,
+    StepAlreadyExistsError,
+    StepNotFoundError,
+)
 from ._commit import StepCommit, recover
 from ._history import HISTORY, read_index, write_index
 from ._lock import DirectoryLock
@@ -229,6 +236,20 @@ class CheckpointDirectory:
     def path_of(self, step: int) -> Path:
         """Return the file of the checkpoint of ``step``."""
         return self.path / self.names.build_name(step)
+
+    def existing(self, step: int) -> Path:
+        """Return the file of the checkpoint of ``step``.
+
+        Raises
+        ------
+        StepNotFoundError
+            If ``step`` has no checkpoint (the message lists the steps there).
+        """
+        path = self.path_of(step)
+        if not path.is_file():
+            have = sorted(self.listing().checkpoints)
+            raise StepNotFoundError(f"no checkpoint of step {step} in {str(self.path)!r} (steps: {have if have else 'none'})")
+        return path
 
     def _size(self, name: str) -> int | None:
         try:

@@ -8,7 +8,6 @@ any rank is raised on every rank.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -27,17 +26,16 @@ from ..errors import (
     ScdaError,
     ScdaUsageError,
     SchemaError,
-    StepNotFoundError,
 )
 from ..restart import Loaded, load
-from ..schema import CheckpointSchema, save
-from ._commit import StepCommit
-from ._directory import CheckpointDirectory
+from ..schema import CheckpointSchema
+from ._directory import CheckpointDirectory, unreadable
 from ._handle import SaveHandle
 from ._policies import Decision, EveryNSteps, Moment, SavePolicy, leaves
-from ._records import CheckpointRecord, StepMetadata, step_records
+from ._records import CheckpointRecord, StepMetadata, json_facts
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
+from ._save import commit_step
 from ._snapshot import Snapshots, cores_per_rank
 
 __all__ = ["CheckpointManager"]
@@ -376,20 +374,7 @@ class CheckpointManager(Generic[S]):
         call = current_call(self.comm)
         assert call is not None
 
-        def check() -> tuple[dict[str, Any], str]:
-            extra: dict[str, Any] = {}
-            try:
-                for name, value in (("metrics", metrics), ("metadata", metadata)):
-                    if value is None:
-                        continue
-                    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                        raise ManagerError(f"save: {name} must be a dict with str keys, not {type(value).__name__}")
-                    extra[name] = json.loads(json.dumps(value))
-                return extra, json.dumps(extra, sort_keys=True)
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise ManagerError(f"save: metrics and metadata must be JSON: {exc}") from exc
-
-        extra, text = call.run(check) or ({}, "")
+        extra, text = call.run(json_facts, metrics, metadata) or ({}, "")
         if not call.allreduce(equal=[digest_of(text)], what="save: metrics").equal[0]:
             texts = call.allgather(text, what="save: metrics")  # only when they differ: name the ranks
             ranks = [r for r, t in enumerate(texts) if t != texts[0]]
@@ -403,6 +388,12 @@ class CheckpointManager(Generic[S]):
         skipped = call.on_root(lambda: self._dir.prepare_step(step, overwrite, unusable), what="save: check the step")
         self._report(skipped)
         return extra
+
+    def _skip(self, call: Call, step: int, problem: str, unreadable: bool) -> Skipped:
+        """Keep a checkpoint aside (rank 0: rename, warning); return it on every rank. Collective."""
+        got: Skipped = call.on_root(lambda: self._dir.set_aside(step, problem, unreadable), what="restore: keep aside")
+        self._report([got])
+        return got
 
     def _report(self, skipped: list[Skipped]) -> None:
         """Note on every rank what rank 0 kept aside (the warning was issued there)."""
@@ -442,55 +433,13 @@ class CheckpointManager(Generic[S]):
     # -- committing -----------------------------------------------------------
 
     def _commit(self, comm: Comm, step: int, state: S, reason: str, time_value: float | None, extra: dict[str, Any]) -> None:
-        """Write and sync under a temporary name; rank 0 commits (records, rename, directory sync); agree. Collective on ``comm``.
-
-        The agreement after the rename is the commit point: if it fails (an
-        error on rank 0, or a communication error), rank 0 undoes the
-        commit, so that a save that raises never leaves a new checkpoint
-        behind.  After it, rank 0's retention and index are advisory:
-        logged, never raised.
-        """
-        with collective(comm, "CheckpointManager.commit") as call:
-            token = call.on_root(lambda: self._dir.begin(step), what="commit: check the directory")
-            commit = self._dir.new_commit(step, token)
-            t0 = time.time()
-            try:
-                result = save(state, commit.tmp, comm=comm, sync=self.sync, **self.save_kwargs)
-            except BaseException:
-                if comm.rank == 0:
-                    commit.discard()
-                raise
-            seconds = time.time() - t0
-            facts = {"reason": reason, "time": time_value, "keep_policy": repr(self.keep_policy), **extra}
-
-            def publish() -> None:
-                commit.publish(step_records(step, commit.name, result, comm.size, t0, seconds, facts))
-
-            call.run(publish, on=0)
-            try:
-                call.agree("commit")
-            except BaseException:
-                if comm.rank == 0:
-                    commit.roll_back()
-                    self.log.warning("the commit of %s failed; the directory is as before the save", commit.name)
-                raise
-            self._save_seconds.append(seconds)
-            self.log.info("checkpoint %s committed (%d bytes, %.3f s): %s", commit.name, result.nbytes, seconds, reason)
-            if comm.rank == 0:
-                self._after_commit(commit)
-
-    def _after_commit(self, commit: StepCommit) -> None:
-        """Rank 0, after the agreement: drop what the commit replaced, apply retention, rewrite the index (logged, never raised)."""
-        commit.finish()
-        self._unusable.discard(commit.step)
-        for what, fn in (
-            ("retention", lambda: self._dir.retain(self.keep_policy, protect=commit.step)),
-            ("index", self._dir.write_index),
-        ):
-            try:
-                fn()
-            except Exception as exc:  # noqa: BLE001 - committed already; the other ranks have returned
-                self.log.warning("checkpoint %s committed, but its %s failed: %s: %s", commit.name, what, type(exc).__name__, exc)
+        """Save and commit (:func:`~amrckpt.manager._save.commit_step`). Collective on ``comm``."""
+        facts = {"reason": reason, "time": time_value, **extra}
+        seconds = commit_step(
+            comm, self._dir, step, state, save_kwargs=self.save_kwargs, facts=facts, keep_policy=self.keep_policy, log=self.log
+        )
+        self._save_seconds.append(seconds)
+        self._unusable.discard(step)
 
     # -- discovering ----------------------------------------------------------
 
@@ -584,24 +533,16 @@ class CheckpointManager(Generic[S]):
         self.skipped = ()
         for r in reversed(self.history()):
             if not r.valid:
-                skipped += self._skip(call, r.step, r.problem or "", r.unreadable)
+                skipped.append(self._skip(call, r.step, r.problem or "", r.unreadable))
                 continue
             try:
                 loaded: Loaded[S] = load(r.path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
             except (CheckpointError, ScdaError) as exc:
-                from ._directory import unreadable
-
-                skipped += self._skip(call, r.step, f"{type(exc).__name__}: {exc}", unreadable(exc))
+                skipped.append(self._skip(call, r.step, f"{type(exc).__name__}: {exc}", unreadable(exc)))
                 continue
             return self._restored(r.step, loaded, into, tuple(skipped))
         self.skipped = tuple(skipped)
         return None
-
-    def _skip(self, call: Call, step: int, problem: str, unreadable: bool) -> list[Skipped]:
-        """Keep a checkpoint aside (rank 0: rename, warning); return it on every rank. Collective."""
-        got: Skipped = call.on_root(lambda: self._dir.set_aside(step, problem, unreadable), what="restore: keep aside")
-        self._report([got])
-        return [got]
 
     def _restored(self, step: int, loaded: Loaded[S], into: Any, skipped: tuple[Skipped, ...] = ()) -> Any:
         self.restored_step = self._last_step = step
@@ -611,14 +552,6 @@ class CheckpointManager(Generic[S]):
         if into is not None:
             return into.from_checkpoint(out)
         return out
-
-    def _existing(self, step: int) -> Path:
-        """Return the file of ``step`` (rank 0); raise StepNotFoundError if there is none."""
-        path = self.path_of(step)
-        if not path.is_file():
-            have = sorted(self._dir.listing().checkpoints)
-            raise StepNotFoundError(f"no checkpoint of step {step} in {str(self.directory)!r} (steps: {have if have else 'none'})")
-        return path
 
     def restore(self, step: int, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None) -> Any:
         """Load the checkpoint of ``step`` (orbax's ``restore(step)``). Collective.
@@ -654,7 +587,7 @@ class CheckpointManager(Generic[S]):
         """
         with collective(self.comm, "CheckpointManager.restore") as call:
             self.wait()
-            path = call.on_root(lambda: self._existing(step), what="restore: find the step")
+            path = call.on_root(lambda: self._dir.existing(step), what="restore: find the step")
             loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
             return self._restored(step, loaded, into)
 
@@ -673,7 +606,7 @@ class CheckpointManager(Generic[S]):
         """
 
         def remove() -> None:
-            path = self._existing(step)
+            path = self._dir.existing(step)
             try:
                 self._dir.delete(step)
             except OSError as exc:
@@ -707,7 +640,7 @@ class CheckpointManager(Generic[S]):
         """
 
         def read() -> StepMetadata:
-            path = self._existing(step)
+            path = self._dir.existing(step)
             info = read_info(path, comm=SerialComm())
             record, problem = self._dir.read_record(step, info)
             e = record if record is not None and problem is None else {}

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..container import RUN_RECORD_SUFFIX, CheckpointInfo, Index, run_record_json
+from ..errors import ManagerError
 from ._names import STEP_RECORD
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "StepMetadata",
     "encode_record",
     "fingerprint",
+    "json_facts",
     "parse_json",
     "parse_record",
     "step_records",
@@ -136,6 +138,27 @@ def step_records(
     if run is not None:
         out = {RUN_RECORD_SUFFIX: run_record_json(run), **out}
     return out
+
+
+def json_facts(metrics: Any, metadata: Any) -> tuple[dict[str, Any], str]:
+    """Return a save's ``metrics`` and ``metadata`` as JSON values (for the step record) and their JSON text. Not collective.
+
+    Raises
+    ------
+    ManagerError
+        If they are not dicts with str keys, or not JSON.
+    """
+    extra: dict[str, Any] = {}
+    try:
+        for name, value in (("metrics", metrics), ("metadata", metadata)):
+            if value is None:
+                continue
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ManagerError(f"save: {name} must be a dict with str keys, not {type(value).__name__}")
+            extra[name] = json.loads(json.dumps(value))
+        return extra, json.dumps(extra, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ManagerError(f"save: metrics and metadata must be JSON: {exc}") from exc
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
