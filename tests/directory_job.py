@@ -28,6 +28,9 @@ Cases
 ``prefix``
     A relative directory named like a ROMIO prefix (``ufs:y``): the
     checkpoint must be where Python renames it, nothing elsewhere.
+``enospc-run``
+    One trial of the disk-full campaign (tests/slow/directory_campaign.py):
+    a run saving every step while the disk fills at a random step.
 """
 
 from __future__ import annotations
@@ -163,17 +166,93 @@ def case_prefix(d: Path, comm: Any, backend: str) -> dict[str, Any]:
     return {"save": comm.allgather(got), "files": files, "verified": ok}
 
 
+LOSS = {s: round(0.1 + ((s * 7919) % 13) / 13, 6) for s in range(64)}
+"""The metric of each step of the disk-full campaign (deterministic, not monotonic: KeepBest keeps old steps)."""
+
+
+def case_enospc_run(d: Path, comm: Any, backend: str, seed: int = 0, background: bool = False) -> dict[str, Any]:
+    """A run that saves every step while rank 0 fills the disk at a random step, to a random number of free bytes."""
+    import random
+
+    rng = random.Random(seed)
+    fill_at, full_for = rng.randint(2, 7), rng.randint(1, 4)
+    leave = rng.choice([0, 4096, 12288, rng.randrange(0, 64 << 10, 512)])
+    keep = KeepBest("loss", 2) | KeepLast(2)
+    events: list[Any] = []
+    pending: Any = None
+
+    def settle(handle: Any) -> None:  # a background save's outcome: known when it is waited for
+        err = handle.exception()
+        events.append([handle.step, "ok", None] if err is None else [handle.step, type(err).__name__, getattr(err, "errno", None)])
+
+    with manager(d / "ckpt", comm, backend, keep_policy=keep, background=background) as mgr:
+        for step in range(1, 13):
+            if comm.rank == 0 and step == fill_at:
+                fill(d, leave)
+            if comm.rank == 0 and step == fill_at + full_for:
+                (d / "filler").unlink()
+            comm.Barrier()
+            if pending is not None:
+                settle(pending)
+                pending = None
+            try:
+                h = mgr.save(step, state(step, comm), metrics={"loss": LOSS[step]})
+                if background:
+                    pending = h
+                else:
+                    events.append([step, "ok", None])
+            except ac.AmrckptError as exc:
+                events.append([step, type(exc).__name__, getattr(exc, "errno", None)])
+        if pending is not None:
+            settle(pending)
+    comm.Barrier()
+    if comm.rank == 0 and (d / "filler").exists():
+        (d / "filler").unlink()
+    comm.Barrier()
+    with manager(d / "ckpt", comm, backend, keep_policy=keep) as mgr:
+        steps = mgr.all_steps()
+        metrics = {s: mgr.metadata(s).metrics for s in steps}
+        restored = mgr.restore_latest()
+        from checkpoint_cases import assert_state_equal
+
+        equal = True
+        if restored is not None:
+            try:
+                assert_state_equal(restored.state, state(restored.step, comm))
+            except AssertionError:
+                equal = False
+        verified = all(ac.verify(mgr.path_of(s), comm=comm).ok for s in steps)
+    left = sorted(p.name for p in (d / "ckpt").iterdir() if p.name.startswith(".ckpt") or ".partial-" in p.name)
+    spec = {"fill_at": fill_at, "full_for": full_for, "leave": leave}
+    return {
+        "events": comm.allgather(events),
+        "steps": steps,
+        "metrics": metrics,
+        "restored": None if restored is None else restored.step,
+        "equal": comm.allgather(equal),
+        "verified": verified,
+        "left": left,
+        "spec": spec,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["enospc", "full-open", "records-full", "eacces", "prefix"])
+    ap.add_argument("case", choices=["enospc", "full-open", "records-full", "eacces", "prefix", "enospc-run"])
     ap.add_argument("directory")
     ap.add_argument("--backend", default="mpiio")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--background", action="store_true")
     a = ap.parse_args()
+    import faulthandler
+
     from mpi4py import MPI
 
+    faulthandler.dump_traceback_later(240, exit=True)  # a hang ends the job (the campaign counts it)
     comm = MPI.COMM_WORLD
     fn = globals()["case_" + a.case.replace("-", "_")]
-    result = fn(Path(a.directory), comm, a.backend)
+    extra = {"seed": a.seed, "background": a.background} if a.case == "enospc-run" else {}
+    result = fn(Path(a.directory), comm, a.backend, **extra)
     if comm.rank == 0:
         print("RESULT " + json.dumps(result, default=str), flush=True)
     return 0

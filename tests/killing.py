@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,13 +44,23 @@ class Trial:
 
 
 def kill_once(
-    directory: Path, P: int, Q: int, delay: float, *, background: bool = False, every: int = 2, after_first_commit: bool = False
+    directory: Path,
+    P: int,
+    Q: int,
+    delay: float,
+    *,
+    background: bool = False,
+    every: int = 2,
+    after_first_commit: bool = False,
+    inspect: Callable[[Path], str] | None = None,
 ) -> Trial:
     """Start a job on P ranks, SIGKILL the whole job after ``delay`` s, restore on Q ranks (threads) and check.
 
     With ``after_first_commit`` the delay counts from the first committed
     checkpoint (at most 120 s after the start), so that a loaded machine,
     slow to start the job, still kills it in the middle of its work.
+    ``inspect(directory)``, called between the kill and the restart,
+    returns what it finds wrong ("" if nothing).
     """
     args = ["--steps", "100000", "--every", str(every)] + (["--background"] if background else [])
     proc = subprocess.Popen(job(P, directory, *args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -69,6 +80,8 @@ def kill_once(
         report = ac.verify(f)
         if not report.ok:
             note += f"{f.name} does not verify: {report.problems}; "
+    if inspect is not None:
+        note += inspect(directory)
 
     # The restart: a new MPI job on Q ranks restores and compares bit for bit.
     check = subprocess.run(job(Q, directory, "--check-restore", "--every", str(every)), capture_output=True, text=True, timeout=300)

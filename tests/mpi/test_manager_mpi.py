@@ -195,7 +195,9 @@ def test_manager_api_agreed_on_every_rank(mpi_tmp: Path) -> None:
 
 
 def test_warnings_once_per_job(mpi_tmp: Path) -> None:
+    """A checkpoint skipped by a restart is reported once per job (rank 0), as a warning and a log record."""
     import logging
+    import warnings
 
     w = world()
     with ac.CheckpointManager(mpi_tmp, Advection, comm=w, save_policy=EveryNSteps(10)) as mgr:
@@ -209,14 +211,21 @@ def test_warnings_once_per_job(mpi_tmp: Path) -> None:
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record)
 
-    handler = Keep(logging.WARNING)
+    handler = Keep(logging.INFO)
     logger = logging.getLogger("amrckpt")
     logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
     try:
-        with ac.CheckpointManager(mpi_tmp, Advection, comm=w) as mgr:
-            mgr.restore_latest()
+        with warnings.catch_warnings(record=True) as seen, ac.CheckpointManager(mpi_tmp, Advection, comm=w) as mgr:
+            warnings.simplefilter("always")
+            restored = mgr.restore_latest()
             step = mgr.restored_step
     finally:
         logger.removeHandler(handler)
-    counts = w.allgather(len([r for r in records if "skipping" in r.getMessage()]))
-    assert counts == [1] + [0] * (w.size - 1) and step == 10  # one warning per job: rank 0's
+        logger.setLevel(level)
+    warned = w.allgather(len([x for x in seen if issubclass(x.category, ac.CheckpointSkippedWarning)]))
+    logged = w.allgather(len([r for r in records if "skipped and kept aside" in r.getMessage()]))
+    assert warned == logged == [1] + [0] * (w.size - 1) and step == 10  # one report per job: rank 0's
+    assert [(s.step, s.unreadable) for s in restored.skipped] == [(20, False)]
+    assert w.allgather(Path(restored.skipped[0].kept_as).name.startswith("ckpt-000000000020.scda.damaged-")) == [True] * w.size
