@@ -19,7 +19,7 @@ from typing import Any
 
 from . import comm, container, errors, manager, partition, restart, scda, schema, sfc
 from ._version import __version__
-from .container import Geometry, GeometrySpec, RunRecord
+from .container import Geometry, GeometrySpec, Problem, RunRecord
 from .errors import (
     AmrckptError,
     CheckpointError,
@@ -142,6 +142,7 @@ __all__ = [
     "NDArray",
     "Partition",
     "PartitionError",
+    "Problem",
     "RunRecord",
     "SaveResult",
     "SchemaError",

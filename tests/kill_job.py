@@ -35,15 +35,15 @@ from checkpoint_cases import Advection, global_state
 
 import amrckpt as ac
 
-_CACHE: dict[int, Any] = {}
+_CACHE: dict[tuple[int, int], Any] = {}
 
 
-def state_at(step: int, comm: Any = None, every: int = 2) -> Advection:
-    """The state at ``step``: the mesh changes with the step (a new random forest every 3 saves)."""
+def state_at(step: int, comm: Any = None, every: int = 2, level: int = 7) -> Advection:
+    """The state at ``step``: the mesh changes with the step (a new random forest of ``level`` levels every 3 saves)."""
     seed = (step // (3 * every)) % 11
-    g = _CACHE.get(seed)
+    g = _CACHE.get((seed, level))
     if g is None:
-        g = _CACHE[seed] = global_state(seed=seed, max_level=7)
+        g = _CACHE[seed, level] = global_state(seed=seed, max_level=level)
     st = g.local(0, g.N) if comm is None else g.for_rank(comm)
     st.step = step
     st.time = step * 0.125
@@ -62,12 +62,13 @@ def main() -> int:
     ap.add_argument("--restart", action="store_true")
     ap.add_argument("--pids", default=None)
     ap.add_argument("--check-restore", action="store_true")
+    ap.add_argument("--level", type=int, default=7, help="the forests' deepest level (the checkpoints' size)")
     a = ap.parse_args()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     if a.check_restore:
-        return check_restore(a.directory, comm, a.every)
+        return check_restore(a.directory, comm, a.every, a.level)
     policy: Any = ac.EveryNSteps(a.every)
     if a.signal:
         policy = policy | ac.OnSignal()
@@ -83,7 +84,7 @@ def main() -> int:
         pending = None  # a background save not known to be committed yet
         for step in range(start, a.steps + 1):
             time.sleep(a.step_seconds)  # the "computation"
-            saved = mgr.save(step, state_at(step, comm, a.every))
+            saved = mgr.save(step, state_at(step, comm, a.every, a.level))
             if saved and comm.rank == 0:
                 if a.background:  # save() waited for the previous background save: it is committed
                     if pending is not None:
@@ -102,7 +103,7 @@ def main() -> int:
     return 0
 
 
-def check_restore(directory: str, comm: Any, every: int) -> int:
+def check_restore(directory: str, comm: Any, every: int, level: int = 7) -> int:
     """Restore the newest valid checkpoint on ``comm`` and compare it with the known state, bit for bit."""
     from checkpoint_cases import assert_state_equal
 
@@ -113,7 +114,7 @@ def check_restore(directory: str, comm: Any, every: int) -> int:
     if loaded is not None:
         assert step is not None
         try:
-            assert_state_equal(loaded.state, state_at(step, comm, every))
+            assert_state_equal(loaded.state, state_at(step, comm, every, level))
         except AssertionError:
             equal = False
     from mpi4py import MPI

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -53,6 +54,9 @@ def kill_once(
     every: int = 2,
     after_first_commit: bool = False,
     inspect: Callable[[Path], str] | None = None,
+    step_seconds: float | None = None,
+    level: int = 7,
+    in_save: float | None = None,
 ) -> Trial:
     """Start a job on P ranks, SIGKILL the whole job after ``delay`` s, restore on Q ranks (threads) and check.
 
@@ -60,15 +64,30 @@ def kill_once(
     checkpoint (at most 120 s after the start), so that a loaded machine,
     slow to start the job, still kills it in the middle of its work.
     ``inspect(directory)``, called between the kill and the restart,
-    returns what it finds wrong ("" if nothing).
+    returns what it finds wrong ("" if nothing).  ``step_seconds``: the
+    job's computation per step (default: kill_job.py's); ``level``: the
+    forests' deepest level (the checkpoints' size).  With ``in_save``,
+    after the delay the kill waits (at most 10 s) until a save's temporary
+    file is there, then ``in_save`` seconds more: a kill inside a save.
     """
     args = ["--steps", "100000", "--every", str(every)] + (["--background"] if background else [])
+    args += ["--step-seconds", str(step_seconds)] if step_seconds is not None else []
+    args += ["--level", str(level)]
     proc = subprocess.Popen(job(P, directory, *args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     if after_first_commit:
         deadline = time.monotonic() + 120
         while not any(directory.glob("ckpt-*.scda")) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.02)
     time.sleep(delay)
+    if in_save is not None:
+        ranks = [p for p in _matching(str(directory)) if p != proc.pid]  # found before: the kill itself must be quick
+        deadline = time.monotonic() + 10
+        while not any(".partial-" in n for n in os.listdir(directory)) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.0002)
+        time.sleep(in_save)
+        for p in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
     kill_tree(proc.pid, str(directory))
     out, _ = proc.communicate()
     committed = [int(line.split()[1]) for line in out.decode().splitlines() if line.startswith("COMMITTED")]
@@ -84,7 +103,12 @@ def kill_once(
         note += inspect(directory)
 
     # The restart: a new MPI job on Q ranks restores and compares bit for bit.
-    check = subprocess.run(job(Q, directory, "--check-restore", "--every", str(every)), capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        job(Q, directory, "--check-restore", "--every", str(every), "--level", str(level)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     said = [line.split() for line in check.stdout.splitlines() if line.startswith("RESTORED")]
     restored: int | None = None
     if check.returncode != 0 or len(said) != 1:

@@ -96,7 +96,13 @@ def test_metrics_are_never_lost_and_the_best_step_never_deleted(tmp_path: Path, 
 def test_a_directory_named_like_a_romio_prefix(tmp_path: Path, P: int) -> None:
     r = job("prefix", P, tmp_path)
     assert r["save"] == [[["ok", None, ""], [1]]] * P and r["verified"]
-    assert r["files"] == [f"ufs:y/{n}" for n in ("amrckpt-history.jsonl", "ckpt-000000000001.scda", "ckpt-000000000001.scda.run.json", "ckpt-000000000001.scda.step.json")]
+    names = (
+        "amrckpt-history.jsonl",
+        "ckpt-000000000001.scda",
+        "ckpt-000000000001.scda.run.json",
+        "ckpt-000000000001.scda.step.json",
+    )
+    assert r["files"] == [f"ufs:y/{n}" for n in names]
 
 
 def test_parallel_verify_of_a_damaged_file_exits_1_without_mpi_abort(tmp_path: Path) -> None:

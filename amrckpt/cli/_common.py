@@ -10,10 +10,10 @@ import sys
 from typing import Any
 
 from .. import scda
-from ..scda import safe_text as safe_text
 from ..comm import Comm
 from ..container import dtype_from_json
 from ..errors import AmrckptError, ScdaDecodeError
+from ..scda import safe_text as safe_text
 
 EXIT_OK = 0
 EXIT_BAD = 1

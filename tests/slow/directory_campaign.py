@@ -5,8 +5,8 @@ Usage::
 
     python tests/slow/directory_campaign.py [--kills 40] [--enospc 24] [--seed 1] [--json bench-results/directory-campaign.json]
 
-Kills: each trial starts ``tests/kill_job.py`` on 4 ranks with background
-saves, SIGKILLs the whole job at a random moment after its first commit
+Kills: each trial starts ``tests/kill_job.py`` on 4 ranks saving every step in the background
+(a save is nearly always in flight), SIGKILLs the whole job at a random moment after its first commit
 (often in the middle of a save: a temporary file is left), then checks that
 every checkpoint under its final name verifies and has its records (run
 record, step record describing it), and restarts on Q = 1..3 ranks: the
@@ -37,8 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
 
 from directory_job import LOSS
 from killing import kill_once, mpiexec
@@ -46,13 +45,15 @@ from small_fs import can_mount, tmpfs
 
 from amrckpt.manager import CheckpointDirectory
 
+HERE = Path(__file__).resolve().parent
+
 
 def records_of_every_checkpoint(d: Path) -> str:
     """Every checkpoint under its final name has its records, describing it ("" if so)."""
     cd = CheckpointDirectory(d)
     note = ""
     for step, name in cd.listing().checkpoints.items():
-        record, problem = cd.read_record(step, cd.check(step).info)
+        _, problem = cd.read_record(step, cd.check(step).info)
         if problem is not None or not (d / (name + ".run.json")).is_file():
             note += f"{name}: {problem or 'no run record'}; "
     return note
@@ -65,15 +66,18 @@ def kills(root: Path, n: int, rng: random.Random) -> list[dict[str, Any]]:
         d.mkdir()
         Q = rng.randint(1, 3)
         delay = rng.uniform(0.0, 1.2)
-        t = kill_once(d, 4, Q, delay, background=True, after_first_commit=True, inspect=records_of_every_checkpoint)
+        in_save = rng.uniform(0.0, 0.01) if k % 2 else None  # every other kill aimed inside a save
+        kw: dict[str, Any] = {"background": True, "every": 1, "step_seconds": 0.0, "after_first_commit": True, "in_save": in_save}
+        t = kill_once(d, 4, Q, delay, inspect=records_of_every_checkpoint, **kw)
         left = sorted(p.name for p in d.iterdir() if ".partial-" in p.name or ".previous-" in p.name)
         note = t.note + (f"the restart left {left}; " if left else "") + records_of_every_checkpoint(d)
         rows.append(
-            {"P": 4, "Q": Q, "delay": round(delay, 3), "committed": t.committed, "restored": t.restored}
+            {"P": 4, "Q": Q, "delay": round(delay, 3), "in_save": in_save, "committed": t.committed, "restored": t.restored}
             | {"mid_save": t.mid_save, "ok": t.recovered and not note, "note": note}
         )
         print(
-            f"kill {k}: Q={Q} delay {delay:.2f} s, committed {t.committed}, restored {t.restored}, "
+            f"kill {k}: Q={Q} delay {delay:.2f} s{' (then inside a save)' if in_save is not None else ''}, "
+            f"committed {t.committed}, restored {t.restored}, "
             f"{'mid-save, ' if t.mid_save else ''}{'ok' if rows[-1]['ok'] else 'PROBLEM: ' + note}",
             flush=True,
         )

@@ -340,8 +340,9 @@ def test_a_directory_of_an_earlier_version_keeps_its_facts(tmp_path: Path) -> No
     for p in tmp_path.glob("*.step.json"):
         p.unlink()
     with manager(tmp_path, keep_policy=KeepBest("loss", 1)) as mgr:
-        assert [(r.step, r.metrics, r.record_problem) for r in mgr.history()] == [(1, {"loss": 0.1}, None), (2, {"loss": 0.5}, None)]
-        assert sorted(p.name for p in tmp_path.glob("*.step.json")) == ["ckpt-000000000001.scda.step.json", "ckpt-000000000002.scda.step.json"]
+        got = [(r.step, r.metrics, r.record_problem) for r in mgr.history()]
+        assert got == [(1, {"loss": 0.1}, None), (2, {"loss": 0.5}, None)]
+        assert sorted(p.name for p in tmp_path.glob("*.step.json")) == [f"ckpt-00000000000{s}.scda.step.json" for s in (1, 2)]
 
 
 # -- finding 8: damaged and unreadable checkpoints are kept aside and reported on stderr -------------------
@@ -461,7 +462,8 @@ def test_text_from_a_file_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_every_policy_is_at_the_top_level() -> None:
     """Before: ``ac.Never`` (and ``ac.KeepAll``) were missing while every other policy was there."""
     assert ac.Never is ac.manager.Never and ac.KeepAll is ac.manager.KeepAll
-    assert all(getattr(ac, n) is getattr(ac.manager, n) for n in ac.manager.__all__ if n.startswith(("Keep", "Every", "On")) and n != "KeepPolicy")
+    policies = [n for n in ac.manager.__all__ if n.startswith(("Keep", "Every", "On")) and n != "KeepPolicy"]
+    assert all(getattr(ac, n) is getattr(ac.manager, n) for n in policies)
 
 
 def test_other_failing_ranks_are_named_in_english() -> None:

@@ -26,8 +26,7 @@ from checkpoint_cases import Advection, assert_state_equal, global_state
 
 import amrckpt as ac
 from amrckpt.comm import run_threads
-from amrckpt.manager import EveryNSteps, KeepAll, KeepBest, KeepEveryNSeconds, KeepLast
-from amrckpt.manager import HISTORY
+from amrckpt.manager import HISTORY, EveryNSteps, KeepAll, KeepBest, KeepEveryNSeconds, KeepLast
 
 G = {s: global_state(seed=s % 7, max_level=4) for s in range(0, 80, 10)}
 
@@ -340,7 +339,8 @@ def test_warnings_come_once_per_job_not_once_per_rank(tmp_path: Path, caplog: py
     assert len(skipping) == 1 and skipping[0].rank == 0 and skipping[0].size == 4  # type: ignore[attr-defined]
     tagged = sorted(r.getMessage() for r in caplog.records if "differs" in r.getMessage())
     assert tagged == [f"rank {r} of 4: rank {r} differs" for r in range(4)]
-    assert all(r.name == "amrckpt.manager" and r.filename.endswith(("_manager.py", "_directory.py", "test_manager_api.py")) for r in caplog.records)
+    files = ("_manager.py", "_directory.py", "test_manager_api.py")
+    assert all(r.name == "amrckpt.manager" and r.filename.endswith(files) for r in caplog.records)
 
 
 # -- abort_on_error ----------------------------------------------------------------------------
