@@ -102,7 +102,7 @@ def test_damage_is_reported_on_every_rank(mpi_tmp: Path) -> None:
     with pytest.raises(ac.ChecksumError, match="'rho'"):
         ac.load(path, Advection, comm=w)
     report = ac.verify(path, comm=w)
-    assert not report.ok and len(report.problems) == 1 and "'rho'" in report.problems[0]
+    assert not report.ok and len(report.problems) == 1 and "'rho'" in report.problems[0].message
 
 
 def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -964,7 +964,7 @@ def test_damaged_inline_or_block_json_is_a_checksum_error(tmp_path: Path, good_f
     with pytest.raises(ChecksumError, match=repr(name)):
         ac.load(path, Advection)
     report = ac.verify(path)
-    assert not report.ok and any(repr(name) in p for p in report.problems)
+    assert not report.ok and any(repr(name) in p.message for p in report.problems)
 
 
 def test_damaged_manifest_without_verification_is_an_amrckpt_error(tmp_path: Path, good_file: Any) -> None:
@@ -997,21 +997,21 @@ def test_bit_flips_in_data_sections_are_caught_and_named(tmp_path: Path, good_fi
             errs = agreed_errors(2, lambda comm: ac.load(path, Advection, comm=comm, partition="weighted"))
             assert all(isinstance(x, AmrckptError) for x in errs), (e.name, pos, errs)
             report = ac.verify(path)
-            assert not report.ok and any(repr(e.name) in p for p in report.problems), (e.name, pos, report.problems)
+            assert not report.ok and any(repr(e.name) in p.message for p in report.problems), (e.name, pos, report.problems)
 
 
 def test_verify_names_a_damaged_file_header(tmp_path: Path, good_file: Any) -> None:
     _, good = good_file
     path = _damaged(tmp_path, good, 0, b"r")
     report = ac.verify(path)
-    assert not report.ok and any("'file header'" in p for p in report.problems), report.problems
+    assert not report.ok and any("'file header'" in p.message for p in report.problems), report.problems
 
 
 def test_verify_names_a_damaged_footer(tmp_path: Path, good_file: Any) -> None:
     _, good = good_file
     path = _damaged(tmp_path, good, len(good) - 32, b"1")  # first hex digit of the index offset
     report = ac.verify(path)
-    assert not report.ok and any("footer" in p for p in report.problems), report.problems
+    assert not report.ok and any("footer" in p.message for p in report.problems), report.problems
 
 
 def test_truncated_anywhere_is_an_error_and_verify_never_raises(tmp_path: Path, good_file: Any) -> None:
@@ -1039,7 +1039,7 @@ def test_verify_and_read_info_on_many_ranks(tmp_path: Path, good_file: Any) -> N
     e = ac.read_info(path0).index.entry("rho")
     path = _damaged(tmp_path, good, e.end - 40, b"\xff")
     reports = run_threads(3, lambda comm: ac.verify(path, comm=comm))
-    assert all(not r.ok and any("'rho'" in p for p in r.problems) for r in reports)
+    assert all(not r.ok and any("'rho'" in p.message for p in r.problems) for r in reports)
     infos = run_threads(3, lambda comm: ac.read_info(path0, comm=comm))
     assert all(i.writer_partition == infos[0].writer_partition for i in infos)
 
