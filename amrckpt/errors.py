@@ -200,7 +200,7 @@ class StepNotFoundError(ManagerError, LookupError):
 
 
 class AmrckptWarning(UserWarning):
-    """Root of the warnings amrckpt issues (:mod:`warnings`: shown on stderr unless filtered)."""
+    """Root of the warnings amrckpt issues (``warnings``: shown on stderr unless filtered)."""
 
 
 class CheckpointSkippedWarning(AmrckptWarning):

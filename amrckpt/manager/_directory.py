@@ -139,6 +139,9 @@ class CheckpointDirectory:
             self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
         try:
             self._tidy()
+        except OSError as exc:
+            self.close()
+            raise ManagerError(f"cannot use the checkpoint directory {str(self.path)!r}: {exc.strerror or exc}") from exc
         except BaseException:
             self.close()
             raise
@@ -478,7 +481,7 @@ class CheckpointDirectory:
         return skipped
 
     def set_aside(self, step: int, problem: str, unreadable: bool, must: bool = False) -> Skipped:
-        """Keep a damaged or unreadable checkpoint aside (:meth:`keep_aside`) and warn (:mod:`warnings`: on stderr).
+        """Keep a damaged or unreadable checkpoint aside (:meth:`keep_aside`) and warn (``warnings``: on stderr).
 
         Returns
         -------

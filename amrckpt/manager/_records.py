@@ -6,7 +6,7 @@ written, when, how long it took, by how many processes, the ``metrics`` and
 belongs to.  It is written beside the checkpoint before the checkpoint's
 rename (:mod:`amrckpt.manager._commit`), so a committed checkpoint has its
 record; a record that does not parse, or that describes another file, makes
-the step's facts unknown (:func:`read_record` says why), which a retention
+the step's facts unknown (``CheckpointDirectory.read_record`` says why), which a retention
 policy that judges by them respects (it keeps the step).
 
 Records are read defensively: a record is small (at most
