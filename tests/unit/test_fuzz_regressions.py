@@ -159,7 +159,8 @@ def test_verify_of_an_index_entry_beyond_the_file(tmp_path: Path, checkpoint: by
 
     p.write_bytes(edit_checkpoint(checkpoint, None, edit))
     rep = restart.verify(p)
-    assert not rep.ok and any("'file header' (bytes 0.." in x and "is not inside the file" in x for x in (p.message for p in rep.problems))
+    texts = [q.message for q in rep.problems]
+    assert not rep.ok and any("'file header' (bytes 0.." in x and "is not inside the file" in x for x in texts)
     for name in ("restart.verify", "cli verify"):
         assert run_target(name, READERS[name], p, p.stat().st_size) is None
     code, text = _cli("verify", "--no-progress", p)
