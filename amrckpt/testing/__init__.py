@@ -8,6 +8,8 @@ a communicator or use amrckpt under MPI:
 - :class:`FaultyComm` and :func:`inject_faults` make seeded calls fail
   (libsc's ``fuzzy_everyn``), to check that every rank raises the same
   error and that nothing is lost;
+- :class:`CommTests` is the conformance suite of communicators (serial,
+  threads, MPI, wrappers): MPI's semantics for every collective;
 - :func:`failing_steps` makes a chosen step of every collective call fail
   on chosen ranks: the agreement test of every public entry point.
 
@@ -17,11 +19,13 @@ Nothing here is imported by ``import amrckpt``.
 from __future__ import annotations
 
 from .._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
+from ._comm_tests import CommTests
 from ._steps import InjectedStepError, StepFaults, failing_steps
 from ._wrappers import COLLECTIVES, CountingComm, FaultyComm, WrapperComm
 
 __all__ = [
     "COLLECTIVES",
+    "CommTests",
     "KINDS",
     "CountingComm",
     "Fault",
