@@ -17,6 +17,7 @@ from .comm import Comm, collective
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, read_info, verify
 from .errors import AmrckptError, SchemaError
 from .partition import Partition, family_window, keep_families
+from .scda import FileAccess
 from .schema import CheckpointSchema, FieldKind, Forest, HpData, field_adapter
 
 __all__ = ["CheckpointInfo", "Loaded", "VerifyReport", "load", "read_info", "verify"]
@@ -141,6 +142,7 @@ def load(
     info: Any = None,
     backend: str | None = None,
     allow_for_coarsening: bool = False,
+    access: FileAccess | None = None,
 ) -> Loaded[S]:
     """Read a checkpoint on the current communicator, with a new partition of its leaves.
 
@@ -192,6 +194,8 @@ def load(
         (:func:`amrckpt.partition.keep_families`; each rank reads the few
         leaves around its own cut, then one allgather of one int64 per rank).
         Not for ``"writer"`` (the partition is the writer's).
+    access : amrckpt.scda.FileAccess, optional
+        ``info`` and ``backend`` as one value; the keyword arguments given override it.
 
     Returns
     -------
@@ -216,8 +220,9 @@ def load(
         isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema
     ):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
+    a = FileAccess.of(access, info=info, backend=backend)
     with collective(comm, "load") as call:
-        return _load(call.comm, path, schema, partition, fields, verify, info, backend, allow_for_coarsening)
+        return _load(call.comm, path, schema, partition, fields, verify, a, allow_for_coarsening)
 
 
 def _load(
@@ -227,8 +232,7 @@ def _load(
     partition: PartitionSpec,
     fields: list[str] | None,
     verify: bool,
-    info: Any,
-    backend: str | None,
+    access: FileAccess,
     allow_for_coarsening: bool,
 ) -> Loaded[S]:
     """Read the checkpoint: the body of :func:`load`, inside its collective call."""
@@ -244,7 +248,7 @@ def _load(
         return [fs.name for fs in _wanted(m, fields, m.schema_version != schema.__amrckpt_version__, where)]
 
     # One broadcast of the metadata, one or two collective reads, one agreement (when closing).
-    with CheckpointReader(path, comm=c, verify=verify, info=info, backend=backend, defer_crc=True, select=select) as r:
+    with CheckpointReader(path, comm=c, verify=verify, access=access, defer_crc=True, select=select) as r:
         m = r.manifest
         if schema is None:  # the manifest is the same on every rank: so is the schema built from it
             schema = CheckpointSchema.from_manifest(m)  # type: ignore[assignment]

@@ -194,8 +194,8 @@ class CheckpointReader:
         The communicator (None: serial).
     verify : bool, optional
         Check the CRC32 of every section read against the index.
-    info, backend : optional
-        MPI-IO hints and backend, as for :func:`amrckpt.scda.fopen_read`.
+    access : amrckpt.scda.FileAccess, optional
+        MPI-IO hints and backend of the collective reads.
     defer_crc : bool, optional
         CRC the bytes read in a helper thread until :meth:`check_crcs`
         (for readers that hand nothing out before it).
@@ -224,15 +224,14 @@ class CheckpointReader:
         *,
         comm: Any = None,
         verify: bool = True,
-        info: Any = None,
-        backend: str | None = None,
+        access: scda.FileAccess | None = None,
         defer_crc: bool = False,
         select: Callable[[Manifest], Sequence[str]] | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.verify = verify
         self.path = os.fspath(path)
-        self._open_args: dict[str, Any] = {"info": info, "backend": backend}
+        self.access = scda.FileAccess() if access is None else access
         self._defer_crc = defer_crc
         self._scda: scda.ScdaReader | None = None  # opened when a field is read section by section
         self._gathered: scda.Backend | None = None  # opened by read_fields, for collective reads only
@@ -266,7 +265,7 @@ class CheckpointReader:
     def scda(self) -> scda.ScdaReader:
         """The file opened through the scda API, for reading section by section (opened on first use: collective)."""
         if self._scda is None:
-            f = scda.fopen_read(self.path, comm=self.comm, checksum=self.verify, **self._open_args)
+            f = scda.fopen_read(self.path, comm=self.comm, checksum=self.verify, access=self.access)
             f._defer_crc = self._defer_crc
             self._scda = f
         return self._scda
@@ -611,7 +610,7 @@ class CheckpointReader:
                 build[fs.name] = b
         if g.nbytes:
             if self._gathered is None:
-                self._gathered = scda.open_backend(self.path, "r", self.comm, defer=True, **self._open_args)
+                self._gathered = scda.open_backend(self.path, "r", self.comm, access=self.access, defer=True)
             g.run(self._gathered)
         values: dict[str, Any] = {}
         if g.error is None:
@@ -692,7 +691,7 @@ class CheckpointReader:
             raise CheckpointError(f"{self.path!r}: the manifest gives each leaf {fixed} bytes, more than the file holds")
         if g.nbytes:
             if self._gathered is None:
-                self._gathered = scda.open_backend(self.path, "r", self.comm, defer=True, **self._open_args)
+                self._gathered = scda.open_backend(self.path, "r", self.comm, access=self.access, defer=True)
             g.run(self._gathered)
         w = np.full(span.count, fixed, dtype=np.int64)
         for fn in later:
@@ -1020,5 +1019,5 @@ def read_info(path: str | os.PathLike[str], *, comm: Any = None, verify: bool = 
         If the index or manifest is malformed; ChecksumError if they do not
         match their CRC32s.
     """
-    with CheckpointReader(path, comm=comm, verify=verify, info=info) as r:
+    with CheckpointReader(path, comm=comm, verify=verify, access=scda.FileAccess.of(info=info)) as r:
         return r.info

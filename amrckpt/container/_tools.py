@@ -154,7 +154,7 @@ def convert(
         manifest = m.model_copy(
             update={"fields": fields, "format_version": format_version_of(m.meshes), "amrckpt_version": __version__}
         )
-        with CheckpointWriter(dst, manifest, comm=c, style=style) as w:
+        with CheckpointWriter(dst, manifest, comm=c, access=scda.FileAccess(style=style)) as w:
             for fs in fields:
                 parts = r.entries(fs.name) if fs.layout is not None else [r.entry(fs.name)]
                 data = []

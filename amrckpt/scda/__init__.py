@@ -24,7 +24,8 @@ do not depend on how many processes wrote it::
 
 from __future__ import annotations
 
-from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints, open_backend
+from ._access import BackendOpener, FileAccess, open_backend
+from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints
 from ._codec import decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -57,6 +58,8 @@ __all__ = [
     "MAX_USER_STRING_NBYTES",
     "MAX_VENDOR_NBYTES",
     "Backend",
+    "BackendOpener",
+    "FileAccess",
     "FileInfo",
     "MPIIOBackend",
     "PosixBackend",

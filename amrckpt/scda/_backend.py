@@ -40,7 +40,7 @@ from ..errors import (
     ScdaPermissionError,
 )
 
-__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "open_backend"]
+__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints"]
 
 Piece = tuple[int, memoryview]
 
@@ -709,52 +709,6 @@ def hints(text: str | None = None) -> dict[str, str]:
             raise ScdaArgumentError(f"MPI-IO hint {item!r}: expected key=value ({HINTS_ENV}, --hint)")
         out[key.strip()] = value.strip()
     return out
-
-
-def open_backend(
-    path: str, mode: str, comm: Comm, *, info: Any = None, backend: str | None = None, truncate: bool = True, defer: bool = False
-) -> Backend:
-    """Open ``path`` on every rank of ``comm``. Collective.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file.
-    mode : {"w", "r"}
-        ``"w"`` creates or truncates; ``"r"`` opens an existing file.
-    comm : Comm
-        From :func:`~amrckpt.comm.as_comm`.
-    info : dict or mpi4py.MPI.Info, optional
-        MPI-IO hints (ignored by the POSIX backend).
-    backend : {None, "posix", "mpiio"}
-        ``None`` chooses MPI-IO for an MPI communicator, POSIX otherwise.
-    truncate : bool, optional
-        ``"w"`` only: empty an existing file (else it is overwritten in place
-        and the writer sets its final size when closing).
-    defer : bool, optional
-        MPI-IO: the caller does no independent I/O (hint
-        ``romio_no_indep_rw``); ``"w"``: keep an error of truncating in
-        ``pending`` for the writer's single agreement instead of agreeing
-        on it at once.
-
-    Raises
-    ------
-    ScdaIOError
-        On every rank, if any rank cannot open the file.
-    ScdaArgumentError
-        For an unknown backend, or MPI-IO without an MPI communicator.
-    """
-    path = os.fspath(path)
-    mpi = getattr(comm, "mpi_comm", None) is not None  # an MPIComm, or a wrapper of one (amrckpt.testing)
-    if backend is None:
-        backend = "mpiio" if mpi else "posix"
-    if backend == "posix":
-        return PosixBackend(path, mode, comm, truncate)
-    if backend == "mpiio":
-        if not mpi:
-            raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
-        return MPIIOBackend(path, mode, comm, info, truncate, defer)
-    raise ScdaArgumentError(f"backend must be 'posix' or 'mpiio', not {backend!r}")
 
 
 def _split_rounds(runs: list[tuple[int, list[memoryview]]], nrounds: int) -> list[list[Piece]]:

@@ -21,7 +21,8 @@ from ..errors import (
     ScdaFormatError,
     ScdaUsageError,
 )
-from ._backend import Backend, byte_view, open_backend, rounds
+from ._access import FileAccess, open_backend
+from ._backend import Backend, byte_view, rounds
 from ._codec import MAX_INFLATE_RATIO, decode_elements
 from ._entries import parse_entries
 from ._format import (
@@ -92,10 +93,9 @@ class ScdaReader:
         path: str | os.PathLike[str],
         *,
         comm: Any = None,
-        info: Any = None,
-        backend: str | None = None,
         strict: bool = False,
         checksum: bool = False,
+        access: FileAccess | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
@@ -107,7 +107,7 @@ class ScdaReader:
         self._defer_crc = False  # restart.load: CRC in the helper thread until section_crcs()
         self._pending: _Pending | None = None
         with collective(self.comm, "scda.fopen_read") as call:
-            self._backend: Backend | None = open_backend(self.path, "r", self.comm, info=info, backend=backend)
+            self._backend: Backend | None = open_backend(self.path, "r", self.comm, access=access)
             try:
                 size = self._backend.file_size()
                 head = call.on_root(lambda: self._read_file_header(size), what="file header")
@@ -921,6 +921,7 @@ def fopen_read(
     backend: str | None = None,
     strict: bool = False,
     checksum: bool = False,
+    access: FileAccess | None = None,
 ) -> ScdaReader:
     """Open an scda file and read its header section F (libsc ``sc_scda_fopen_read``).
 
@@ -944,6 +945,8 @@ def fopen_read(
         CRC32 every byte read, for :meth:`ScdaReader.section_crcs`; rank 0
         then also reads each section's padding, so that every byte of a
         section whose data is read on all ranks is covered.
+    access : FileAccess, optional
+        ``info`` and ``backend`` as one value (the keyword arguments given override it).
 
     Returns
     -------
@@ -959,4 +962,5 @@ def fopen_read(
     ScdaCountError
         If it is shorter than a file header.
     """
-    return ScdaReader(path, comm=comm, info=info, backend=backend, strict=strict, checksum=checksum)
+    a = FileAccess.of(access, info=info, backend=backend)
+    return ScdaReader(path, comm=comm, strict=strict, checksum=checksum, access=a)

@@ -233,6 +233,7 @@ def save(
     backend: str | None = None,
     truncate: bool = True,
     run_record: bool = False,
+    access: scda.FileAccess | None = None,
 ) -> SaveResult:
     """Write a simulation's state as one scda checkpoint file.
 
@@ -273,6 +274,9 @@ def save(
         Also write the run record beside the file (``<path>.run.json``, by
         rank 0), so that ``load(partition="writer")`` can restore the
         writing partition.
+    access : amrckpt.scda.FileAccess, optional
+        ``style``, ``sync``, ``info``, ``backend`` and ``truncate`` as one
+        value; the keyword arguments given override it.
 
     Returns
     -------
@@ -289,8 +293,9 @@ def save(
         On every rank, if the file cannot be written.
     """
     t0 = time.time()
+    a = scda.FileAccess.of(access, style=style, sync=sync, info=info, backend=backend, truncate=truncate)
     with collective(comm, "save") as call:
-        result, manifest, prepared = _save(call, state, path, style, sync, check_mesh, info, backend, truncate)
+        result, manifest, prepared = _save(call, state, path, a, check_mesh)
         first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)
         # The writing partition (P + 1 offsets) is what a save returns, on every rank (public: SaveResult.partition,
         # run.global_first_quadrant): one MPI_Allgather of 8 bytes per rank, the save's only O(P) step.
@@ -302,7 +307,7 @@ def save(
         gfq = partition.global_first_quadrant.tolist() if partition is not None else None
         run = run_record_of(call.comm, gfq, t0)
         if run_record:
-            _write_record(call, result.path, run, sync)
+            _write_record(call, result.path, run, a.sync)
     return SaveResult(result.path, result.nbytes, manifest, result.index, manifest.num_leaves, run, partition)
 
 
@@ -310,12 +315,8 @@ def _save(
     call: Call,
     state: CheckpointSchema,
     path: str | os.PathLike[str],
-    style: scda.Style,
-    sync: bool,
+    access: scda.FileAccess,
     check_mesh: bool,
-    info: Any,
-    backend: str | None,
-    truncate: bool,
 ) -> tuple[WriteResult, Manifest, list[Prepared]]:
     """Check the state on every rank, agree, and write the file (the body of :func:`save`). Collective."""
 
@@ -328,9 +329,7 @@ def _save(
     agreed = _agree_report(call, state, prepared)
     assert prepared is not None  # else the agreement raised
     manifest = _manifest(type(state), state, prepared, agreed)
-    with CheckpointWriter(
-        path, manifest, comm=call.comm, style=style, sync=sync, info=info, backend=backend, truncate=truncate, defer=True
-    ) as w:
+    with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             p.payload.elem_counts = agreed.counts[j]
             if fs.section == "V" or fs.kind == "hp":
