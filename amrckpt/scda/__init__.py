@@ -25,7 +25,7 @@ do not depend on how many processes wrote it::
 from __future__ import annotations
 
 from ._access import BackendOpener, FileAccess, open_backend
-from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints
+from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints, os_error
 from ._codec import decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -83,6 +83,7 @@ __all__ = [
     "format_entries",
     "hints",
     "open_backend",
+    "os_error",
     "pad_string",
     "parse_count_entry",
     "parse_entries",

@@ -12,24 +12,20 @@ and agreed on by the caller.
 The POSIX backend imports nothing of MPI and serves serial runs (and, for
 tests, ranks that are threads of one process).
 
-Every call that can fail in production carries a fault-injection hook
-(:mod:`amrckpt._faults`): ``if _faults.ACTIVE is not None``, a no-op unless a
-test injects faults.  Independent calls fail instead of doing their work;
-collective MPI-IO calls first take part, then fail, so that no rank waits.
+Tests inject faults by wrapping a backend (:class:`amrckpt.testing.FaultyBackend`),
+selected through :class:`~amrckpt.scda.FileAccess`; these classes carry no test hooks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
-import functools
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from .. import _faults
 from ..comm import Call, Comm, collective, current_call
 from ..errors import (
     ScdaArgumentError,
@@ -40,7 +36,7 @@ from ..errors import (
     ScdaPermissionError,
 )
 
-__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints"]
+__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "os_error"]
 
 Piece = tuple[int, memoryview]
 
@@ -193,17 +189,9 @@ class PosixBackend:
 
     def _open(self, flags: int, what: str) -> None:
         try:
-            self._inject("open")
             self._fd = os.open(self.path, flags, 0o666)
         except OSError as exc:
             raise os_error(exc, self.path, what) from exc
-
-    def _inject(self, kind: str) -> None:
-        """Raise the OSError of an injected fault (amrckpt._faults), if one is due."""
-        if _faults.ACTIVE is not None:
-            exc = _faults.io_error(kind, self.comm, self.path)
-            if exc is not None:
-                raise exc
 
     def _close_fd(self) -> None:
         if self._fd >= 0:
@@ -211,7 +199,6 @@ class PosixBackend:
                 os.close(self._fd)
             finally:
                 self._fd = -1
-            self._inject("close")
 
     def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Write pieces and bulk run with one ``pwritev`` per contiguous run."""
@@ -228,7 +215,6 @@ class PosixBackend:
         while bufs:
             batch = bufs[:512]
             try:
-                self._inject("write")
                 n = os.pwritev(self._fd, batch, off)
             except OSError as exc:
                 raise os_error(exc, self.path, f"cannot write {sum(b.nbytes for b in batch)} bytes at byte {off} of") from exc
@@ -260,7 +246,6 @@ class PosixBackend:
         while bufs:
             batch = bufs[:512]
             try:
-                self._inject("read")
                 n = os.preadv(self._fd, batch, off)
             except OSError as exc:
                 raise os_error(exc, self.path, f"cannot read {want} bytes at byte {start} of") from exc
@@ -280,7 +265,6 @@ class PosixBackend:
 
         def fstat() -> int:
             try:
-                self._inject("size")
                 return os.fstat(self._fd).st_size
             except OSError as exc:
                 raise os_error(exc, self.path, "cannot get the size of") from exc
@@ -295,7 +279,6 @@ class PosixBackend:
 
         def fsync() -> None:
             try:
-                self._inject("sync")
                 if size is not None and self.comm.rank == 0:
                     os.ftruncate(self._fd, size)
                 os.fsync(self._fd)
@@ -310,7 +293,6 @@ class PosixBackend:
 
         def cut() -> None:
             try:
-                self._inject("sync")
                 os.ftruncate(self._fd, size)  # type: ignore[arg-type]
             except OSError as exc:
                 raise os_error(exc, self.path, "cannot set the size of") from exc
@@ -398,14 +380,12 @@ class MPIIOBackend:
         def open_file() -> None:
             try:
                 self._fh = MPI.File.Open(self._mpi_comm, path, amode, mpi_info)
-                self._inject("open")
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot open") from exc
 
         def set_size_0() -> None:
             try:
                 self._fh.Set_size(0)
-                self._inject("sync")
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot truncate") from exc
 
@@ -433,13 +413,6 @@ class MPIIOBackend:
                 self._fh.Close()
         self._fh = None
 
-    def _inject(self, kind: str) -> None:
-        """Raise an injected fault (amrckpt._faults) as the ``MPI.Exception`` of its errno, if one is due."""
-        if _faults.ACTIVE is not None:
-            exc = _faults.io_error(kind, self.comm, self.path)
-            if exc is not None:
-                raise _injected_mpi_exception(self._MPI, exc)
-
     def _error(self, exc: Any, what: str) -> ScdaIOError:
         MPI = self._MPI
         cls = exc.Get_error_class()
@@ -463,7 +436,6 @@ class MPIIOBackend:
                     part = b[done : done + MAX_CALL_NBYTES]
                     st = MPI.Status()
                     try:
-                        self._inject("write" if write else "read")
                         if write:
                             self._fh.Write_at(off + done, [part, MPI.BYTE], st)
                         else:
@@ -497,7 +469,6 @@ class MPIIOBackend:
                     self._fh.Write_at_all(pos, [part, MPI.BYTE], st)
                 else:
                     self._fh.Read_at_all(pos, [part, MPI.BYTE], st)
-                self._inject("write" if write else "read")
             except MPI.Exception as exc:
                 if err is None:
                     err = self._error(exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {pos} of")
@@ -581,7 +552,6 @@ class MPIIOBackend:
                     call([MPI.BOTTOM, 1, mtype], st)
                 else:
                     call([bytearray(), 0, MPI.BYTE], st)
-                self._inject(verb)
                 if err is None and want:
                     self._check_count(st, want, blocks[0][0], write)
             except MPI.Exception as exc:
@@ -614,7 +584,6 @@ class MPIIOBackend:
 
         def size() -> None:
             got.append(int(self._fh.Get_size()))
-            self._inject("size")
 
         with _Step(self.comm, "scda.file_size") as call:
             call.run(self._mpi_step, size, "cannot get the size of")
@@ -628,7 +597,6 @@ class MPIIOBackend:
             if size is not None:
                 self._fh.Set_size(size)
             self._fh.Sync()
-            self._inject("sync")
 
         with _Step(self.comm, "scda.sync") as call:
             call.run(self._mpi_step, sync, "cannot sync", always=True)
@@ -638,47 +606,14 @@ class MPIIOBackend:
 
         def set_size() -> None:
             self._fh.Set_size(size)
-            self._inject("sync")
 
         def close() -> None:
             self._fh.Close()
-            self._inject("close")
 
         with _Step(self.comm, "scda.close") as call:
             if size is not None:
                 call.run(self._mpi_step, set_size, "cannot set the size of", always=True)
             call.run(self._mpi_step, close, "cannot close", always=True)
-
-
-_MPI_ERROR_OF_ERRNO = {
-    errno_mod.ENOENT: "ERR_NO_SUCH_FILE",
-    errno_mod.EACCES: "ERR_ACCESS",
-    errno_mod.EROFS: "ERR_READ_ONLY",
-    errno_mod.ENOSPC: "ERR_NO_SPACE",
-    errno_mod.EDQUOT: "ERR_QUOTA",
-    errno_mod.EIO: "ERR_IO",
-}
-
-
-def _injected_mpi_exception(MPI: Any, exc: OSError) -> Any:
-    """Return an ``MPI.Exception`` of the MPI error class of an injected OSError's errno (ERR_IO by default)."""
-    code = getattr(MPI, _MPI_ERROR_OF_ERRNO.get(exc.errno or errno_mod.EIO, "ERR_IO"), MPI.ERR_IO)
-    return _injected_mpi_class(MPI)(code, exc.strerror or "")
-
-
-@functools.cache
-def _injected_mpi_class(MPI: Any) -> Any:
-    class InjectedMPIException(MPI.Exception):  # type: ignore[misc]
-        """An MPI error made by the fault injection; its error string says so."""
-
-        def __init__(self, code: int, note: str) -> None:
-            super().__init__(code)
-            self.note = note
-
-        def Get_error_string(self) -> str:
-            return f"{super().Get_error_string()} [{self.note}]"
-
-    return InjectedMPIException
 
 
 HINTS_ENV = "AMRCKPT_MPIIO_HINTS"

@@ -184,7 +184,7 @@ def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path)
     """EIO in the gathered read of one rank of three: every rank raises ScdaIOError (not a ChecksumError), none hangs."""
     import errno
 
-    from amrckpt._faults import inject_faults
+    from amrckpt.testing import FaultyBackend, inject_faults
 
     path = tmp_path / "l.scda"
     run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
@@ -192,7 +192,7 @@ def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path)
     def body(comm: Any) -> tuple[str, int | None]:
         with inject_faults(1, ranks=[1], kinds={"read"}, errno=errno.EIO, limit=1):
             try:
-                ac.load(path, Layouts, comm=comm)
+                ac.load(path, Layouts, comm=comm, backend=FaultyBackend)
             except ac.AmrckptError as exc:
                 return type(exc).__name__, getattr(exc, "errno", None)
         return "loaded", None
