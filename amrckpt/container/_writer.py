@@ -129,8 +129,14 @@ class CheckpointWriter:
         self._roles.append("manifest")
         self.result: WriteResult | None = None
 
-    def write_field(self, fs: FieldSpec, payload: Payload) -> None:
+    def write_field(
+        self, fs: FieldSpec, payload: Payload, counts: scda.Share | None = None, nbytes: scda.Share | None = None
+    ) -> None:
         """Write the next field of the manifest by its kind's handler. Collective.
+
+        ``counts`` is this rank's share of the field's elements (leaves,
+        array elements), ``nbytes`` of its values' bytes (hp), as the ranks
+        agreed (:func:`amrckpt.save` agrees on them); fields of neither take none.
 
         Raises
         ------
@@ -138,7 +144,8 @@ class CheckpointWriter:
             If ``fs`` is not the manifest's next field.
         """
         self._next(fs)
-        handler_for(fs.kind).write(self, fs, payload)
+        none = scda.Share(0, 0, 0, 0, 0)
+        handler_for(fs.kind).write(self.scda, fs, payload, counts or none, nbytes or none)
         self._roles.extend(["field"] * (len(self.scda.records) - len(self._roles)))  # a layout may take two sections
 
     def copy_field(self, fs: FieldSpec, data: scda.SectionData | list[scda.SectionData], *, level: int = 9) -> None:

@@ -36,7 +36,7 @@ from ..errors import (
     ScdaPermissionError,
 )
 
-__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "os_error"]
+__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "os_error", "preadv"]
 
 Piece = tuple[int, memoryview]
 
@@ -158,6 +158,37 @@ def _coalesce(pieces: Sequence[Piece]) -> list[tuple[int, list[memoryview]]]:
     return runs
 
 
+def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
+    """Fill every ``(offset, buffer)`` piece from the open file ``fd``: one ``preadv`` per contiguous run. Not collective.
+
+    Raises
+    ------
+    ScdaCountError
+        Where the file ends before a piece.
+    ScdaIOError
+        Where ``preadv`` fails (with its errno).
+    """
+    for off, bufs in _coalesce(pieces):
+        want = sum(b.nbytes for b in bufs)
+        start = off
+        while bufs:
+            batch = bufs[:512]
+            try:
+                n = os.preadv(fd, batch, off)
+            except OSError as exc:
+                raise os_error(exc, path, f"cannot read {want} bytes at byte {start} of") from exc
+            if n == 0:
+                raise ScdaCountError(f"file {path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
+            off += n
+            while n and bufs:
+                if n >= bufs[0].nbytes:
+                    n -= bufs[0].nbytes
+                    bufs.pop(0)
+                else:
+                    bufs[0] = bufs[0][n:]
+                    n = 0
+
+
 class PosixBackend:
     """Shared file through POSIX ``pwritev``/``preadv``; no MPI.
 
@@ -232,33 +263,11 @@ class PosixBackend:
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fill pieces and bulk run with one ``preadv`` per contiguous run."""
-        allp = list(pieces) + ([bulk] if bulk is not None else [])
-        for off, bufs in _coalesce(allp):
-            self._preadv(off, bufs)
+        preadv(self._fd, self.path, list(pieces) + ([bulk] if bulk is not None else []))
 
     def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
         """Fill the pieces with one ``preadv`` per contiguous run (``nrounds`` is not needed without MPI)."""
         self.read(pieces, None, 0)
-
-    def _preadv(self, off: int, bufs: list[memoryview]) -> None:
-        want = sum(b.nbytes for b in bufs)
-        start = off
-        while bufs:
-            batch = bufs[:512]
-            try:
-                n = os.preadv(self._fd, batch, off)
-            except OSError as exc:
-                raise os_error(exc, self.path, f"cannot read {want} bytes at byte {start} of") from exc
-            if n == 0:
-                raise ScdaCountError(f"file {self.path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
-            off += n
-            while n and bufs:
-                if n >= bufs[0].nbytes:
-                    n -= bufs[0].nbytes
-                    bufs.pop(0)
-                else:
-                    bufs[0] = bufs[0][n:]
-                    n = 0
 
     def file_size(self) -> int:
         """``fstat`` size of the file; agreed."""

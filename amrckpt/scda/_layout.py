@@ -34,6 +34,7 @@ __all__ = [
     "last_owner",
     "partition_offsets",
     "read_raw_section",
+    "read_section",
     "to_count",
 ]
 
@@ -319,3 +320,28 @@ def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Pai
             )
         hdr = SectionHeader("V", partner.user_string, partner.elem_count, 0, True, first.offset)
     return Pair(hdr, (first, partner), usize)
+
+
+def read_section(read: Any, offset: int, file_size: int, *, decode: bool = True) -> tuple[SectionHeader, tuple[RawSection, ...]]:
+    """Parse the logical section that starts at ``offset``: its header and its one or two raw sections. Not collective.
+
+    With ``decode``, a compression pair (paper Table 2) is one logical
+    section: the header says the type and sizes of what was compressed, and
+    both raw sections are returned (the inline or U-entry section first).
+
+    Parameters
+    ----------
+    read : callable
+        ``read(offset, nbytes) -> bytes`` reading exactly ``nbytes``.
+    offset : int
+        Start of the section.
+    file_size : int
+        Every count is checked against it before anything else is read.
+
+    Raises
+    ------
+    ScdaCountError, ScdaFormatError, ScdaDecodeError
+        As :func:`read_raw_section`, or a pair that breaks the compression convention.
+    """
+    pair = recognize(read, read_raw_section(read, offset, file_size), file_size, decode)
+    return pair.header, pair.raws

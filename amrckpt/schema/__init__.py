@@ -11,6 +11,7 @@ from __future__ import annotations
 from ._base import CheckpointSchema, Migration
 from ._json import adapter as field_adapter
 from ._kinds import (
+    KINDS,
     Array,
     ArrayKind,
     Block,
@@ -34,6 +35,7 @@ from ._kinds import (
 from ._save import SaveResult, check_local, save
 
 __all__ = [
+    "KINDS",
     "Array",
     "ArrayKind",
     "Block",

@@ -2,13 +2,17 @@
 
 Each field of a :class:`~amrckpt.schema.CheckpointSchema` is declared with one
 of :func:`Inline`, :func:`Block`, :func:`Mesh`, :func:`Cells`, :func:`HpCells`,
-which map it onto an scda section (I, B, A, A, V).  The values are those of
-the calling rank: the mesh leaves it owns, and one cell value per local leaf.
+:func:`Array`, :func:`NDArray`.  A kind owns the field's Python type and the
+validation of the user's value; how it lies on disk (sections, layout) is
+its container handler's (:func:`amrckpt.container.handler_for`).  The values
+are those of the calling rank: the mesh leaves it owns, and one cell value
+per local leaf.
 """
 
 from __future__ import annotations
 
 import abc
+import json
 import math
 import operator
 from dataclasses import dataclass, field
@@ -21,10 +25,10 @@ from pydantic_core import PydanticUndefined
 
 from .. import sfc
 from ..comm import digest_of
-from ..container import FieldSpec, GeometrySpec, HpData, MeshSpec, Payload, dtype_to_json
-from ..errors import ConnectivityError, SchemaError
+from ..container import FieldSpec, GeometrySpec, HpData, Manifest, MeshSpec, Payload, dtype_from_json, dtype_to_json
+from ..errors import CheckpointError, ConnectivityError, SchemaError
 from ..sfc import Forest
-from ._json import encode_inline, json_bytes, json_value
+from ._json import adapter, encode_inline, json_bytes, json_value
 
 __all__ = [
     "Block",
@@ -34,6 +38,7 @@ __all__ = [
     "CellsKind",
     "FieldKind",
     "Forest",
+    "KINDS",
     "HpCells",
     "HpCellsKind",
     "HpData",
@@ -88,19 +93,15 @@ class Prepared:
     name : str
     kind : FieldKind
     payload : amrckpt.container.Payload
-        The bytes or arrays to write; the writer fills in the counts of every rank.
+        The checked data, for the field's container handler.
     value : object
         The JSON value of an inline field (recorded in the manifest).
     digest : int
         A digest of a global value (inline, block, ndarray), to check that ranks agree.
     count : int
         Local elements: leaves of a mesh, values of cells, elements of an array.
-    nbytes : int
-        Local bytes of an hp field (S_p).
     shape : tuple of int
         The whole shape of an ndarray field.
-    max_count : int
-        The largest number of values of a local leaf (hp): the width of the counts.
     """
 
     name: str
@@ -109,21 +110,20 @@ class Prepared:
     value: Any = None
     digest: int = 0
     count: int = 0
-    nbytes: int = 0
     shape: tuple[int, ...] = ()
-    max_count: int = 0
 
 
 @dataclass(frozen=True)
 class FieldKind(abc.ABC):
-    """How a schema field maps onto a section of the checkpoint (base class; orbax's ``TypeHandler``).
+    """A field of a schema: its Python type and the validation of the user's value (base class).
 
-    Each kind knows how to check and prepare its value for writing
-    (:meth:`prepare`), describe itself in the manifest (:meth:`describe`)
-    and turn what the container's handler read back into its value
-    (:meth:`from_file`); :func:`amrckpt.save` and :func:`amrckpt.load` are
-    loops over fields.  The section I/O is the container's
-    (:func:`amrckpt.container.handler_for` of :attr:`kind`).
+    Each kind checks and prepares its value for writing (:meth:`prepare`),
+    declares what the user asked for (:meth:`declaration`: units, dtype,
+    compression...) and turns what the container read back into its value
+    (:meth:`from_file`).  Everything about the file (sections, layout, the
+    manifest entry) is the container's handler of :attr:`kind`
+    (:func:`amrckpt.container.handler_for`); :func:`amrckpt.save` and
+    :func:`amrckpt.load` are loops over fields and their handlers.
 
     Attributes
     ----------
@@ -138,7 +138,6 @@ class FieldKind(abc.ABC):
     """
 
     kind: ClassVar[str] = ""
-    section: ClassVar[str] = ""
     per_leaf: ClassVar[bool] = False
     units: str | None = None
     description: str | None = None
@@ -176,20 +175,64 @@ class FieldKind(abc.ABC):
             Naming the field.
         """
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        """Return the field's manifest entry (a dict for :class:`amrckpt.container.FieldSpec`), given its prepared value."""
-        return {
-            "name": p.name,
-            "kind": self.kind,
-            "section": self.section,
-            "units": self.units,
-            "description": self.description,
-            "compressed": self.compress,
-        }
+    def declaration(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        """Return what the user declared of the field, for its handler's manifest entry.
+
+        :meth:`amrckpt.container.FieldHandler.describe` turns it into the
+        field's :class:`~amrckpt.container.FieldSpec`.
+        """
+        return {"name": p.name, "units": self.units, "description": self.description, "compress": self.compress}
+
+    def mesh_name(self, name: str) -> str | None:
+        """Return the mesh field whose leaves field ``name``'s values belong to (a mesh: itself), or None."""
+        return getattr(self, "mesh", None)
+
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        """Validate a value read (and migrated) for field ``name`` of schema ``cls``, ``n`` local leaves (not collective).
+
+        Arrays are converted to the byte order the schema asks for; with
+        ``check``, a mesh's leaves are checked as when saving (else its
+        CRC32 proved them to be what their writer checked).
+
+        Raises
+        ------
+        SchemaError
+            Naming the field.
+        """
+        to_native = getattr(self, "to_native", None)
+        if to_native is not None:
+            value = HpData(to_native(value.values), value.counts) if isinstance(value, HpData) else to_native(value)
+        self.check_value(name, value, n, check_values=check)
+        return value
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         """Turn what the container's handler read into this kind's value (not collective)."""
         return raw
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        """Return ``(annotation, FieldInfo)`` of a field as its manifest entry describes it (for ``from_manifest``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _arrays(cls, fs: FieldSpec) -> dict[str, Any]:
+        """Return the keyword arguments of an array kind as the manifest entry gives them."""
+        try:
+            dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
+        except CheckpointError as exc:
+            raise SchemaError(str(exc)) from exc
+        if fs.native_byteorder:
+            dt = dt.newbyteorder("=")
+        chunks = fs.chunk if fs.layout == "chunks" else None
+        return {
+            "units": fs.units,
+            "description": fs.description,
+            "compress": fs.compressed,
+            "level": 1 if chunks is not None else 9,
+            "dtype": dt,
+            "native": fs.native_byteorder,
+            "shape": tuple(fs.shape),
+        } | ({"chunks": chunks} if chunks is not None else {})
 
 
 @dataclass(frozen=True)
@@ -197,11 +240,17 @@ class InlineKind(FieldKind):
     """A scalar (int, float, bool, short str) in an inline section I: 32 ASCII bytes of JSON."""
 
     kind: ClassVar[str] = "inline"
-    section: ClassVar[str] = "I"
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         jv, d = json_value(cls, name, value)
         return Prepared(name, self, Payload(encode_inline(jv, name)), value=jv, digest=d)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return Any, _field(cls(units=fs.units, description=fs.description), ...)
+
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        return _from_json(cls, name, value, path)
 
 
 @dataclass(frozen=True)
@@ -209,11 +258,17 @@ class BlockKind(FieldKind):
     """Any JSON-serializable value (a pydantic model, a dict) in a block section B."""
 
     kind: ClassVar[str] = "block"
-    section: ClassVar[str] = "B"
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         jv, d = json_value(cls, name, value)
-        return Prepared(name, self, Payload(json_bytes(jv, name) + b"\n", compress=self.compress, level=self.level), digest=d)
+        return Prepared(name, self, Payload(json_bytes(jv, name) + b"\n", level=self.level), digest=d)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return Any, _field(cls(description=fs.description, compress=fs.compressed), ...)
+
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        return _from_json(cls, name, value, path)
 
 
 @dataclass(frozen=True)
@@ -231,7 +286,6 @@ class MeshKind(FieldKind):
     """
 
     kind: ClassVar[str] = "mesh"
-    section: ClassVar[str] = "A"
     per_leaf: ClassVar[bool] = True
     dim: int = 2
     curve: str = "morton"
@@ -258,12 +312,21 @@ class MeshKind(FieldKind):
             records = value.to_records(check=True)
         except SchemaError as exc:
             raise SchemaError(f"field {name!r}: {exc}") from exc
-        payload = Payload(records, elem_size=records.dtype.itemsize, compress=self.compress, level=self.level)
-        return Prepared(name, self, payload, count=len(value))
+        return Prepared(name, self, Payload(records, level=self.level), count=len(value))
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         assert ms is not None
         return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check)
+
+    def mesh_name(self, name: str) -> str | None:
+        return name
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        ms = next((m for m in manifest.meshes if m.field == fs.name), None)
+        if ms is None:
+            raise SchemaError(f"the manifest has no mesh entry for field {fs.name!r}")
+        return Forest, Mesh(ms.dim, curve=ms.curve, geometry=ms.geometry, description=fs.description, compress=fs.compressed)
 
 
 @dataclass(frozen=True)
@@ -289,7 +352,6 @@ class CellsKind(FieldKind):
     """
 
     kind: ClassVar[str] = "cells"
-    section: ClassVar[str] = "A"
     per_leaf: ClassVar[bool] = True
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype("<f8"))
     native: bool = False
@@ -328,15 +390,12 @@ class CellsKind(FieldKind):
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         self.check_value(name, value, n)
-        payload = Payload(self._as_disk(value), elem_size=self.cell_nbytes, compress=self.compress, level=self.level)
-        return Prepared(name, self, payload, count=int(value.shape[0]))
+        return Prepared(name, self, Payload(self._as_disk(value), level=self.level), count=int(value.shape[0]))
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        out = super().describe(p, mesh)
+    def declaration(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        out = super().declaration(p, mesh)
         out |= {"dtype": dtype_to_json(self.disk_dtype), "shape": list(self.shape), "native_byteorder": self.native}
-        if self.chunks is not None:
-            out |= {"section": "V", "layout": "chunks", "chunk": self.chunks, "compressed": False}
-        return out | ({"mesh": mesh} if self.per_leaf else {})
+        return out | {"chunks": self.chunks, "mesh": mesh if self.per_leaf else None}
 
     def to_native(self, arr: np.ndarray) -> np.ndarray:
         """Convert data read from a file to the byte order the schema asks for (native: the reader's)."""
@@ -347,6 +406,10 @@ class CellsKind(FieldKind):
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         return self.to_native(raw)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return np.ndarray, _field(cls(**cls._arrays(fs), mesh=fs.mesh), ...)
 
 
 @dataclass(frozen=True)
@@ -359,7 +422,6 @@ class HpCellsKind(CellsKind):
     """
 
     kind: ClassVar[str] = "hp"
-    section: ClassVar[str] = "V"
 
     def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
         if not isinstance(value, HpData):
@@ -372,26 +434,15 @@ class HpCellsKind(CellsKind):
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         self.check_value(name, value, n)
-        counts = value.counts
-        max_count = int(counts.max()) if counts.size else 0
-        if not self.compress:  # layout "counts": no sizes per leaf
-            payload = Payload(self._as_disk(value.values), counts=counts, level=self.level)
-            return Prepared(
-                name, self, payload, count=len(value), nbytes=value.values.shape[0] * self.cell_nbytes, max_count=max_count
-            )
-        sizes = _sizes(counts, self.cell_nbytes)
-        payload = Payload(self._as_disk(value.values), elem_sizes=sizes, compress=self.compress, level=self.level)
-        return Prepared(name, self, payload, count=len(value), nbytes=int(sizes.sum(dtype=np.uint64)), max_count=max_count)
-
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        out = super().describe(p, mesh)
-        if not self.compress:  # the counts' dtype follows from the largest count of every rank (amrckpt.save sets it)
-            out |= {"section": "A", "layout": "counts"}
-        return out
+        return Prepared(name, self, Payload(self._as_disk(value.values), counts=value.counts, level=self.level), count=len(value))
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         values, counts = raw  # the container checked them: counts >= 0 that add up to len(values)
         return HpData._checked(self.to_native(values), counts)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return HpData, _field(cls(**cls._arrays(fs), mesh=fs.mesh), ...)
 
 
 @dataclass(frozen=True)
@@ -403,14 +454,14 @@ class ArrayKind(CellsKind):
     """
 
     kind: ClassVar[str] = "array"
-    section: ClassVar[str] = "A"
     per_leaf: ClassVar[bool] = False
 
     def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
         super().check_value(name, value, None, check_values=check_values)
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        return super().describe(p, None)
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return np.ndarray, _field(cls(**cls._arrays(fs)), ...)
 
 
 @dataclass(frozen=True)
@@ -422,7 +473,6 @@ class NDArrayKind(CellsKind):
     """
 
     kind: ClassVar[str] = "ndarray"
-    section: ClassVar[str] = "B"
     per_leaf: ClassVar[bool] = False
     any_shape: bool = False
 
@@ -437,10 +487,10 @@ class NDArrayKind(CellsKind):
         self.check_value(name, value, None)
         data = self._as_disk(value)
         d = digest_of(data)
-        return Prepared(name, self, Payload(data.tobytes(), compress=self.compress, level=self.level), digest=d, shape=value.shape)
+        return Prepared(name, self, Payload(data.tobytes(), level=self.level), digest=d, shape=value.shape)
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        return FieldKind.describe(self, p, None) | {
+    def declaration(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        return FieldKind.declaration(self, p, None) | {
             "dtype": dtype_to_json(self.disk_dtype),
             "shape": list(p.shape),
             "native_byteorder": self.native,
@@ -451,13 +501,28 @@ class NDArrayKind(CellsKind):
         if not self.any_shape and tuple(shape) != self.shape:
             raise SchemaError(f"field {name!r}: shape {tuple(shape)} in the file; the schema declares {self.shape}")
 
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return np.ndarray, _field(cls(**cls._arrays(fs), any_shape=False), ...)
 
-def _sizes(counts: np.ndarray, cell_nbytes: int) -> np.ndarray:
-    """Bytes per leaf of an hp field, (n,) uint64, in one pass (a shift for power-of-two value sizes)."""
-    shift = cell_nbytes.bit_length() - 1
-    if cell_nbytes == 1 << shift:
-        return np.left_shift(counts.view(np.uint64), np.uint64(shift))
-    return np.multiply(counts.view(np.uint64), np.uint64(cell_nbytes))
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        value = super().from_read(cls, name, value, n, check=check, path=path)
+        self.check_shape(name, list(value.shape))
+        return value
+
+
+def _from_json(cls: type[Any], name: str, value: Any, path: str) -> Any:
+    """Validate a JSON value read for field ``name`` of ``cls`` in JSON mode, as written (strict models, dates, tuples)."""
+    try:
+        return adapter(cls, name).validate_json(json.dumps(value, allow_nan=True))
+    except ValueError as exc:
+        raise SchemaError(f"field {name!r}: the value in {path!r} does not fit {cls.__name__}: {exc}") from exc
+
+
+KINDS: dict[str, type[FieldKind]] = {
+    k.kind: k for k in (InlineKind, BlockKind, MeshKind, CellsKind, HpCellsKind, ArrayKind, NDArrayKind)
+}
+"""The schema kind of each field kind of the manifest."""
 
 
 def _field(kind: FieldKind, default: Any, **kwargs: Any) -> Any:

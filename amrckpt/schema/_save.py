@@ -18,11 +18,10 @@ from ..container import (
     CheckpointWriter,
     FieldSpec,
     Manifest,
-    MeshSpec,
     RunRecord,
     WriteResult,
     format_version_of,
-    mesh_record_dtype,
+    handler_for,
     run_record,
     write_run_record,
 )
@@ -141,6 +140,11 @@ class _Agreed:
     max_counts: list[int]
 
 
+def _measures(prepared: list[Prepared]) -> list[tuple[int, int]]:
+    """Each field's values' bytes and most values of a leaf on this rank, as its handler measures them (not collective)."""
+    return [handler_for(p.kind.kind).measure(p.payload) for p in prepared]
+
+
 def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _Agreed:
     """Check the state across ranks with two collectives of O(1) numbers per rank; every rank raises the same error.
 
@@ -164,7 +168,8 @@ def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _A
     meshes = [(j, getattr(state, p.name)) for j, p in enumerate(prep) if isinstance(p.kind, MeshKind)]
     bounds = call.run(lambda: [_boundary(m) for _, m in meshes]) or [None] * len(meshes)
     counts = [p.count for p in prep]
-    nbytes = [p.nbytes for p in prep]
+    measured = call.run(_measures, prep) or [(0, 0)] * len(prep)
+    nbytes = [m[0] for m in measured]
     r = call.rank
     equal: list[int] = []
     maxima: list[int] = []
@@ -177,7 +182,7 @@ def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _A
             maxima += [bd, -bd if b is not None else NONE, r if b is not None else -1, -r if b is not None else -call.size]
         for j in range(len(prep)):
             maxima += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
-        maxima += [p.max_count for p in prep]  # the largest values per leaf of an hp field (its count dtype)
+        maxima += [m[1] for m in measured]  # the largest values per leaf of an hp field (its count dtype)
     got = call.allreduce(sums=counts + nbytes, maxima=maxima, equal=equal, what="save: check the state")
     if not got.equal[0]:
         raise call.agreed(SchemaError("the ranks save different schemas (their name, version or fields differ)"))
@@ -331,10 +336,7 @@ def _save(
     manifest = _manifest(type(state), state, prepared, agreed)
     with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
-            p.payload.elem_counts = agreed.counts[j]
-            if fs.section == "V" or fs.kind == "hp":
-                p.payload.proc_sizes = agreed.nbytes[j]
-            w.write_field(fs, p.payload)
+            w.write_field(fs, p.payload, agreed.counts[j], agreed.nbytes[j])
     return w.close(), manifest, prepared
 
 
@@ -363,30 +365,18 @@ def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: li
     meshes = []
     for j, p in enumerate(prepared):
         if isinstance(p.kind, MeshKind):
-            mesh = getattr(state, p.name)
-            dim, num_trees, curve = mesh.dim, mesh.num_trees, mesh.curve  # agreed on by every rank
-            rec = mesh_record_dtype(dim)
+            mesh = getattr(state, p.name)  # dimension, trees and curve agreed on by every rank
+            h = handler_for(p.kind.kind)
             meshes.append(
-                MeshSpec(
-                    field=p.name,
-                    dim=dim,
-                    num_trees=num_trees,
-                    curve=curve,
-                    maxlevel=sfc.MAXLEVEL[dim],
-                    record=[(nm, rec[nm].str) for nm in rec.names or ()],
-                    num_leaves=agreed.counts[j].total,
-                    geometry=p.kind.geometry,
+                h.mesh_spec(  # type: ignore[attr-defined]
+                    p.name, mesh.dim, mesh.num_trees, mesh.curve, sfc.MAXLEVEL[mesh.dim], agreed.counts[j].total, p.kind.geometry
                 )
             )
-    fields = []
+    fields: list[FieldSpec] = []
     for j, p in enumerate(prepared):
         k = kinds[p.name]
-        spec = k.describe(p, getattr(k, "mesh", None))
-        if k.kind == "array":
-            spec["count"] = agreed.counts[j].total
-        if spec.get("layout") == "counts":
-            spec["count_dtype"] = count_dtype(agreed.max_counts[j])
-        fields.append(FieldSpec.model_validate(spec))
+        decl = k.declaration(p, getattr(k, "mesh", None))
+        fields.append(handler_for(k.kind).describe(decl, agreed.counts[j].total, agreed.max_counts[j]))
     return Manifest(
         format_version=format_version_of(meshes),
         amrckpt_version=__version__,
@@ -396,14 +386,6 @@ def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: li
         fields=fields,
         values={p.name: p.value for p in prepared if isinstance(p.kind, InlineKind)},
     )
-
-
-def count_dtype(max_count: int) -> str:
-    """Return the narrowest unsigned integer (``u1``, ``<u2``, ``<u4``, ``<u8``) that holds ``max_count``."""
-    for dt in ("u1", "<u2", "<u4"):
-        if max_count <= np.iinfo(dt).max:
-            return dt
-    return "<u8"
 
 
 def _schema_digest(cls: type[CheckpointSchema]) -> int:
