@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import scda
 from .._crc import crc32
-from ..errors import CheckpointError, IncompleteCheckpointError, ScdaError
+from ..errors import AmrckptError, CheckpointError, ChecksumError, IncompleteCheckpointError, ScdaCountError, ScdaError
 from ..partition import Partition
 from ..scda import checksum_error, decode_elements, read_raw_section, read_section
 from ._convention import (
@@ -43,6 +43,7 @@ __all__ = [
     "Metadata",
     "check_manifest",
     "checksum_error",
+    "explain",
     "parse_model",
     "read_index_on_root",
     "read_metadata",
@@ -133,6 +134,8 @@ def read_index_on_root(read: Any, size: int, path: str, *, verify: bool = True) 
     except ScdaError:
         raw = None
     if raw is None or raw.type != "B" or raw.user_string != INDEX_USER_STRING or raw.end is None:
+        if verify and 0 <= index_offset < off and _crc_of(read, index_offset, off) != index_crc:
+            raise checksum_error("amrckpt index", index_offset, off, path)
         raise CheckpointError(f"{path!r}: {where}, where there is no amrckpt index: the footer or the index is damaged")
     blob = read(index_offset, raw.end - index_offset)
     if verify and crc32(blob) != index_crc:
@@ -229,7 +232,21 @@ def read_metadata(f: scda.LocalFile, verify: bool, select: Callable[[Manifest], 
         As :class:`~amrckpt.container.CheckpointReader` says.
     """
     path, read, size = f.path, f.read, f.size
-    header_crc = scda.read_file_header(read, size, path)[2]
+    try:
+        header_crc = scda.read_file_header(read, size, path)[2]
+    except ScdaError as exc:  # damage (with the index's word for it), a file cut short, or no scda file at all
+        try:
+            index = read_index_on_root(read, size, path, verify=verify)[1]
+        except IncompleteCheckpointError as inc:
+            if isinstance(exc, ScdaCountError):
+                raise inc from exc
+            raise exc from None
+        except AmrckptError:
+            raise exc from None
+        head = [x for x in index.sections if x.offset == 0]
+        if head:
+            explain(read, size, head[0], verify, path, exc)
+        raise
     index_raw, index = read_index_on_root(read, size, path, verify=verify)
     try:
         e = index.entry("amrckpt manifest")
@@ -260,6 +277,31 @@ def _entry(index: Index, name: str, path: str) -> IndexEntry:
         raise CheckpointError(f"{path!r}: the index has no section {name!r}") from None
 
 
+def _crc_of(read: Any, start: int, end: int) -> int:
+    """Return the CRC32 of bytes ``start .. end - 1`` of the file, read in pieces of 16 MiB."""
+    crc = 0
+    for off in range(start, end, 16 << 20):
+        crc = crc32(read(off, min(16 << 20, end - off)), crc)
+    return crc
+
+
+def explain(read: Any, size: int, e: IndexEntry, verify: bool, path: str, exc: BaseException) -> None:
+    """With ``verify``, raise the section's ChecksumError (from ``exc``) if the bytes of index entry ``e`` do not match its CRC32.
+
+    For a section whose structure broke a check before its bytes were
+    CRC'd: damage is the better explanation, and says where.  Not collective.
+    """
+    if not verify:
+        return
+    end = min(e.end, size)
+    try:
+        damaged = not 0 <= e.offset <= end or e.end > size or _crc_of(read, e.offset, end) != e.crc32
+    except AmrckptError:
+        damaged = True
+    if damaged:
+        raise checksum_error(e.name, e.offset, e.end, path) from exc
+
+
 def _block(read: Any, size: int, e: IndexEntry, user_string: bytes, verify: bool, path: str) -> bytes:
     """Return the data of the block section of index entry ``e``, its CRC32 checked against the index with ``verify``."""
     try:
@@ -268,7 +310,11 @@ def _block(read: Any, size: int, e: IndexEntry, user_string: bytes, verify: bool
             raise CheckpointError(f"{path!r}: expected section {user_string.decode()!r} at byte {e.offset}")
         whole = read(e.offset, raw.end - e.offset)
     except ScdaError as exc:
+        explain(read, size, e, verify, path, exc)
         raise CheckpointError(f"{path!r}: no section {user_string.decode()!r} at byte {e.offset}: {exc}") from exc
+    except CheckpointError as exc:
+        explain(read, size, e, verify, path, exc)
+        raise
     if verify and (crc32(whole) != e.crc32 or raw.end != e.end):
         raise checksum_error(e.name, e.offset, e.end, path)
     start = raw.data_offset - e.offset
@@ -280,9 +326,12 @@ def _format1_partition(read: Any, size: int, e: IndexEntry, verify: bool, path: 
     try:
         raw = read_raw_section(read, e.offset, size)
     except ScdaError as exc:
+        explain(read, size, e, verify, path, exc)
         raise CheckpointError(f"{path!r}: malformed writing partition section: {exc}") from exc
     if raw.type != "A" or raw.user_string != PARTITION_USER_STRING or raw.elem_size != 8 or raw.end is None:
-        raise CheckpointError(f"{path!r}: malformed writing partition section")
+        exc2 = CheckpointError(f"{path!r}: malformed writing partition section")
+        explain(read, size, e, verify, path, exc2)
+        raise exc2
     whole = read(e.offset, raw.end - e.offset)
     if verify and (crc32(whole) != e.crc32 or raw.end != e.end):
         raise checksum_error(e.name, e.offset, e.end, path)
@@ -319,6 +368,16 @@ def section_at(read: Any, size: int, e: IndexEntry, fs: FieldSpec, verify: bool,
         With ``verify``, an inline or block section (or an A section's
         padding) that does not match.
     """
+    try:
+        return _section_at(read, size, e, fs, verify, path)
+    except (CheckpointError, ScdaError) as exc:
+        if isinstance(exc, ChecksumError):
+            raise
+        explain(read, size, e, verify, path, exc)  # damage explains a section that is not what it should be
+        raise
+
+
+def _section_at(read: Any, size: int, e: IndexEntry, fs: FieldSpec, verify: bool, path: str) -> Section:
     try:
         header, raws = read_section(read, e.offset, size, decode=True)
     except ScdaError as exc:

@@ -21,6 +21,7 @@ from ._handlers import FieldHandler, handler_for
 from ._metadata import (
     CheckpointInfo,
     Metadata,
+    explain,
     parse_model,
     read_index_on_root,
     read_metadata,
@@ -260,15 +261,40 @@ class CheckpointReader:
                 e = sec.entry
                 plan.cover(e.name, e.offset, e.end, e.crc32, sec.known if self.is_root else ())
 
-    def _plan(self, plan: scda.ReadPlan, fs: FieldSpec, span: Span | None, build: dict[str, Any]) -> None:
-        """Let field ``fs``'s handler plan its reads; keep what builds its value. Not collective."""
+    def _plan(
+        self, plan: scda.ReadPlan, fs: FieldSpec, span: Span | None, build: dict[str, Any], *, every_rank: bool = True
+    ) -> None:
+        """Let field ``fs``'s handler plan its reads; keep what builds its value.
+
+        Not collective, except where a section does not fit the manifest
+        (the same on every rank): then, with ``verify`` and ``every_rank``,
+        the root CRCs the field's sections (one more collective, on this
+        error path only), so that damage is said as damage.
+        """
         self._cover(plan, self.sections(fs.name))
         try:
             build[fs.name] = handler_for(fs.kind).plan(self, plan, fs, span)
-        except AmrckptError:
-            raise  # a section that does not fit the manifest: the same on every rank
+        except AmrckptError as exc:  # a section that does not fit the manifest: the same on every rank
+            if self.verify and every_rank:
+                self._explain(fs, exc)
+            raise
         except Exception as exc:  # noqa: BLE001 - agreed on by the caller (MemoryError...)
             plan.fail(exc)
+
+    def _explain(self, fs: FieldSpec, exc: BaseException) -> None:
+        """Raise on every rank the ChecksumError of a section of ``fs`` whose bytes do not match the index. Collective.
+
+        The root reads the sections; nothing is raised if they match.
+        """
+        call = current_call(self.comm)
+        assert call is not None
+        entries = self.entries(fs.name)
+
+        def check() -> None:
+            for e in entries:
+                explain(self._local(root=True).read, self.file_size, e, True, self.path, exc)
+
+        call.on_root(check, what="damage")
 
     def _execute(self, plan: scda.ReadPlan) -> None:
         """Run ``plan`` on every rank (opening the file for collective reads on first use). Collective."""
@@ -490,7 +516,7 @@ class CheckpointReader:
             self._local_sections.update(read_sections(f.read, self.file_size, self.index, self.manifest, [name], False, self.path))
         plan = scda.ReadPlan(self.path, verify=False)
         build: dict[str, Any] = {}
-        self._plan(plan, fs, Span(count, start, N), build)
+        self._plan(plan, fs, Span(count, start, N), build, every_rank=False)
         scda.LocalExecutor(f).run(plan)
         out = plan.try_(build[name]) if plan.error is None else None
         if plan.error is not None:

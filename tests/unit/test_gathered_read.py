@@ -198,3 +198,25 @@ def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path)
         return "loaded", None
 
     assert run_threads(3, body, timeout=30) == [("ScdaIOError", errno.EIO)] * 3
+
+
+def test_a_damaged_section_header_is_a_checksum_error_on_every_rank(tmp_path: Path) -> None:
+    """A digit of a field's N entry changed: the section no longer fits the manifest before any byte of it is read.
+    The root CRCs the section (on that error path only) and every rank raises its ChecksumError, not the misfit."""
+    path = tmp_path / "l.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    e = next(x for x in ac.read_info(path).index.sections if x.name == "modes")
+    raw = bytearray(path.read_bytes())
+    n_entry = e.offset + 64  # the section header, then the N count entry ("N" and 26 digits)
+    digit = next(i for i in range(n_entry + 2, n_entry + 28) if raw[i : i + 1].isdigit())
+    raw[digit] = ord("9") if raw[digit] != ord("9") else ord("8")
+    path.write_bytes(bytes(raw))
+
+    def body(comm: Any) -> str:
+        with pytest.raises(ChecksumError) as info:
+            ac.load(path, Layouts, comm=comm)
+        return str(info.value)
+
+    assert all("section 'modes'" in msg for msg in run_threads(3, body, timeout=30))
+    with pytest.raises(ac.CheckpointError, match="'modes'"):
+        ac.load(path, Layouts, verify=False)
