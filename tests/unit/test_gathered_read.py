@@ -95,17 +95,17 @@ def test_gathered_equals_field_by_field(files: dict[str, Path], Q: int, how: str
 def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -> None:
     """A load of 1 or 5 cells fields plus an hp field, on 1..4 ranks: the metadata from the root with the call tag, one
     agreement to open, one exscan, one CRC32 allreduce, one agreement when closing (without hp, no exscan; without
-    verify, no CRC allreduce)."""
+    verify, no CRC allreduce).  Chunked and compressed fields take nothing more: they are in the same plan."""
 
-    def schema(k: int, hp: bool) -> type[ac.CheckpointSchema]:
+    def schema(k: int, hp: bool, packed: bool = False) -> type[ac.CheckpointSchema]:
         ns: dict[str, Any] = {"__annotations__": {"step": int, "mesh": ac.Forest}, "step": ac.Inline(), "mesh": ac.Mesh(dim=2)}
         for j in range(k):
             ns["__annotations__"][f"c{j}"] = ac.CellData
-            ns[f"c{j}"] = ac.Cells("<f8")
+            ns[f"c{j}"] = ac.Cells("<f8", chunks=5) if packed and j == 0 else ac.Cells("<f8", compress=packed and j == 1)
         if hp:
             ns["__annotations__"]["modes"] = ac.HpData
-            ns["modes"] = ac.HpCells("<f8")
-        return type(f"S{k}{hp}", (ac.CheckpointSchema,), ns, name=f"s{k}{hp}", version=1)
+            ns["modes"] = ac.HpCells("<f8", compress=packed)
+        return type(f"S{k}{hp}{packed}", (ac.CheckpointSchema,), ns, name=f"s{k}{hp}{packed}", version=1)
 
     def state(S: type[ac.CheckpointSchema], comm: Any) -> Any:
         mesh = ac.sfc.uniform_leaves(3, num_trees=1, dim=2)
@@ -121,9 +121,10 @@ def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -
             values["modes"] = ac.HpData(np.ones(int(counts.sum())), counts)
         return S(**values)
 
-    for k, hp in ((1, False), (5, False), (1, True), (5, True)):
-        S = schema(k, hp)
-        path = tmp_path / f"s{k}{hp}.scda"
+    # packed: chunked, per-element compressed cells and a compressed hp field, read by the same one plan
+    for k, hp, packed in ((1, False, False), (5, False, False), (1, True, False), (5, True, False), (5, True, True)):
+        S = schema(k, hp, packed)
+        path = tmp_path / f"s{k}{hp}{packed}.scda"
         run_threads(2, lambda comm, S=S, path=path: ac.save(state(S, comm), path, comm=comm))
         for Q in (1, 2, 4):
             for verify in (True, False):
@@ -136,11 +137,11 @@ def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -
                 got = run_threads(Q, load)
                 assert all(g == got[0] for g in got)
                 want = Counter({"allreduce_columns": 3})
-                if hp:
+                if hp or packed:  # sizes to sum over the ranks below
                     want["exscan_columns"] = 1
                 if verify:
                     want["allreduce_array"] = 1
-                assert got[0] == want, (k, hp, Q, verify, got[0])
+                assert got[0] == want, (k, hp, packed, Q, verify, got[0])
 
 
 def test_a_damaged_hp_count_is_a_checksum_error_not_a_hang(tmp_path: Path) -> None:
