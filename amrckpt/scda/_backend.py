@@ -21,10 +21,8 @@ from __future__ import annotations
 import contextlib
 import errno as errno_mod
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
-
-import numpy as np
 
 from ..comm import Call, Comm, collective, current_call
 from ..errors import (
@@ -35,10 +33,9 @@ from ..errors import (
     ScdaIOError,
     ScdaPermissionError,
 )
+from ._io import Piece, byte_view, coalesce, os_error, preadv, rounds
 
-__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "os_error", "preadv"]
-
-Piece = tuple[int, memoryview]
+__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "byte_view", "hints", "os_error", "preadv", "rounds"]
 
 MAX_CALL_NBYTES = 1 << 30
 """Bytes per rank and per MPI-IO call: larger runs are moved in rounds.
@@ -135,60 +132,6 @@ class _Step:
             self._ctx.__exit__(*exc)
 
 
-def os_error(exc: OSError, path: str, what: str) -> ScdaIOError:
-    """Translate an OSError into the scda exception with the same errno."""
-    cls: type[ScdaIOError] = ScdaIOError
-    if exc.errno == errno_mod.ENOENT:
-        cls = ScdaFileNotFoundError
-    elif exc.errno in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
-        cls = ScdaPermissionError
-    return cls(exc.errno or errno_mod.EIO, f"{what} {path!r}: {exc.strerror or exc}")
-
-
-def _coalesce(pieces: Sequence[Piece]) -> list[tuple[int, list[memoryview]]]:
-    """Group pieces into runs of contiguous offsets (sorted)."""
-    runs: list[tuple[int, list[memoryview]]] = []
-    end = -1
-    for off, buf in sorted((p for p in pieces if p[1].nbytes), key=lambda p: p[0]):
-        if runs and off == end:
-            runs[-1][1].append(buf)
-        else:
-            runs.append((off, [buf]))
-        end = off + buf.nbytes
-    return runs
-
-
-def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
-    """Fill every ``(offset, buffer)`` piece from the open file ``fd``: one ``preadv`` per contiguous run. Not collective.
-
-    Raises
-    ------
-    ScdaCountError
-        Where the file ends before a piece.
-    ScdaIOError
-        Where ``preadv`` fails (with its errno).
-    """
-    for off, bufs in _coalesce(pieces):
-        want = sum(b.nbytes for b in bufs)
-        start = off
-        while bufs:
-            batch = bufs[:512]
-            try:
-                n = os.preadv(fd, batch, off)
-            except OSError as exc:
-                raise os_error(exc, path, f"cannot read {want} bytes at byte {start} of") from exc
-            if n == 0:
-                raise ScdaCountError(f"file {path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
-            off += n
-            while n and bufs:
-                if n >= bufs[0].nbytes:
-                    n -= bufs[0].nbytes
-                    bufs.pop(0)
-                else:
-                    bufs[0] = bufs[0][n:]
-                    n = 0
-
-
 class PosixBackend:
     """Shared file through POSIX ``pwritev``/``preadv``; no MPI.
 
@@ -234,7 +177,7 @@ class PosixBackend:
     def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Write pieces and bulk run with one ``pwritev`` per contiguous run."""
         allp = list(pieces) + ([bulk] if bulk is not None else [])
-        for off, bufs in _coalesce(allp):
+        for off, bufs in coalesce(allp):
             self._pwritev(off, bufs)
 
     def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
@@ -493,7 +436,7 @@ class MPIIOBackend:
     def _move(self, pieces: Sequence[Piece], bulk: Piece | None, rounds_nbytes: int, write: bool) -> None:
         err: BaseException | None = None
         try:
-            self._independent(_coalesce(pieces), write)
+            self._independent(coalesce(pieces), write)
         except ScdaError as exc:
             err = exc
         try:
@@ -538,13 +481,27 @@ class MPIIOBackend:
         self._gathered(pieces, nrounds, True)
 
     def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
-        """Fill every piece of this rank by one ``MPI_File_read_all`` per round through a file view (see :meth:`write_gathered`)."""
+        """Fill every piece of this rank by one ``MPI_File_read_all`` per round through a file view (see :meth:`write_gathered`).
+
+        A piece past the end of the file is this rank's ScdaCountError, raised
+        after the collective reads: ROMIO's status of a read through a file
+        view counts the bytes asked for, not those read, so the end is
+        compared with ``MPI_File_get_size`` (a local call).
+        """
         self._gathered(pieces, nrounds, False)
+        end = max((off + b.nbytes for off, b in pieces if b.nbytes), default=0)
+        if end:
+            try:
+                size = int(self._fh.Get_size())
+            except self._MPI.Exception as exc:
+                raise self._error(exc, "cannot get the size of") from exc
+            if end > size:
+                raise ScdaCountError(f"file {self.path!r} ends at byte {size}: bytes up to {end} were requested")
 
     def _gathered(self, pieces: Sequence[Piece], nrounds: int, write: bool) -> None:
         MPI = self._MPI
         verb = "write" if write else "read"
-        runs = _split_rounds(_coalesce(pieces), nrounds)
+        runs = _split_rounds(coalesce(pieces), nrounds)
         err: BaseException | None = None
         for blocks in runs:
             ftype = mtype = None
@@ -671,29 +628,3 @@ def _split_rounds(runs: list[tuple[int, list[memoryview]]], nrounds: int) -> lis
                 used += take
             off += b.nbytes
     return out
-
-
-def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:
-    """Split a bulk run into the rounds of ``chunk`` bytes that every rank makes (``ceil(max_bulk / chunk)``).
-
-    Yields this rank's piece of each round, or None where it has nothing left
-    (the rank still joins the round: the calls are collective).
-    """
-    for k in range(-(-max_bulk_nbytes // chunk)):
-        sub = bulk[1][k * chunk : (k + 1) * chunk] if bulk is not None else None
-        yield (bulk[0] + k * chunk, sub) if bulk is not None and sub is not None and sub.nbytes else None
-
-
-def byte_view(data: Any, what: str) -> memoryview:
-    """Return a flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
-    if isinstance(data, np.ndarray):
-        if not data.flags.c_contiguous:
-            data = np.ascontiguousarray(data)
-        return memoryview(data.reshape(-1).view(np.uint8))
-    try:
-        mv = memoryview(data)
-    except TypeError as exc:
-        raise ScdaArgumentError(f"{what} must be a buffer (bytes, numpy array), not {type(data).__name__}") from exc
-    if not mv.c_contiguous:
-        mv = memoryview(mv.tobytes())
-    return mv.cast("B") if (mv.format != "B" or mv.ndim != 1) else mv

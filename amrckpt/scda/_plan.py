@@ -38,8 +38,10 @@ import numpy as np
 from .._crc import SectionCrc
 from ..comm import Call, Comm, current_call
 from ..errors import AmrckptError, ChecksumError, ScdaCountError
+from . import _backend
 from ._access import FileAccess, open_backend
-from ._backend import MAX_CALL_NBYTES, Backend, byte_view, os_error, preadv
+from ._backend import Backend
+from ._io import byte_view, os_error, preadv
 
 __all__ = ["GatheredExecutor", "LocalExecutor", "LocalFile", "PlanExecutor", "ReadPlan", "checksum_error"]
 
@@ -297,10 +299,10 @@ class GatheredExecutor:
         if self._backend is None:
             return  # nothing covered: nothing planned on any rank
         nrounds = 1
-        if plan.nbytes > MAX_CALL_NBYTES:  # more than one call may be needed: the largest rank decides
+        if plan.nbytes > _backend.MAX_CALL_NBYTES:  # more than one call may be needed: the largest rank decides
             mine = np.array([sum(b.nbytes for _, b in pieces)], dtype=np.int64)
             most = int(self._call().allreduce_array(mine, "max")[0])
-            nrounds = max(1, -(-most // MAX_CALL_NBYTES))
+            nrounds = max(1, -(-most // _backend.MAX_CALL_NBYTES))
         try:
             self._backend.read_gathered(pieces, nrounds)
         except Exception as exc:  # noqa: BLE001 - agreed on by the caller

@@ -11,7 +11,10 @@ a communicator or use amrckpt under MPI:
   (the communicator and the backend are wrapped, as zarr's ``WrapperStore``:
   ``comm=FaultyComm(comm)``, ``backend=FaultyBackend``);
 - :func:`failing_steps` makes a chosen step of every collective call fail
-  on chosen ranks: the agreement test of every public entry point.
+  on chosen ranks: the agreement test of every public entry point;
+- :class:`BackendTests` is the conformance suite of byte backends (zarr's
+  ``StoreTests``): one body of tests of the backend's calls and of the
+  read plans, subclassed for each backend and communicator.
 
 Nothing here is imported by ``import amrckpt``.
 """
@@ -20,10 +23,12 @@ from __future__ import annotations
 
 from .._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
 from ._backends import FaultyBackend, WrapperBackend
+from ._conformance import BackendTests
 from ._steps import InjectedStepError, StepFaults, failing_steps
 from ._wrappers import COLLECTIVES, CountingComm, FaultyComm, WrapperComm
 
 __all__ = [
+    "BackendTests",
     "COLLECTIVES",
     "KINDS",
     "CountingComm",

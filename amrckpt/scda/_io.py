@@ -1,0 +1,97 @@
+"""Buffers and POSIX reads shared by the byte backends and the read plans: pieces, contiguous runs, errno-bearing errors."""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ScdaArgumentError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError, ScdaPermissionError
+
+__all__ = ["Piece", "byte_view", "coalesce", "os_error", "preadv", "rounds"]
+
+Piece = tuple[int, memoryview]
+"""``(file offset, buffer)``: a run of bytes that one rank writes or reads."""
+
+
+def os_error(exc: OSError, path: str, what: str) -> ScdaIOError:
+    """Translate an OSError into the scda exception with the same errno."""
+    cls: type[ScdaIOError] = ScdaIOError
+    if exc.errno == errno_mod.ENOENT:
+        cls = ScdaFileNotFoundError
+    elif exc.errno in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
+        cls = ScdaPermissionError
+    return cls(exc.errno or errno_mod.EIO, f"{what} {path!r}: {exc.strerror or exc}")
+
+
+def coalesce(pieces: Sequence[Piece]) -> list[tuple[int, list[memoryview]]]:
+    """Group pieces into runs of contiguous offsets (sorted)."""
+    runs: list[tuple[int, list[memoryview]]] = []
+    end = -1
+    for off, buf in sorted((p for p in pieces if p[1].nbytes), key=lambda p: p[0]):
+        if runs and off == end:
+            runs[-1][1].append(buf)
+        else:
+            runs.append((off, [buf]))
+        end = off + buf.nbytes
+    return runs
+
+
+def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
+    """Fill every ``(offset, buffer)`` piece from the open file ``fd``: one ``preadv`` per contiguous run. Not collective.
+
+    Raises
+    ------
+    ScdaCountError
+        Where the file ends before a piece.
+    ScdaIOError
+        Where ``preadv`` fails (with its errno).
+    """
+    for off, bufs in coalesce(pieces):
+        want = sum(b.nbytes for b in bufs)
+        start = off
+        while bufs:
+            batch = bufs[:512]
+            try:
+                n = os.preadv(fd, batch, off)
+            except OSError as exc:
+                raise os_error(exc, path, f"cannot read {want} bytes at byte {start} of") from exc
+            if n == 0:
+                raise ScdaCountError(f"file {path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
+            off += n
+            while n and bufs:
+                if n >= bufs[0].nbytes:
+                    n -= bufs[0].nbytes
+                    bufs.pop(0)
+                else:
+                    bufs[0] = bufs[0][n:]
+                    n = 0
+
+
+def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:
+    """Split a bulk run into the rounds of ``chunk`` bytes that every rank makes (``ceil(max_bulk / chunk)``).
+
+    Yields this rank's piece of each round, or None where it has nothing left
+    (the rank still joins the round: the calls are collective).
+    """
+    for k in range(-(-max_bulk_nbytes // chunk)):
+        sub = bulk[1][k * chunk : (k + 1) * chunk] if bulk is not None else None
+        yield (bulk[0] + k * chunk, sub) if bulk is not None and sub is not None and sub.nbytes else None
+
+
+def byte_view(data: Any, what: str) -> memoryview:
+    """Return a flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
+    if isinstance(data, np.ndarray):
+        if not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data)
+        return memoryview(data.reshape(-1).view(np.uint8))
+    try:
+        mv = memoryview(data)
+    except TypeError as exc:
+        raise ScdaArgumentError(f"{what} must be a buffer (bytes, numpy array), not {type(data).__name__}") from exc
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    return mv.cast("B") if (mv.format != "B" or mv.ndim != 1) else mv
