@@ -20,6 +20,14 @@ do not depend on how many processes wrote it::
         f.fread_inline_data()
         hdr = f.fread_section_header(decode=True)
         mine = f.fread_array_data(read_counts).view("<f8")
+
+Below libsc's calling convention, a reader that knows where its sections are
+reads many at once through a :class:`ReadPlan` (this rank's byte ranges,
+prefix sums between two reads, the sections whose CRC32 is checked), run by
+a :class:`GatheredExecutor` (one collective read per phase) or a
+:class:`LocalExecutor` (one rank alone).  :class:`FileAccess` is how every
+file is opened (MPI-IO hints, the byte backend or a :class:`BackendOpener`,
+truncation, sync, line breaks).
 """
 
 from __future__ import annotations

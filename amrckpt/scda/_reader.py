@@ -33,7 +33,7 @@ from ._format import (
     padding_form,
     parse_file_header,
 )
-from ._layout import Pair, RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
+from ._layout import RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
 
 __all__ = ["ScdaReader", "fopen_read", "read_file_header"]
 
@@ -52,14 +52,15 @@ class _VState:
 
 @dataclass
 class _Pending:
-    pair: Pair
+    header: SectionHeader
+    raws: tuple[RawSection, ...]
     stage: str  # "data", "vsizes", "vdata"
     v: _VState | None = None
 
     @property
     def raw(self) -> RawSection:
         """The raw section that holds the data (the second of a pair)."""
-        return self.pair.raws[-1]
+        return self.raws[-1]
 
 
 class ScdaReader:
@@ -150,10 +151,10 @@ class ScdaReader:
         p = self._pending
         if p is None:
             raise ScdaUsageError(f"{what}: call fread_section_header first")
-        if p.pair.header.type not in types or p.stage not in stages:
+        if p.header.type not in types or p.stage not in stages:
             if p.stage == "vsizes" and "vdata" in stages:
                 raise ScdaUsageError(f"{what}: read the element sizes with fread_varray_sizes first")
-            raise ScdaUsageError(f"{what}: the current section is of type {p.pair.header.type!r}")
+            raise ScdaUsageError(f"{what}: the current section is of type {p.header.type!r}")
         return p
 
     def _agree(self, what: str, digest: int | None = None) -> None:
@@ -175,7 +176,7 @@ class ScdaReader:
 
         # Rank 0 reads the data padding (which no data call reads) to cover every byte.
         def padding() -> None:
-            for raw in p.pair.raws:
+            for raw in p.raws:
                 if raw.type == "I":
                     continue
                 if raw.type == "V":
@@ -191,7 +192,7 @@ class ScdaReader:
         self._agree("checksum")
         if not self._defer_crc:
             cur.wait()  # the buffers go back to the caller now
-        self._crc_log.append((p.pair.raws[0].offset, end, cur))
+        self._crc_log.append((p.raws[0].offset, end, cur))
 
     def _crc_add(self, offset: int, data: Any) -> None:
         """Checksum mode: count bytes this rank read for the current section."""
@@ -267,21 +268,21 @@ class ScdaReader:
         if self.offset == self.file_size:
             return None
         off = self.offset
-        pair: Pair = self.call.on_root(
+        header, raws = self.call.on_root(
             lambda: recognize(
                 self._read_bytes, read_raw_section(self._read_bytes, off, self.file_size), self.file_size, bool(decode)
             ),
             what="fread_section_header",
         )
-        stage = "vsizes" if pair.header.type == "V" else "data"
-        self._pending = _Pending(pair, stage)
+        stage = "vsizes" if header.type == "V" else "data"
+        self._pending = _Pending(header, raws, stage)
         if self._checksum:
             self._cur = SectionCrc()
             self._cur_entries = set()
             if self.comm.rank == 0:
-                for raw in pair.raws:
+                for raw in raws:
                     self._cur.add_crc(raw.offset, raw.head_nbytes, raw.head_crc)
-        return pair.header
+        return header
 
     @collective_method("scda.fseek_section")
     def fseek_section(self, offset: int) -> None:
@@ -402,7 +403,7 @@ class ScdaReader:
             self.call.fail(exc)
         self._agree(what, digest_of(root, what))
         assert p is not None
-        raw, hdr = p.raw, p.pair.header
+        raw, hdr = p.raw, p.header
         me = (root is None or self.comm.rank == root) and not skip
         counter = (0 if root is None else root) == self.comm.rank  # whose bytes count for checksums
         if counter and skip:
@@ -481,14 +482,14 @@ class ScdaReader:
         try:
             self._check_open(what)
             p = self._expect(what, ("data",), "A")
-            counts, C = self._read_partition(elem_counts, p.pair.header.elem_count)
-            if elem_size is not None and to_count(elem_size, "elem_size") != p.pair.header.elem_size:
-                raise ScdaArgumentError(f"elem_size {elem_size} differs from the section's E = {p.pair.header.elem_size}")
+            counts, C = self._read_partition(elem_counts, p.header.elem_count)
+            if elem_size is not None and to_count(elem_size, "elem_size") != p.header.elem_size:
+                raise ScdaArgumentError(f"elem_size {elem_size} differs from the section's E = {p.header.elem_size}")
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(counts, elem_size, what))
         assert p is not None
-        hdr = p.pair.header
+        hdr = p.header
         r = self.comm.rank
         E = hdr.elem_size
         if hdr.decoded:
@@ -554,7 +555,7 @@ class ScdaReader:
         try:
             self._check_open(what)
             p = self._expect(what, ("vsizes", "vdata"), "V")
-            counts, _ = self._read_partition(elem_counts, p.pair.header.elem_count)
+            counts, _ = self._read_partition(elem_counts, p.header.elem_count)
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(counts, what))
@@ -564,7 +565,7 @@ class ScdaReader:
         p.stage = "vdata"
         if skip:
             return None
-        return v.usizes if p.pair.header.decoded else v.sizes
+        return v.usizes if p.header.decoded else v.sizes
 
     def proc_sizes(self) -> list[int]:
         """S_p for the partition of the last :meth:`fread_varray_sizes` (libsc ``sc_scda_proc_sizes``).
@@ -633,7 +634,7 @@ class ScdaReader:
         try:
             self._check_open(what)
             p = self._expect(what, ("vdata",), "V")
-            counts, _ = self._read_partition(elem_counts, p.pair.header.elem_count)
+            counts, _ = self._read_partition(elem_counts, p.header.elem_count)
             S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
             if not skip:
                 usizes = np.asarray(elem_sizes, dtype=np.uint64).reshape(-1)
@@ -652,7 +653,7 @@ class ScdaReader:
         if S != v.uproc:
             self.call.fail(ScdaArgumentError(f"proc_sizes {S[:8]} differ from the section's {v.uproc[:8]} for this partition"))
         self._agree(what)
-        if p.pair.header.decoded:
+        if p.header.decoded:
             assert v.usizes is not None
             result = self._v_decode(p, v, v.usizes, S[r], out, skip)
         else:
@@ -744,9 +745,9 @@ class ScdaReader:
         raw = p.raw
         sizes = self._entries(raw, b"E", raw.entries_offset, counts)
         usizes = None
-        vdecoded = p.pair.header.decoded and p.pair.header.type == "V"
+        vdecoded = p.header.decoded and p.header.type == "V"
         if vdecoded:
-            a = p.pair.raws[0]
+            a = p.raws[0]
             usizes = self._entries(a, b"U", a.data_offset, counts)
         local = int(sizes.sum(dtype=np.uint64)) if sizes.size else 0
         ulocal = int(usizes.sum(dtype=np.uint64)) if usizes is not None and usizes.size else 0
