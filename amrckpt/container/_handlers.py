@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import CheckpointError
-from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share
+from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share, parse_entries
 from ..sfc import mesh_record_dtype
 from ._chunks import plan_chunks, write_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
@@ -103,10 +103,6 @@ class FieldHandler(abc.ABC):
     reads_as: ClassVar[str] = "json"
 
     # -- writing -------------------------------------------------------------------------------------------
-
-    def section(self, fs: FieldSpec | None = None) -> str:
-        """Return the scda section type of the field (of ``fs``'s layout, where the kind has several)."""
-        return fs.section if fs is not None else "B"
 
     def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
         """Return the field's manifest entry, from the schema's declaration and what the ranks agreed on.
@@ -620,8 +616,6 @@ class HpHandler(FieldHandler):
         room = sec.entry.end - v.data_offset
 
         def from_sizes() -> np.ndarray:
-            from ..scda import parse_entries
-
             letter = b"U" if fs.compressed else b"E"
             sizes = parse_entries(letter, entries, first_index=span.offset, offset=at + 32 * span.offset, what=raw_sec.where)
             if sizes.size and not fs.compressed and int(sizes.max()) > room:

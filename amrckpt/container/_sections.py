@@ -8,7 +8,7 @@ writer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,7 +19,19 @@ from ..errors import CheckpointError
 from ..scda import RawSection, SectionHeader, parse_entries
 from ._convention import FieldSpec, IndexEntry, Manifest
 
-__all__ = ["FieldSource", "Section", "SectionSink", "Span", "counts_of", "exact_sum", "not_multiples", "sections_of"]
+__all__ = [
+    "FieldSource",
+    "Section",
+    "SectionSink",
+    "Span",
+    "column_prefix",
+    "counts_of",
+    "entries_prefix",
+    "exact_sum",
+    "not_multiples",
+    "parse_sizes",
+    "sections_of",
+]
 
 
 @dataclass(frozen=True)
@@ -167,42 +179,42 @@ def sections_of(src: FieldSource, fs: FieldSpec, n: int) -> list[Section]:
     return secs[:n]
 
 
-def entries_prefix(src: FieldSource, key: str, entries_offset: int, first: int, letter: bytes, what: str) -> Callable[[Any], int]:
-    """Return ``prefix(read)``: the sum of the 32-byte ``letter`` entries ``0 .. first - 1`` at ``entries_offset``, on this rank.
+def _prefix(src: FieldSource, key: str, first: int, block: int, sum_of: Callable[[Any, int, int], int]) -> Callable[[Any], int]:
+    """Return ``prefix(read)``: the sum of ``sum_of(read, lo, n)`` over elements ``0 .. first - 1``, in blocks.
 
-    Read in blocks, from where the last sum of ``key`` stopped (``src.cursors``) when that is at or before ``first``.
+    From where the last sum of ``key`` stopped on this rank (``src.cursors``) when that is at or before ``first``.
     """
 
     def prefix(read: Any) -> int:
         at, acc = src.cursors.get(key, (0, 0))
         if at > first:
             at, acc = 0, 0
-        for lo in range(at, first, 1 << 16):
-            n = min(1 << 16, first - lo)
-            off = entries_offset + 32 * lo
-            buf = np.frombuffer(read(off, 32 * n), dtype=np.uint8)
-            acc += int(parse_entries(letter, buf, first_index=lo, offset=off, what=what).sum(dtype=np.uint64))
+        for lo in range(at, first, block):
+            acc += sum_of(read, lo, min(block, first - lo))
         return acc
 
     return prefix
+
+
+def entries_prefix(src: FieldSource, key: str, entries_offset: int, first: int, letter: bytes, what: str) -> Callable[[Any], int]:
+    """Return ``prefix(read)``: the sum of the 32-byte ``letter`` entries ``0 .. first - 1`` at ``entries_offset``, on this rank."""
+
+    def sum_of(read: Any, lo: int, n: int) -> int:
+        off = entries_offset + 32 * lo
+        buf = np.frombuffer(read(off, 32 * n), dtype=np.uint8)
+        return int(parse_entries(letter, buf, first_index=lo, offset=off, what=what).sum(dtype=np.uint64))
+
+    return _prefix(src, key, first, 1 << 16, sum_of)
 
 
 def column_prefix(src: FieldSource, key: str, data_offset: int, dtype: np.dtype[Any], first: int) -> Callable[[Any], int]:
-    """Return ``prefix(read)``: the sum of integers ``0 .. first - 1`` of ``dtype`` at ``data_offset``, on this rank.
+    """Return ``prefix(read)``: the sum of integers ``0 .. first - 1`` of ``dtype`` at ``data_offset``, on this rank."""
 
-    As :func:`entries_prefix`, from the cursor of ``key``.
-    """
+    def sum_of(read: Any, lo: int, n: int) -> int:
+        raw = read(data_offset + lo * dtype.itemsize, n * dtype.itemsize)
+        return int(np.frombuffer(raw, dtype=dtype).sum(dtype=np.uint64))
 
-    def prefix(read: Any) -> int:
-        at, acc = src.cursors.get(key, (0, 0))
-        if at > first:
-            at, acc = 0, 0
-        for lo in range(at, first, 1 << 20):
-            n = min(1 << 20, first - lo)
-            acc += int(np.frombuffer(read(data_offset + lo * dtype.itemsize, n * dtype.itemsize), dtype=dtype).sum(dtype=np.uint64))
-        return acc
-
-    return prefix
+    return _prefix(src, key, first, 1 << 20, sum_of)
 
 
 def exact_sum(a: np.ndarray, most: int) -> int:
@@ -245,12 +257,3 @@ def parse_sizes(
     if sizes.size and int(sizes.max()) > room:
         raise CheckpointError(f"{what} has an element of more bytes than its section holds")
     return sizes
-
-
-def padding_read(sec: Section, span: Span, is_root: bool, elements: Sequence[int]) -> bool:
-    """Whether this rank reads the padding of V section ``sec``: it holds the last element, or (none does) it is the root."""
-    first, end = elements
-    n = sec.raw.elem_count
-    if n == 0:
-        return is_root
-    return first <= n - 1 < end

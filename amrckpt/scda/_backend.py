@@ -33,7 +33,7 @@ from ..errors import (
     ScdaIOError,
     ScdaPermissionError,
 )
-from ._io import Piece, byte_view, coalesce, os_error, preadv, rounds
+from ._io import Piece, byte_view, coalesce, os_error, preadv, pwritev, rounds
 
 __all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "byte_view", "hints", "os_error", "preadv", "rounds"]
 
@@ -178,31 +178,11 @@ class PosixBackend:
         """Write pieces and bulk run with one ``pwritev`` per contiguous run."""
         allp = list(pieces) + ([bulk] if bulk is not None else [])
         for off, bufs in coalesce(allp):
-            self._pwritev(off, bufs)
+            pwritev(self._fd, self.path, off, bufs)
 
     def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
         """Write the pieces with one ``pwritev`` per contiguous run (``nrounds`` is not needed without MPI)."""
         self.write(pieces, None, 0)
-
-    def _pwritev(self, off: int, bufs: list[memoryview]) -> None:
-        bufs = [b for b in bufs if b.nbytes]
-        while bufs:
-            batch = bufs[:512]
-            try:
-                n = os.pwritev(self._fd, batch, off)
-            except OSError as exc:
-                raise os_error(exc, self.path, f"cannot write {sum(b.nbytes for b in batch)} bytes at byte {off} of") from exc
-            if n == 0:
-                raise ScdaCountError(f"wrote 0 bytes at byte {off} of {self.path!r}")
-            off += n
-            # Drop what was written, keep the rest.
-            while n and bufs:
-                if n >= bufs[0].nbytes:
-                    n -= bufs[0].nbytes
-                    bufs.pop(0)
-                else:
-                    bufs[0] = bufs[0][n:]
-                    n = 0
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fill pieces and bulk run with one ``preadv`` per contiguous run."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import ScdaArgumentError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError, ScdaPermissionError
 
-__all__ = ["Piece", "byte_view", "coalesce", "os_error", "preadv", "rounds"]
+__all__ = ["Piece", "advance", "byte_view", "coalesce", "os_error", "preadv", "pwritev", "rounds"]
 
 Piece = tuple[int, memoryview]
 """``(file offset, buffer)``: a run of bytes that one rank writes or reads."""
@@ -62,13 +62,39 @@ def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
             if n == 0:
                 raise ScdaCountError(f"file {path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
             off += n
-            while n and bufs:
-                if n >= bufs[0].nbytes:
-                    n -= bufs[0].nbytes
-                    bufs.pop(0)
-                else:
-                    bufs[0] = bufs[0][n:]
-                    n = 0
+            advance(bufs, n)
+
+
+def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:
+    """Write the contiguous run ``bufs`` at byte ``off`` of the open file ``fd``: ``pwritev`` until all is written. Not collective.
+
+    Raises
+    ------
+    ScdaIOError
+        Where ``pwritev`` fails (with its errno); ScdaCountError where it writes nothing.
+    """
+    bufs = [b for b in bufs if b.nbytes]
+    while bufs:
+        batch = bufs[:512]
+        try:
+            n = os.pwritev(fd, batch, off)
+        except OSError as exc:
+            raise os_error(exc, path, f"cannot write {sum(b.nbytes for b in batch)} bytes at byte {off} of") from exc
+        if n == 0:
+            raise ScdaCountError(f"wrote 0 bytes at byte {off} of {path!r}")
+        off += n
+        advance(bufs, n)
+
+
+def advance(bufs: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes of the buffers ``bufs`` (those a vectored call moved), keeping the rest."""
+    while n and bufs:
+        if n >= bufs[0].nbytes:
+            n -= bufs[0].nbytes
+            bufs.pop(0)
+        else:
+            bufs[0] = bufs[0][n:]
+            n = 0
 
 
 def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:

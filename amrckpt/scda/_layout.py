@@ -348,15 +348,7 @@ def read_section(read: Any, offset: int, file_size: int, *, decode: bool = True)
     With ``decode``, a compression pair (paper Table 2) is one logical
     section: the header says the type and sizes of what was compressed, and
     both raw sections are returned (the inline or U-entry section first).
-
-    Parameters
-    ----------
-    read : callable
-        ``read(offset, nbytes) -> bytes`` reading exactly ``nbytes``.
-    offset : int
-        Start of the section.
-    file_size : int
-        Every count is checked against it before anything else is read.
+    ``read`` and ``file_size`` are as for :func:`read_raw_section`.
 
     Raises
     ------

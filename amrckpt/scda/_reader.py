@@ -105,7 +105,6 @@ class ScdaReader:
         self._cur: SectionCrc | None = None
         self._cur_entries: set[tuple[int, bytes]] = set()
         self._crc_log: list[tuple[int, int, SectionCrc | None]] = []  # (offset, end, the section's pieces on this rank)
-        self._defer_crc = False  # restart.load: CRC in the helper thread until section_crcs()
         self._pending: _Pending | None = None
         with collective(self.comm, "scda.fopen_read") as call:
             self._backend: Backend | None = open_backend(self.path, "r", self.comm, access=access)
@@ -190,8 +189,7 @@ class ScdaReader:
 
         self.call.run(padding, on=0 if cur.complete else -1)
         self._agree("checksum")
-        if not self._defer_crc:
-            cur.wait()  # the buffers go back to the caller now
+        cur.wait()  # the buffers go back to the caller now
         self._crc_log.append((p.raws[0].offset, end, cur))
 
     def _crc_add(self, offset: int, data: Any) -> None:

@@ -225,6 +225,25 @@ class BackendTests:
         plan.scan(local, then, prefix)
         return plan, got
 
+    def _read_planned(self, comm: Comm, path: Path, access: FileAccess, damage: bool) -> tuple[ReadPlan, dict[str, Any]]:
+        """Write the file on the root (its last byte changed with ``damage``), plan every rank's part, read it collectively."""
+        layout = None
+        if comm.rank == 0:
+            layout = self._write_sections(path, comm.size)
+            if damage:
+                raw = bytearray(path.read_bytes())
+                raw[-1] ^= 0x20
+                path.write_bytes(bytes(raw))
+        with collective(comm, "conformance: plan") as call:
+            layout = call.on_root(lambda: layout)
+            assert layout is not None
+            plan, got = self._plan(comm, layout, True)
+            ex = GatheredExecutor(os.fspath(path), comm, access)
+            ex.run(plan)
+            ex.close()
+            call.agree()
+        return plan, got
+
     def test_read_plan_on_every_rank(self, backend_dir: Path) -> None:
         """A two-phase plan (sizes, then data after one exscan) reads each rank's elements.
 
@@ -234,20 +253,8 @@ class BackendTests:
         access = self.access
 
         def body(comm: Comm) -> bool:
-            layout = self._write_sections(path, comm.size) if comm.rank == 0 else None
-            with collective(comm, "conformance: plan") as call:
-                layout = call.on_root(lambda: layout)
-                assert layout is not None
-                plan, got = self._plan(comm, layout, True)
-                ex = GatheredExecutor(os.fspath(path), comm, access)
-                ex.run(plan)
-                ex.close()
-                call.agree()
-            r = comm.rank
-            want = b"".join(
-                _block(i, 1, s) for i, s in enumerate(_sizes(comm.size)) if r * (r + 1) // 2 <= i < (r + 1) * (r + 2) // 2
-            )
-            return plan.error is None and plan.checked == ["elements"] and bytes(got["data"]) == want
+            plan, got = self._read_planned(comm, path, access, damage=False)
+            return plan.error is None and plan.checked == ["elements"] and bytes(got["data"]) == _elements_of(comm.rank, comm.size)
 
         assert all(self.run(body))
 
@@ -257,20 +264,7 @@ class BackendTests:
         access = self.access
 
         def body(comm: Comm) -> str:
-            layout = None
-            if comm.rank == 0:
-                layout = self._write_sections(path, comm.size)
-                raw = bytearray(path.read_bytes())
-                raw[-1] ^= 0x20
-                path.write_bytes(bytes(raw))
-            with collective(comm, "conformance: damage") as call:
-                layout = call.on_root(lambda: layout)
-                assert layout is not None
-                plan, _ = self._plan(comm, layout, True)
-                ex = GatheredExecutor(os.fspath(path), comm, access)
-                ex.run(plan)
-                ex.close()
-                call.agree()
+            plan, _ = self._read_planned(comm, path, access, damage=True)
             return type(plan.error).__name__
 
         assert set(self.run(body)) == {ChecksumError.__name__}
@@ -288,10 +282,7 @@ class BackendTests:
                     fake = _Rank(r, P)
                     plan, got = self._plan(fake, layout, False)  # type: ignore[arg-type]
                     LocalExecutor(f).run(plan)
-                    want = b"".join(
-                        _block(i, 1, s) for i, s in enumerate(_sizes(P)) if r * (r + 1) // 2 <= i < (r + 1) * (r + 2) // 2
-                    )
-                    ok &= plan.error is None and bytes(got["data"]) == want
+                    ok &= plan.error is None and bytes(got["data"]) == _elements_of(r, P)
             return ok
 
         assert all(self.run(body))
@@ -324,6 +315,11 @@ class BackendTests:
             return "read", None
 
         assert set(self.run(body)) == {("ScdaIOError", errno.EIO)}
+
+
+def _elements_of(r: int, P: int) -> bytes:
+    """Return the bytes of rank r's elements in the file of :meth:`BackendTests._write_sections` (rank p holds p + 1)."""
+    return b"".join(_block(i, 1, s) for i, s in enumerate(_sizes(P)) if r * (r + 1) // 2 <= i < (r + 1) * (r + 2) // 2)
 
 
 class _Rank:
