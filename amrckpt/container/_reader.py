@@ -335,7 +335,7 @@ class CheckpointReader:
         """
         self._agree_on_close = True
         self._find_sections([fs.name for fs in fields])
-        plan = scda.ReadPlan(self.path, verify=self.verify)
+        plan = scda.ReadPlan(self.path, verify=self.verify, file_size=self.file_size)
         build: dict[str, Any] = {}
         for fs in fields:
             self._plan(plan, fs, self._span(fs, parts), build)
@@ -426,7 +426,7 @@ class CheckpointReader:
         self._find_sections([fs.name for fs in fields])
         N, P, r = ms.num_leaves, self.comm.size, self.comm.rank
         span = Span(N * (r + 1) // P - N * r // P, N * r // P, N)
-        plan = scda.ReadPlan(self.path, verify=False)
+        plan = scda.ReadPlan(self.path, verify=False, file_size=self.file_size)
         fixed, later = 0, []
         for fs in fields:
             self._cover(plan, self.sections(fs.name))
@@ -514,7 +514,7 @@ class CheckpointReader:
         f = self._local()
         if name not in self._sections and name not in self._local_sections:
             self._local_sections.update(read_sections(f.read, self.file_size, self.index, self.manifest, [name], False, self.path))
-        plan = scda.ReadPlan(self.path, verify=False)
+        plan = scda.ReadPlan(self.path, verify=False, file_size=self.file_size)
         build: dict[str, Any] = {}
         self._plan(plan, fs, Span(count, start, N), build, every_rank=False)
         scda.LocalExecutor(f).run(plan)

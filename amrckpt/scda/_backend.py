@@ -463,20 +463,12 @@ class MPIIOBackend:
     def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
         """Fill every piece of this rank by one ``MPI_File_read_all`` per round through a file view (see :meth:`write_gathered`).
 
-        A piece past the end of the file is this rank's ScdaCountError, raised
-        after the collective reads: ROMIO's status of a read through a file
-        view counts the bytes asked for, not those read, so the end is
-        compared with ``MPI_File_get_size`` (a local call).
+        ROMIO's status of a read through a file view counts the bytes asked
+        for, not those read: a piece past the end of the file is not
+        detected here (it reads zeros).  A :class:`~amrckpt.scda.ReadPlan`
+        that knows the file's size checks its pieces against it first.
         """
         self._gathered(pieces, nrounds, False)
-        end = max((off + b.nbytes for off, b in pieces if b.nbytes), default=0)
-        if end:
-            try:
-                size = int(self._fh.Get_size())
-            except self._MPI.Exception as exc:
-                raise self._error(exc, "cannot get the size of") from exc
-            if end > size:
-                raise ScdaCountError(f"file {self.path!r} ends at byte {size}: bytes up to {end} were requested")
 
     def _gathered(self, pieces: Sequence[Piece], nrounds: int, write: bool) -> None:
         MPI = self._MPI

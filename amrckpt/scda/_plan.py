@@ -88,6 +88,10 @@ class ReadPlan:
         Names the file in messages.
     verify : bool
         CRC every byte read and compare each covered section with its CRC32.
+    file_size : int or None
+        The file's size, if known: a piece past it is this rank's
+        ScdaCountError, found before anything is read (MPI-IO does not
+        report a read past the end through a file view).
     nbytes : int
         The bytes of every section covered (the same on every rank): past
         ``MAX_CALL_NBYTES``, a collective read asks every rank how many
@@ -101,6 +105,7 @@ class ReadPlan:
 
     path: str
     verify: bool = True
+    file_size: int | None = None
     nbytes: int = 0
     error: BaseException | None = None
     checked: list[str] = field(default_factory=list)
@@ -162,9 +167,18 @@ class ReadPlan:
     # -- what executors call ----------------------------------------------------------------------------
 
     def take_pieces(self) -> list[tuple[int, memoryview]]:
-        """Return the pieces planned since the last call (the next read's), and start CRCing the previous ones."""
+        """Return the pieces planned since the last call (the next read's); none if one lies past the end of the file.
+
+        A piece past :attr:`file_size` is this rank's ScdaCountError (:meth:`read_failed`).
+        """
         pieces, self._pieces = self._pieces, []
-        return pieces
+        end = max((off + b.nbytes for off, b in pieces), default=0)
+        if self.file_size is not None and end > self.file_size and not self._read_failed:
+            start = min(off for off, b in pieces if off + b.nbytes > self.file_size)
+            self.read_failed(
+                ScdaCountError(f"file {self.path!r} ends at byte {self.file_size}: bytes {start}..{end} were requested")
+            )
+        return [] if self._read_failed else pieces
 
     def crc_read(self) -> None:
         """CRC the pieces just read, in the helper thread (while the caller plans and reads on)."""
