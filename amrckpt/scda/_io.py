@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,17 +52,14 @@ def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
     """
     for off, bufs in coalesce(pieces):
         want = sum(b.nbytes for b in bufs)
-        start = off
-        while bufs:
-            batch = bufs[:512]
-            try:
-                n = os.preadv(fd, batch, off)
-            except OSError as exc:
-                raise os_error(exc, path, f"cannot read {want} bytes at byte {start} of") from exc
-            if n == 0:
-                raise ScdaCountError(f"file {path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
-            off += n
-            advance(bufs, n)
+
+        def say(at: int, want: int = want, start: int = off) -> tuple[str, str]:
+            return (
+                f"cannot read {want} bytes at byte {start} of",
+                f"file {path!r} ends at byte {at}: {want} bytes from byte {start} were requested",
+            )
+
+        _vectored(os.preadv, fd, off, bufs, say, path)
 
 
 def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:
@@ -73,15 +70,35 @@ def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:
     ScdaIOError
         Where ``pwritev`` fails (with its errno); ScdaCountError where it writes nothing.
     """
-    bufs = [b for b in bufs if b.nbytes]
+    _vectored(
+        os.pwritev,
+        fd,
+        off,
+        [b for b in bufs if b.nbytes],
+        lambda at: (f"cannot write to byte {at} of", f"wrote 0 bytes at byte {at} of {path!r}"),
+        path,
+    )
+
+
+def _vectored(
+    call: Callable[[int, list[memoryview], int], int],
+    fd: int,
+    off: int,
+    bufs: list[memoryview],
+    say: Callable[[int], tuple[str, str]],
+    path: str,
+) -> None:
+    """Move ``bufs`` to or from byte ``off`` by ``call`` (``os.preadv``, ``os.pwritev``), 512 buffers a call, until all moved.
+
+    ``say(offset)`` gives the messages of a failed call and of a call that moved nothing.
+    """
     while bufs:
-        batch = bufs[:512]
         try:
-            n = os.pwritev(fd, batch, off)
+            n = call(fd, bufs[:512], off)
         except OSError as exc:
-            raise os_error(exc, path, f"cannot write {sum(b.nbytes for b in batch)} bytes at byte {off} of") from exc
+            raise os_error(exc, path, say(off)[0]) from exc
         if n == 0:
-            raise ScdaCountError(f"wrote 0 bytes at byte {off} of {path!r}")
+            raise ScdaCountError(say(off)[1])
         off += n
         advance(bufs, n)
 

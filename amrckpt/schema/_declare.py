@@ -236,15 +236,28 @@ def Cells(
     SchemaError
         If ``compress`` and ``chunks`` are both given, or ``chunks`` is not a positive int.
     """
-    dt, native = _dtype_spec(dtype, "Cells")
-    shape = _shape(shape)
-    common = _common(units, description, compress, _level_for(level, chunks, compress))
-    kind = CellsKind(**common, dtype=dt, native=native, shape=shape, mesh=mesh, chunks=_chunks(chunks, compress))
-    return _field(kind, PydanticUndefined)
+    return _values(CellsKind, "Cells", dtype, shape, units, description, compress, level, chunks, mesh=mesh)
 
 
-def _level_for(level: int | None, chunks: int | None, compress: Any) -> int:
-    return level if level is not None else 1 if chunks is not None else 9
+def _values(
+    cls: type[CellsKind],
+    what: str,
+    dtype: Any,
+    shape: Any,
+    units: Any,
+    description: Any,
+    compress: Any,
+    level: Any,
+    chunks: Any,
+    **more: Any,
+) -> Any:
+    """Return the field of fixed-size values (cells, arrays): dtype, shape, compression and chunks checked."""
+    dt, native = _dtype_spec(dtype, what)
+    level = level if level is not None else 1 if chunks is not None else 9
+    common = _common(units, description, compress, level)
+    return _field(
+        cls(**common, dtype=dt, native=native, shape=_shape(shape), chunks=_chunks(chunks, compress), **more), PydanticUndefined
+    )
 
 
 def _chunks(chunks: Any, compress: Any) -> int | None:
@@ -328,10 +341,7 @@ def Array(
     -------
     pydantic.fields.FieldInfo
     """
-    dt, native = _dtype_spec(dtype, "Array")
-    common = _common(units, description, compress, _level_for(level, chunks, compress))
-    kind = ArrayKind(**common, dtype=dt, native=native, shape=_shape(shape), chunks=_chunks(chunks, compress))
-    return _field(kind, PydanticUndefined)
+    return _values(ArrayKind, "Array", dtype, shape, units, description, compress, level, chunks)
 
 
 def NDArray(

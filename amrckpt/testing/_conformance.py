@@ -181,12 +181,7 @@ class BackendTests:
                     plan.cover("all", 0, 64, zlib.crc32(b"z" * 64), [(0, 64, zlib.crc32(b"z" * 64))] if comm.rank == 0 else [])
                     at = 100 if comm.rank == comm.size - 1 else 0
                     plan.read(0, at, bytearray(8), crc=False)
-                    ex = GatheredExecutor(os.fspath(path), comm, access)
-                    ex.run(plan)
-                    ex.close()
-                    if plan.error is not None:
-                        call.fail(plan.error)
-                    call.agree()
+                    _run_and_agree(plan, GatheredExecutor(os.fspath(path), comm, access), call)
             except AmrckptError as exc:
                 return type(exc).__name__
             return "read"
@@ -310,18 +305,22 @@ class BackendTests:
                     layout = call.on_root(lambda: layout)
                     assert layout is not None
                     plan, _ = self._plan(comm, layout, True)
-                    ex = GatheredExecutor(os.fspath(path), comm, access)
                     with inject_faults(1, ranks=[comm.size - 1], kinds={"read"}, errno=errno.EIO, limit=1):
-                        ex.run(plan)
-                    ex.close()
-                    if plan.error is not None:
-                        call.fail(plan.error)
-                    call.agree()
+                        _run_and_agree(plan, GatheredExecutor(os.fspath(path), comm, access), call)
             except ScdaIOError as exc:
                 return type(exc).__name__, exc.errno
             return "read", None
 
         assert set(self.run(body)) == {("ScdaIOError", errno.EIO)}
+
+
+def _run_and_agree(plan: ReadPlan, ex: GatheredExecutor, call: Any) -> None:
+    """Run ``plan`` on every rank, close the file, and agree on every rank's error (raised on every rank). Collective."""
+    ex.run(plan)
+    ex.close()
+    if plan.error is not None:
+        call.fail(plan.error)
+    call.agree()
 
 
 def _elements_of(r: int, P: int) -> bytes:
