@@ -8,29 +8,28 @@ amrckpt, one level lower: at the calls that really fail in production.
 Where faults are injected (``kinds``)
 -------------------------------------
 ``"open"``, ``"write"``, ``"read"``, ``"size"``, ``"sync"``, ``"close"``
-    The calls of the file backends (:mod:`amrckpt.scda._backend`): ``open``,
-    ``pwritev``/``MPI_File_write_at[_all]``, ``preadv``/``MPI_File_read_at[_all]``,
-    ``fstat``/``MPI_File_get_size``, ``ftruncate``+``fsync``/``MPI_File_set_size``+``MPI_File_sync``,
-    ``close``/``MPI_File_close``.
+    The calls of a byte backend wrapped in :class:`amrckpt.testing.FaultyBackend`
+    (selected by ``backend=FaultyBackend``): opening the file, its writes and
+    reads (``pwritev``/``MPI_File_write_all``..., ``preadv``/``MPI_File_read_all``...),
+    ``fstat``/``MPI_File_get_size``, ``fsync``/``MPI_File_sync`` and closing.
 ``"rename"``, ``"fsync"``
     The file operations of a checkpoint directory, through
     :class:`amrckpt.testing.FaultyFileSystem` (``rename``, ``link`` and
     ``unlink``; ``fsync`` of the directory); its record writes and reads
     count as ``"write"``, ``"sync"`` and ``"read"``.
 ``"mpi"``
-    The collectives of every communicator (:class:`~amrckpt.comm.Comm`:
-    barrier, bcast, allgather, allreduce, exscan, dup).
+    The collectives of a communicator wrapped in :class:`amrckpt.testing.FaultyComm`
+    (barrier, bcast, allgather, allreduce, exscan, dup).
 
 The failure model
 -----------------
-An I/O fault is local to the rank it hits, as a real one is: an independent
-call (``pwritev``, ``MPI_File_write_at``, ``rename``...) raises *instead of*
-doing its work (an ``OSError`` with an errno such as ``ENOSPC``, or an
-``mpi4py.MPI.Exception`` with the matching MPI error class, so it takes the
-same ``except`` path as a real error); a collective MPI-IO call
-(``MPI_File_open``, ``_write_at_all``, ``_sync``, ``_close``...) first takes
-part in the call, then reports the error on that rank, as an MPI call that
-returns an error code does.  It is then up to amrckpt's agreement
+An I/O fault is local to the rank it hits, as a real one is: a read or a
+write fails *instead of* doing its work, still joining the collective MPI-IO
+calls with nothing to move, and raises the
+:class:`~amrckpt.errors.ScdaIOError` of an errno such as ``ENOSPC``;
+opening, ``sync`` and closing take part in the call, then report the error
+on that rank, as an MPI call that returns an error code does (the manager's
+``rename`` raises an ``OSError`` instead of renaming).  It is then up to amrckpt's agreement
 (:func:`amrckpt.comm.agree`) to turn that one rank's error into the same
 exception on every rank.  This is what the fault tests check.
 
@@ -59,20 +58,21 @@ and leave the block at the same point of its sequence of collective calls.  ``se
 
 Cost when off
 -------------
-Each hook is ``if _faults.ACTIVE is not None`` (a module attribute read and a
-comparison, tens of nanoseconds) beside a system or MPI call of microseconds.
+Nothing for the file backends and communicators: the faults come from the
+wrappers a test selects.  The manager's ``rename`` and ``fsync`` hooks are
+``if _faults.ACTIVE is not None`` (a module attribute read, tens of nanoseconds).
 
 Usage
 -----
 In a test, on every rank::
 
     with inject_faults(every_n=20, seed=7, ranks=[1], kinds={"write", "mpi"}) as plan:
-        ...  # amrckpt calls
+        ac.save(state, path, comm=FaultyComm(comm), backend=FaultyBackend)
     plan.injected  # the faults injected on this process
 
 For a whole process (a job under ``mpiexec``), the environment variable
 ``AMRCKPT_FAULTS="every_n=20,seed=7,ranks=1:3,kinds=write:mpi,limit=1"`` does
-the same from ``import amrckpt`` on.
+the same from ``import amrckpt`` on, for the calls of the wrappers.
 """
 
 from __future__ import annotations

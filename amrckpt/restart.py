@@ -8,16 +8,16 @@ field, turns what it returns into the schema's values (each field kind's
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from .comm import Comm, collective
-from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, read_info, verify
+from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, handler_for, read_info, verify
 from .errors import AmrckptError, SchemaError
 from .partition import Partition, family_window, keep_families
-from .schema import CheckpointSchema, FieldKind, Forest, HpData, field_adapter
+from .scda import FileAccess
+from .schema import KINDS, CheckpointSchema, FieldKind
 
 __all__ = ["CheckpointInfo", "Loaded", "VerifyReport", "load", "read_info", "verify"]
 
@@ -115,19 +115,17 @@ def _wanted(m: Manifest, fields: list[str] | None, migrate: bool, path: str) -> 
     missing = sorted(set(fields) - {fs.name for fs in m.fields})
     if missing:
         raise SchemaError(f"{path!r} has no fields {missing}")
-    return [fs for fs in m.fields if fs.name in fields or fs.kind == "inline"]
+    return [fs for fs in m.fields if fs.name in fields or handler_for(fs.kind).in_manifest]
 
 
-def _value_of(kind: FieldKind | None, fs: FieldSpec, raw: Any, ms: MeshSpec | None, check: bool) -> Any:
-    """Return what the container read as a schema value: by the schema's kind, or generically for a field it lacks."""
-    if kind is not None and kind.kind == fs.kind:
-        return kind.from_file(raw, fs, ms, check)
-    if fs.kind == "mesh":
-        assert ms is not None
-        return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check)
-    if fs.kind == "hp":
-        return HpData(*raw)
-    return raw
+def _value_of(kind: FieldKind | None, fs: FieldSpec, m: Manifest, raw: Any, check: bool) -> Any:
+    """Return what the container read as a schema value: by the schema's kind, or as the file declares it (a field it lacks)."""
+    if kind is None or kind.kind != fs.kind:
+        kind = (
+            KINDS[fs.kind].from_spec(fs, m)[1].metadata[-1]
+        )  # the kind the file declares (a migration turns it into the schema's)
+    assert kind is not None
+    return kind.from_file(raw, fs, m.mesh_of(fs), check)
 
 
 def load(
@@ -141,6 +139,7 @@ def load(
     info: Any = None,
     backend: str | None = None,
     allow_for_coarsening: bool = False,
+    access: FileAccess | None = None,
 ) -> Loaded[S]:
     """Read a checkpoint on the current communicator, with a new partition of its leaves.
 
@@ -192,6 +191,8 @@ def load(
         (:func:`amrckpt.partition.keep_families`; each rank reads the few
         leaves around its own cut, then one allgather of one int64 per rank).
         Not for ``"writer"`` (the partition is the writer's).
+    access : amrckpt.scda.FileAccess, optional
+        ``info`` and ``backend`` as one value; the keyword arguments given override it.
 
     Returns
     -------
@@ -216,8 +217,9 @@ def load(
         isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema
     ):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
+    a = FileAccess.of(access, info=info, backend=backend)
     with collective(comm, "load") as call:
-        return _load(call.comm, path, schema, partition, fields, verify, info, backend, allow_for_coarsening)
+        return _load(call.comm, path, schema, partition, fields, verify, a, allow_for_coarsening)
 
 
 def _load(
@@ -227,8 +229,7 @@ def _load(
     partition: PartitionSpec,
     fields: list[str] | None,
     verify: bool,
-    info: Any,
-    backend: str | None,
+    access: FileAccess,
     allow_for_coarsening: bool,
 ) -> Loaded[S]:
     """Read the checkpoint: the body of :func:`load`, inside its collective call."""
@@ -244,7 +245,7 @@ def _load(
         return [fs.name for fs in _wanted(m, fields, m.schema_version != schema.__amrckpt_version__, where)]
 
     # One broadcast of the metadata, one or two collective reads, one agreement (when closing).
-    with CheckpointReader(path, comm=c, verify=verify, info=info, backend=backend, defer_crc=True, select=select) as r:
+    with CheckpointReader(path, comm=c, verify=verify, access=access, select=select) as r:
         m = r.manifest
         if schema is None:  # the manifest is the same on every rank: so is the schema built from it
             schema = CheckpointSchema.from_manifest(m)  # type: ignore[assignment]
@@ -256,7 +257,8 @@ def _load(
             ms.field: _partition(partition, ms, r, c, j == 0, allow_for_coarsening) for j, ms in enumerate(m.meshes)
         }
         for fs in m.fields:
-            if fs.kind == "array":
+            h = handler_for(fs.kind)
+            if h.partitioned and not h.per_leaf:  # a distributed array: split uniformly
                 parts[fs.name] = Partition.uniform(fs.count or 0, c.size)
         raw, err = r.read_fields(wanted, parts)
         verified = r.check_crcs()
@@ -265,7 +267,7 @@ def _load(
         if err is None:
             try:
                 # Unverified leaves are checked while unpacked; verified ones were checked by their writer.
-                values = {fs.name: _value_of(kinds.get(fs.name), fs, raw[fs.name], m.mesh_of(fs), not verify) for fs in wanted}
+                values = {fs.name: _value_of(kinds.get(fs.name), fs, m, raw[fs.name], not verify) for fs in wanted}
                 as_read = dict(values)
                 if migrate:
                     values = schema.migrate(values, m.schema_version)
@@ -303,26 +305,12 @@ def _build(
         raise SchemaError(f"{path!r} lacks fields {missing} of {schema.__name__} (a migration may add them)")
     typed: dict[str, Any] = {}
     for name in names:
-        if name not in values:
-            continue
-        kind, v = kinds[name], values[name]
-        if kind.kind in ("inline", "block"):
-            # JSON values validate in JSON mode, as written (strict models, dates, tuples).
-            try:
-                v = field_adapter(schema, name).validate_json(json.dumps(v, allow_nan=True))
-            except ValueError as exc:
-                raise SchemaError(f"field {name!r}: the value in {path!r} does not fit {schema.__name__}: {exc}") from exc
-        else:
-            to_native = getattr(kind, "to_native", None)
-            if to_native is not None:
-                v = HpData(to_native(v.values), v.counts) if isinstance(v, HpData) else to_native(v)
-            mesh = name if kind.kind == "mesh" else getattr(kind, "mesh", None)
+        if name in values:
+            kind = kinds[name]
+            mesh = kind.mesh_name(name)
             part = parts.get(mesh) if mesh is not None else None
             n = int(part.elem_counts[rank]) if part is not None and kind.per_leaf else None
-            kind.check_value(name, v, n, check_values=name not in checked)
-            if kind.kind == "ndarray":
-                kind.check_shape(name, list(v.shape))  # type: ignore[attr-defined]
-        typed[name] = v
+            typed[name] = kind.from_read(schema, name, values[name], n, check=name not in checked, path=path)
     if fields is None:
         return schema.model_validate(typed)
     return schema.model_construct(**typed)

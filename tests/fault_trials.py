@@ -1,8 +1,10 @@
 """Fault-injection trials of the checkpoint manager, shared by the serial, thread and MPI tests and the campaign.
 
-A trial saves a new checkpoint while :func:`amrckpt._faults.inject_faults`
-makes a seeded fraction of the I/O and MPI calls fail, then checks, with the
-faults off:
+A trial saves a new checkpoint while :func:`amrckpt.testing.inject_faults`
+makes a seeded fraction of the I/O and MPI calls fail (the manager's
+communicator wrapped in :class:`~amrckpt.testing.FaultyComm`, its saves
+written through :class:`~amrckpt.testing.FaultyBackend`), then checks, with
+the faults off:
 
 * every rank ended the same way: the same exception class of amrckpt's tree,
   or the save succeeded everywhere (no foreign exception, no hang);
@@ -30,7 +32,7 @@ from checkpoint_cases import Advection, GlobalState, assert_state_equal, global_
 import amrckpt as ac
 from amrckpt.comm import as_comm
 from amrckpt.manager import EveryNSteps, KeepLast
-from amrckpt.testing import KINDS, FaultyComm, FaultyFileSystem, inject_faults
+from amrckpt.testing import KINDS, FaultyBackend, FaultyComm, FaultyFileSystem, inject_faults
 
 IO_KINDS = sorted(KINDS - {"mpi"})
 
@@ -97,9 +99,11 @@ class Trials:
     def __init__(self, directory: Path, comm: Any, save_kwargs: dict[str, Any] | None = None) -> None:
         self.comm = FaultyComm(comm)  # collectives fail where the plan says (kind "mpi")
         self.c = self.comm
+        kw = dict(save_kwargs or {})
+        kw["backend"] = FaultyBackend.over(kw.get("backend"))  # I/O calls fail where the plan says
         policies = {"save_policy": EveryNSteps(10**9), "keep_policy": KeepLast(2)}
         fs = FaultyFileSystem()  # the directory's file operations fail where the plan says (kinds "rename", "fsync"...)
-        self.mgr = ac.CheckpointManager(directory, Advection, comm=self.comm, save_kwargs=save_kwargs, fs=fs, **policies)
+        self.mgr = ac.CheckpointManager(directory, Advection, comm=self.comm, save_kwargs=kw, fs=fs, **policies)
         self.mgr.save(0, state(0, self.comm), force=True)
         self.prev = 0
         self.prev_sha = _sha(self.mgr.path_of(0)) if self.c.rank == 0 else ""

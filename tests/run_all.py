@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Run amrckpt's whole test suite: the serial tests, then the MPI tests at 1, 2, 3 and 4 processes.
 
-First ``ruff check``, ``ruff format --check`` and ``mypy --strict`` of the
-package, then the tests.
+First ``ruff check``, ``ruff format --check``, ``mypy --strict`` and
+import-linter's contracts (the layers of the package, ``pyproject.toml``),
+then the tests.
 
 Usage::
 
@@ -59,6 +60,7 @@ def main() -> int:
         ("ruff", [sys.executable, "-m", "ruff", "check", "amrckpt", "tests", "benchmarks", "examples"]),
         ("ruff format", [sys.executable, "-m", "ruff", "format", "--check", "amrckpt", "tests", "benchmarks", "examples"]),
         ("mypy", [sys.executable, "-m", "mypy", "amrckpt"]),
+        ("import contracts", [str(Path(sys.executable).parent / "lint-imports")]),
     ):
         if run(cmd, args.timeout, env):
             failures.append(name)

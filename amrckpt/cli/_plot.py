@@ -16,6 +16,7 @@ from ..container import (
     CheckpointInfo,
     CheckpointReader,
     dtype_from_json,
+    handler_for,
     read_info,
 )
 from ..errors import AmrckptError
@@ -102,7 +103,7 @@ def _plot_leaves(
 
     m = ck.manifest
     assert m.mesh is not None
-    cells = [fs.name for fs in m.fields if fs.kind in ("cells", "hp")]
+    cells = [fs.name for fs in m.fields if _per_leaf_values(fs.kind)]
     P = ranks if ranks is not None else ck.writer_size or 1
     arrays = plan_arrays(m, ranks=P)
     if what in ("level", "rank"):
@@ -115,19 +116,20 @@ def _plot_leaves(
         except KeyError:
             choices = ", ".join(cells) or "none"
             raise _UsageError(f"{path} has no field {what!r}; choose level, rank or a cell field: {choices}") from None
-        if fs.kind not in ("cells", "hp"):
+        if not _per_leaf_values(fs.kind):
             choices = ", ".join(cells) or "none"
             raise _UsageError(f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {choices}")
-        name = f"{what}.count" if fs.kind == "hp" else what
-        found = [a for a in arrays if a.name == name or (fs.kind == "cells" and a.field == what)]
+        runs = handler_for(fs.kind).reads_as == "runs"  # hp: coloured by the number of values of each leaf
+        name = f"{what}.count" if runs else what
+        found = [a for a in arrays if a.name == name or (not runs and a.field == what)]
         if not found:
             raise _UsageError(f"field {what!r} has dtype {_dtype_text(fs.dtype)}, which has no colour")
         arr, kind = found[0], "field"
         dt = dtype_from_json(fs.dtype, what)
         many = arr.ncomp > 1 or len(found) > 1
-        label = f"{what}: values per leaf" if fs.kind == "hp" else ("|" + what + "|" if dt.kind == "c" else what)
-        label += " (first component)" if fs.kind != "hp" and many else ""
-        label += f" [{fs.units}]" if fs.units and fs.kind != "hp" else ""
+        label = f"{what}: values per leaf" if runs else ("|" + what + "|" if dt.kind == "c" else what)
+        label += " (first component)" if not runs and many else ""
+        label += f" [{fs.units}]" if fs.units and not runs else ""
     keep_poly, keep_v, keep_pts = [], [], []
     with CheckpointReader(path, comm=SerialComm(), verify=True) as r:
         geometry = mesh_geometry(r, brick)
@@ -259,3 +261,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 # -- export ---------------------------------------------------------------------
+
+
+def _per_leaf_values(kind: str) -> bool:
+    """Whether fields of ``kind`` hold values on the leaves of a mesh (cells, hp), by which leaves can be coloured."""
+    h = handler_for(kind)
+    return h.per_leaf and not h.is_mesh

@@ -9,7 +9,9 @@ the layers above (schemas, restart, manager, CLI) go through this package:
   wrote it (kept beside the file, not in it), format 1's
   :class:`Provenance`;
 - per-kind field handlers (:class:`FieldHandler`, orbax's ``TypeHandler``
-  pattern): how each field kind is written and read;
+  pattern): each owns its kind on disk (sections, layout, manifest entry,
+  writing, and the plan of a rank's reads), seeing a :class:`FieldSource`
+  or a :class:`SectionSink`, never the reader or writer;
 - :class:`CheckpointWriter` (header, manifest, fields, index, footer,
   CRC32s) and :class:`CheckpointReader` (footer → index → manifest →
   fields, CRC32s against the index, random access by field and by leaf
@@ -31,7 +33,6 @@ from ._convention import (
     INDEX_USER_STRING,
     MANIFEST_USER_STRING,
     READ_FORMAT_VERSIONS,
-    SECTION_OF_KIND,
     ConnectivitySpec,
     FieldSpec,
     GeometryMap,
@@ -52,8 +53,9 @@ from ._convention import (
     write_json_schemas,
 )
 from ._geometry import Geometry
-from ._handlers import HANDLERS, FieldHandler, Payload, handler_for
+from ._handlers import HANDLERS, FieldHandler, Payload, count_dtype, handler_for
 from ._reader import CheckpointInfo, CheckpointReader, checksum_error, read_info, read_run_record
+from ._sections import FieldSource, Section, SectionSink, Span
 from ._tools import ConvertResult, RawMetadata, convert, convert_file, read_raw_metadata
 from ._values import HpData
 from ._verify import Problem, VerifyReport, is_checkpoint, locate_index, verify, verify_file
@@ -78,13 +80,13 @@ __all__ = [
     "MANIFEST_USER_STRING",
     "READ_FORMAT_VERSIONS",
     "RUN_RECORD_SUFFIX",
-    "SECTION_OF_KIND",
     "CheckpointInfo",
     "CheckpointReader",
     "CheckpointWriter",
     "ConnectivitySpec",
     "ConvertResult",
     "FieldHandler",
+    "FieldSource",
     "FieldSpec",
     "Geometry",
     "GeometryMap",
@@ -98,11 +100,15 @@ __all__ = [
     "Provenance",
     "RawMetadata",
     "RunRecord",
+    "Section",
+    "SectionSink",
+    "Span",
     "VerifyReport",
     "WriteResult",
     "checksum_error",
     "convert",
     "convert_file",
+    "count_dtype",
     "dtype_from_json",
     "dtype_to_json",
     "footer_bytes",

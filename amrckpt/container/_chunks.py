@@ -14,23 +14,23 @@ a chunk depend on that choice and on the level, not on the partition.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zlib_ng import zlib_ng
 
 from .._threads import default_threads, pool
-from ..comm import Comm, collective
-from ..errors import CheckpointError, IncompleteCheckpointError, ScdaArgumentError
-from ..scda import parse_entries
-from ..scda._layout import Share, partition_offsets, read_raw_section
+from ..comm import collective
+from ..errors import CheckpointError, ScdaArgumentError
+from ..scda import ReadPlan, Share
+from ._sections import FieldSource, Section, Span
+from ._varray import plan_varray
 
 if TYPE_CHECKING:
-    from ..scda import ScdaWriter
-    from ._reader import CheckpointReader
+    from ._sections import SectionSink
 
-__all__ = ["DEFAULT_CHUNK", "deflate_name", "read_chunk_range", "read_chunks", "shuffle", "unshuffle", "write_chunks"]
+__all__ = ["DEFAULT_CHUNK", "deflate_name", "plan_chunks", "shuffle", "unshuffle", "write_chunks"]
 
 DEFAULT_CHUNK = 16384
 """Leaves per chunk unless the schema says otherwise (128 KiB of float64: a chunk stays in the cache while it is shuffled)."""
@@ -106,18 +106,7 @@ def _encode(data: Any, E: int, level: int) -> bytes:
     return _compressor()[1](shuffle(data, E), level)
 
 
-def write_chunks(
-    f: ScdaWriter,
-    comm: Comm,
-    data: Any,
-    elem_counts: Sequence[int] | Share,
-    E: int,
-    K: int,
-    user_string: bytes,
-    *,
-    level: int = 1,
-    relay: bool | None = None,
-) -> None:
+def write_chunks(sink: SectionSink, data: Any, elem_counts: Share, E: int, K: int, user_string: bytes, *, level: int = 1) -> None:
     """Write leaves of ``E`` bytes as a V section of shuffled, deflated chunks of ``K`` leaves. Collective.
 
     A chunk is encoded by the rank that holds its first leaf.  The leaves
@@ -132,13 +121,12 @@ def write_chunks(
 
     Parameters
     ----------
-    f : ScdaWriter
-    comm : Comm
+    sink : SectionSink
+        The scda writer (collective over ``sink.comm``).
     data : bytes-like or numpy.ndarray
         This rank's N_p * E bytes.
-    elem_counts : (P,) sequence of int, or Share
-        Leaves of every rank (N_p), or this rank's share of them (its
-        offset and the total: no P-length list).
+    elem_counts : amrckpt.scda.Share
+        This rank's share of the leaves (its offset and the total: no P-length list).
     E : int
         Bytes per leaf.
     K : int
@@ -146,10 +134,6 @@ def write_chunks(
     user_string : bytes
     level : int, optional
         zlib level (ISA-L: 1..3 mapped to 1, 4..6 to 2, 7..9 to 3).
-    relay : bool, optional
-        With a Share: whether some rank's first leaf lies inside a chunk,
-        the same on every rank (:func:`amrckpt.save` agrees on it); None
-        (default): relay anyway.  Ignored with a counts list.
 
     Raises
     ------
@@ -157,14 +141,10 @@ def write_chunks(
         On every rank, as :meth:`ScdaWriter.fwrite_varray`, or the error of
         any rank whose data are not N_p leaves of E bytes.
     """
+    comm = sink.comm
     r, P = comm.rank, comm.size
-    if isinstance(elem_counts, Share):
-        lo, hi, N = elem_counts.offset, elem_counts.offset + elem_counts.count, elem_counts.total
-        relay = P > 1 and relay is not False
-    else:
-        _, C = partition_offsets(elem_counts, P)  # the same on every rank: checked by the caller's agreement
-        lo, hi, N = C[r], C[r + 1], C[-1]
-        relay = P > 1 and any(c % K for c in C[1:-1])
+    lo, hi, N = elem_counts.offset, elem_counts.offset + elem_counts.count, elem_counts.total
+    relay = P > 1
     first = min(hi, -(-lo // K) * K)  # the first leaf of this rank that starts a chunk (hi if none does)
 
     def local_view() -> np.ndarray:
@@ -207,7 +187,7 @@ def write_chunks(
         total, most, last, cmost, clast = call.allreduce(
             maxima=[below + nbytes, nbytes, r if nbytes else 0, nck, r if nck else 0], what="fwrite_varray"
         ).maxima
-        f.fwrite_varray(
+        sink.fwrite_varray(
             b"".join(enc),
             Share(nck, c0, -(-N // K), cmost, clast),
             sizes,
@@ -228,93 +208,41 @@ def _decode_into(out: np.ndarray, c: Any, a: int, b: int, lo: int, hi: int, E: i
     out.reshape(-1, E)[s - lo : t - lo] = unshuffle(raw, E)[s - a : t - a]
 
 
-def _chunk_at(read: Any, raw: Any, j: int, file_size: int, what: str) -> bytes:
-    """Read chunk ``j`` of a chunked V section on this rank alone (its entries before it are summed)."""
-    buf = np.frombuffer(read(raw.entries_offset, 32 * (j + 1)), dtype=np.uint8)
-    sizes = parse_entries(b"E", buf, first_index=0, offset=raw.entries_offset, what=what)
-    start = raw.data_offset + int(sizes[:j].sum())
-    n = int(sizes[j])
-    if start + n > file_size:
-        raise IncompleteCheckpointError(f"{what}: chunk {j} runs past the end of the file")
-    return bytes(read(start, n))
+def plan_chunks(
+    src: FieldSource, plan: ReadPlan, sec: Section, span: Span, E: int, K: int, out: np.ndarray, what: str
+) -> Callable[[], np.ndarray]:
+    """Plan the read of this rank's leaves of a chunked field into ``out`` ((span.count, ...) array); return what decodes them.
 
-
-def read_chunks(r: CheckpointReader, name: str, elem_counts: list[int], E: int, K: int, out: np.ndarray) -> None:
-    """Read this rank's leaves of a chunked field into ``out`` (its (N_p, ...) array). Collective.
-
-    Each rank reads the chunks that start among its leaves collectively
-    (their CRC32 compared with the index by ``check_crcs``, or at once if a
-    chunk does not decode), and the one chunk that starts
-    before its first leaf, if any, on its own.  Chunks are decoded in threads.
+    The chunks that start among this rank's leaves are its own (their
+    entries and bytes CRC'd here); the one chunk that starts below its
+    first leaf, if any, is read too, without its CRC (the rank below covers
+    it).  After the plan ran, the returned function decodes the chunks in
+    threads and copies this rank's leaves.
 
     Raises
     ------
-    CheckpointError, ChecksumError
-        On every rank.
+    CheckpointError
+        If the section does not hold the chunks the manifest describes.
     """
-    _, C = partition_offsets(elem_counts, r.comm.size)
-    rank = r.comm.rank
-    lo, hi, N = C[rank], C[rank + 1], C[-1]
-    f = r.scda
-    nchunks = [-(-C[q + 1] // K) - -(-C[q] // K) for q in range(r.comm.size)]
-    sizes = f.fread_varray_sizes(nchunks)
-    assert sizes is not None
-    data = f.fread_varray_data(nchunks, sizes, f.proc_sizes())
-    assert data is not None
+    lo, hi, N = span.offset, span.end, span.N
+    if sec.raw.elem_count != -(-N // K):
+        raise CheckpointError(f"{what}: the section at byte {sec.entry.offset} is not the chunks the manifest describes")
+    c0, c1 = -(-lo // K), -(-hi // K)  # the chunks that start among this rank's leaves
+    partial = lo // K if lo % K and hi > lo else None
+    got = plan_varray(src, plan, sec, c0, c1, what, partial=partial)
 
-    def decode() -> None:
+    def build() -> np.ndarray:
+        sizes, data = got["sizes"], got["data"]
         jobs: list[tuple[Any, int, int]] = []
-        if lo % K and hi > lo:  # the chunk this rank's first leaves belong to starts on an earlier rank
-            j = lo // K
-            e = r.entry(name)
-            raw = read_raw_section(r._pread(), e.offset, r.file_size)
-            jobs.append((_chunk_at(r._pread(), raw, j, r.file_size, f"{r.path!r}: field {name!r}"), j * K, min(j * K + K, N)))
+        if partial is not None:
+            jobs.append((got["pdata"], partial * K, min(partial * K + K, N)))
         ends = np.zeros(sizes.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=ends[1:])
-        a0 = -(-lo // K) * K
         for i in range(sizes.size):
-            a = a0 + i * K
+            a = (c0 + i) * K
             jobs.append((data[ends[i] : ends[i + 1]], a, min(a + K, N)))
         flat = out.reshape(-1).view(np.uint8)
-        what = f"{r.path!r}: field {name!r}"
         _map(lambda job: _decode_into(flat, job[0], job[1], job[2], lo, hi, E, what), jobs)
+        return out
 
-    with collective(r.comm, "read chunks") as call:
-        call.run(decode)
-        # The CRC32 is compared by check_crcs, after everything is read (a load CRCs in a helper thread meanwhile);
-        # a chunk that does not decode is first checked against it, so that a damaged file says so.
-        if call.allreduce_array(np.array([int(call.failed)], dtype=np.int64), "max")[0]:
-            err = call.pop_error()
-            r.check_crc(name)  # ChecksumError on every rank if the section is damaged
-            if err is not None:
-                call.fail(err)
-        call.agree("load")
-
-
-def read_chunk_range(
-    read: Any, offset: int, file_size: int, path: str, name: str, N: int, E: int, K: int, start: int, out: np.ndarray
-) -> None:
-    """Read leaves ``start .. start + len(out) - 1`` of a chunked field on this rank alone, decoding their chunks only.
-
-    Not collective.
-    """
-    count = out.shape[0] if out.ndim else 0
-    raw = read_raw_section(read, offset, file_size)
-    what = f"{path!r}: field {name!r}"
-    if raw.type != "V" or raw.elem_count != -(-N // K):
-        raise CheckpointError(f"{what}: the section at byte {offset} is not the chunks the manifest describes")
-    if not count:
-        return
-    j0, j1 = start // K, -(-(start + count) // K)
-    buf = np.frombuffer(read(raw.entries_offset, 32 * j1), dtype=np.uint8)
-    sizes = parse_entries(b"E", buf, first_index=0, offset=raw.entries_offset, what=what)
-    ends = np.zeros(j1 + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ends[1:])
-    if raw.data_offset + int(ends[-1]) > file_size:
-        raise IncompleteCheckpointError(f"{what}: its chunks run past the end of the file")
-    blob = read(raw.data_offset + int(ends[j0]), int(ends[j1] - ends[j0]))
-    flat = out.reshape(-1).view(np.uint8)
-    base = int(ends[j0])
-    for j in range(j0, j1):  # a loop over chunks, not leaves
-        c = blob[int(ends[j]) - base : int(ends[j + 1]) - base]
-        _decode_into(flat, c, j * K, min(j * K + K, N), start, start + count, E, what)
+    return build

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from ..errors import CheckpointError, ConnectivityError, IncompleteCheckpointError
 from ..sfc import Connectivity, mesh_record_dtype
+from ._registry import of_mesh
 
 __all__ = [
     "CONNECTIVITY_FORMAT_VERSION",
@@ -76,16 +77,6 @@ FOOTER_NBYTES = 96
 """The footer: an inline section, the last 96 bytes of a complete checkpoint."""
 
 FieldKindName = Literal["inline", "block", "mesh", "cells", "hp", "array", "ndarray"]
-SECTION_OF_KIND: dict[str, str] = {
-    "inline": "I",
-    "block": "B",
-    "mesh": "A",
-    "cells": "A",
-    "hp": "V",
-    "array": "A",
-    "ndarray": "B",
-}
-"""The scda section type that holds each field kind."""
 
 
 class _Model(BaseModel):
@@ -390,11 +381,16 @@ class Manifest(_Model):
         return self.meshes[0].num_leaves if self.meshes else 0
 
     def mesh_of(self, fs: FieldSpec) -> MeshSpec | None:
-        """Return the mesh that field ``fs``'s values belong to (a mesh field: itself; cells/hp: its mesh)."""
-        name = fs.name if fs.kind == "mesh" else fs.mesh
-        if name is None:
-            return self.mesh if fs.kind in ("cells", "hp") else None
-        return next((m for m in self.meshes if m.field == name), None)
+        """Return the mesh that field ``fs``'s values belong to (a mesh field: itself; a field of values per leaf: its mesh).
+
+        A field of values per leaf that names no mesh (format 1) belongs to the first.
+        """
+        own = next((m for m in self.meshes if m.field == fs.name), None)
+        if own is not None or not of_mesh(fs.kind):
+            return own
+        if fs.mesh is None:
+            return self.mesh
+        return next((m for m in self.meshes if m.field == fs.mesh), None)
 
     def field(self, name: str) -> FieldSpec:
         """Return the spec of field ``name`` (KeyError if absent)."""

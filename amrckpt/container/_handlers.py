@@ -1,11 +1,15 @@
-"""Per-kind field handlers: how each field kind is written to and read from its scda section.
+"""Per-kind field handlers: each owns everything about its kind on disk.
 
-orbax's ``TypeHandler`` is the model: one object per field kind knows its
-section type, checks its manifest entry before anything is allocated by it,
-writes its section and reads it back under any partition.  The schema layer
-(:mod:`amrckpt.schema`) prepares a field's :class:`Payload` and turns what
-:meth:`FieldHandler.read` returns into the schema's value types; the writer
-and reader of this package loop over fields and call the handler of each.
+orbax's ``TypeHandler`` is the model: one object per field kind says which
+sections hold the field and in which layout (count dtypes, chunks,
+compression), describes the field's manifest entry, writes its sections,
+checks a manifest entry before anything is allocated by it, and plans this
+rank's reads of the field under any partition (:meth:`FieldHandler.plan`)
+for the one gathered read of a load (:class:`amrckpt.scda.ReadPlan`).  The
+schema layer (:mod:`amrckpt.schema`) validates the user's values and hands
+each handler a :class:`Payload`; a save and a load are loops over handlers.
+Handlers see a :class:`~amrckpt.container.FieldSource` and a
+:class:`~amrckpt.container.SectionSink`, never the checkpoint reader or writer.
 """
 
 from __future__ import annotations
@@ -13,133 +17,188 @@ from __future__ import annotations
 import abc
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ..comm import Call, current_call
-from ..errors import CheckpointError, ScdaError
-from ..scda import Share, data_padding_nbytes, parse_entries
+from ..errors import CheckpointError
+from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share, parse_entries
 from ..sfc import mesh_record_dtype
-from ._chunks import read_chunks, write_chunks
-from ._convention import SECTION_OF_KIND, FieldSpec, Manifest, dtype_from_json
+from ._chunks import plan_chunks, write_chunks
+from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
+from ._registry import register, registered
+from ._sections import (
+    FieldSource,
+    Section,
+    SectionSink,
+    Span,
+    column_prefix,
+    counts_of,
+    exact_sum,
+    not_multiples,
+    sections_of,
+)
+from ._varray import decode, plan_varray
 
-if TYPE_CHECKING:
-    from ._gather import GatheredRead, Section, Span
-    from ._reader import CheckpointReader
-    from ._writer import CheckpointWriter
+__all__ = ["HANDLERS", "FieldHandler", "Payload", "count_dtype", "handler_for"]
 
-__all__ = ["HANDLERS", "FieldHandler", "Payload", "handler_for"]
+Build = Callable[[], Any]
+"""What a handler's plan returns: builds the field's value once the plan has run."""
 
 
 @dataclass
 class Payload:
-    """One field's data, ready to be written by this rank (what :meth:`FieldHandler.write` takes).
+    r"""One field's data on this rank, checked by the schema and ready for its handler's :meth:`FieldHandler.write`.
 
     Attributes
     ----------
-    data : bytes, numpy.ndarray or None
-        I: the 32 data bytes; B: the block's bytes (significant on the root
-        only); A: this rank's elements, contiguous; V: this rank's values.
-    elem_counts : (P,) list of int, or amrckpt.scda.Share, optional
-        A and V: N_p of every rank (libsc's ``elem_counts``), or this
-        rank's share of them (:func:`amrckpt.save`: no P-length list).
-    elem_size : int, optional
-        A: E, bytes per element.
-    elem_sizes : (N_p,) numpy.ndarray of uint64, optional
-        V: bytes of each local element.
-    proc_sizes : (P,) list of int, or amrckpt.scda.Share, optional
-        V: S_p, the bytes of every rank, or this rank's share of them.
+    data : bytes or numpy.ndarray
+        inline: the 32 bytes of JSON; block: the JSON bytes; ndarray: the
+        array's bytes (the same on every rank); mesh: (N_p,) leaf records;
+        cells and array: (N_p, \\*shape) values; hp: (sum(counts), \\*shape)
+        values.  Arrays in the byte order of the file, contiguous.
     counts : (N_p,) numpy.ndarray of int64, optional
-        hp: values of each local leaf (layout ``counts``; else ``elem_sizes`` is used).
-    compress : bool
-        Write by the per-element compression convention (paper section 3).
+        hp: values of each local leaf.
     level : int
-        zlib level of the compression (also of layout ``chunks``).
-    relay : bool or None
-        Layout ``chunks`` with ``elem_counts`` a Share: whether some rank's
-        first leaf lies inside a chunk (the same on every rank, e.g. agreed
-        by :func:`amrckpt.save`); None: not known, the chunks' heads are
-        relayed anyway (one collective call more).
+        zlib level of a compressed or chunked field.
     """
 
     data: Any = None
-    elem_counts: list[int] | Share | None = None
-    elem_size: int = 0
-    elem_sizes: np.ndarray | None = None
-    proc_sizes: list[int] | Share | None = None
     counts: np.ndarray | None = None
-    compress: bool = False
     level: int = 9
-    relay: bool | None = None
 
 
 class FieldHandler(abc.ABC):
-    """Interface for writing and reading one field kind (orbax's ``TypeHandler``).
+    r"""Interface of the handler of one field kind (orbax's ``TypeHandler``).
 
-    Every method is collective over the writer's or reader's communicator
-    unless it says otherwise.
+    Unless they say otherwise, :meth:`write` is collective over the sink's
+    communicator, everything else is not.
+
+    Attributes
+    ----------
+    kind : str
+        The kind's name in the manifest.
+    per_leaf : bool
+        Its values belong to the leaves of a mesh (a mesh, cells, hp).
+    is_mesh : bool
+        It is a mesh (the leaves themselves).
+    partitioned : bool
+        Its elements are split over the ranks when read (per leaf, or the
+        elements of a distributed array); else every rank reads it whole.
+    in_manifest : bool
+        Its value is in the manifest as well (inline fields: always read).
+    reads_as : str
+        What :meth:`plan` builds: ``"json"``, ``"ndarray"``, ``"records"``
+        (mesh leaves), ``"values"`` ((N_p, \\*shape) array) or ``"runs"``
+        (hp: ``(values, counts)``).
     """
 
     kind: ClassVar[str] = ""
     per_leaf: ClassVar[bool] = False
-    """Whether the field holds one value (or a run of values) per leaf of a mesh."""
+    is_mesh: ClassVar[bool] = False
+    partitioned: ClassVar[bool] = False
+    in_manifest: ClassVar[bool] = False
+    reads_as: ClassVar[str] = "json"
 
-    @property
-    def section(self) -> str:
-        """The scda section type that holds the field."""
-        return SECTION_OF_KIND[self.kind]
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
+        """Return the field's manifest entry, from the schema's declaration and what the ranks agreed on.
+
+        Parameters
+        ----------
+        decl : mapping
+            ``name``, ``units``, ``description``, ``compress``, and for
+            arrays ``dtype`` (JSON), ``shape``, ``native_byteorder``,
+            ``mesh``, ``chunks`` (leaves per chunk, or None).
+        total : int
+            Elements over all ranks (a distributed array's count).
+        max_count : int
+            The largest number of values of a leaf on any rank (hp).
+        """
+        return FieldSpec.model_validate(
+            {
+                "name": decl["name"],
+                "kind": self.kind,
+                "section": self._section_of(decl),
+                "units": decl.get("units"),
+                "description": decl.get("description"),
+                "compressed": bool(decl.get("compress", False)),
+            }
+        )
+
+    def _section_of(self, decl: Mapping[str, Any]) -> str:
+        return "B"
+
+    def measure(self, payload: Payload) -> tuple[int, int]:
+        """Return ``(nbytes, max_count)`` of this rank's payload: the values' bytes and most values of a leaf (hp)."""
+        return 0, 0
+
+    @abc.abstractmethod
+    def write(self, sink: SectionSink, fs: FieldSpec, payload: Payload, counts: Share, nbytes: Share) -> None:
+        """Write the field's sections. Collective.
+
+        ``counts`` is this rank's share of the elements, ``nbytes`` of the
+        values' bytes (hp), as the ranks agreed.
+        """
+
+    # -- reading -------------------------------------------------------------------------------------------
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
-        """Check a manifest entry before anything is allocated by it (not collective; same outcome on every rank).
+        """Check a manifest entry before anything is allocated by it (the same outcome on every rank).
 
         Raises
         ------
         CheckpointError
             If the entry is inconsistent.
         """
-        if fs.section != self.section or any(d < 0 for d in fs.shape):
+        if fs.section != self._expected_section(fs) or fs.layout is not None or any(d < 0 for d in fs.shape):
             raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
 
-    @abc.abstractmethod
-    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
-        """Write the field's section (collective)."""
+    def _expected_section(self, fs: FieldSpec) -> str:
+        return self._section_of({"compress": fs.compressed, "chunks": fs.chunk})
+
+    def elem_count(self, fs: FieldSpec, manifest: Manifest) -> int | None:
+        """Return the field's global number of elements (leaves of its mesh, or its count); None if not partitioned."""
+        if not self.partitioned:
+            return None
+        ms = manifest.mesh_of(fs)
+        return ms.num_leaves if self.per_leaf and ms is not None else fs.count
 
     @abc.abstractmethod
-    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
-        """Read this rank's part of the field under ``elem_counts`` (None for global fields). Collective."""
+    def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
+        """Add this rank's reads of field ``fs`` (its part ``span``) to ``plan``; return what builds its value after the plan ran.
 
-    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
-        """Add this rank's pieces of field ``fs`` to the gathered read ``g``; return what builds the value after ``g`` ran.
-
-        Not collective: every check compares the sections the root read
-        (:meth:`CheckpointReader.sections`) with the manifest, the same on
-        every rank.  Returns None, before planning anything, for a field this
-        kind reads only section by section (:meth:`read`): the compressed
-        layouts.  The value is what :meth:`read` returns.
+        The value is the field's as :attr:`reads_as` says.  Every check
+        compares the sections the root found with the manifest: the same on
+        every rank.
 
         Raises
         ------
         CheckpointError
             If a section is not the field the manifest describes.
         """
-        return None
 
-    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
-        """Bytes per leaf of this rank's leaves under ``elem_counts`` (a constant, or (N_p,) int64). Collective."""
+    def plan_leaf_nbytes(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
+        """Bytes per leaf of ``span``'s leaves: a constant, or what returns (count,) int64 after ``plan`` ran."""
         return 0
-
-    def plan_leaf_nbytes(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
-        """As :meth:`leaf_nbytes`, in a gathered read: a constant, or what returns (N_p,) int64 after ``g`` ran. Not collective."""
-        got = self.leaf_nbytes(r, fs, [])  # fixed sizes: nothing to read
-        assert isinstance(got, int), "a kind with sizes per leaf plans its own reads"
-        return got
 
     def value_dtype(self, fs: FieldSpec, path: str) -> np.dtype[Any]:
         """Return the dtype of one value (cells, hp, array, ndarray), checked."""
         return dtype_from_json(fs.dtype, f"{path!r}: field {fs.name!r}")
+
+
+def _array_decl(out: FieldSpec, decl: Mapping[str, Any], **more: Any) -> FieldSpec:
+    return out.model_copy(
+        update={
+            "dtype": decl["dtype"],
+            "shape": list(decl.get("shape", ())),
+            "native_byteorder": bool(decl.get("native_byteorder")),
+        }
+        | more
+    )
 
 
 def _json(raw: bytes, fs: FieldSpec, path: str) -> Any:
@@ -149,173 +208,217 @@ def _json(raw: bytes, fs: FieldSpec, path: str) -> Any:
         raise CheckpointError(f"{path!r}: field {fs.name!r} does not hold JSON: {exc}") from exc
 
 
+@register
 class InlineHandler(FieldHandler):
-    """``I`` section: a JSON value of at most 31 bytes, written by the root, read by every rank."""
+    """An ``I`` section: a JSON value of at most 31 bytes, written by the root, read by every rank."""
 
     kind = "inline"
+    in_manifest = True
 
-    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
-        w.scda.fwrite_inline(p.data if w.is_root else None, fs.name.encode())
+    def _section_of(self, decl: Mapping[str, Any]) -> str:
+        return "I"
 
-    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
-        r.seek_field(fs)
-        raw: bytes = _call(r).allreduce(root_value=r.scda.fread_inline_data(root=0) or b"", what="inline data").value
-        r.check_crc(fs.name)  # before parsing: damaged JSON is a damaged section, not a parse error
-        return _json(raw, fs, r.path)
+    def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
+        return super().describe({**decl, "compress": False})
 
-    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
-        (sec,) = _sections(r, fs, 1)
+    def write(self, sink: SectionSink, fs: FieldSpec, payload: Payload, counts: Share, nbytes: Share) -> None:
+        sink.fwrite_inline(payload.data, fs.name.encode())
+
+    def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
+        (sec,) = sections_of(src, fs, 1)
         data = sec.data or b""  # read, and its CRC32 checked, by the root
-        return lambda: _json(data, fs, r.path)
+        return lambda: _json(data, fs, src.path)
 
 
+@register
 class BlockHandler(FieldHandler):
-    """``B`` section: JSON text of any length, written by the root, read by every rank."""
+    """A ``B`` section (compressed: a pair, paper 3.2): JSON text of any length, written by the root, read by every rank."""
 
     kind = "block"
 
-    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
-        w.scda.fwrite_block(p.data if w.is_root or w.defer else None, fs.name.encode(), encode=p.compress, level=p.level)
+    def write(self, sink: SectionSink, fs: FieldSpec, payload: Payload, counts: Share, nbytes: Share) -> None:
+        sink.fwrite_block(payload.data, fs.name.encode(), encode=fs.compressed, level=payload.level)
 
-    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
-        return _json(self.raw(r, fs), fs, r.path)
-
-    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
-        if fs.compressed:
-            return None
-        (sec,) = _sections(r, fs, 1)
-        data = sec.data or b""  # read, and its CRC32 checked, by the root
-        return lambda: _json(data, fs, r.path)
-
-    def raw(self, r: CheckpointReader, fs: FieldSpec) -> bytes:
-        """Return the block's bytes on every rank, CRC checked. Collective."""
-        r.seek_field(fs)
-        data = r.scda.fread_block_data(root=None)
-        assert data is not None
-        r.check_crc(fs.name)
-        return data.tobytes()
+    def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
+        (sec,) = sections_of(src, fs, 1)
+        data = sec.data or b""  # read (decoded), and its CRC32 checked, by the root
+        return lambda: _json(data, fs, src.path)
 
 
+@register
 class NDArrayHandler(BlockHandler):
-    """``B`` section: a replicated numpy array's bytes (dtype and shape in the manifest), the same on every rank."""
+    """A ``B`` section: a replicated numpy array's bytes (dtype and shape in the manifest), the same on every rank."""
 
     kind = "ndarray"
+    reads_as = "ndarray"
+
+    def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
+        return _array_decl(super().describe(decl), decl)
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
         super().check_spec(fs, manifest, path)
         self.value_dtype(fs, path)
 
-    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
-        dt = self.value_dtype(fs, r.path)
-        h = r.seek_field(fs)
-        if h.elem_size != dt.itemsize * math.prod(fs.shape):  # before allocating by the manifest's shape
-            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {h.elem_size} bytes in the file, not {fs.shape} of {dt}")
-        out = np.empty(fs.shape, dtype=dt)
-        r.scda.fread_block_data(root=None, out=out)
-        r.check_crc(fs.name)
-        return out
-
-    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
-        if fs.compressed:
-            return None
-        dt = self.value_dtype(fs, r.path)
-        (sec,) = _sections(r, fs, 1)
-        if sec.raw.elem_size != dt.itemsize * math.prod(fs.shape):
+    def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
+        dt = self.value_dtype(fs, src.path)
+        (sec,) = sections_of(src, fs, 1)
+        if sec.header.elem_size != dt.itemsize * math.prod(fs.shape):  # before allocating by the manifest's shape
             raise CheckpointError(
-                f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_size} bytes in the file, not {fs.shape} of {dt}"
+                f"{src.path!r}: field {fs.name!r} has {sec.header.elem_size} bytes in the file, not {fs.shape} of {dt}"
             )
         data = sec.data or b""
         return lambda: np.frombuffer(bytearray(data), dtype=dt).reshape(fs.shape)
 
 
+def _check_a(src: FieldSource, fs: FieldSpec, sec: Section, N: int, E: int, what: str, per_leaf: bool) -> None:
+    """Check an A section's N and E against the manifest, before anything is allocated by them."""
+    what_n = "leaves" if per_leaf else "elements"
+    h = sec.header
+    if h.elem_count != N:
+        raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {h.elem_count} {what_n} in the file, the manifest {N}")
+    if h.elem_size != E:
+        raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {h.elem_size}-byte {what} in the file, not {E}-byte ones")
+
+
+@register
 class ArrayHandler(FieldHandler):
-    """``A`` section of fixed-size elements, N_p per rank, read back under any partition (cells, arrays)."""
+    """Fixed-size elements, N_p per rank, read back under any partition: a distributed array (cells and meshes extend it).
+
+    Layouts: one ``A`` section; compressed, a pair of the scda paper's
+    convention (3.3: an inline section, then a ``V`` section of one
+    compressed element per value); ``chunks``, one ``V`` section of
+    shuffled, deflated chunks of K consecutive elements (:mod:`._chunks`).
+    """
 
     kind = "array"
+    partitioned = True
+    reads_as = "values"
+
+    def _section_of(self, decl: Mapping[str, Any]) -> str:
+        return "V" if decl.get("chunks") is not None else "A"
+
+    def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
+        out = _array_decl(super().describe(decl), decl)
+        K = decl.get("chunks")
+        if K is not None:
+            out = out.model_copy(update={"layout": "chunks", "chunk": K, "compressed": False})
+        return self._where(out, decl, total)
+
+    def _where(self, out: FieldSpec, decl: Mapping[str, Any], total: int) -> FieldSpec:
+        return out.model_copy(update={"count": total})
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
         if fs.layout == "chunks":
-            ok = fs.section == "V" and fs.chunk is not None and not fs.compressed and fs.kind != "mesh"
-            if not ok or any(d < 0 for d in fs.shape):
+            if fs.section != "V" or fs.chunk is None or fs.compressed or any(d < 0 for d in fs.shape):
                 raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
-            self.value_dtype(fs, path)
-            if not self.per_leaf and fs.count is None:
-                raise CheckpointError(f"{path!r}: the manifest gives array field {fs.name!r} no element count")
-            return
-        if fs.layout is not None:
+        elif fs.layout is not None:
             raise CheckpointError(f"{path!r}: field {fs.name!r} of kind {fs.kind!r} cannot have layout {fs.layout!r}")
-        self._check_one_section(fs, manifest, path)
-
-    def _check_one_section(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
-        FieldHandler.check_spec(self, fs, manifest, path)
+        else:
+            super().check_spec(fs, manifest, path)
         self.value_dtype(fs, path)
         if not self.per_leaf and fs.count is None:
             raise CheckpointError(f"{path!r}: the manifest gives array field {fs.name!r} no element count")
 
-    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
-        assert p.elem_counts is not None
-        if fs.layout == "chunks":
-            assert fs.chunk is not None
-            # A Share gives the offset and total of this rank's leaves: chunk boundaries are global, no count is gathered.
-            write_chunks(
-                w.scda, w.comm, p.data, p.elem_counts, p.elem_size, fs.chunk, fs.name.encode(), level=p.level, relay=p.relay
-            )
-            return
-        w.scda.fwrite_array(p.data, p.elem_counts, p.elem_size, fs.name.encode(), encode=p.compress, level=p.level)
-
-    def elem_nbytes(self, fs: FieldSpec, path: str) -> int:
+    def elem_nbytes(self, fs: FieldSpec, manifest: Manifest, path: str) -> int:
         """Bytes of one element (dtype size times the product of the shape)."""
         return self.value_dtype(fs, path).itemsize * math.prod(fs.shape)
 
-    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
-        assert elem_counts is not None
-        dt = self.value_dtype(fs, r.path)
-        h = r.seek_field(fs)
-        if fs.layout is None and h.elem_size != self.elem_nbytes(fs, r.path):  # before allocating by the manifest's shape
-            raise CheckpointError(
-                f"{r.path!r}: field {fs.name!r} has {h.elem_size}-byte values in the file, not {fs.shape} of {dt}"
-            )
-        arr = np.empty((elem_counts[r.comm.rank], *fs.shape), dtype=dt)
+    def elem_dtype(self, fs: FieldSpec, manifest: Manifest, path: str) -> tuple[np.dtype[Any], tuple[int, ...]]:
+        """Return the dtype and shape of one element as it is read."""
+        return self.value_dtype(fs, path), tuple(fs.shape)
+
+    def write(self, sink: SectionSink, fs: FieldSpec, payload: Payload, counts: Share, nbytes: Share) -> None:
+        E = self._write_nbytes(fs, payload)
         if fs.layout == "chunks":
             assert fs.chunk is not None
-            read_chunks(r, fs.name, elem_counts, dt.itemsize * math.prod(fs.shape), fs.chunk, arr)
-            return arr
-        r.scda.fread_array_data(elem_counts, h.elem_size, out=arr)
-        return arr
+            # The Share gives the offset and total of this rank's elements: chunk boundaries are global, no count is gathered.
+            write_chunks(sink, payload.data, counts, E, fs.chunk, fs.name.encode(), level=payload.level)
+            return
+        sink.fwrite_array(payload.data, counts, E, fs.name.encode(), encode=fs.compressed, level=payload.level)
 
-    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
-        if fs.layout is not None or fs.compressed:
-            return None
+    def _write_nbytes(self, fs: FieldSpec, payload: Payload) -> int:
+        return self.value_dtype(fs, fs.name).itemsize * math.prod(fs.shape)
+
+    def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
         assert span is not None
-        dt = self.value_dtype(fs, r.path)
-        E = self.elem_nbytes(fs, r.path)
-        (sec,) = _sections(r, fs, 1)
-        _check_a(r, fs, sec, span.N, E, "values")
-        arr = np.empty((span.count, *fs.shape), dtype=dt)
-        g.read(sec, sec.raw.data_offset + span.offset * E, arr)
-        return lambda: arr
+        dt, shape = self.elem_dtype(fs, src.manifest, src.path)
+        E = self.elem_nbytes(fs, src.manifest, src.path)
+        what = f"{src.path!r}: field {fs.name!r}"
+        (sec,) = sections_of(src, fs, 1)
+        if fs.layout == "chunks":
+            assert fs.chunk is not None
+            if span.count * E > MAX_INFLATE_RATIO * (src.file_size + 1):  # before allocating by the manifest's shape
+                raise CheckpointError(f"{what} has values of {E} bytes: more than its chunks can hold")
+            out = np.empty((span.count, *shape), dtype=dt)
+            return plan_chunks(src, plan, sec, span, E, fs.chunk, out, what)
+        _check_a(src, fs, sec, span.N, E, "values" if not self.is_mesh else "records", self.per_leaf)
+        out = np.empty((span.count, *shape), dtype=dt)
+        if not fs.compressed:
+            plan.read(sec.key, sec.raw.data_offset + span.offset * E, out)
+            return lambda: out
+        if sec.raw.elem_count != span.N:
+            raise CheckpointError(f"{what}: its compressed section holds {sec.raw.elem_count} elements, not {span.N}")
+        got = plan_varray(src, plan, sec, span.offset, span.end, what)
 
-    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
-        return self.elem_nbytes(fs, r.path) if self.per_leaf else 0
+        def build() -> np.ndarray:
+            raw = sec.raw
+            usizes = np.full(span.count, E, dtype=np.uint64)
+            off = raw.data_offset + got["before"]
+            out.reshape(-1).view(np.uint8)[:] = decode(got["data"], got["sizes"], usizes, span.offset, off, raw.where)
+            return out
+
+        return build
+
+    def plan_leaf_nbytes(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
+        return self.elem_nbytes(fs, src.manifest, src.path) if self.per_leaf else 0
 
 
+@register
 class CellsHandler(ArrayHandler):
-    """``A`` section: one fixed-size value per leaf of a mesh."""
+    """One fixed-size value per leaf of a mesh, in the layouts of :class:`ArrayHandler`."""
 
     kind = "cells"
     per_leaf = True
 
+    def _where(self, out: FieldSpec, decl: Mapping[str, Any], total: int) -> FieldSpec:
+        return out.model_copy(update={"mesh": decl.get("mesh")})
 
+
+@register
 class MeshHandler(ArrayHandler):
-    """``A`` section of packed leaf records (:func:`mesh_record_dtype`): tree, coordinates, level."""
+    """The leaves of a forest: packed records (:func:`amrckpt.sfc.mesh_record_dtype`: tree, coordinates, level), one per leaf.
+
+    One ``A`` section, or compressed by the scda paper's convention; a
+    :class:`MeshSpec` in the manifest says the dimension, the curve and the
+    geometry.
+    """
 
     kind = "mesh"
     per_leaf = True
+    is_mesh = True
+    reads_as = "records"
+
+    def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
+        return FieldHandler.describe(self, decl)
+
+    def mesh_spec(self, name: str, dim: int, num_trees: int, curve: str, maxlevel: int, num_leaves: int, geometry: Any) -> MeshSpec:
+        """Return the mesh's manifest entry: its record (the packed leaves' fields), leaf count and geometry."""
+        rec = mesh_record_dtype(dim)
+        return MeshSpec.model_validate(
+            {
+                "field": name,
+                "dim": dim,
+                "num_trees": num_trees,
+                "curve": curve,
+                "maxlevel": maxlevel,
+                "record": [(nm, rec[nm].str) for nm in rec.names or ()],
+                "num_leaves": num_leaves,
+                "geometry": geometry,
+            }
+        )
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
         FieldHandler.check_spec(self, fs, manifest, path)
-        if fs.layout is not None:
-            raise CheckpointError(f"{path!r}: mesh field {fs.name!r} cannot have layout {fs.layout!r}")
         ms = manifest.mesh_of(fs)
         if ms is None:
             raise CheckpointError(f"{path!r}: field {fs.name!r} is a mesh, but the manifest describes no such mesh")
@@ -323,67 +426,75 @@ class MeshHandler(ArrayHandler):
         if [tuple(x) for x in ms.record] != [(nm, want[nm].str) for nm in want.names or ()]:
             raise CheckpointError(f"{path!r}: the mesh record {ms.record} is not amrckpt's for {ms.dim}D")
 
-    def elem_nbytes(self, fs: FieldSpec, path: str) -> int:
-        raise AssertionError("a mesh's record size comes from its MeshSpec")
+    def _expected_section(self, fs: FieldSpec) -> str:
+        return "A"
 
-    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
-        assert elem_counts is not None
-        ms = r.manifest.mesh_of(fs)
+    def elem_dtype(self, fs: FieldSpec, manifest: Manifest, path: str) -> tuple[np.dtype[Any], tuple[int, ...]]:
+        ms = manifest.mesh_of(fs)
         assert ms is not None
-        rec = mesh_record_dtype(ms.dim)
-        r.seek_field(fs)
-        buf = np.empty(elem_counts[r.comm.rank], dtype=rec)
-        r.scda.fread_array_data(elem_counts, rec.itemsize, out=buf)
-        return buf
+        return mesh_record_dtype(ms.dim), ()
 
-    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
-        if fs.compressed:
-            return None
-        assert span is not None
-        ms = r.manifest.mesh_of(fs)
-        assert ms is not None
-        rec = mesh_record_dtype(ms.dim)
-        (sec,) = _sections(r, fs, 1)
-        _check_a(r, fs, sec, span.N, rec.itemsize, "records")
-        buf = np.empty(span.count, dtype=rec)
-        g.read(sec, sec.raw.data_offset + span.offset * rec.itemsize, buf)
-        return lambda: buf
+    def elem_nbytes(self, fs: FieldSpec, manifest: Manifest, path: str) -> int:
+        return self.elem_dtype(fs, manifest, path)[0].itemsize
 
-    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
-        ms = r.manifest.mesh_of(fs)
-        assert ms is not None
-        return mesh_record_dtype(ms.dim).itemsize
+    def _write_nbytes(self, fs: FieldSpec, payload: Payload) -> int:
+        return int(payload.data.dtype.itemsize)
 
 
+def count_dtype(max_count: int) -> str:
+    """Return the narrowest unsigned integer (``u1``, ``<u2``, ``<u4``, ``<u8``) that holds ``max_count``."""
+    for dt in ("u1", "<u2", "<u4"):
+        if max_count <= np.iinfo(dt).max:
+            return dt
+    return "<u8"
+
+
+@register
 class HpHandler(FieldHandler):
     """A run of fixed-size values per leaf (hp-adaptive payloads), in one of two layouts.
 
-    Layout ``counts`` (written since issue 18): an ``A`` section of the
-    values per leaf (N elements of ``count_dtype``: 1, 2, 4 or 8 bytes, the
-    narrowest for the largest count), then an ``A`` section of all values
-    (sum(counts) elements of one value's bytes), both with the field's name
-    as user string.  A reader reads its leaves' counts, and its values'
-    partition follows from them by a prefix sum over the ranks.  Layout None
-    (format 2 as first written, and ``compress=True``): one ``V`` section,
-    a leaf's bytes as one element (a 32-byte size entry per leaf; with the
-    per-element compression of scda paper section 3.4).
+    Layout ``counts``: an ``A`` section of the values per leaf (N elements
+    of ``count_dtype``: 1, 2, 4 or 8 bytes, the narrowest for the largest
+    count), then an ``A`` section of all values (sum(counts) elements of one
+    value's bytes), both with the field's name as user string.  A reader
+    reads its leaves' counts, and its values' partition follows from them by
+    a prefix sum over the ranks.  Layout None (format 2 as first written,
+    and ``compress=True``): one ``V`` section, a leaf's bytes as one element
+    (a 32-byte size entry per leaf; compressed by the scda paper's convention, 3.4).
     """
 
     kind = "hp"
     per_leaf = True
+    partitioned = True
+    reads_as = "runs"
+
+    def _section_of(self, decl: Mapping[str, Any]) -> str:
+        return "V" if decl.get("compress") else "A"
+
+    def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
+        out = _array_decl(super().describe(decl), decl, mesh=decl.get("mesh"))
+        if not decl.get("compress"):  # the counts' dtype follows from the largest count of every rank
+            out = out.model_copy(update={"layout": "counts", "count_dtype": count_dtype(max_count)})
+        return out
+
+    def measure(self, payload: Payload) -> tuple[int, int]:
+        counts = payload.counts
+        assert counts is not None
+        return int(payload.data.nbytes), int(counts.max()) if counts.size else 0
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
         if fs.layout == "counts":
             if fs.section != "A" or fs.count_dtype is None or fs.compressed or any(d < 0 for d in fs.shape):
                 raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
         elif fs.layout is None:
-            super().check_spec(fs, manifest, path)
+            if fs.section != "V" or any(d < 0 for d in fs.shape):
+                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
         else:
             raise CheckpointError(f"{path!r}: hp field {fs.name!r} cannot have layout {fs.layout!r}")
         if self.value_dtype(fs, path).itemsize * math.prod(fs.shape) == 0:
             raise CheckpointError(f"{path!r}: field {fs.name!r} has values of no bytes")
 
-    def value_nbytes(self, r: CheckpointReader, fs: FieldSpec) -> int:
+    def value_nbytes(self, src: FieldSource, fs: FieldSpec) -> int:
         """Return the bytes of one value, checked against the file's size before it sizes or multiplies anything.
 
         Raises
@@ -391,288 +502,143 @@ class HpHandler(FieldHandler):
         CheckpointError
             The same on every rank (the manifest's shape): no value of the file is that large.
         """
-        E = self.value_dtype(fs, r.path).itemsize * math.prod(fs.shape)
-        if E > r.file_size:
-            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
+        E = self.value_dtype(fs, src.path).itemsize * math.prod(fs.shape)
+        if E > src.file_size:
+            raise CheckpointError(f"{src.path!r}: field {fs.name!r} has values of {E} bytes, more than the file holds")
         return E
 
-    def write(self, w: CheckpointWriter, fs: FieldSpec, p: Payload) -> None:
-        assert p.elem_counts is not None and p.proc_sizes is not None
+    def write(self, sink: SectionSink, fs: FieldSpec, payload: Payload, counts: Share, nbytes: Share) -> None:
         ustr = fs.name.encode()
+        E = self.value_dtype(fs, fs.name).itemsize * math.prod(fs.shape)
+        c = payload.counts
+        assert c is not None
         if fs.layout == "counts":
             assert fs.count_dtype is not None
-            E = self.value_dtype(fs, w.path).itemsize * math.prod(fs.shape)
             cdt = np.dtype(fs.count_dtype)
-            counts = p.counts if p.counts is not None else counts_of(np.asarray(p.elem_sizes, dtype=np.uint64), E)
-            w.scda.fwrite_array(np.asarray(counts).astype(cdt, copy=False), p.elem_counts, cdt.itemsize, ustr)
-            ps = p.proc_sizes
-            values = (
-                Share(ps.count // E, ps.offset // E, ps.total // E, ps.max // E, ps.last)
-                if isinstance(ps, Share)
-                else [s // E for s in ps]
-            )  # every rank's bytes are whole values (checked when prepared)
-            w.scda.fwrite_array(p.data, values, E, ustr)
+            sink.fwrite_array(np.asarray(c).astype(cdt, copy=False), counts, cdt.itemsize, ustr)
+            ps = nbytes  # every rank's bytes are whole values (checked by the schema)
+            sink.fwrite_array(payload.data, Share(ps.count // E, ps.offset // E, ps.total // E, ps.max // E, ps.last), E, ustr)
             return
-        w.scda.fwrite_varray(p.data, p.elem_counts, p.elem_sizes, p.proc_sizes, ustr, encode=p.compress, level=p.level)
+        sink.fwrite_varray(payload.data, counts, _sizes(c, E), nbytes, ustr, encode=fs.compressed, level=payload.level)
 
-    def read(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int] | None) -> Any:
-        r"""Return ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf."""
-        assert elem_counts is not None
-        dt = self.value_dtype(fs, r.path)
-        value_nbytes = self.value_nbytes(r, fs)
-        if fs.layout == "counts":
-            counts = self._read_counts(r, fs, elem_counts)
-            return self._read_values(r, fs, counts, dt, value_nbytes), counts
-        r.seek_field(fs)
-        f = r.scda
-        sizes = f.fread_varray_sizes(elem_counts)
-        assert sizes is not None
-        call = _call(r)
-        if sizes.size and _not_multiples(sizes, value_nbytes):
-            call.fail(
-                CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf whose size is not a multiple of {value_nbytes} bytes")
-            )
-        call.agree("load")
-        data = f.fread_varray_data(elem_counts, sizes, f.proc_sizes())
-        assert data is not None
-        values = data.view(dt).reshape(-1, *fs.shape)
-        return values, counts_of(sizes, value_nbytes)
-
-    def _read_counts(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> np.ndarray:
-        """Layout ``counts``: this rank's values per leaf, (N_p,) int64, CRC checked before anything is sized by them."""
-        assert fs.count_dtype is not None
-        cdt = np.dtype(fs.count_dtype)
-        h = r.seek_field(fs)
-        if h.elem_size != cdt.itemsize:
-            raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {h.elem_size}-byte counts in the file, not {cdt}")
-        raw = np.empty(elem_counts[r.comm.rank], dtype=cdt)
-        r.scda.fread_array_data(elem_counts, cdt.itemsize, out=raw)
-        # No CRC wait here (a load CRCs in a helper thread until check_crcs): nothing is sized by the counts
-        # before their sum is compared with the values section's N, whose bytes the file holds.
-        counts = raw.astype(np.int64)
-        call = _call(r)
-        if cdt.itemsize == 8 and counts.size and int(counts.min()) < 0:  # u8 above 2**63
-            counts[:] = 0
-            call.fail(CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more than 2**63 values"))
-        call.agree("load")
-        return counts
-
-    def _read_values(self, r: CheckpointReader, fs: FieldSpec, counts: np.ndarray, dt: np.dtype[Any], E: int) -> np.ndarray:
-        """Layout ``counts``: this rank's values, their partition from the counts of every rank (one allgather). Collective."""
-        mine = int(counts.sum(dtype=np.int64))
-        vcounts: list[int] = _call(r).allgather_int(mine, what="values per rank").tolist()
-        parts = r.entries(fs.name)
-        if len(parts) < 2:  # the index, the same on every rank
-            raise CheckpointError(f"{r.path!r}: the index has no values section of field {fs.name!r}")
-        e = parts[1]
-        f = r.scda
-        try:
-            f.fseek_section(e.offset)
-            h = f.fread_section_header()
-        except ScdaError as exc:
-            raise CheckpointError(f"{r.path!r}: no values of field {fs.name!r} at byte {e.offset}: {exc}") from exc
-        total = sum(vcounts)
-        if h is None or h.type != "A" or h.user_string != fs.name.encode() or h.elem_size != E or h.elem_count != total:
-            r.check_crc(fs.name)  # damaged counts: say so (ChecksumError) rather than that they do not fit
-            raise CheckpointError(
-                f"{r.path!r}: the values of field {fs.name!r} at byte {e.offset} are not the {total} values its counts give"
-            )
-        values = np.empty((mine, *fs.shape), dtype=dt)
-        f.fread_array_data(vcounts, E, out=values)  # its CRC32 is compared by check_crcs, as a cells field's
-        return values
-
-    def plan(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span | None) -> Callable[[], Any] | None:
-        if fs.compressed:
-            return None
+    def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
+        r"""Plan ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf."""
         assert span is not None
-        dt = self.value_dtype(fs, r.path)
-        E = self.value_nbytes(r, fs)
+        dt = self.value_dtype(fs, src.path)
+        E = self.value_nbytes(src, fs)
+        what = f"{src.path!r}: field {fs.name!r}"
         if fs.layout == "counts":
-            return self._plan_counts(r, g, fs, span, dt, E)
-        (sec,) = _sections(r, fs, 1)
+            return self._plan_counts(src, plan, fs, span, dt, E)
+        (sec,) = sections_of(src, fs, 1)
         if sec.raw.elem_count != span.N:
-            raise CheckpointError(
-                f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_count} leaves in the file, the manifest {span.N}"
-            )
-        room = sec.entry.end - sec.raw.data_offset  # data and padding: the index says where the section ends
-        if room < 0:
-            raise CheckpointError(f"{r.path!r}: the index ends field {fs.name!r} before its data begin")
-        entries = np.empty(32 * span.count, dtype=np.uint8)
-        g.read(sec, sec.raw.entries_offset + 32 * span.offset, entries)
-        got: dict[str, Any] = {}
+            raise CheckpointError(f"{what} has {sec.raw.elem_count} leaves in the file, the manifest {span.N}")
+        got = plan_varray(src, plan, sec, span.offset, span.end, what, usizes=fs.compressed)
 
-        def local() -> int:
-            sizes = parse_entries(
-                b"E", entries, first_index=span.offset, offset=sec.raw.entries_offset + 32 * span.offset, what=sec.raw.where
-            )
-            if sizes.size and int(sizes.max()) > room:
-                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more bytes than its section holds")
-            if sizes.size and _not_multiples(sizes, E):
-                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf whose size is not a multiple of {E} bytes")
-            got["sizes"], got["n"] = sizes, _exact_sum(sizes, room)
-            return int(got["n"])
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            sizes, data = got["sizes"], got["data"]
+            if fs.compressed:
+                usizes = got["usizes"]
+                if usizes.size and not_multiples(usizes, E):
+                    raise CheckpointError(f"{what} has a leaf whose size is not a multiple of {E} bytes")
+                off = sec.raw.data_offset + got["before"]
+                data, sizes = decode(data, sizes, usizes, span.offset, off, sec.raw.where), usizes
+            elif sizes.size and not_multiples(sizes, E):
+                raise CheckpointError(f"{what} has a leaf whose size is not a multiple of {E} bytes")
+            return data.view(dt).reshape(-1, *fs.shape), counts_of(sizes, E)
 
-        def then(before: int) -> None:
-            n: int = got["n"]
-            if before + n > room:
-                raise CheckpointError(
-                    f"{r.path!r}: the leaf sizes of field {fs.name!r} add up to more bytes than its section holds"
-                )
-            got["values"] = values = np.empty((n // E, *fs.shape), dtype=dt)
-            g.read(sec, sec.raw.data_offset + before, values)
-            if span.holds_last or (span.N == 0 and r.comm.rank == 0):  # the padding, read by the rank of the last leaf
-                start = sec.raw.data_offset + before + n
-                if start + data_padding_nbytes(before + n) != sec.entry.end:
-                    raise CheckpointError(f"{r.path!r}: the leaf sizes of field {fs.name!r} do not add up to its section")
-                g.read(sec, start, np.empty(sec.entry.end - start, dtype=np.uint8))
+        return build
 
-        g.scan(local, then)
-        return lambda: (got["values"], counts_of(got["sizes"], E))
-
-    def _plan_counts(
-        self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span, dt: np.dtype[Any], E: int
-    ) -> Callable[[], Any]:
+    def _plan_counts(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span, dt: np.dtype[Any], E: int) -> Build:
         """Layout ``counts``: this rank's counts in the first read; its values, after a prefix sum of the counts, in the second."""
         assert fs.count_dtype is not None
         cdt = np.dtype(fs.count_dtype)
-        csec, vsec = _sections(r, fs, 2)
-        _check_a(r, fs, csec, span.N, cdt.itemsize, "counts")
-        total = vsec.raw.elem_count
-        if vsec.raw.elem_size != E or (span.N == 0 and total != 0):
+        csec, vsec = sections_of(src, fs, 2)
+        _check_a(src, fs, csec, span.N, cdt.itemsize, "counts", True)
+        total = vsec.header.elem_count
+        if vsec.header.elem_size != E or (span.N == 0 and total != 0):
             raise CheckpointError(
-                f"{r.path!r}: the values of field {fs.name!r} at byte {vsec.raw.offset} are not as its counts give them"
+                f"{src.path!r}: the values of field {fs.name!r} at byte {vsec.entry.offset} are not as its counts give them"
             )
         raw = np.empty(span.count, dtype=cdt)
-        g.read(csec, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
-        g.cover(vsec)
+        plan.read(csec.key, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
         got: dict[str, Any] = {}
+        key = f"{fs.name}@{csec.entry.offset}"
 
         def local() -> int:
             counts = raw.astype(np.int64)
-            if counts.size and (
-                int(counts.min()) < 0 or int(counts.max()) > total
-            ):  # u8 above 2**63, or more than the file's values
-                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
-            got["counts"], got["n"] = counts, _exact_sum(counts, total)
+            if counts.size and (int(counts.min()) < 0 or int(counts.max()) > total):  # u8 above 2**63, or more than the file's
+                raise CheckpointError(f"{src.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
+            got["counts"], got["n"] = counts, exact_sum(counts, total)
             return int(got["n"])
 
         def then(before: int) -> None:
             n: int = got["n"]
             if before + n > total or (span.holds_last and before + n != total):
                 raise CheckpointError(
-                    f"{r.path!r}: the values of field {fs.name!r} at byte {vsec.raw.offset} are not the values its counts give"
+                    f"{src.path!r}: the values of field {fs.name!r} at byte {vsec.entry.offset} are not the values its counts give"
                 )
             got["values"] = values = np.empty((n, *fs.shape), dtype=dt)
-            g.read(vsec, vsec.raw.data_offset + before * E, values)
+            plan.read(vsec.key, vsec.raw.data_offset + before * E, values)
+            src.cursors[key] = (span.end, before + n)
 
-        g.scan(local, then)
+        plan.scan(local, then, column_prefix(src, key, csec.raw.data_offset, cdt, span.offset))
         return lambda: (got["values"], got["counts"])
 
-    def plan_leaf_nbytes(self, r: CheckpointReader, g: GatheredRead, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
-        E = self.value_nbytes(r, fs)
+    def plan_leaf_nbytes(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
+        E = self.value_nbytes(src, fs)
         if fs.layout == "counts":
             assert fs.count_dtype is not None
             cdt = np.dtype(fs.count_dtype)
-            csec, vsec = _sections(r, fs, 2)
-            _check_a(r, fs, csec, span.N, cdt.itemsize, "counts")
+            csec, vsec = sections_of(src, fs, 2)
+            _check_a(src, fs, csec, span.N, cdt.itemsize, "counts", True)
             raw = np.empty(span.count, dtype=cdt)
-            g.read(csec, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
-            total = vsec.raw.elem_count
+            plan.read(csec.key, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
+            total = vsec.header.elem_count
 
             def from_counts() -> np.ndarray:
                 counts = raw.astype(np.int64)
                 if counts.size and (int(counts.min()) < 0 or int(counts.max()) > total):
-                    raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
+                    raise CheckpointError(
+                        f"{src.path!r}: field {fs.name!r} has a leaf of more values than its values section holds"
+                    )
                 return counts * E
 
             return from_counts
-        (sec,) = _sections(r, fs, 1)
-        if sec.raw.elem_count != span.N:
-            raise CheckpointError(
-                f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_count} leaves in the file, the manifest {span.N}"
-            )
+        (sec,) = sections_of(src, fs, 1)
+        v = sec.raw
+        if v.elem_count != span.N:
+            raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {v.elem_count} leaves in the file, the manifest {span.N}")
+        # The leaf's bytes as the user sees them: the U entries of a compressed field, else the E entries.
+        raw_sec = sec.raws[0] if fs.compressed else v
+        at = raw_sec.data_offset if fs.compressed else v.entries_offset
         entries = np.empty(32 * span.count, dtype=np.uint8)
-        g.read(sec, sec.raw.entries_offset + 32 * span.offset, entries)
-        room = sec.entry.end - sec.raw.data_offset
+        plan.read(sec.key, at + 32 * span.offset, entries)
+        room = sec.entry.end - v.data_offset
 
         def from_sizes() -> np.ndarray:
-            at = sec.raw.entries_offset + 32 * span.offset
-            sizes = parse_entries(b"E", entries, first_index=span.offset, offset=at, what=sec.raw.where)
-            if sizes.size and int(sizes.max()) > room:
-                raise CheckpointError(f"{r.path!r}: field {fs.name!r} has a leaf of more bytes than its section holds")
+            letter = b"U" if fs.compressed else b"E"
+            sizes = parse_entries(letter, entries, first_index=span.offset, offset=at + 32 * span.offset, what=raw_sec.where)
+            if sizes.size and not fs.compressed and int(sizes.max()) > room:
+                raise CheckpointError(f"{src.path!r}: field {fs.name!r} has a leaf of more bytes than its section holds")
             return sizes.astype(np.int64)
 
         return from_sizes
 
-    def leaf_nbytes(self, r: CheckpointReader, fs: FieldSpec, elem_counts: list[int]) -> int | np.ndarray:
-        if fs.layout == "counts":
-            return self._read_counts(r, fs, elem_counts) * self.value_nbytes(r, fs)
-        r.seek_field(fs)
-        sizes = r.scda.fread_varray_sizes(elem_counts)
-        assert sizes is not None
-        return sizes.astype(np.int64)
 
-
-def _call(r: CheckpointReader) -> Call:
-    """Return the collective call a section-by-section read belongs to (a method of the reader)."""
-    call = current_call(r.comm)
-    assert call is not None, "a field read outside a collective call"
-    return call
-
-
-def _sections(r: CheckpointReader, fs: FieldSpec, n: int) -> list[Section]:
-    """Return the first ``n`` sections of field ``fs`` as the root found them, checked against the manifest (not collective)."""
-    secs = r.sections(fs.name)
-    if len(secs) < n:
-        raise CheckpointError(f"{r.path!r}: the index has {len(secs)} sections of field {fs.name!r}, not {n}")
-    for sec in secs[:n]:
-        if sec.raw.type != fs.section or sec.raw.user_string != fs.name.encode():
-            raise CheckpointError(
-                f"{r.path!r}: the section at byte {sec.raw.offset} is not field {fs.name!r} as the manifest describes it"
-            )
-    return secs[:n]
-
-
-def _check_a(r: CheckpointReader, fs: FieldSpec, sec: Section, N: int, E: int, what: str) -> None:
-    """Check an A section's N and E against the manifest, before anything is allocated by them."""
-    what_n = "leaves" if handler_for(fs.kind).per_leaf else "elements"
-    if sec.raw.elem_count != N:
-        raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_count} {what_n} in the file, the manifest {N}")
-    if sec.raw.elem_size != E:
-        raise CheckpointError(f"{r.path!r}: field {fs.name!r} has {sec.raw.elem_size}-byte {what} in the file, not {E}-byte ones")
-
-
-def _exact_sum(a: np.ndarray, most: int) -> int:
-    """Return the sum of non-negative integers ``a``, each at most ``most``, exactly (int64 sums of chunks that cannot overflow)."""
-    if a.size == 0:
-        return 0
-    step = max(1, (2**63 - 1) // max(most, 1))
-    if a.size <= step:
-        return int(a.sum(dtype=np.int64))
-    return sum(int(a[i : i + step].sum(dtype=np.int64)) for i in range(0, a.size, step))
-
-
-def counts_of(sizes: np.ndarray, value_nbytes: int) -> np.ndarray:
-    """Values per leaf from bytes per leaf, (n,) int64; a shift for power-of-two value sizes."""
-    counts = sizes.view(np.int64)  # sizes are below 2**63: they fit the file
+def _sizes(counts: np.ndarray, value_nbytes: int) -> np.ndarray:
+    """Bytes per leaf of an hp field, (n,) uint64, in one pass (a shift for power-of-two value sizes)."""
     shift = value_nbytes.bit_length() - 1
-    return counts >> shift if value_nbytes == 1 << shift else counts // value_nbytes
-
-
-def _not_multiples(sizes: np.ndarray, value_nbytes: int) -> bool:
-    """Whether a size is not a multiple of ``value_nbytes``; for a power of two, one OR-reduction (no temporary)."""
-    if value_nbytes & (value_nbytes - 1) == 0:
-        return bool(int(np.bitwise_or.reduce(sizes)) & (value_nbytes - 1))
-    return bool(np.any(sizes % np.uint64(value_nbytes)))
-
-
-HANDLERS: dict[str, FieldHandler] = {
-    h.kind: h
-    for h in (InlineHandler(), BlockHandler(), NDArrayHandler(), ArrayHandler(), CellsHandler(), MeshHandler(), HpHandler())
-}
-"""The handler of each field kind of the manifest."""
+    c = np.asarray(counts, dtype=np.int64).view(np.uint64)
+    if value_nbytes == 1 << shift:
+        return np.left_shift(c, np.uint64(shift))
+    return np.multiply(c, np.uint64(value_nbytes))
 
 
 def handler_for(kind: str) -> FieldHandler:
     """Return the handler of field kind ``kind`` (KeyError for an unknown kind)."""
-    return HANDLERS[kind]
+    h: FieldHandler = registered(kind)
+    return h
+
+
+HANDLERS: dict[str, FieldHandler] = {k: handler_for(k) for k in ("inline", "block", "ndarray", "array", "cells", "mesh", "hp")}
+"""The handler of each field kind of the manifest."""

@@ -13,6 +13,7 @@ from .. import scda
 from .._files import replacing
 from .._version import __version__
 from ..comm import SerialComm, as_comm, collective
+from ..errors import CheckpointError
 from ._convention import (
     FOOTER_USER_STRING,
     MANIFEST_USER_STRING,
@@ -23,7 +24,7 @@ from ._convention import (
     Provenance,
     format_version_of,
 )
-from ._reader import CheckpointReader, read_info
+from ._reader import CheckpointReader, checksum_error, read_info
 from ._verify import is_checkpoint
 from ._writer import CheckpointWriter, WriteResult
 
@@ -156,23 +157,29 @@ def convert(
         manifest = m.model_copy(
             update={"fields": fields, "format_version": format_version_of(m.meshes), "amrckpt_version": __version__}
         )
-        with CheckpointWriter(dst, manifest, comm=c, style=style) as w:
-            for fs in fields:
-                parts = r.entries(fs.name) if fs.layout is not None else [r.entry(fs.name)]
-                data = []
-                for i, e in enumerate(parts):
-                    if i == 0:
-                        h = r.seek_field(m.field(fs.name))
-                    else:
-                        r.scda.fseek_section(e.offset)
-                        got = r.scda.fread_section_header(decode=True)
-                        assert got is not None
-                        h = got
-                    data.append(scda.read_section_data(r.scda, h))
-                w.copy_field(fs, data if fs.layout is not None else data[0], level=level)
-                if progress is not None:
-                    progress.update(sum(e.end - e.offset for e in parts))
-        r.check_crcs()
+        # The sections are copied through the scda API (decoded as read, encoded as written), their CRC32s compared after.
+        with scda.fopen_read(src, comm=c, checksum=True) as f:
+            with CheckpointWriter(dst, manifest, comm=c, access=scda.FileAccess(style=style)) as w:
+                for fs in fields:
+                    was = m.field(fs.name)
+                    parts = r.entries(fs.name) if fs.layout is not None else [r.entry(fs.name)]
+                    data = []
+                    for e in parts:
+                        f.fseek_section(e.offset)
+                        h = f.fread_section_header(decode=True)
+                        if h is None or h.type != was.section or h.user_string != fs.name.encode() or h.decoded != was.compressed:
+                            raise CheckpointError(
+                                f"{r.path!r}: the section at byte {e.offset} is not field {fs.name!r} as the manifest describes it"
+                            )
+                        data.append(scda.read_section_data(f, h))
+                    w.copy_field(fs, data if fs.layout is not None else data[0], level=level)
+                    if progress is not None:
+                        progress.update(sum(e.end - e.offset for e in parts))
+            by_offset = {e.offset: e for e in r.index.sections}
+            for off, end, crc in f.section_crcs():  # the same on every rank
+                got = by_offset.get(off)
+                if got is not None and crc is not None and (got.end != end or got.crc32 != crc):
+                    raise checksum_error(got.name, got.offset, got.end, r.path)
     assert w.result is not None
     return w.result, changed
 

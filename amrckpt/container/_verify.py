@@ -11,9 +11,7 @@ from .. import scda
 from .._crc import SectionCrc
 from ..comm import Call, collective
 from ..errors import AmrckptError, IncompleteCheckpointError, ScdaError
-from ..scda import Problem
-from ..scda._backend import os_error
-from ..scda._scan import exact_reader
+from ..scda import Problem, exact_reader, os_error
 from ._convention import FOOTER_NBYTES, FOOTER_USER_STRING, Index
 from ._reader import CheckpointInfo, read_index_on_root, read_info
 

@@ -84,12 +84,9 @@ class CheckpointWriter:
         What the file will hold; written at once (the same on every rank).
     comm : None, mpi4py.MPI.Comm or Comm, optional
         The communicator (None: serial).
-    style : {"unix", "mime"}, optional
-        Line breaks of the scda padding.
-    sync : bool, optional
+    access : amrckpt.scda.FileAccess, optional
+        Line breaks, MPI-IO hints, backend, truncation and whether to
         ``fsync`` (``MPI_File_sync``) before closing.
-    info, backend, truncate : optional
-        MPI-IO hints, backend choice and truncation, as for :func:`amrckpt.scda.fopen_write`.
     defer : bool, optional
         One agreement and one collective write for the whole file
         (:func:`amrckpt.scda.fopen_write` ``defer=True``): the field calls
@@ -110,11 +107,7 @@ class CheckpointWriter:
         manifest: Manifest,
         *,
         comm: Any = None,
-        style: scda.Style = "unix",
-        sync: bool = False,
-        info: Any = None,
-        backend: str | None = None,
-        truncate: bool = True,
+        access: scda.FileAccess | None = None,
         defer: bool = False,
     ) -> None:
         self.comm: Comm = as_comm(comm)
@@ -122,20 +115,17 @@ class CheckpointWriter:
         self.path = os.fspath(path)
         self.manifest = manifest
         self.is_root = self.comm.rank == 0
-        self._sync = sync
+        self.access = scda.FileAccess() if access is None else access
         self._fields = iter(manifest.fields)
         header = f"amrckpt {manifest.schema_name} v{manifest.schema_version}".encode()[:58]
         self.scda: scda.ScdaWriter = scda.fopen_write(
             path,
             header,
             comm=self.comm,
-            style=style,
             vendor=b"amrckpt",
-            info=info,
-            backend=backend,
             checksum=True,
-            truncate=truncate,
             defer=self.defer,
+            access=self.access,
         )
         self._roles = ["file header"]
         try:
@@ -148,8 +138,14 @@ class CheckpointWriter:
         self._roles.append("manifest")
         self.result: WriteResult | None = None
 
-    def write_field(self, fs: FieldSpec, payload: Payload) -> None:
+    def write_field(
+        self, fs: FieldSpec, payload: Payload, counts: scda.Share | None = None, nbytes: scda.Share | None = None
+    ) -> None:
         """Write the next field of the manifest by its kind's handler. Collective.
+
+        ``counts`` is this rank's share of the field's elements (leaves,
+        array elements), ``nbytes`` of its values' bytes (hp), as the ranks
+        agreed (:func:`amrckpt.save` agrees on them); fields of neither take none.
 
         Raises
         ------
@@ -157,7 +153,8 @@ class CheckpointWriter:
             If ``fs`` is not the manifest's next field.
         """
         self._next(fs)
-        handler_for(fs.kind).write(self, fs, payload)
+        none = scda.Share(0, 0, 0, 0, 0)
+        handler_for(fs.kind).write(self.scda, fs, payload, counts or none, nbytes or none)
         self._roles.extend(["field"] * (len(self.scda.records) - len(self._roles)))  # a layout may take two sections
 
     def copy_field(self, fs: FieldSpec, data: scda.SectionData | list[scda.SectionData], *, level: int = 9) -> None:
@@ -202,7 +199,7 @@ class CheckpointWriter:
                 f.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n" if self.is_root else None, INDEX_USER_STRING)
                 index_crc = f.section_crcs()[-1]
             f.fwrite_inline(footer_bytes(f.records[-1].offset, index_crc) if self.is_root else None, FOOTER_USER_STRING)
-            if self._sync:
+            if self.access.sync:
                 f.sync()
             nbytes = f.offset
         finally:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..container import Manifest, MeshSpec, dtype_from_json
+from ..container import Manifest, MeshSpec, dtype_from_json, handler_for
 from ..errors import CheckpointError
 from ..manager import StepNames
 from ..partition import Partition
@@ -205,11 +205,12 @@ def plan_arrays(
     ]
     ms = mesh_spec(manifest, mesh)
     for fs in manifest.fields:
-        on = manifest.mesh_of(fs) if fs.kind in ("cells", "hp") else None
+        h = handler_for(fs.kind)
+        on = manifest.mesh_of(fs) if h.per_leaf and not h.is_mesh else None
         if on is None or on.field != ms.field:
             continue
         dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
-        if fs.kind == "cells":
+        if h.reads_as == "values":  # one value per leaf; else a run of values per leaf (hp)
             arrays += _cells_arrays(fs.name, dt, fs.shape, fs.units)
             continue
         arrays.append(CellArray(f"{fs.name}.count", "hp.count", fs.name, np.dtype(np.int64), 1, None))
@@ -347,7 +348,8 @@ def plan_points(manifest: Manifest) -> list[PointSet]:
     """
     out = []
     for fs in manifest.fields:
-        if fs.kind != "array":
+        h = handler_for(fs.kind)
+        if not h.partitioned or h.per_leaf:  # the elements of a distributed array, not per leaf
             continue
         dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
         pos = _position(dt, fs.shape)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..comm import Call, as_comm, collective
-from ..container import Geometry, write_run_record
+from ..container import Geometry, handler_for, write_run_record
 from ..errors import CheckpointError, SchemaError
 from ..partition import Partition
 from ..restart import Loaded, load
@@ -199,7 +199,8 @@ def checkpoint_to_p4est(
     names = {fs.name: fs for fs in m.fields}
     if data_field is not None and data_field in names:
         fs = names[data_field]
-        if fs.kind != "cells" or (fs.mesh or ms.field) != ms.field:
+        h = handler_for(fs.kind)
+        if not (h.per_leaf and h.reads_as == "values") or (fs.mesh or ms.field) != ms.field:
             raise SchemaError(f"field {data_field!r} is a {fs.kind} field, not per leaf of mesh {ms.field!r}: no quadrant data")
         data = getattr(state, data_field)
     if package_version is None:

@@ -20,12 +20,21 @@ do not depend on how many processes wrote it::
         f.fread_inline_data()
         hdr = f.fread_section_header(decode=True)
         mine = f.fread_array_data(read_counts).view("<f8")
+
+Below libsc's calling convention, a reader that knows where its sections are
+reads many at once through a :class:`ReadPlan` (this rank's byte ranges,
+prefix sums between two reads, the sections whose CRC32 is checked), run by
+a :class:`GatheredExecutor` (one collective read per phase) or a
+:class:`LocalExecutor` (one rank alone).  :class:`FileAccess` is how every
+file is opened (MPI-IO hints, the byte backend or a :class:`BackendOpener`,
+truncation, sync, line breaks).
 """
 
 from __future__ import annotations
 
-from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints, open_backend
-from ._codec import decode_elements, encode_elements
+from ._access import BackendOpener, FileAccess, open_backend
+from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints, os_error
+from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
 from ._format import (
@@ -41,10 +50,11 @@ from ._format import (
     parse_count_entry,
     unpad_string,
 )
-from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, SectionHeader, Share
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, RawSection, SectionHeader, Share, read_raw_section, read_section
+from ._plan import GatheredExecutor, LocalExecutor, LocalFile, PlanExecutor, ReadPlan, checksum_error
 from ._reader import ScdaReader, fopen_read, read_file_header
 from ._rewrite import RewriteResult, rewrite
-from ._scan import FileInfo, RawSectionInfo, SectionInfo, scan, scan_partial
+from ._scan import FileInfo, RawSectionInfo, SectionInfo, exact_reader, scan, scan_partial
 from ._verify import FileReport, Problem, ProblemKind, is_scda, line_style, problem_of, safe_text, verify
 from ._writer import ScdaWriter, SectionRecord, fopen_write
 
@@ -56,16 +66,25 @@ __all__ = [
     "MAGIC_V",
     "MAX_CALL_NBYTES",
     "MAX_COUNT",
+    "MAX_INFLATE_RATIO",
     "MAX_USER_STRING_NBYTES",
     "MAX_VENDOR_NBYTES",
     "Backend",
+    "BackendOpener",
+    "FileAccess",
     "FileInfo",
     "FileReport",
+    "GatheredExecutor",
+    "LocalExecutor",
+    "LocalFile",
     "MPIIOBackend",
+    "PlanExecutor",
     "PosixBackend",
     "Problem",
     "ProblemKind",
+    "RawSection",
     "RawSectionInfo",
+    "ReadPlan",
     "RewriteResult",
     "ScdaReader",
     "ScdaWriter",
@@ -75,12 +94,14 @@ __all__ = [
     "SectionRecord",
     "Share",
     "Style",
+    "checksum_error",
     "copy_section",
     "count_entry",
     "data_padding",
     "data_padding_nbytes",
     "decode_elements",
     "encode_elements",
+    "exact_reader",
     "fopen_read",
     "fopen_write",
     "format_entries",
@@ -88,11 +109,14 @@ __all__ = [
     "is_scda",
     "line_style",
     "open_backend",
+    "os_error",
     "pad_string",
     "problem_of",
     "parse_count_entry",
     "parse_entries",
     "read_file_header",
+    "read_raw_section",
+    "read_section",
     "read_section_data",
     "rewrite",
     "safe_text",

@@ -12,24 +12,18 @@ and agreed on by the caller.
 The POSIX backend imports nothing of MPI and serves serial runs (and, for
 tests, ranks that are threads of one process).
 
-Every call that can fail in production carries a fault-injection hook
-(:mod:`amrckpt._faults`): ``if _faults.ACTIVE is not None``, a no-op unless a
-test injects faults.  Independent calls fail instead of doing their work;
-collective MPI-IO calls first take part, then fail, so that no rank waits.
+Tests inject faults by wrapping a backend (:class:`amrckpt.testing.FaultyBackend`),
+selected through :class:`~amrckpt.scda.FileAccess`; these classes carry no test hooks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
-import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-import numpy as np
-
-from .. import _faults
 from ..comm import Call, Comm, collective, current_call
 from ..errors import (
     ScdaArgumentError,
@@ -39,10 +33,9 @@ from ..errors import (
     ScdaIOError,
     ScdaPermissionError,
 )
+from ._io import Piece, byte_view, coalesce, os_error, preadv, pwritev, rounds
 
-__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "hints", "open_backend"]
-
-Piece = tuple[int, memoryview]
+__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "byte_view", "hints", "os_error", "preadv", "rounds"]
 
 MAX_CALL_NBYTES = 1 << 30
 """Bytes per rank and per MPI-IO call: larger runs are moved in rounds.
@@ -139,29 +132,6 @@ class _Step:
             self._ctx.__exit__(*exc)
 
 
-def os_error(exc: OSError, path: str, what: str) -> ScdaIOError:
-    """Translate an OSError into the scda exception with the same errno."""
-    cls: type[ScdaIOError] = ScdaIOError
-    if exc.errno == errno_mod.ENOENT:
-        cls = ScdaFileNotFoundError
-    elif exc.errno in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
-        cls = ScdaPermissionError
-    return cls(exc.errno or errno_mod.EIO, f"{what} {path!r}: {exc.strerror or exc}")
-
-
-def _coalesce(pieces: Sequence[Piece]) -> list[tuple[int, list[memoryview]]]:
-    """Group pieces into runs of contiguous offsets (sorted)."""
-    runs: list[tuple[int, list[memoryview]]] = []
-    end = -1
-    for off, buf in sorted((p for p in pieces if p[1].nbytes), key=lambda p: p[0]):
-        if runs and off == end:
-            runs[-1][1].append(buf)
-        else:
-            runs.append((off, [buf]))
-        end = off + buf.nbytes
-    return runs
-
-
 class PosixBackend:
     """Shared file through POSIX ``pwritev``/``preadv``; no MPI.
 
@@ -193,17 +163,9 @@ class PosixBackend:
 
     def _open(self, flags: int, what: str) -> None:
         try:
-            self._inject("open")
             self._fd = os.open(self.path, flags, 0o666)
         except OSError as exc:
             raise os_error(exc, self.path, what) from exc
-
-    def _inject(self, kind: str) -> None:
-        """Raise the OSError of an injected fault (amrckpt._faults), if one is due."""
-        if _faults.ACTIVE is not None:
-            exc = _faults.io_error(kind, self.comm, self.path)
-            if exc is not None:
-                raise exc
 
     def _close_fd(self) -> None:
         if self._fd >= 0:
@@ -211,76 +173,30 @@ class PosixBackend:
                 os.close(self._fd)
             finally:
                 self._fd = -1
-            self._inject("close")
 
     def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Write pieces and bulk run with one ``pwritev`` per contiguous run."""
         allp = list(pieces) + ([bulk] if bulk is not None else [])
-        for off, bufs in _coalesce(allp):
-            self._pwritev(off, bufs)
+        for off, bufs in coalesce(allp):
+            pwritev(self._fd, self.path, off, bufs)
 
     def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
         """Write the pieces with one ``pwritev`` per contiguous run (``nrounds`` is not needed without MPI)."""
         self.write(pieces, None, 0)
 
-    def _pwritev(self, off: int, bufs: list[memoryview]) -> None:
-        bufs = [b for b in bufs if b.nbytes]
-        while bufs:
-            batch = bufs[:512]
-            try:
-                self._inject("write")
-                n = os.pwritev(self._fd, batch, off)
-            except OSError as exc:
-                raise os_error(exc, self.path, f"cannot write {sum(b.nbytes for b in batch)} bytes at byte {off} of") from exc
-            if n == 0:
-                raise ScdaCountError(f"wrote 0 bytes at byte {off} of {self.path!r}")
-            off += n
-            # Drop what was written, keep the rest.
-            while n and bufs:
-                if n >= bufs[0].nbytes:
-                    n -= bufs[0].nbytes
-                    bufs.pop(0)
-                else:
-                    bufs[0] = bufs[0][n:]
-                    n = 0
-
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fill pieces and bulk run with one ``preadv`` per contiguous run."""
-        allp = list(pieces) + ([bulk] if bulk is not None else [])
-        for off, bufs in _coalesce(allp):
-            self._preadv(off, bufs)
+        preadv(self._fd, self.path, list(pieces) + ([bulk] if bulk is not None else []))
 
     def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
         """Fill the pieces with one ``preadv`` per contiguous run (``nrounds`` is not needed without MPI)."""
         self.read(pieces, None, 0)
-
-    def _preadv(self, off: int, bufs: list[memoryview]) -> None:
-        want = sum(b.nbytes for b in bufs)
-        start = off
-        while bufs:
-            batch = bufs[:512]
-            try:
-                self._inject("read")
-                n = os.preadv(self._fd, batch, off)
-            except OSError as exc:
-                raise os_error(exc, self.path, f"cannot read {want} bytes at byte {start} of") from exc
-            if n == 0:
-                raise ScdaCountError(f"file {self.path!r} ends at byte {off}: {want} bytes from byte {start} were requested")
-            off += n
-            while n and bufs:
-                if n >= bufs[0].nbytes:
-                    n -= bufs[0].nbytes
-                    bufs.pop(0)
-                else:
-                    bufs[0] = bufs[0][n:]
-                    n = 0
 
     def file_size(self) -> int:
         """``fstat`` size of the file; agreed."""
 
         def fstat() -> int:
             try:
-                self._inject("size")
                 return os.fstat(self._fd).st_size
             except OSError as exc:
                 raise os_error(exc, self.path, "cannot get the size of") from exc
@@ -295,7 +211,6 @@ class PosixBackend:
 
         def fsync() -> None:
             try:
-                self._inject("sync")
                 if size is not None and self.comm.rank == 0:
                     os.ftruncate(self._fd, size)
                 os.fsync(self._fd)
@@ -310,7 +225,6 @@ class PosixBackend:
 
         def cut() -> None:
             try:
-                self._inject("sync")
                 os.ftruncate(self._fd, size)  # type: ignore[arg-type]
             except OSError as exc:
                 raise os_error(exc, self.path, "cannot set the size of") from exc
@@ -413,14 +327,12 @@ class MPIIOBackend:
             try:
                 # Absolute: ROMIO reads a leading "ufs:", "nfs:"... of a relative name as a file-system prefix
                 self._fh = MPI.File.Open(self._mpi_comm, os.path.abspath(path), amode, mpi_info)
-                self._inject("open")
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot open") from exc
 
         def set_size_0() -> None:
             try:
                 self._fh.Set_size(0)
-                self._inject("sync")
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot truncate") from exc
 
@@ -447,13 +359,6 @@ class MPIIOBackend:
             with contextlib.suppress(self._MPI.Exception):
                 self._fh.Close()
         self._fh = None
-
-    def _inject(self, kind: str) -> None:
-        """Raise an injected fault (amrckpt._faults) as the ``MPI.Exception`` of its errno, if one is due."""
-        if _faults.ACTIVE is not None:
-            exc = _faults.io_error(kind, self.comm, self.path)
-            if exc is not None:
-                raise _injected_mpi_exception(self._MPI, exc)
 
     def _error(self, exc: Any, what: str) -> ScdaIOError:
         """Return the ScdaIOError of an MPI-IO error, with the errno of its MPI error class or of the system's text in it.
@@ -494,7 +399,6 @@ class MPIIOBackend:
                     part = b[done : done + MAX_CALL_NBYTES]
                     st = MPI.Status()
                     try:
-                        self._inject("write" if write else "read")
                         if write:
                             self._fh.Write_at(off + done, [part, MPI.BYTE], st)
                         else:
@@ -528,7 +432,6 @@ class MPIIOBackend:
                     self._fh.Write_at_all(pos, [part, MPI.BYTE], st)
                 else:
                     self._fh.Read_at_all(pos, [part, MPI.BYTE], st)
-                self._inject("write" if write else "read")
             except MPI.Exception as exc:
                 if err is None:
                     err = self._error(exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {pos} of")
@@ -544,7 +447,7 @@ class MPIIOBackend:
     def _move(self, pieces: Sequence[Piece], bulk: Piece | None, rounds_nbytes: int, write: bool) -> None:
         err: BaseException | None = None
         try:
-            self._independent(_coalesce(pieces), write)
+            self._independent(coalesce(pieces), write)
         except ScdaError as exc:
             err = exc
         try:
@@ -589,13 +492,19 @@ class MPIIOBackend:
         self._gathered(pieces, nrounds, True)
 
     def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
-        """Fill every piece of this rank by one ``MPI_File_read_all`` per round through a file view (see :meth:`write_gathered`)."""
+        """Fill every piece of this rank by one ``MPI_File_read_all`` per round through a file view (see :meth:`write_gathered`).
+
+        ROMIO's status of a read through a file view counts the bytes asked
+        for, not those read: a piece past the end of the file is not
+        detected here (it reads zeros).  A :class:`~amrckpt.scda.ReadPlan`
+        that knows the file's size checks its pieces against it first.
+        """
         self._gathered(pieces, nrounds, False)
 
     def _gathered(self, pieces: Sequence[Piece], nrounds: int, write: bool) -> None:
         MPI = self._MPI
         verb = "write" if write else "read"
-        runs = _split_rounds(_coalesce(pieces), nrounds)
+        runs = _split_rounds(coalesce(pieces), nrounds)
         err: BaseException | None = None
         for blocks in runs:
             ftype = mtype = None
@@ -612,7 +521,6 @@ class MPIIOBackend:
                     call([MPI.BOTTOM, 1, mtype], st)
                 else:
                     call([bytearray(), 0, MPI.BYTE], st)
-                self._inject(verb)
                 if err is None and want:
                     self._check_count(st, want, blocks[0][0], write)
             except MPI.Exception as exc:
@@ -645,7 +553,6 @@ class MPIIOBackend:
 
         def size() -> None:
             got.append(int(self._fh.Get_size()))
-            self._inject("size")
 
         with _Step(self.comm, "scda.file_size") as call:
             call.run(self._mpi_step, size, "cannot get the size of")
@@ -659,7 +566,6 @@ class MPIIOBackend:
             if size is not None:
                 self._fh.Set_size(size)
             self._fh.Sync()
-            self._inject("sync")
 
         with _Step(self.comm, "scda.sync") as call:
             call.run(self._mpi_step, sync, "cannot sync", always=True)
@@ -669,47 +575,14 @@ class MPIIOBackend:
 
         def set_size() -> None:
             self._fh.Set_size(size)
-            self._inject("sync")
 
         def close() -> None:
             self._fh.Close()
-            self._inject("close")
 
         with _Step(self.comm, "scda.close") as call:
             if size is not None:
                 call.run(self._mpi_step, set_size, "cannot set the size of", always=True)
             call.run(self._mpi_step, close, "cannot close", always=True)
-
-
-_MPI_ERROR_OF_ERRNO = {
-    errno_mod.ENOENT: "ERR_NO_SUCH_FILE",
-    errno_mod.EACCES: "ERR_ACCESS",
-    errno_mod.EROFS: "ERR_READ_ONLY",
-    errno_mod.ENOSPC: "ERR_NO_SPACE",
-    errno_mod.EDQUOT: "ERR_QUOTA",
-    errno_mod.EIO: "ERR_IO",
-}
-
-
-def _injected_mpi_exception(MPI: Any, exc: OSError) -> Any:
-    """Return an ``MPI.Exception`` of the MPI error class of an injected OSError's errno (ERR_IO by default)."""
-    code = getattr(MPI, _MPI_ERROR_OF_ERRNO.get(exc.errno or errno_mod.EIO, "ERR_IO"), MPI.ERR_IO)
-    return _injected_mpi_class(MPI)(code, exc.strerror or "")
-
-
-@functools.cache
-def _injected_mpi_class(MPI: Any) -> Any:
-    class InjectedMPIException(MPI.Exception):  # type: ignore[misc]
-        """An MPI error made by the fault injection; its error string says so."""
-
-        def __init__(self, code: int, note: str) -> None:
-            super().__init__(code)
-            self.note = note
-
-        def Get_error_string(self) -> str:
-            return f"{super().Get_error_string()} [{self.note}]"
-
-    return InjectedMPIException
 
 
 HINTS_ENV = "AMRCKPT_MPIIO_HINTS"
@@ -742,52 +615,6 @@ def hints(text: str | None = None) -> dict[str, str]:
     return out
 
 
-def open_backend(
-    path: str, mode: str, comm: Comm, *, info: Any = None, backend: str | None = None, truncate: bool = True, defer: bool = False
-) -> Backend:
-    """Open ``path`` on every rank of ``comm``. Collective.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file.
-    mode : {"w", "r"}
-        ``"w"`` creates or truncates; ``"r"`` opens an existing file.
-    comm : Comm
-        From :func:`~amrckpt.comm.as_comm`.
-    info : dict or mpi4py.MPI.Info, optional
-        MPI-IO hints (ignored by the POSIX backend).
-    backend : {None, "posix", "mpiio"}
-        ``None`` chooses MPI-IO for an MPI communicator, POSIX otherwise.
-    truncate : bool, optional
-        ``"w"`` only: empty an existing file (else it is overwritten in place
-        and the writer sets its final size when closing).
-    defer : bool, optional
-        MPI-IO: the caller does no independent I/O (hint
-        ``romio_no_indep_rw``); ``"w"``: keep an error of truncating in
-        ``pending`` for the writer's single agreement instead of agreeing
-        on it at once.
-
-    Raises
-    ------
-    ScdaIOError
-        On every rank, if any rank cannot open the file.
-    ScdaArgumentError
-        For an unknown backend, or MPI-IO without an MPI communicator.
-    """
-    path = os.fspath(path)
-    mpi = getattr(comm, "mpi_comm", None) is not None  # an MPIComm, or a wrapper of one (amrckpt.testing)
-    if backend is None:
-        backend = "mpiio" if mpi else "posix"
-    if backend == "posix":
-        return PosixBackend(path, mode, comm, truncate)
-    if backend == "mpiio":
-        if not mpi:
-            raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
-        return MPIIOBackend(path, mode, comm, info, truncate, defer)
-    raise ScdaArgumentError(f"backend must be 'posix' or 'mpiio', not {backend!r}")
-
-
 def _split_rounds(runs: list[tuple[int, list[memoryview]]], nrounds: int) -> list[list[Piece]]:
     """Cut contiguous runs into ``nrounds`` lists of pieces of at most ``MAX_CALL_NBYTES`` bytes each (file order)."""
     out: list[list[Piece]] = [[] for _ in range(max(nrounds, 1))]
@@ -804,29 +631,3 @@ def _split_rounds(runs: list[tuple[int, list[memoryview]]], nrounds: int) -> lis
                 used += take
             off += b.nbytes
     return out
-
-
-def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:
-    """Split a bulk run into the rounds of ``chunk`` bytes that every rank makes (``ceil(max_bulk / chunk)``).
-
-    Yields this rank's piece of each round, or None where it has nothing left
-    (the rank still joins the round: the calls are collective).
-    """
-    for k in range(-(-max_bulk_nbytes // chunk)):
-        sub = bulk[1][k * chunk : (k + 1) * chunk] if bulk is not None else None
-        yield (bulk[0] + k * chunk, sub) if bulk is not None and sub is not None and sub.nbytes else None
-
-
-def byte_view(data: Any, what: str) -> memoryview:
-    """Return a flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
-    if isinstance(data, np.ndarray):
-        if not data.flags.c_contiguous:
-            data = np.ascontiguousarray(data)
-        return memoryview(data.reshape(-1).view(np.uint8))
-    try:
-        mv = memoryview(data)
-    except TypeError as exc:
-        raise ScdaArgumentError(f"{what} must be a buffer (bytes, numpy array), not {type(data).__name__}") from exc
-    if not mv.c_contiguous:
-        mv = memoryview(mv.tobytes())
-    return mv.cast("B") if (mv.format != "B" or mv.ndim != 1) else mv

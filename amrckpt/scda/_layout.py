@@ -34,6 +34,7 @@ __all__ = [
     "last_owner",
     "partition_offsets",
     "read_raw_section",
+    "read_section",
     "to_count",
 ]
 
@@ -79,11 +80,34 @@ class SectionHeader:
 
 @dataclass(frozen=True, slots=True)
 class RawSection:
-    """The layout of one raw section as found in the file.
+    """One raw section of the file as found: its type, counts and where its entries, data and padding are.
 
-    ``end`` is None for a V section until the sum of its element sizes is
-    known.  ``inline`` holds the 32 data bytes of an I section (on the rank
-    that parsed the header).
+    Attributes
+    ----------
+    type : str
+        ``"I"``, ``"B"``, ``"A"`` or ``"V"``.
+    user_string : bytes
+        0 to 58 bytes.
+    offset : int
+        Its first byte.
+    elem_count, elem_size : int
+        N and E as in the file (E = 0 for I and V).
+    data_offset : int
+        First data byte (for V, after the E_i entries).
+    entries_offset : int
+        First E_i entry of a V section (else ``data_offset``).
+    end : int or None
+        One past its last byte, padding included; None for a V section until
+        the sum of its element sizes is known (:func:`scan` knows it).
+    inline : bytes or None
+        The 32 data bytes of an I section (on the rank that parsed the header).
+    head_nbytes, head_crc : int
+        The bytes of its header (all of an I section) and their CRC32.
+    data_nbytes : int or None
+        Data bytes without padding (for V, the sum of the E_i), where known (:func:`scan`).
+    padding_form : str
+        :func:`scan` with ``check_padding``: ``"unix"``, ``"mime"`` or
+        ``"other"`` for the data padding, ``"none"`` for I sections; else ``"unchecked"``.
     """
 
     type: str
@@ -97,6 +121,8 @@ class RawSection:
     inline: bytes | None = None
     head_nbytes: int = 0
     head_crc: int = 0
+    data_nbytes: int | None = None
+    padding_form: str = "unchecked"
 
     @property
     def where(self) -> str:
@@ -263,24 +289,19 @@ def read_raw_section(read: Any, offset: int, file_size: int) -> RawSection:
     return RawSection("V", user, offset, N, 0, data, entries, None, None, need, hcrc)
 
 
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """A recognized compression pair (paper 3.2-3.4) or a plain section."""
-
-    header: SectionHeader
-    raws: tuple[RawSection, ...]
-    usize: int  # U of a compressed B or A (0 otherwise)
+Logical = tuple[SectionHeader, tuple[RawSection, ...]]
+"""A logical section: its (decoded) header and its raw sections (two for a compression pair, paper 3.2-3.4)."""
 
 
-def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Pair:
-    """Return the logical section that starts with ``first`` (paper Table 2).
+def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Logical:
+    """Return the logical section that starts with ``first`` (paper Table 2): its header and raw sections.
 
     With ``decode`` and a compression header (an I section with the B or A
     magic, an A section with the V magic), the partner section is parsed
     and the pair checked; any deviation is a :class:`ScdaDecodeError`.
     """
     t, user = first.type, first.user_string
-    plain = Pair(SectionHeader(t, user, first.elem_count, first.elem_size, False, first.offset), (first,), 0)
+    plain = (SectionHeader(t, user, first.elem_count, first.elem_size, False, first.offset), (first,))
     if not decode or not ((t == "I" and user in (MAGIC_B, MAGIC_A)) or (t == "A" and user == MAGIC_V)):
         return plain
     magic = user.decode()
@@ -318,4 +339,20 @@ def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Pai
                 f"{first.where}U array has N = {first.elem_count}, the compressed V section N = {partner.elem_count}"
             )
         hdr = SectionHeader("V", partner.user_string, partner.elem_count, 0, True, first.offset)
-    return Pair(hdr, (first, partner), usize)
+    return hdr, (first, partner)
+
+
+def read_section(read: Any, offset: int, file_size: int, *, decode: bool = True) -> tuple[SectionHeader, tuple[RawSection, ...]]:
+    """Parse the logical section that starts at ``offset``: its header and its one or two raw sections. Not collective.
+
+    With ``decode``, a compression pair (paper Table 2) is one logical
+    section: the header says the type and sizes of what was compressed, and
+    both raw sections are returned (the inline or U-entry section first).
+    ``read`` and ``file_size`` are as for :func:`read_raw_section`.
+
+    Raises
+    ------
+    ScdaCountError, ScdaFormatError, ScdaDecodeError
+        As :func:`read_raw_section`, or a pair that breaks the compression convention.
+    """
+    return recognize(read, read_raw_section(read, offset, file_size), file_size, decode)

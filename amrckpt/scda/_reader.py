@@ -21,7 +21,8 @@ from ..errors import (
     ScdaFormatError,
     ScdaUsageError,
 )
-from ._backend import Backend, byte_view, open_backend, rounds
+from ._access import FileAccess, open_backend
+from ._backend import Backend, byte_view, rounds
 from ._codec import MAX_INFLATE_RATIO, decode_elements
 from ._entries import parse_entries
 from ._format import (
@@ -32,7 +33,7 @@ from ._format import (
     padding_form,
     parse_file_header,
 )
-from ._layout import Pair, RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
+from ._layout import RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
 
 __all__ = ["ScdaReader", "fopen_read", "read_file_header"]
 
@@ -51,14 +52,15 @@ class _VState:
 
 @dataclass
 class _Pending:
-    pair: Pair
+    header: SectionHeader
+    raws: tuple[RawSection, ...]
     stage: str  # "data", "vsizes", "vdata"
     v: _VState | None = None
 
     @property
     def raw(self) -> RawSection:
         """The raw section that holds the data (the second of a pair)."""
-        return self.pair.raws[-1]
+        return self.raws[-1]
 
 
 class ScdaReader:
@@ -92,10 +94,9 @@ class ScdaReader:
         path: str | os.PathLike[str],
         *,
         comm: Any = None,
-        info: Any = None,
-        backend: str | None = None,
         strict: bool = False,
         checksum: bool = False,
+        access: FileAccess | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
@@ -104,10 +105,9 @@ class ScdaReader:
         self._cur: SectionCrc | None = None
         self._cur_entries: set[tuple[int, bytes]] = set()
         self._crc_log: list[tuple[int, int, SectionCrc | None]] = []  # (offset, end, the section's pieces on this rank)
-        self._defer_crc = False  # restart.load: CRC in the helper thread until section_crcs()
         self._pending: _Pending | None = None
         with collective(self.comm, "scda.fopen_read") as call:
-            self._backend: Backend | None = open_backend(self.path, "r", self.comm, info=info, backend=backend)
+            self._backend: Backend | None = open_backend(self.path, "r", self.comm, access=access)
             try:
                 size = self._backend.file_size()
                 head = call.on_root(lambda: self._read_file_header(size), what="file header")
@@ -150,10 +150,10 @@ class ScdaReader:
         p = self._pending
         if p is None:
             raise ScdaUsageError(f"{what}: call fread_section_header first")
-        if p.pair.header.type not in types or p.stage not in stages:
+        if p.header.type not in types or p.stage not in stages:
             if p.stage == "vsizes" and "vdata" in stages:
                 raise ScdaUsageError(f"{what}: read the element sizes with fread_varray_sizes first")
-            raise ScdaUsageError(f"{what}: the current section is of type {p.pair.header.type!r}")
+            raise ScdaUsageError(f"{what}: the current section is of type {p.header.type!r}")
         return p
 
     def _agree(self, what: str, digest: int | None = None) -> None:
@@ -175,7 +175,7 @@ class ScdaReader:
 
         # Rank 0 reads the data padding (which no data call reads) to cover every byte.
         def padding() -> None:
-            for raw in p.pair.raws:
+            for raw in p.raws:
                 if raw.type == "I":
                     continue
                 if raw.type == "V":
@@ -189,9 +189,8 @@ class ScdaReader:
 
         self.call.run(padding, on=0 if cur.complete else -1)
         self._agree("checksum")
-        if not self._defer_crc:
-            cur.wait()  # the buffers go back to the caller now
-        self._crc_log.append((p.pair.raws[0].offset, end, cur))
+        cur.wait()  # the buffers go back to the caller now
+        self._crc_log.append((p.raws[0].offset, end, cur))
 
     def _crc_add(self, offset: int, data: Any) -> None:
         """Checksum mode: count bytes this rank read for the current section."""
@@ -267,21 +266,21 @@ class ScdaReader:
         if self.offset == self.file_size:
             return None
         off = self.offset
-        pair: Pair = self.call.on_root(
+        header, raws = self.call.on_root(
             lambda: recognize(
                 self._read_bytes, read_raw_section(self._read_bytes, off, self.file_size), self.file_size, bool(decode)
             ),
             what="fread_section_header",
         )
-        stage = "vsizes" if pair.header.type == "V" else "data"
-        self._pending = _Pending(pair, stage)
+        stage = "vsizes" if header.type == "V" else "data"
+        self._pending = _Pending(header, raws, stage)
         if self._checksum:
             self._cur = SectionCrc()
             self._cur_entries = set()
             if self.comm.rank == 0:
-                for raw in pair.raws:
+                for raw in raws:
                     self._cur.add_crc(raw.offset, raw.head_nbytes, raw.head_crc)
-        return pair.header
+        return header
 
     @collective_method("scda.fseek_section")
     def fseek_section(self, offset: int) -> None:
@@ -402,7 +401,7 @@ class ScdaReader:
             self.call.fail(exc)
         self._agree(what, digest_of(root, what))
         assert p is not None
-        raw, hdr = p.raw, p.pair.header
+        raw, hdr = p.raw, p.header
         me = (root is None or self.comm.rank == root) and not skip
         counter = (0 if root is None else root) == self.comm.rank  # whose bytes count for checksums
         if counter and skip:
@@ -481,14 +480,14 @@ class ScdaReader:
         try:
             self._check_open(what)
             p = self._expect(what, ("data",), "A")
-            counts, C = self._read_partition(elem_counts, p.pair.header.elem_count)
-            if elem_size is not None and to_count(elem_size, "elem_size") != p.pair.header.elem_size:
-                raise ScdaArgumentError(f"elem_size {elem_size} differs from the section's E = {p.pair.header.elem_size}")
+            counts, C = self._read_partition(elem_counts, p.header.elem_count)
+            if elem_size is not None and to_count(elem_size, "elem_size") != p.header.elem_size:
+                raise ScdaArgumentError(f"elem_size {elem_size} differs from the section's E = {p.header.elem_size}")
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(counts, elem_size, what))
         assert p is not None
-        hdr = p.pair.header
+        hdr = p.header
         r = self.comm.rank
         E = hdr.elem_size
         if hdr.decoded:
@@ -554,7 +553,7 @@ class ScdaReader:
         try:
             self._check_open(what)
             p = self._expect(what, ("vsizes", "vdata"), "V")
-            counts, _ = self._read_partition(elem_counts, p.pair.header.elem_count)
+            counts, _ = self._read_partition(elem_counts, p.header.elem_count)
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(counts, what))
@@ -564,7 +563,7 @@ class ScdaReader:
         p.stage = "vdata"
         if skip:
             return None
-        return v.usizes if p.pair.header.decoded else v.sizes
+        return v.usizes if p.header.decoded else v.sizes
 
     def proc_sizes(self) -> list[int]:
         """S_p for the partition of the last :meth:`fread_varray_sizes` (libsc ``sc_scda_proc_sizes``).
@@ -633,7 +632,7 @@ class ScdaReader:
         try:
             self._check_open(what)
             p = self._expect(what, ("vdata",), "V")
-            counts, _ = self._read_partition(elem_counts, p.pair.header.elem_count)
+            counts, _ = self._read_partition(elem_counts, p.header.elem_count)
             S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
             if not skip:
                 usizes = np.asarray(elem_sizes, dtype=np.uint64).reshape(-1)
@@ -652,7 +651,7 @@ class ScdaReader:
         if S != v.uproc:
             self.call.fail(ScdaArgumentError(f"proc_sizes {S[:8]} differ from the section's {v.uproc[:8]} for this partition"))
         self._agree(what)
-        if p.pair.header.decoded:
+        if p.header.decoded:
             assert v.usizes is not None
             result = self._v_decode(p, v, v.usizes, S[r], out, skip)
         else:
@@ -744,9 +743,9 @@ class ScdaReader:
         raw = p.raw
         sizes = self._entries(raw, b"E", raw.entries_offset, counts)
         usizes = None
-        vdecoded = p.pair.header.decoded and p.pair.header.type == "V"
+        vdecoded = p.header.decoded and p.header.type == "V"
         if vdecoded:
-            a = p.pair.raws[0]
+            a = p.raws[0]
             usizes = self._entries(a, b"U", a.data_offset, counts)
         local = int(sizes.sum(dtype=np.uint64)) if sizes.size else 0
         ulocal = int(usizes.sum(dtype=np.uint64)) if usizes is not None and usizes.size else 0
@@ -921,6 +920,7 @@ def fopen_read(
     backend: str | None = None,
     strict: bool = False,
     checksum: bool = False,
+    access: FileAccess | None = None,
 ) -> ScdaReader:
     """Open an scda file and read its header section F (libsc ``sc_scda_fopen_read``).
 
@@ -944,6 +944,8 @@ def fopen_read(
         CRC32 every byte read, for :meth:`ScdaReader.section_crcs`; rank 0
         then also reads each section's padding, so that every byte of a
         section whose data is read on all ranks is covered.
+    access : FileAccess, optional
+        ``info`` and ``backend`` as one value (the keyword arguments given override it).
 
     Returns
     -------
@@ -959,4 +961,5 @@ def fopen_read(
     ScdaCountError
         If it is shorter than a file header.
     """
-    return ScdaReader(path, comm=comm, info=info, backend=backend, strict=strict, checksum=checksum)
+    a = FileAccess.of(access, info=info, backend=backend)
+    return ScdaReader(path, comm=comm, strict=strict, checksum=checksum, access=a)

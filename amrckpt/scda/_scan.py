@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,45 +13,15 @@ from ..errors import AmrckptError, ScdaCountError, ScdaError
 from ._backend import os_error
 from ._entries import parse_entries
 from ._format import COUNT_ENTRY_NBYTES, FILE_HEADER_NBYTES, data_padding_nbytes, padding_form, parse_file_header
-from ._layout import Pair, RawSection, read_raw_section, recognize
+from ._layout import Logical, RawSection, read_raw_section, recognize
 
 __all__ = ["FileInfo", "RawSectionInfo", "SectionInfo", "scan"]
 
 _ENTRY_CHUNK = 1 << 20  # entries parsed at a time: 32 MiB of memory at most
 
 
-@dataclass(frozen=True, slots=True)
-class RawSectionInfo:
-    """One raw section of the file, as a plain scda reader sees it.
-
-    Attributes
-    ----------
-    type : str
-        ``"I"``, ``"B"``, ``"A"`` or ``"V"``.
-    user_string : bytes
-        0 to 58 bytes.
-    elem_count, elem_size : int
-        N and E as in the file (E = 0 for I and V).
-    offset, end : int
-        Byte range of the whole section, padding included.
-    data_offset : int
-        First data byte (for V, after the E_i entries).
-    data_nbytes : int
-        Data bytes without padding (for V, the sum of the E_i).
-    padding_form : str
-        ``"unix"``, ``"mime"`` or ``"other"`` for the data padding, ``"none"``
-        for I sections (only with ``check_padding``; else ``"unchecked"``).
-    """
-
-    type: str
-    user_string: bytes
-    elem_count: int
-    elem_size: int
-    offset: int
-    end: int
-    data_offset: int
-    data_nbytes: int
-    padding_form: str
+RawSectionInfo = RawSection
+"""One raw section of the file as :func:`scan` finds it: a :class:`RawSection` with ``end`` and ``data_nbytes`` known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +170,9 @@ def scan_partial(
         try:
             while off < size:
                 pair = recognize(read, read_raw_section(read, off, size), size, decode)
-                raws = tuple(_complete(read, r, size, check_padding) for r in pair.raws)
+                raws = tuple(_complete(read, r, size, check_padding) for r in pair[1])
                 sections.append(_logical(len(sections), pair, raws, read))
-                off = raws[-1].end
+                off = _end(raws[-1])
         except AmrckptError as exc:
             return FileInfo(path, size, vendor, user, sections), exc
         return FileInfo(path, size, vendor, user, sections), None
@@ -243,19 +214,19 @@ def _complete(read: object, raw: RawSection, size: int, check_padding: bool) -> 
         start = raw.data_offset + nbytes
         buf = read(start - 1, pad + 1) if nbytes else b"\0" + read(start, pad)  # type: ignore[operator]
         form = padding_form(buf[1:], nbytes, buf[0] if nbytes else None)
-    return RawSectionInfo(raw.type, raw.user_string, raw.elem_count, raw.elem_size, raw.offset, end, raw.data_offset, nbytes, form)
+    return dataclasses.replace(raw, end=end, data_nbytes=nbytes, padding_form=form)
 
 
-def _logical(index: int, pair: Pair, raws: tuple[RawSectionInfo, ...], read: object) -> SectionInfo:
-    h = pair.header
+def _logical(index: int, pair: Logical, raws: tuple[RawSection, ...], read: object) -> SectionInfo:
+    h = pair[0]
     if not h.decoded:
-        nbytes = raws[0].data_nbytes
+        nbytes = raws[0].data_nbytes or 0
     elif h.type == "B":
         nbytes = h.elem_size
     elif h.type == "A":
         nbytes = h.elem_count * h.elem_size
     else:
-        a = pair.raws[0]
+        a = pair[1][0]
         try:
             nbytes = _sum_entries(read, a, b"U", a.data_offset, a.elem_count)
         except ScdaError as exc:
@@ -263,5 +234,11 @@ def _logical(index: int, pair: Pair, raws: tuple[RawSectionInfo, ...], read: obj
 
             raise ScdaDecodeError(f"{a.where}invalid U entry: {exc}") from exc
     return SectionInfo(
-        index, h.type, h.user_string, h.elem_count, h.elem_size, raws[0].offset, raws[-1].end, h.decoded, nbytes, raws
+        index, h.type, h.user_string, h.elem_count, h.elem_size, raws[0].offset, _end(raws[-1]), h.decoded, nbytes, raws
     )
+
+
+def _end(raw: RawSection) -> int:
+    """Return the end of a raw section that :func:`_complete` completed."""
+    assert raw.end is not None
+    return raw.end

@@ -14,7 +14,8 @@ from .._crc import SectionCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from . import _backend
-from ._backend import Backend, byte_view, open_backend, rounds
+from ._access import FileAccess, open_backend
+from ._backend import Backend, byte_view, rounds
 from ._codec import encode_elements
 from ._entries import format_entries
 from ._format import (
@@ -139,13 +140,10 @@ class ScdaWriter:
         user_string: bytes | str,
         *,
         comm: Any = None,
-        style: Style = "unix",
         vendor: bytes | str = b"amrckpt",
-        info: Any = None,
-        backend: str | None = None,
         checksum: bool = False,
-        truncate: bool = True,
         defer: bool = False,
+        access: FileAccess | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
@@ -161,25 +159,23 @@ class ScdaWriter:
         header = b""
         digest = 0
         try:
-            self.style = check_style(style)
+            self.access = FileAccess() if access is None else access
+            self.style = check_style(self.access.style)
             header = file_header(to_bytes(vendor, "vendor"), to_bytes(user_string, "user_string"), self.style)
             digest = digest_of(header)
         except ScdaError as exc:
             self._pending = exc  # agreed on by the opening call below (deferred: by settle)
         with collective(self.comm, "scda.fopen_write"):
-            self._open(user_string, header, digest, info, backend, truncate, checksum)
+            self._open(user_string, header, digest, checksum)
 
-    def _open(
-        self, user_string: bytes | str, header: bytes, digest: int, info: Any, backend: Any, truncate: bool, checksum: bool
-    ) -> None:
+    def _open(self, user_string: bytes | str, header: bytes, digest: int, checksum: bool) -> None:
         self._begin("fopen_write", digest)
-        self._open_args: dict[str, Any] = {"info": info, "backend": backend, "truncate": truncate}
         self._is_open = True
         # Deferred: the file is opened by fclose, after settle's agreement (a save that fails creates nothing).
         self._backend: Backend | None = None
         if not self._defer:
-            self._backend = open_backend(self.path, "w", self.comm, info=info, backend=backend, truncate=truncate)
-        self._truncate = bool(truncate)
+            self._backend = open_backend(self.path, "w", self.comm, access=self.access)
+        self._truncate = bool(self.access.truncate)
         self._failed: BaseException | None = None
         self._checksum = bool(checksum)
         self._cur: SectionCrc | None = None
@@ -836,7 +832,7 @@ class ScdaWriter:
             return  # deferred but not settled, or failed: the file was never opened
         call = self.call
         try:
-            backend = open_backend(self.path, "w", self.comm, defer=True, **self._open_args)
+            backend = open_backend(self.path, "w", self.comm, access=self.access, defer=True)
         except ScdaError as exc:
             self._failed = exc
             raise
@@ -878,6 +874,7 @@ def fopen_write(
     checksum: bool = False,
     truncate: bool = True,
     defer: bool = False,
+    access: FileAccess | None = None,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -897,7 +894,7 @@ def fopen_write(
         The vendor string, at most 20 bytes (libsc writes ``b"libsc"``).
     info : dict or mpi4py.MPI.Info, optional
         MPI-IO hints (e.g. ``{"striping_factor": "16"}``).
-    backend : {None, "posix", "mpiio"}, optional
+    backend : {None, "posix", "mpiio"} or BackendOpener, optional
         Default: MPI-IO for an MPI communicator, POSIX otherwise.
     checksum : bool, optional
         CRC32 every byte written, for :meth:`ScdaWriter.section_crcs` (one
@@ -919,6 +916,10 @@ def fopen_write(
         one collective call (MPI-IO: a file view and ``MPI_File_write_all``)
         and agrees on its errors.  Block data must then be passed on every
         rank.  The bytes are the same.
+    access : FileAccess, optional
+        ``style``, ``info``, ``backend`` and ``truncate`` as one value (the
+        keyword arguments given override it); its ``sync`` is the caller's
+        (:meth:`ScdaWriter.sync`).
 
     Returns
     -------
@@ -933,15 +934,5 @@ def fopen_write(
         If the file cannot be created (subclasses for a missing directory or
         a permission problem).
     """
-    return ScdaWriter(
-        path,
-        user_string,
-        comm=comm,
-        style=style,
-        vendor=vendor,
-        info=info,
-        backend=backend,
-        checksum=checksum,
-        truncate=truncate,
-        defer=defer,
-    )
+    a = FileAccess.of(access, style=style, info=info, backend=backend, truncate=truncate)
+    return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a)

@@ -9,31 +9,27 @@ The on-disk convention is the container's (:mod:`amrckpt.container`,
 from __future__ import annotations
 
 from ._base import CheckpointSchema, Migration
+from ._declare import Array, Block, Cells, HpCells, Inline, Mesh, NDArray
 from ._json import adapter as field_adapter
 from ._kinds import (
-    Array,
+    KINDS,
     ArrayKind,
-    Block,
     BlockKind,
     CellData,
-    Cells,
     CellsKind,
     FieldKind,
     Forest,
-    HpCells,
     HpCellsKind,
     HpData,
-    Inline,
     InlineKind,
-    Mesh,
     MeshKind,
-    NDArray,
     NDArrayKind,
     Prepared,
 )
 from ._save import SaveResult, check_local, save
 
 __all__ = [
+    "KINDS",
     "Array",
     "ArrayKind",
     "Block",

@@ -2,13 +2,17 @@
 
 Each field of a :class:`~amrckpt.schema.CheckpointSchema` is declared with one
 of :func:`Inline`, :func:`Block`, :func:`Mesh`, :func:`Cells`, :func:`HpCells`,
-which map it onto an scda section (I, B, A, A, V).  The values are those of
-the calling rank: the mesh leaves it owns, and one cell value per local leaf.
+:func:`Array`, :func:`NDArray`.  A kind owns the field's Python type and the
+validation of the user's value; how it lies on disk (sections, layout) is
+its container handler's (:func:`amrckpt.container.handler_for`).  The values
+are those of the calling rank: the mesh leaves it owns, and one cell value
+per local leaf.
 """
 
 from __future__ import annotations
 
 import abc
+import json
 import math
 import operator
 from dataclasses import dataclass, field
@@ -21,30 +25,24 @@ from pydantic_core import PydanticUndefined
 
 from .. import sfc
 from ..comm import digest_of
-from ..container import FieldSpec, GeometrySpec, HpData, MeshSpec, Payload, dtype_to_json
-from ..errors import ConnectivityError, SchemaError
+from ..container import FieldSpec, GeometrySpec, HpData, Manifest, MeshSpec, Payload, dtype_from_json, dtype_to_json
+from ..errors import CheckpointError, ConnectivityError, SchemaError
 from ..sfc import Forest
-from ._json import encode_inline, json_bytes, json_value
+from ._json import adapter, encode_inline, json_bytes, json_value
 
 __all__ = [
-    "Block",
     "BlockKind",
     "CellData",
-    "Cells",
     "CellsKind",
     "FieldKind",
     "Forest",
-    "HpCells",
+    "KINDS",
     "HpCellsKind",
     "HpData",
-    "Inline",
     "InlineKind",
-    "Mesh",
     "MeshKind",
-    "NDArray",
     "NDArrayKind",
     "Prepared",
-    "Array",
     "ArrayKind",
     "disk_dtype",
 ]
@@ -88,19 +86,15 @@ class Prepared:
     name : str
     kind : FieldKind
     payload : amrckpt.container.Payload
-        The bytes or arrays to write; the writer fills in the counts of every rank.
+        The checked data, for the field's container handler.
     value : object
         The JSON value of an inline field (recorded in the manifest).
     digest : int
         A digest of a global value (inline, block, ndarray), to check that ranks agree.
     count : int
         Local elements: leaves of a mesh, values of cells, elements of an array.
-    nbytes : int
-        Local bytes of an hp field (S_p).
     shape : tuple of int
         The whole shape of an ndarray field.
-    max_count : int
-        The largest number of values of a local leaf (hp): the width of the counts.
     """
 
     name: str
@@ -109,21 +103,20 @@ class Prepared:
     value: Any = None
     digest: int = 0
     count: int = 0
-    nbytes: int = 0
     shape: tuple[int, ...] = ()
-    max_count: int = 0
 
 
 @dataclass(frozen=True)
 class FieldKind(abc.ABC):
-    """How a schema field maps onto a section of the checkpoint (base class; orbax's ``TypeHandler``).
+    """A field of a schema: its Python type and the validation of the user's value (base class).
 
-    Each kind knows how to check and prepare its value for writing
-    (:meth:`prepare`), describe itself in the manifest (:meth:`describe`)
-    and turn what the container's handler read back into its value
-    (:meth:`from_file`); :func:`amrckpt.save` and :func:`amrckpt.load` are
-    loops over fields.  The section I/O is the container's
-    (:func:`amrckpt.container.handler_for` of :attr:`kind`).
+    Each kind checks and prepares its value for writing (:meth:`prepare`),
+    declares what the user asked for (:meth:`declaration`: units, dtype,
+    compression...) and turns what the container read back into its value
+    (:meth:`from_file`).  Everything about the file (sections, layout, the
+    manifest entry) is the container's handler of :attr:`kind`
+    (:func:`amrckpt.container.handler_for`); :func:`amrckpt.save` and
+    :func:`amrckpt.load` are loops over fields and their handlers.
 
     Attributes
     ----------
@@ -138,7 +131,6 @@ class FieldKind(abc.ABC):
     """
 
     kind: ClassVar[str] = ""
-    section: ClassVar[str] = ""
     per_leaf: ClassVar[bool] = False
     units: str | None = None
     description: str | None = None
@@ -176,20 +168,64 @@ class FieldKind(abc.ABC):
             Naming the field.
         """
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        """Return the field's manifest entry (a dict for :class:`amrckpt.container.FieldSpec`), given its prepared value."""
-        return {
-            "name": p.name,
-            "kind": self.kind,
-            "section": self.section,
-            "units": self.units,
-            "description": self.description,
-            "compressed": self.compress,
-        }
+    def declaration(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        """Return what the user declared of the field, for its handler's manifest entry.
+
+        :meth:`amrckpt.container.FieldHandler.describe` turns it into the
+        field's :class:`~amrckpt.container.FieldSpec`.
+        """
+        return {"name": p.name, "units": self.units, "description": self.description, "compress": self.compress}
+
+    def mesh_name(self, name: str) -> str | None:
+        """Return the mesh field whose leaves field ``name``'s values belong to (a mesh: itself), or None."""
+        return getattr(self, "mesh", None)
+
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        """Validate a value read (and migrated) for field ``name`` of schema ``cls``, ``n`` local leaves (not collective).
+
+        Arrays are converted to the byte order the schema asks for; with
+        ``check``, a mesh's leaves are checked as when saving (else its
+        CRC32 proved them to be what their writer checked).
+
+        Raises
+        ------
+        SchemaError
+            Naming the field.
+        """
+        to_native = getattr(self, "to_native", None)
+        if to_native is not None:
+            value = HpData(to_native(value.values), value.counts) if isinstance(value, HpData) else to_native(value)
+        self.check_value(name, value, n, check_values=check)
+        return value
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         """Turn what the container's handler read into this kind's value (not collective)."""
         return raw
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        """Return ``(annotation, FieldInfo)`` of a field as its manifest entry describes it (for ``from_manifest``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _arrays(cls, fs: FieldSpec) -> dict[str, Any]:
+        """Return the keyword arguments of an array kind as the manifest entry gives them."""
+        try:
+            dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
+        except CheckpointError as exc:
+            raise SchemaError(str(exc)) from exc
+        if fs.native_byteorder:
+            dt = dt.newbyteorder("=")
+        chunks = fs.chunk if fs.layout == "chunks" else None
+        return {
+            "units": fs.units,
+            "description": fs.description,
+            "compress": fs.compressed,
+            "level": 1 if chunks is not None else 9,
+            "dtype": dt,
+            "native": fs.native_byteorder,
+            "shape": tuple(fs.shape),
+        } | ({"chunks": chunks} if chunks is not None else {})
 
 
 @dataclass(frozen=True)
@@ -197,11 +233,17 @@ class InlineKind(FieldKind):
     """A scalar (int, float, bool, short str) in an inline section I: 32 ASCII bytes of JSON."""
 
     kind: ClassVar[str] = "inline"
-    section: ClassVar[str] = "I"
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         jv, d = json_value(cls, name, value)
         return Prepared(name, self, Payload(encode_inline(jv, name)), value=jv, digest=d)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return Any, _field(cls(units=fs.units, description=fs.description), ...)
+
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        return _from_json(cls, name, value, path)
 
 
 @dataclass(frozen=True)
@@ -209,11 +251,17 @@ class BlockKind(FieldKind):
     """Any JSON-serializable value (a pydantic model, a dict) in a block section B."""
 
     kind: ClassVar[str] = "block"
-    section: ClassVar[str] = "B"
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         jv, d = json_value(cls, name, value)
-        return Prepared(name, self, Payload(json_bytes(jv, name) + b"\n", compress=self.compress, level=self.level), digest=d)
+        return Prepared(name, self, Payload(json_bytes(jv, name) + b"\n", level=self.level), digest=d)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return Any, _field(cls(description=fs.description, compress=fs.compressed), ...)
+
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        return _from_json(cls, name, value, path)
 
 
 @dataclass(frozen=True)
@@ -231,7 +279,6 @@ class MeshKind(FieldKind):
     """
 
     kind: ClassVar[str] = "mesh"
-    section: ClassVar[str] = "A"
     per_leaf: ClassVar[bool] = True
     dim: int = 2
     curve: str = "morton"
@@ -258,12 +305,22 @@ class MeshKind(FieldKind):
             records = value.to_records(check=True)
         except SchemaError as exc:
             raise SchemaError(f"field {name!r}: {exc}") from exc
-        payload = Payload(records, elem_size=records.dtype.itemsize, compress=self.compress, level=self.level)
-        return Prepared(name, self, payload, count=len(value))
+        return Prepared(name, self, Payload(records, level=self.level), count=len(value))
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         assert ms is not None
         return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check)
+
+    def mesh_name(self, name: str) -> str | None:
+        return name
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        ms = next((m for m in manifest.meshes if m.field == fs.name), None)
+        if ms is None:
+            raise SchemaError(f"the manifest has no mesh entry for field {fs.name!r}")
+        kind = mesh_kind(ms.dim, ms.curve, ms.geometry, fs.description, fs.compressed, 9)
+        return Forest, _field(kind, PydanticUndefined)
 
 
 @dataclass(frozen=True)
@@ -289,7 +346,6 @@ class CellsKind(FieldKind):
     """
 
     kind: ClassVar[str] = "cells"
-    section: ClassVar[str] = "A"
     per_leaf: ClassVar[bool] = True
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype("<f8"))
     native: bool = False
@@ -328,15 +384,12 @@ class CellsKind(FieldKind):
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         self.check_value(name, value, n)
-        payload = Payload(self._as_disk(value), elem_size=self.cell_nbytes, compress=self.compress, level=self.level)
-        return Prepared(name, self, payload, count=int(value.shape[0]))
+        return Prepared(name, self, Payload(self._as_disk(value), level=self.level), count=int(value.shape[0]))
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        out = super().describe(p, mesh)
+    def declaration(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        out = super().declaration(p, mesh)
         out |= {"dtype": dtype_to_json(self.disk_dtype), "shape": list(self.shape), "native_byteorder": self.native}
-        if self.chunks is not None:
-            out |= {"section": "V", "layout": "chunks", "chunk": self.chunks, "compressed": False}
-        return out | ({"mesh": mesh} if self.per_leaf else {})
+        return out | {"chunks": self.chunks, "mesh": mesh if self.per_leaf else None}
 
     def to_native(self, arr: np.ndarray) -> np.ndarray:
         """Convert data read from a file to the byte order the schema asks for (native: the reader's)."""
@@ -347,6 +400,10 @@ class CellsKind(FieldKind):
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         return self.to_native(raw)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return np.ndarray, _field(cls(**cls._arrays(fs), mesh=fs.mesh), ...)
 
 
 @dataclass(frozen=True)
@@ -359,7 +416,6 @@ class HpCellsKind(CellsKind):
     """
 
     kind: ClassVar[str] = "hp"
-    section: ClassVar[str] = "V"
 
     def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
         if not isinstance(value, HpData):
@@ -372,26 +428,15 @@ class HpCellsKind(CellsKind):
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
         self.check_value(name, value, n)
-        counts = value.counts
-        max_count = int(counts.max()) if counts.size else 0
-        if not self.compress:  # layout "counts": no sizes per leaf
-            payload = Payload(self._as_disk(value.values), counts=counts, level=self.level)
-            return Prepared(
-                name, self, payload, count=len(value), nbytes=value.values.shape[0] * self.cell_nbytes, max_count=max_count
-            )
-        sizes = _sizes(counts, self.cell_nbytes)
-        payload = Payload(self._as_disk(value.values), elem_sizes=sizes, compress=self.compress, level=self.level)
-        return Prepared(name, self, payload, count=len(value), nbytes=int(sizes.sum(dtype=np.uint64)), max_count=max_count)
-
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        out = super().describe(p, mesh)
-        if not self.compress:  # the counts' dtype follows from the largest count of every rank (amrckpt.save sets it)
-            out |= {"section": "A", "layout": "counts"}
-        return out
+        return Prepared(name, self, Payload(self._as_disk(value.values), counts=value.counts, level=self.level), count=len(value))
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         values, counts = raw  # the container checked them: counts >= 0 that add up to len(values)
         return HpData._checked(self.to_native(values), counts)
+
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return HpData, _field(cls(**cls._arrays(fs), mesh=fs.mesh), ...)
 
 
 @dataclass(frozen=True)
@@ -403,14 +448,14 @@ class ArrayKind(CellsKind):
     """
 
     kind: ClassVar[str] = "array"
-    section: ClassVar[str] = "A"
     per_leaf: ClassVar[bool] = False
 
     def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
         super().check_value(name, value, None, check_values=check_values)
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        return super().describe(p, None)
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return np.ndarray, _field(cls(**cls._arrays(fs)), ...)
 
 
 @dataclass(frozen=True)
@@ -422,7 +467,6 @@ class NDArrayKind(CellsKind):
     """
 
     kind: ClassVar[str] = "ndarray"
-    section: ClassVar[str] = "B"
     per_leaf: ClassVar[bool] = False
     any_shape: bool = False
 
@@ -437,10 +481,10 @@ class NDArrayKind(CellsKind):
         self.check_value(name, value, None)
         data = self._as_disk(value)
         d = digest_of(data)
-        return Prepared(name, self, Payload(data.tobytes(), compress=self.compress, level=self.level), digest=d, shape=value.shape)
+        return Prepared(name, self, Payload(data.tobytes(), level=self.level), digest=d, shape=value.shape)
 
-    def describe(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
-        return FieldKind.describe(self, p, None) | {
+    def declaration(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        return FieldKind.declaration(self, p, None) | {
             "dtype": dtype_to_json(self.disk_dtype),
             "shape": list(p.shape),
             "native_byteorder": self.native,
@@ -451,13 +495,28 @@ class NDArrayKind(CellsKind):
         if not self.any_shape and tuple(shape) != self.shape:
             raise SchemaError(f"field {name!r}: shape {tuple(shape)} in the file; the schema declares {self.shape}")
 
+    @classmethod
+    def from_spec(cls, fs: FieldSpec, manifest: Manifest) -> tuple[Any, FieldInfo]:
+        return np.ndarray, _field(cls(**cls._arrays(fs), any_shape=False), ...)
 
-def _sizes(counts: np.ndarray, cell_nbytes: int) -> np.ndarray:
-    """Bytes per leaf of an hp field, (n,) uint64, in one pass (a shift for power-of-two value sizes)."""
-    shift = cell_nbytes.bit_length() - 1
-    if cell_nbytes == 1 << shift:
-        return np.left_shift(counts.view(np.uint64), np.uint64(shift))
-    return np.multiply(counts.view(np.uint64), np.uint64(cell_nbytes))
+    def from_read(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool, path: str) -> Any:
+        value = super().from_read(cls, name, value, n, check=check, path=path)
+        self.check_shape(name, list(value.shape))
+        return value
+
+
+def _from_json(cls: type[Any], name: str, value: Any, path: str) -> Any:
+    """Validate a JSON value read for field ``name`` of ``cls`` in JSON mode, as written (strict models, dates, tuples)."""
+    try:
+        return adapter(cls, name).validate_json(json.dumps(value, allow_nan=True))
+    except ValueError as exc:
+        raise SchemaError(f"field {name!r}: the value in {path!r} does not fit {cls.__name__}: {exc}") from exc
+
+
+KINDS: dict[str, type[FieldKind]] = {
+    k.kind: k for k in (InlineKind, BlockKind, MeshKind, CellsKind, HpCellsKind, ArrayKind, NDArrayKind)
+}
+"""The schema kind of each field kind of the manifest."""
 
 
 def _field(kind: FieldKind, default: Any, **kwargs: Any) -> Any:
@@ -475,359 +534,29 @@ def _common(units: Any, description: Any, compress: Any, level: Any) -> dict[str
     return {"units": units, "description": description, "compress": bool(compress), "level": level}
 
 
-def Inline(default: Any = PydanticUndefined, *, units: str | None = None, description: str | None = None) -> Any:
-    r"""Declare a scalar field stored in an inline section (scda I, paper 2.3).
-
-    The value (a bool, int, float or str that pydantic validates against the
-    field's annotation) is written as JSON in 32 bytes, left-aligned, padded
-    with spaces and ending in a line feed, so that it reads in a text editor
-    (``42`` ... ``\\n``).  At most 31 bytes of JSON: use :func:`Block` for more.
-
-    Parameters
-    ----------
-    default : optional
-        As ``pydantic.Field(default)``.
-    units : str, optional
-        Physical units, e.g. ``"s"``.
-    description : str, optional
-        A sentence for humans.
-
-    Returns
-    -------
-    pydantic.fields.FieldInfo
-        To be assigned to a field of a :class:`CheckpointSchema`.
-    """
-    return _field(InlineKind(**_common(units, description, False, 9)), default)
-
-
-def Block(
-    default: Any = PydanticUndefined,
-    *,
-    description: str | None = None,
-    compress: bool = False,
-    level: int = 9,
-    default_factory: Any = None,
-) -> Any:
-    """Declare a global value stored as JSON in a block section (scda B, paper 2.4).
-
-    Any value that pydantic serializes to JSON: a pydantic model, a dict, a
-    list.  It is the same on every rank (checked when saving).
-
-    Parameters
-    ----------
-    default, default_factory : optional
-        As ``pydantic.Field``.
-    description : str, optional
-        A sentence for humans.
-    compress : bool, optional
-        Write by the compression convention (paper 3.2).
-    level : int, optional
-        zlib level for ``compress``.
-
-    Returns
-    -------
-    pydantic.fields.FieldInfo
-    """
-    kw = {"default_factory": default_factory} if default_factory is not None else {}
-    return _field(
-        BlockKind(**_common(None, description, compress, level)), default if default_factory is None else PydanticUndefined, **kw
-    )
-
-
-def Mesh(
-    dim: int = 2,
-    *,
-    curve: str = "morton",
-    brick: tuple[int, ...] | None = None,
-    periodic: bool | tuple[bool, ...] = False,
-    lower: Any = None,
-    upper: Any = None,
-    units: str | None = None,
-    geometry: GeometrySpec | sfc.Connectivity | None = None,
-    description: str | None = None,
-    compress: bool = False,
-    level: int = 9,
-) -> Any:
-    """Declare the mesh: the local leaves of a forest, one record per leaf in an array section (scda A).
-
-    The leaves are stored in space-filling-curve order, trees first, so
-    that a leaf's index in the section is its position on the curve and any
-    contiguous split is a valid partition (p4est's ``global_first_quadrant``).
-    Each record is ``tree`` (<i4), ``x``, ``y`` [, ``z``] (<i4) and ``level``
-    (i1), packed: 13 bytes in 2D, 17 in 3D.
-
-    Parameters
-    ----------
-    dim : {2, 3}
-        Quadtrees or octrees.
-    curve : {"morton", "hilbert"}, optional
-        The order of the leaves (:mod:`amrckpt.sfc`).
-    brick : tuple of int, optional
-        The trees form a brick of ``brick[a]`` trees along axis ``a``: p4est's
-        ``p4est_connectivity_new_brick`` (:meth:`amrckpt.sfc.Connectivity.brick`),
-        whose trees are numbered along a Morton curve over the brick (tree 2
-        of a 4 x 2 brick is at (0, 1)), recorded in the manifest with the
-        connectivity, so that viewers place the trees and readers know the
-        neighbours.
-    periodic : bool or tuple of bool, optional
-        The brick's periodicity along each axis (p4est's ``periodic_a``, ...).
-    lower, upper : (dim,) array_like of float, optional
-        The physical corners of the brick (default: 0 and ``brick``, unit
-        trees): the connectivity's vertices are scaled onto them.
-    units : str, optional
-        Length units of the vertices, e.g. ``"m"``.
-    geometry : amrckpt.sfc.Connectivity or amrckpt.container.GeometrySpec, optional
-        Any other p4est connectivity (:meth:`~amrckpt.sfc.Connectivity.star`,
-        a connectivity read from a p4est file, ...), or a geometry spec (a
-        connectivity with an analytic map, such as p8est's shell; or boxes
-        per tree), instead of ``brick``.
-    description : str, optional
-    compress : bool, optional
-        Write by the compression convention (paper 3.3).
-    level : int, optional
-
-    Returns
-    -------
-    pydantic.fields.FieldInfo
-
-    Raises
-    ------
-    SchemaError
-        For a bad dimension, curve or brick, a connectivity of another
-        dimension, or one that fails p4est's ``p4est_connectivity_is_valid``.
-    """
+def _check_mesh(dim: int, curve: str) -> None:
     if dim not in (2, 3):
         raise SchemaError(f"mesh dimension must be 2 or 3, not {dim}")
     if curve not in sfc.CURVES:
         raise SchemaError(f"curve must be one of {sfc.CURVES}, not {curve!r}")
-    try:
-        if brick is not None:
-            if geometry is not None:
-                raise SchemaError("Mesh: give brick= or geometry=, not both")
-            b = _shape(brick)
-            if len(b) != dim:
-                raise SchemaError(f"Mesh: brick {b}: give {dim} positive tree counts per axis")
-            conn = sfc.Connectivity.brick(b, periodic)
-            per = [bool(periodic)] * dim if isinstance(periodic, (bool, int)) else [bool(p) for p in periodic]
-            if lower is not None or upper is not None:
-                lo = np.zeros(dim) if lower is None else np.asarray(lower, dtype=np.float64)
-                hi = np.asarray(b, dtype=np.float64) if upper is None else np.asarray(upper, dtype=np.float64)
-                if lo.shape != (dim,) or hi.shape != (dim,) or not (hi > lo).all():
-                    raise SchemaError(f"Mesh: lower= and upper= must be {dim} coordinates with lower < upper")
-                conn = conn.scaled(lo, hi, b)
-            geometry = GeometrySpec.of_connectivity(conn, units=units, brick=b, periodic=per)
-        elif lower is not None or upper is not None:
-            raise SchemaError("Mesh: lower= and upper= are the corners of a brick: give brick= too")
-        elif isinstance(geometry, sfc.Connectivity):
-            if geometry.dim != dim:
-                raise SchemaError(f"Mesh: a {geometry.dim}D connectivity for a {dim}D mesh")
-            geometry = GeometrySpec.of_connectivity(geometry, units=units)
-    except ConnectivityError as exc:
-        raise SchemaError(f"Mesh: {exc}") from exc
-    given: Any = geometry
-    if given is not None and not isinstance(given, GeometrySpec):
-        what = type(given).__name__
-        raise SchemaError(f"Mesh: geometry must be an amrckpt.sfc.Connectivity or an amrckpt.container.GeometrySpec, not {what}")
+
+
+def mesh_kind(dim: int, curve: str, geometry: GeometrySpec | None, description: str | None, compress: bool, level: int) -> MeshKind:
+    """Return the kind of a mesh, its dimension, curve and geometry checked (p4est's ``p4est_connectivity_is_valid``).
+
+    Raises
+    ------
+    SchemaError
+        For a bad dimension or curve, or a connectivity that is not valid.
+    """
+    _check_mesh(dim, curve)
     if geometry is not None and geometry.connectivity is not None:
         try:
             conn = geometry.connectivity.to_connectivity(dim)
             conn.check()
         except ConnectivityError as exc:
             raise SchemaError(f"Mesh: {exc}") from exc
-    kind = MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve, geometry=geometry)
-    return _field(kind, PydanticUndefined)
-
-
-def Cells(
-    dtype: Any,
-    *,
-    shape: tuple[int, ...] = (),
-    units: str | None = None,
-    description: str | None = None,
-    compress: bool = False,
-    level: int | None = None,
-    mesh: str | None = None,
-    chunks: int | None = None,
-) -> Any:
-    """Declare fixed-size data per leaf, stored in an array section (scda A, paper 2.5).
-
-    The value is a numpy array of shape ``(n_local, *shape)`` whose dtype
-    equals ``dtype`` (a different byte order is converted when saving;
-    nothing else is cast).
-
-    Parameters
-    ----------
-    dtype : str or numpy.dtype
-        E.g. ``"<f8"`` (little-endian float64 in the file, returned as such),
-        or ``"f8"`` (the writer's byte order in the file; converted to the
-        reader's when loading).
-    shape : tuple of int, optional
-        Shape of each leaf's value, e.g. ``(2,)`` for a 2D velocity.
-    units : str, optional
-        Physical units, e.g. ``"kg m^-3"``.
-    description : str, optional
-    compress : bool, optional
-        Compress every leaf's value (paper 3.3): random access per leaf, for
-        large values (kilobytes); small values grow (a 32-byte size entry each).
-    level : int, optional
-        zlib level: 9 by default for ``compress``, 1 for ``chunks``.
-    mesh : str, optional
-        The mesh field whose leaves the values belong to; needed when the schema has more than one mesh.
-    chunks : int, optional
-        Compress chunks of this many consecutive leaves instead (layout
-        ``chunks``: byte shuffle, then deflate; encoded in threads): for
-        mostly-float fields, smaller and faster than ``compress``, as
-        HDF5's shuffle+gzip.  ``DEFAULT_CHUNK`` (16384) is a good size.
-
-    Returns
-    -------
-    pydantic.fields.FieldInfo
-
-    Raises
-    ------
-    SchemaError
-        If ``compress`` and ``chunks`` are both given, or ``chunks`` is not a positive int.
-    """
-    dt, native = _dtype_spec(dtype, "Cells")
-    shape = _shape(shape)
-    common = _common(units, description, compress, _level_for(level, chunks, compress))
-    kind = CellsKind(**common, dtype=dt, native=native, shape=shape, mesh=mesh, chunks=_chunks(chunks, compress))
-    return _field(kind, PydanticUndefined)
-
-
-def _level_for(level: int | None, chunks: int | None, compress: Any) -> int:
-    return level if level is not None else 1 if chunks is not None else 9
-
-
-def _chunks(chunks: Any, compress: Any) -> int | None:
-    if chunks is None:
-        return None
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-        raise SchemaError(f"chunks must be a positive int (leaves per chunk), not {chunks!r}")
-    if compress:
-        raise SchemaError("compress (per element) and chunks (per chunk of leaves) exclude each other: choose one")
-    return chunks
-
-
-def HpCells(
-    dtype: Any,
-    *,
-    shape: tuple[int, ...] = (),
-    units: str | None = None,
-    description: str | None = None,
-    compress: bool = False,
-    level: int = 9,
-    mesh: str | None = None,
-) -> Any:
-    """Declare a variable number of values per leaf: its counts and its values in two arrays (scda A, paper 2.5).
-
-    The value is an :class:`HpData`: e.g. the (p+1)**d modal coefficients of
-    a degree-p leaf, whose degree varies from leaf to leaf.  In the file
-    (layout ``counts``): an A section of the counts (1, 2, 4 or 8 bytes per
-    leaf, the narrowest for the largest count) and an A section of the
-    values.  With ``compress``: one variable-size array (scda V, paper 2.6)
-    of per-leaf compressed elements (paper 3.4), for large values per leaf.
-
-    Parameters
-    ----------
-    dtype : str or numpy.dtype
-        Type of one value, as for :func:`Cells`.
-    shape : tuple of int, optional
-        Shape of one value.
-    units, description, compress, level, mesh : optional
-        As for :func:`Cells` (paper 3.4 for ``compress``).
-
-    Returns
-    -------
-    pydantic.fields.FieldInfo
-    """
-    dt, native = _dtype_spec(dtype, "HpCells")
-    shape = _shape(shape)
-    if math.prod(shape) == 0:
-        raise SchemaError(f"HpCells: values of shape {shape} have no bytes, so the file could not carry their counts")
-    kind = HpCellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape, mesh=mesh)
-    return _field(kind, PydanticUndefined)
-
-
-def Array(
-    dtype: Any,
-    *,
-    shape: tuple[int, ...] = (),
-    units: str | None = None,
-    description: str | None = None,
-    compress: bool = False,
-    level: int | None = None,
-    chunks: int | None = None,
-) -> Any:
-    """Declare a distributed array that is not per leaf: N_p elements on rank p, in an array section (scda A).
-
-    The value is a numpy array of shape ``(N_p, *shape)``; ranks may hold
-    any number of elements (particles, boundary faces, a global vector).
-    The file holds the concatenation in rank order, so its bytes do not
-    depend on the number of ranks; :func:`amrckpt.load` gives rank q of Q
-    the elements ``floor(N q / Q) .. floor(N (q + 1) / Q)``.
-
-    Parameters
-    ----------
-    dtype : str or numpy.dtype
-        Any fixed-size dtype, structured ones included (``[("id", "<i8"), ("x", "<f8", (3,))]``).
-    shape : tuple of int, optional
-        Shape of one element.
-    units, description, compress, level, chunks : optional
-        As for :func:`Cells` (chunks of that many elements).
-
-    Returns
-    -------
-    pydantic.fields.FieldInfo
-    """
-    dt, native = _dtype_spec(dtype, "Array")
-    common = _common(units, description, compress, _level_for(level, chunks, compress))
-    kind = ArrayKind(**common, dtype=dt, native=native, shape=_shape(shape), chunks=_chunks(chunks, compress))
-    return _field(kind, PydanticUndefined)
-
-
-def NDArray(
-    dtype: Any,
-    *,
-    shape: tuple[int, ...] | None = None,
-    units: str | None = None,
-    description: str | None = None,
-    compress: bool = False,
-    level: int = 9,
-    default_factory: Any = None,
-) -> Any:
-    """Declare a numpy array that every rank holds in full (replicated), in a block section (scda B).
-
-    A table of coefficients, a 1D profile, a random state: the same on
-    every rank (checked with a digest when saving), stored once, with its
-    dtype and shape in the manifest.
-
-    Parameters
-    ----------
-    dtype : str or numpy.dtype
-        Any fixed-size dtype, structured ones included.
-    shape : tuple of int, optional
-        The array's shape; None: any shape (the saved one is recorded).
-    units, description, compress, level : optional
-        As for :func:`Cells`.
-    default_factory : callable, optional
-        As for pydantic's Field.
-
-    Returns
-    -------
-    pydantic.fields.FieldInfo
-    """
-    dt, native = _dtype_spec(dtype, "NDArray")
-    kind = NDArrayKind(
-        **_common(units, description, compress, level),
-        dtype=dt,
-        native=native,
-        shape=_shape(shape) if shape is not None else (),
-        any_shape=shape is None,
-    )
-    if default_factory is not None:
-        return _field(kind, PydanticUndefined, default_factory=default_factory)
-    return _field(kind, PydanticUndefined)
+    return MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve, geometry=geometry)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

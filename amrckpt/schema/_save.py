@@ -18,11 +18,10 @@ from ..container import (
     CheckpointWriter,
     FieldSpec,
     Manifest,
-    MeshSpec,
     RunRecord,
     WriteResult,
     format_version_of,
-    mesh_record_dtype,
+    handler_for,
     run_record,
     write_run_record,
 )
@@ -141,6 +140,11 @@ class _Agreed:
     max_counts: list[int]
 
 
+def _measures(prepared: list[Prepared]) -> list[tuple[int, int]]:
+    """Each field's values' bytes and most values of a leaf on this rank, as its handler measures them (not collective)."""
+    return [handler_for(p.kind.kind).measure(p.payload) for p in prepared]
+
+
 def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _Agreed:
     """Check the state across ranks with two collectives of O(1) numbers per rank; every rank raises the same error.
 
@@ -164,7 +168,8 @@ def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _A
     meshes = [(j, getattr(state, p.name)) for j, p in enumerate(prep) if isinstance(p.kind, MeshKind)]
     bounds = call.run(lambda: [_boundary(m) for _, m in meshes]) or [None] * len(meshes)
     counts = [p.count for p in prep]
-    nbytes = [p.nbytes for p in prep]
+    measured = call.run(_measures, prep) or [(0, 0)] * len(prep)
+    nbytes = [m[0] for m in measured]
     r = call.rank
     equal: list[int] = []
     maxima: list[int] = []
@@ -177,7 +182,7 @@ def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _A
             maxima += [bd, -bd if b is not None else NONE, r if b is not None else -1, -r if b is not None else -call.size]
         for j in range(len(prep)):
             maxima += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
-        maxima += [p.max_count for p in prep]  # the largest values per leaf of an hp field (its count dtype)
+        maxima += [m[1] for m in measured]  # the largest values per leaf of an hp field (its count dtype)
     got = call.allreduce(sums=counts + nbytes, maxima=maxima, equal=equal, what="save: check the state")
     if not got.equal[0]:
         raise call.agreed(SchemaError("the ranks save different schemas (their name, version or fields differ)"))
@@ -233,6 +238,7 @@ def save(
     backend: str | None = None,
     truncate: bool = True,
     run_record: bool = False,
+    access: scda.FileAccess | None = None,
 ) -> SaveResult:
     """Write a simulation's state as one scda checkpoint file.
 
@@ -273,6 +279,9 @@ def save(
         Also write the run record beside the file (``<path>.run.json``, by
         rank 0), so that ``load(partition="writer")`` can restore the
         writing partition.
+    access : amrckpt.scda.FileAccess, optional
+        ``style``, ``sync``, ``info``, ``backend`` and ``truncate`` as one
+        value; the keyword arguments given override it.
 
     Returns
     -------
@@ -289,8 +298,9 @@ def save(
         On every rank, if the file cannot be written.
     """
     t0 = time.time()
+    a = scda.FileAccess.of(access, style=style, sync=sync, info=info, backend=backend, truncate=truncate)
     with collective(comm, "save") as call:
-        result, manifest, prepared = _save(call, state, path, style, sync, check_mesh, info, backend, truncate)
+        result, manifest, prepared = _save(call, state, path, a, check_mesh)
         first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)
         # The writing partition (P + 1 offsets) is what a save returns, on every rank (public: SaveResult.partition,
         # run.global_first_quadrant): one MPI_Allgather of 8 bytes per rank, the save's only O(P) step.
@@ -302,7 +312,7 @@ def save(
         gfq = partition.global_first_quadrant.tolist() if partition is not None else None
         run = run_record_of(call.comm, gfq, t0)
         if run_record:
-            _write_record(call, result.path, run, sync)
+            _write_record(call, result.path, run, a.sync)
     return SaveResult(result.path, result.nbytes, manifest, result.index, manifest.num_leaves, run, partition)
 
 
@@ -310,12 +320,8 @@ def _save(
     call: Call,
     state: CheckpointSchema,
     path: str | os.PathLike[str],
-    style: scda.Style,
-    sync: bool,
+    access: scda.FileAccess,
     check_mesh: bool,
-    info: Any,
-    backend: str | None,
-    truncate: bool,
 ) -> tuple[WriteResult, Manifest, list[Prepared]]:
     """Check the state on every rank, agree, and write the file (the body of :func:`save`). Collective."""
 
@@ -328,14 +334,9 @@ def _save(
     agreed = _agree_report(call, state, prepared)
     assert prepared is not None  # else the agreement raised
     manifest = _manifest(type(state), state, prepared, agreed)
-    with CheckpointWriter(
-        path, manifest, comm=call.comm, style=style, sync=sync, info=info, backend=backend, truncate=truncate, defer=True
-    ) as w:
+    with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
-            p.payload.elem_counts = agreed.counts[j]
-            if fs.section == "V" or fs.kind == "hp":
-                p.payload.proc_sizes = agreed.nbytes[j]
-            w.write_field(fs, p.payload)
+            w.write_field(fs, p.payload, agreed.counts[j], agreed.nbytes[j])
     return w.close(), manifest, prepared
 
 
@@ -364,30 +365,18 @@ def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: li
     meshes = []
     for j, p in enumerate(prepared):
         if isinstance(p.kind, MeshKind):
-            mesh = getattr(state, p.name)
-            dim, num_trees, curve = mesh.dim, mesh.num_trees, mesh.curve  # agreed on by every rank
-            rec = mesh_record_dtype(dim)
+            mesh = getattr(state, p.name)  # dimension, trees and curve agreed on by every rank
+            h = handler_for(p.kind.kind)
             meshes.append(
-                MeshSpec(
-                    field=p.name,
-                    dim=dim,
-                    num_trees=num_trees,
-                    curve=curve,
-                    maxlevel=sfc.MAXLEVEL[dim],
-                    record=[(nm, rec[nm].str) for nm in rec.names or ()],
-                    num_leaves=agreed.counts[j].total,
-                    geometry=p.kind.geometry,
+                h.mesh_spec(  # type: ignore[attr-defined]
+                    p.name, mesh.dim, mesh.num_trees, mesh.curve, sfc.MAXLEVEL[mesh.dim], agreed.counts[j].total, p.kind.geometry
                 )
             )
-    fields = []
+    fields: list[FieldSpec] = []
     for j, p in enumerate(prepared):
         k = kinds[p.name]
-        spec = k.describe(p, getattr(k, "mesh", None))
-        if k.kind == "array":
-            spec["count"] = agreed.counts[j].total
-        if spec.get("layout") == "counts":
-            spec["count_dtype"] = count_dtype(agreed.max_counts[j])
-        fields.append(FieldSpec.model_validate(spec))
+        decl = k.declaration(p, getattr(k, "mesh", None))
+        fields.append(handler_for(k.kind).describe(decl, agreed.counts[j].total, agreed.max_counts[j]))
     return Manifest(
         format_version=format_version_of(meshes),
         amrckpt_version=__version__,
@@ -397,14 +386,6 @@ def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: li
         fields=fields,
         values={p.name: p.value for p in prepared if isinstance(p.kind, InlineKind)},
     )
-
-
-def count_dtype(max_count: int) -> str:
-    """Return the narrowest unsigned integer (``u1``, ``<u2``, ``<u4``, ``<u8``) that holds ``max_count``."""
-    for dt in ("u1", "<u2", "<u4"):
-        if max_count <= np.iinfo(dt).max:
-            return dt
-    return "<u8"
 
 
 def _schema_digest(cls: type[CheckpointSchema]) -> int:

@@ -5,11 +5,19 @@ a communicator or use amrckpt under MPI:
 
 - :class:`CountingComm` counts the collectives a call makes (what the
   tests of collective counts per save and per load use);
-- :class:`FaultyComm`, :class:`FaultyFileSystem` and :func:`inject_faults`
-  make seeded collectives and file operations fail (libsc's ``fuzzy_everyn``), to check that every rank raises the same
-  error and that nothing is lost;
+- :class:`FaultyComm`, :class:`FaultyBackend`, :class:`FaultyFileSystem`
+  and :func:`inject_faults` make seeded collectives, I/O calls and file
+  system operations fail (libsc's ``fuzzy_everyn``), to check that every
+  rank raises the same error and that nothing is lost (the communicator and
+  the backend are wrapped, as zarr's ``WrapperStore``:
+  ``comm=FaultyComm(comm)``, ``backend=FaultyBackend``);
+- :class:`CommTests` is the conformance suite of communicators (serial,
+  threads, MPI, wrappers): MPI's semantics for every collective;
 - :func:`failing_steps` makes a chosen step of every collective call fail
-  on chosen ranks: the agreement test of every public entry point.
+  on chosen ranks: the agreement test of every public entry point;
+- :class:`BackendTests` is the conformance suite of byte backends (zarr's
+  ``StoreTests``): one body of tests of the backend's calls and of the
+  read plans, subclassed for each backend and communicator.
 
 Nothing here is imported by ``import amrckpt``.
 """
@@ -17,21 +25,28 @@ Nothing here is imported by ``import amrckpt``.
 from __future__ import annotations
 
 from .._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
+from ._backends import FaultyBackend, WrapperBackend
+from ._comm_tests import CommTests
+from ._conformance import BackendTests
 from ._files import FaultyFileSystem
 from ._steps import InjectedStepError, StepFaults, failing_steps
 from ._wrappers import COLLECTIVES, CountingComm, FaultyComm, WrapperComm
 
 __all__ = [
+    "BackendTests",
     "COLLECTIVES",
+    "CommTests",
     "KINDS",
     "CountingComm",
     "Fault",
+    "FaultyBackend",
     "FaultPlan",
     "FaultSpec",
     "FaultyComm",
     "FaultyFileSystem",
     "InjectedStepError",
     "StepFaults",
+    "WrapperBackend",
     "WrapperComm",
     "failing_steps",
     "inject_faults",

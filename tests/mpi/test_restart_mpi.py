@@ -107,8 +107,8 @@ def test_damage_is_reported_on_every_rank(mpi_tmp: Path) -> None:
 
 def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every MPI-IO call of a load, on every rank: one open, one file view and one collective read per phase (two with
-    an hp field), one close; no independent read on any rank (the root reads the metadata with POSIX reads).  The
-    compressed field ``vel`` is left out: compressed sections are read section by section (a second open)."""
+    an hp field or the compressed field ``vel``, in the same plan), one close; no independent read on any rank (the
+    root reads the metadata with POSIX reads)."""
     from amrckpt.scda import _backend
 
     w = world()
@@ -133,10 +133,11 @@ def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.Monke
         self._fh = Counting(self._fh)
 
     monkeypatch.setattr(_backend.MPIIOBackend, "__init__", counting_init)
-    loaded = ac.load(path, Advection, comm=w, fields=["mesh", "rho", "modes"])
+    loaded = ac.load(path, Advection, comm=w)
     monkeypatch.undo()
     lo, hi = loaded.partition.local_range(w.rank)  # type: ignore[union-attr]
     assert np.array_equal(loaded.state.rho, G.local(lo, hi).rho)
     assert np.array_equal(loaded.state.modes.values, G.local(lo, hi).modes.values)
+    assert np.array_equal(loaded.state.vel, G.local(lo, hi).vel)
     assert sorted(calls) == sorted(["Open", "Set_view", "Read_all", "Set_view", "Read_all", "Close"]), calls
     assert all_true(True)

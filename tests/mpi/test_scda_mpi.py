@@ -296,16 +296,16 @@ def test_chunked_bytes_over_mpi_equal_the_serial_ones(mpi_tmp: Path, shape: str)
     lo, hi = sum(counts[:r]), sum(counts[: r + 1])
     last = max((q for q, c in enumerate(counts) if c), default=0)
     digests = set()
-    for ec in (counts, Share(hi - lo, lo, N, max(counts), last)):
+    for ec in (Share.of(counts, r), Share(hi - lo, lo, N, max(counts), last)):
         path = mpi_tmp / "chunks.scda"
         with ac.scda.fopen_write(path, b"x", comm=comm) as f:
-            write_chunks(f, comm, data[lo:hi], ec, E, K, b"rho")
+            write_chunks(f, data[lo:hi], ec, E, K, b"rho")
         if r == 0:
             digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
         w.Barrier()
     if r == 0:
         ref = mpi_tmp / "ref.scda"
         with ac.scda.fopen_write(ref, b"x", comm=SerialComm()) as f:
-            write_chunks(f, SerialComm(), data, [N], E, K, b"rho")
+            write_chunks(f, data, Share.of([N], 0), E, K, b"rho")
         digests.add(hashlib.sha256(ref.read_bytes()).hexdigest())
         assert len(digests) == 1

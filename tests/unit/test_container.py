@@ -566,7 +566,7 @@ def test_chunked_data_of_the_wrong_size_on_one_rank_is_refused_on_every_rank(tmp
         with ac.scda.fopen_write(tmp_path / "w.scda", b"x", comm=comm) as f:
             data = np.zeros(10 if comm.rank else 9)  # rank 0 holds one value too few
             with pytest.raises(ScdaArgumentError) as info:
-                write_chunks(f, comm, data, [10, 10, 10], 8, 7, b"rho")
+                write_chunks(f, data, ac.scda.Share.of([10, 10, 10], comm.rank), 8, 7, b"rho")
             return str(info.value)
 
     assert all("rank 0" in m for m in run_threads(3, body))  # raised on every rank, naming the one at fault
@@ -605,8 +605,7 @@ CHUNK_PARTS = [
 
 
 @pytest.mark.parametrize("counts", CHUNK_PARTS)
-@pytest.mark.parametrize("share", [False, True, None])
-def test_write_chunks_bytes_do_not_depend_on_the_partition(tmp_path: Path, counts: list[int], share: bool | None) -> None:
+def test_write_chunks_bytes_do_not_depend_on_the_partition(tmp_path: Path, counts: list[int]) -> None:
     """The heads reach a chunk's first rank from neighbour to neighbour; the bytes are those of one rank."""
     from amrckpt.container._chunks import write_chunks
     from amrckpt.scda import Share
@@ -617,20 +616,18 @@ def test_write_chunks_bytes_do_not_depend_on_the_partition(tmp_path: Path, count
     def body(comm: Any, counts: list[int], path: Path) -> int:
         r = comm.rank
         lo, hi = sum(counts[:r]), sum(counts[: r + 1])
-        last = max((q for q, c in enumerate(counts) if c), default=0)
-        ec: Any = counts if share is False else Share(hi - lo, lo, 37, max(counts), last)
-        with ac.scda.fopen_write(path, b"x", comm=comm) as f:
-            cc = CountingComm(comm)  # share None: relay not known, relayed anyway
-            write_chunks(f, cc, data[lo:hi], ec, E, K, b"rho", relay=None if share is None else misaligned)
-            return cc.total
+        cc = CountingComm(comm)
+        with ac.scda.fopen_write(path, b"x", comm=cc) as f:
+            before = cc.total
+            write_chunks(f, data[lo:hi], Share.of(counts, r), E, K, b"rho")
+            return cc.total - before
 
-    misaligned = any(sum(counts[: q + 1]) % K for q in range(len(counts) - 1))
     ref = tmp_path / "ref.scda"
     run_threads(1, body, [37], ref)
     path = tmp_path / "p.scda"
     ncoll = run_threads(len(counts), body, counts, path)
     assert path.read_bytes() == ref.read_bytes()
-    relay = len(counts) > 1 and (misaligned or share is None)
+    relay = len(counts) > 1  # the heads of the chunks are relayed whenever there are several ranks
     # The call's first allreduce (the call tag: write_chunks is called alone here, not inside a save), [the relay],
     # the exscan of the compressed sizes, the agreement; then fwrite_varray's 3 (not deferred here)
     assert ncoll == [(len(counts) > 1) + relay + 2 + 3] * len(counts)

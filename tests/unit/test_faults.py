@@ -1,4 +1,4 @@
-"""Fault injection (amrckpt._faults): serial and thread ranks.
+"""Fault injection (amrckpt.testing: FaultyComm, FaultyBackend, inject_faults): serial and thread ranks.
 
 The trials (tests/fault_trials.py) save under seeded I/O and MPI faults and
 check that every rank raises the same exception of amrckpt's tree, that no
@@ -25,7 +25,7 @@ from amrckpt import _faults
 from amrckpt._faults import FaultSpec, inject_faults
 from amrckpt.comm import SerialComm, run_threads
 from amrckpt.manager import EveryNSteps
-from amrckpt.testing import FaultyComm, FaultyFileSystem
+from amrckpt.testing import FaultyBackend, FaultyComm, FaultyFileSystem
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,8 @@ def test_serial_comm_faults(tmp_path: Path) -> None:
 
 def test_faults_are_deterministic(tmp_path: Path) -> None:
     def run(d: Path) -> list[tuple[str, int, str]]:
-        with ac.CheckpointManager(d, Advection, comm=FaultyComm(None), save_policy=EveryNSteps(1)) as mgr:
+        faulty = {"comm": FaultyComm(None), "save_kwargs": {"backend": FaultyBackend}}
+        with ac.CheckpointManager(d, Advection, save_policy=EveryNSteps(1), **faulty) as mgr:  # type: ignore[arg-type]
             with inject_faults(7, seed=11, kinds={"write", "read", "sync", "mpi"}) as plan:
                 for step in range(1, 6):
                     try:
@@ -75,7 +76,7 @@ def test_faults_are_deterministic(tmp_path: Path) -> None:
 
 
 def test_every_call_fails_with_the_errno_asked_for(tmp_path: Path) -> None:
-    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1)) as mgr:
+    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1), save_kwargs={"backend": FaultyBackend}) as mgr:
         mgr.save(1, state(1, None))
         with inject_faults(1, kinds={"write"}, errno=errno.ENOSPC), pytest.raises(ac.ScdaIOError) as info:
             mgr.save(2, state(2, None))
@@ -154,7 +155,8 @@ def test_environment_variable_injects_in_a_subprocess(tmp_path: Path) -> None:
         "import amrckpt as ac\n"
         "from fault_trials import state\n"
         "from checkpoint_cases import Advection\n"
-        f"mgr = ac.CheckpointManager({str(tmp_path)!r}, Advection)\n"
+        "from amrckpt.testing import FaultyBackend\n"
+        f"mgr = ac.CheckpointManager({str(tmp_path)!r}, Advection, save_kwargs={{'backend': FaultyBackend}})\n"
         "try:\n"
         "    mgr.save(1, state(1, None), force=True)\n"
         "except ac.ScdaIOError as exc:\n"

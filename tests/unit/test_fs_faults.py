@@ -4,7 +4,7 @@ Each must end in a clear error of amrckpt's tree on every rank and leave the
 checkpoints already committed intact (the newest one restores bit for bit).
 
 * Disk full: a real 1 MiB tmpfs when it can be mounted (root, Linux), else
-  skipped; ENOSPC is also injected (amrckpt._faults) on any system.
+  skipped; ENOSPC is also injected (amrckpt.testing.FaultyBackend) on any system.
 * Permission denied: ``chmod`` of the directory, skipped as root (root
   ignores file modes); EACCES is also injected on any system.
 """
@@ -27,15 +27,17 @@ from checkpoint_cases import Advection, assert_state_equal
 from fault_trials import _global, state
 
 import amrckpt as ac
-from amrckpt._faults import inject_faults
 from amrckpt.comm import run_threads
 from amrckpt.manager import EveryNSteps, KeepLast
+from amrckpt.testing import FaultyBackend, inject_faults
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def manager(d: Path, comm: Any = None) -> ac.CheckpointManager[Advection]:
-    return ac.CheckpointManager(d, Advection, comm=comm, save_policy=EveryNSteps(1), keep_policy=KeepLast(5))
+    """A manager whose saves write through the faulty backend (it injects nothing outside inject_faults)."""
+    policies = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(5)}
+    return ac.CheckpointManager(d, Advection, comm=comm, save_kwargs={"backend": FaultyBackend}, **policies)
 
 
 def assert_restores(d: Path, step: int, comm: Any = None) -> None:

@@ -95,17 +95,17 @@ def test_gathered_equals_field_by_field(files: dict[str, Path], Q: int, how: str
 def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -> None:
     """A load of 1 or 5 cells fields plus an hp field, on 1..4 ranks: the metadata from the root with the call tag, one
     agreement to open, one exscan, one CRC32 allreduce, one agreement when closing (without hp, no exscan; without
-    verify, no CRC allreduce)."""
+    verify, no CRC allreduce).  Chunked and compressed fields take nothing more: they are in the same plan."""
 
-    def schema(k: int, hp: bool) -> type[ac.CheckpointSchema]:
+    def schema(k: int, hp: bool, packed: bool = False) -> type[ac.CheckpointSchema]:
         ns: dict[str, Any] = {"__annotations__": {"step": int, "mesh": ac.Forest}, "step": ac.Inline(), "mesh": ac.Mesh(dim=2)}
         for j in range(k):
             ns["__annotations__"][f"c{j}"] = ac.CellData
-            ns[f"c{j}"] = ac.Cells("<f8")
+            ns[f"c{j}"] = ac.Cells("<f8", chunks=5) if packed and j == 0 else ac.Cells("<f8", compress=packed and j == 1)
         if hp:
             ns["__annotations__"]["modes"] = ac.HpData
-            ns["modes"] = ac.HpCells("<f8")
-        return type(f"S{k}{hp}", (ac.CheckpointSchema,), ns, name=f"s{k}{hp}", version=1)
+            ns["modes"] = ac.HpCells("<f8", compress=packed)
+        return type(f"S{k}{hp}{packed}", (ac.CheckpointSchema,), ns, name=f"s{k}{hp}{packed}", version=1)
 
     def state(S: type[ac.CheckpointSchema], comm: Any) -> Any:
         mesh = ac.sfc.uniform_leaves(3, num_trees=1, dim=2)
@@ -121,9 +121,10 @@ def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -
             values["modes"] = ac.HpData(np.ones(int(counts.sum())), counts)
         return S(**values)
 
-    for k, hp in ((1, False), (5, False), (1, True), (5, True)):
-        S = schema(k, hp)
-        path = tmp_path / f"s{k}{hp}.scda"
+    # packed: chunked, per-element compressed cells and a compressed hp field, read by the same one plan
+    for k, hp, packed in ((1, False, False), (5, False, False), (1, True, False), (5, True, False), (5, True, True)):
+        S = schema(k, hp, packed)
+        path = tmp_path / f"s{k}{hp}{packed}.scda"
         run_threads(2, lambda comm, S=S, path=path: ac.save(state(S, comm), path, comm=comm))
         for Q in (1, 2, 4):
             for verify in (True, False):
@@ -136,11 +137,11 @@ def test_collectives_per_load_do_not_depend_on_the_fields_or_P(tmp_path: Path) -
                 got = run_threads(Q, load)
                 assert all(g == got[0] for g in got)
                 want = Counter({"allreduce_columns": 3})
-                if hp:
+                if hp or packed:  # sizes to sum over the ranks below
                     want["exscan_columns"] = 1
                 if verify:
                     want["allreduce_array"] = 1
-                assert got[0] == want, (k, hp, Q, verify, got[0])
+                assert got[0] == want, (k, hp, packed, Q, verify, got[0])
 
 
 def test_a_damaged_hp_count_is_a_checksum_error_not_a_hang(tmp_path: Path) -> None:
@@ -184,7 +185,7 @@ def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path)
     """EIO in the gathered read of one rank of three: every rank raises ScdaIOError (not a ChecksumError), none hangs."""
     import errno
 
-    from amrckpt._faults import inject_faults
+    from amrckpt.testing import FaultyBackend, inject_faults
 
     path = tmp_path / "l.scda"
     run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
@@ -192,9 +193,31 @@ def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path)
     def body(comm: Any) -> tuple[str, int | None]:
         with inject_faults(1, ranks=[1], kinds={"read"}, errno=errno.EIO, limit=1):
             try:
-                ac.load(path, Layouts, comm=comm)
+                ac.load(path, Layouts, comm=comm, backend=FaultyBackend)
             except ac.AmrckptError as exc:
                 return type(exc).__name__, getattr(exc, "errno", None)
         return "loaded", None
 
     assert run_threads(3, body, timeout=30) == [("ScdaIOError", errno.EIO)] * 3
+
+
+def test_a_damaged_section_header_is_a_checksum_error_on_every_rank(tmp_path: Path) -> None:
+    """A digit of a field's N entry changed: the section no longer fits the manifest before any byte of it is read.
+    The root CRCs the section (on that error path only) and every rank raises its ChecksumError, not the misfit."""
+    path = tmp_path / "l.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    e = next(x for x in ac.read_info(path).index.sections if x.name == "modes")
+    raw = bytearray(path.read_bytes())
+    n_entry = e.offset + 64  # the section header, then the N count entry ("N" and 26 digits)
+    digit = next(i for i in range(n_entry + 2, n_entry + 28) if raw[i : i + 1].isdigit())
+    raw[digit] = ord("9") if raw[digit] != ord("9") else ord("8")
+    path.write_bytes(bytes(raw))
+
+    def body(comm: Any) -> str:
+        with pytest.raises(ChecksumError) as info:
+            ac.load(path, Layouts, comm=comm)
+        return str(info.value)
+
+    assert all("section 'modes'" in msg for msg in run_threads(3, body, timeout=30))
+    with pytest.raises(ac.CheckpointError, match="'modes'"):
+        ac.load(path, Layouts, verify=False)

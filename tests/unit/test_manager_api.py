@@ -166,7 +166,7 @@ def test_a_step_that_restore_found_damaged_may_be_saved_again(tmp_path: Path) ->
     newest.write_bytes(blob)
     damaged = newest.read_bytes()
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10)) as mgr:
-        with pytest.warns(ac.CheckpointSkippedWarning, match="step 20 .* is damaged: CheckpointError"):
+        with pytest.warns(ac.CheckpointSkippedWarning, match="step 20 .* is damaged: ChecksumError"):
             assert mgr.restore_latest() is not None and mgr.restored_step == 10
         assert mgr.save(20, state(20, None))  # the run goes on from 10 and writes 20 again; the damaged one is kept aside
         assert ac.verify(newest).ok and [e["step"] for e in history_lines(tmp_path)] == [10, 20]

@@ -1,0 +1,259 @@
+"""What a field handler sees of a checkpoint: its sections as found, this rank's span, and the two protocols.
+
+zarr's codecs receive a ``ByteGetter`` / ``ByteSetter``, never a concrete
+store; field handlers receive a :class:`FieldSource` when they plan reads
+and a :class:`SectionSink` when they write, never the checkpoint reader or
+writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..comm import Comm
+from ..errors import CheckpointError
+from ..scda import RawSection, SectionHeader, parse_entries
+from ._convention import FieldSpec, IndexEntry, Manifest
+
+__all__ = [
+    "FieldSource",
+    "Section",
+    "SectionSink",
+    "Span",
+    "column_prefix",
+    "counts_of",
+    "entries_prefix",
+    "exact_sum",
+    "not_multiples",
+    "parse_sizes",
+    "sections_of",
+]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One (logical) section of a field as the root found it when opening (broadcast with the index).
+
+    Attributes
+    ----------
+    header : amrckpt.scda.SectionHeader
+        The decoded header: the type and sizes of what was written (for a
+        compression pair, of what was compressed).
+    raws : tuple of amrckpt.scda.RawSection
+        Its raw sections (two for a compression pair, the inline or U-entry section first).
+    entry : IndexEntry
+        Its index entry (offset, end, CRC32).
+    known : tuple of (int, int, int)
+        ``(offset, nbytes, crc32)`` of the pieces the root read and CRCed
+        (headers, the padding of A sections); a read plan adds them to the
+        section's CRC32 on the root.
+    data : bytes or None
+        I and B (decoded if compressed): the data, whose CRC32 the root
+        checked; else None.
+    """
+
+    header: SectionHeader
+    raws: tuple[RawSection, ...]
+    entry: IndexEntry
+    known: tuple[tuple[int, int, int], ...] = ()
+    data: bytes | None = None
+
+    @property
+    def raw(self) -> RawSection:
+        """The raw section that holds the data (the second of a pair)."""
+        return self.raws[-1]
+
+    @property
+    def key(self) -> int:
+        """The section's first byte: what a read plan knows it by."""
+        return self.entry.offset
+
+
+@dataclass(frozen=True)
+class Span:
+    """A rank's part of a partitioned field: ``count`` elements from global element ``offset``; ``N`` in all."""
+
+    count: int
+    offset: int
+    N: int
+
+    @property
+    def end(self) -> int:
+        """One past this rank's last element."""
+        return self.offset + self.count
+
+    @property
+    def holds_last(self) -> bool:
+        """Whether this rank holds the field's last element (no rank does of an empty field)."""
+        return self.count > 0 and self.offset + self.count == self.N
+
+
+class FieldSource(Protocol):
+    """What a handler plans a field's reads from (the checkpoint reader is one). Not collective.
+
+    Attributes
+    ----------
+    path : str
+        Names the file in messages.
+    manifest : Manifest
+    file_size : int
+    is_root : bool
+        Whether this rank reads what the root reads of a section (its
+        padding when no rank holds an element).
+    cursors : dict of str to (int, int)
+        Where a prefix sum over a field's elements stopped last, on this
+        rank: ``(element, sum)``, so that a tool reading a field range
+        after range sums every size once.
+    """
+
+    path: str
+    manifest: Manifest
+    file_size: int
+    is_root: bool
+    cursors: dict[str, tuple[int, int]]
+
+    def sections(self, name: str) -> list[Section]:
+        """Return the sections of field ``name`` as found in the file, in file order."""
+        ...
+
+
+class SectionSink(Protocol):
+    """What a handler writes a field's sections to: the scda writer's calls (:class:`amrckpt.scda.ScdaWriter` is one).
+
+    Every method is collective over ``comm``; the data of inline and block
+    sections is passed on every rank (the root's is written).
+    """
+
+    comm: Comm
+
+    def fwrite_inline(self, data: Any, user_string: bytes | str) -> Any:
+        """Write an inline section I."""
+        ...
+
+    def fwrite_block(self, data: Any, user_string: bytes | str, *, encode: bool = False, level: int = 9) -> Any:
+        """Write a block section B (compressed with ``encode``)."""
+        ...
+
+    def fwrite_array(
+        self, data: Any, elem_counts: Any, elem_size: int, user_string: bytes | str, *, encode: bool = False, level: int = 9
+    ) -> Any:
+        """Write an array section A of this rank's elements."""
+        ...
+
+    def fwrite_varray(
+        self,
+        data: Any,
+        elem_counts: Any,
+        elem_sizes: Any,
+        proc_sizes: Any,
+        user_string: bytes | str,
+        *,
+        encode: bool = False,
+        level: int = 9,
+    ) -> Any:
+        """Write a variable-size array section V of this rank's elements."""
+        ...
+
+
+def sections_of(src: FieldSource, fs: FieldSpec, n: int) -> list[Section]:
+    """Return the first ``n`` sections of field ``fs``, checked against the manifest (not collective; the same on every rank).
+
+    Raises
+    ------
+    CheckpointError
+        If the index has fewer, or one is not the field the manifest describes.
+    """
+    secs = src.sections(fs.name)
+    if len(secs) < n:
+        raise CheckpointError(f"{src.path!r}: the index has {len(secs)} sections of field {fs.name!r}, not {n}")
+    for sec in secs[:n]:
+        h = sec.header
+        if h.type != fs.section or h.user_string != fs.name.encode() or h.decoded != fs.compressed:
+            raise CheckpointError(
+                f"{src.path!r}: the section at byte {sec.entry.offset} is not field {fs.name!r} as the manifest describes it"
+            )
+    return secs[:n]
+
+
+def _prefix(src: FieldSource, key: str, first: int, block: int, sum_of: Callable[[Any, int, int], int]) -> Callable[[Any], int]:
+    """Return ``prefix(read)``: the sum of ``sum_of(read, lo, n)`` over elements ``0 .. first - 1``, in blocks.
+
+    From where the last sum of ``key`` stopped on this rank (``src.cursors``) when that is at or before ``first``.
+    """
+
+    def prefix(read: Any) -> int:
+        at, acc = src.cursors.get(key, (0, 0))
+        if at > first:
+            at, acc = 0, 0
+        for lo in range(at, first, block):
+            acc += sum_of(read, lo, min(block, first - lo))
+        return acc
+
+    return prefix
+
+
+def entries_prefix(src: FieldSource, key: str, entries_offset: int, first: int, letter: bytes, what: str) -> Callable[[Any], int]:
+    """Return ``prefix(read)``: the sum of the 32-byte ``letter`` entries ``0 .. first - 1`` at ``entries_offset``, on this rank."""
+
+    def sum_of(read: Any, lo: int, n: int) -> int:
+        off = entries_offset + 32 * lo
+        buf = np.frombuffer(read(off, 32 * n), dtype=np.uint8)
+        return int(parse_entries(letter, buf, first_index=lo, offset=off, what=what).sum(dtype=np.uint64))
+
+    return _prefix(src, key, first, 1 << 16, sum_of)
+
+
+def column_prefix(src: FieldSource, key: str, data_offset: int, dtype: np.dtype[Any], first: int) -> Callable[[Any], int]:
+    """Return ``prefix(read)``: the sum of integers ``0 .. first - 1`` of ``dtype`` at ``data_offset``, on this rank."""
+
+    def sum_of(read: Any, lo: int, n: int) -> int:
+        raw = read(data_offset + lo * dtype.itemsize, n * dtype.itemsize)
+        return int(np.frombuffer(raw, dtype=dtype).sum(dtype=np.uint64))
+
+    return _prefix(src, key, first, 1 << 20, sum_of)
+
+
+def exact_sum(a: np.ndarray, most: int) -> int:
+    """Return the sum of non-negative integers ``a``, each at most ``most``, exactly (int64 sums of chunks that cannot overflow)."""
+    if a.size == 0:
+        return 0
+    step = max(1, (2**63 - 1) // max(most, 1))
+    if a.size <= step:
+        return int(a.sum(dtype=np.int64))
+    return sum(int(a[i : i + step].sum(dtype=np.int64)) for i in range(0, a.size, step))
+
+
+def counts_of(sizes: np.ndarray, value_nbytes: int) -> np.ndarray:
+    """Values per leaf from bytes per leaf, (n,) int64; a shift for power-of-two value sizes."""
+    counts = sizes.view(np.int64)  # sizes are below 2**63: they fit the file
+    shift = value_nbytes.bit_length() - 1
+    return counts >> shift if value_nbytes == 1 << shift else counts // value_nbytes
+
+
+def not_multiples(sizes: np.ndarray, value_nbytes: int) -> bool:
+    """Whether a size is not a multiple of ``value_nbytes``; for a power of two, one OR-reduction (no temporary)."""
+    if value_nbytes & (value_nbytes - 1) == 0:
+        return bool(int(np.bitwise_or.reduce(sizes)) & (value_nbytes - 1))
+    return bool(np.any(sizes % np.uint64(value_nbytes)))
+
+
+def parse_sizes(
+    buf: np.ndarray, letter: bytes, first: int, raw: RawSection, entries_offset: int, room: int, what: str
+) -> np.ndarray:
+    """Parse 32-byte ``letter`` entries of elements ``first ..`` (read from ``entries_offset + 32 first``), each at most ``room``.
+
+    Raises
+    ------
+    ScdaFormatError
+        Naming the first malformed entry.
+    CheckpointError
+        If an element has more bytes than its section holds.
+    """
+    sizes = parse_entries(letter, buf, first_index=first, offset=entries_offset + 32 * first, what=raw.where)
+    if sizes.size and int(sizes.max()) > room:
+        raise CheckpointError(f"{what} has an element of more bytes than its section holds")
+    return sizes

@@ -1,0 +1,146 @@
+"""How a file is opened: one frozen value for the options of every file amrckpt opens, and the opening itself.
+
+:class:`FileAccess` holds the MPI-IO hints (``info``), the byte backend,
+whether an existing file is truncated, whether it is synced before closing
+and the line-break style of the scda padding.  A save, a load, an
+``fopen_*`` and the checkpoint writer and reader take it as one value
+(``access=``); the public entry points keep their keyword arguments, which
+:meth:`FileAccess.of` folds into it.  :func:`open_backend` opens a file
+through the backend it names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..comm import Comm
+from ..errors import ScdaArgumentError
+from ._backend import Backend, MPIIOBackend, PosixBackend
+from ._format import Style
+
+__all__ = ["BackendOpener", "FileAccess", "open_backend"]
+
+
+class BackendOpener(Protocol):
+    """What opens a file on every rank as a :class:`~amrckpt.scda.Backend`: a class or a factory.
+
+    ``opener(path, mode, comm, access, defer)`` is collective over ``comm``
+    and agrees on its errors, as :func:`open_backend` does.  Pass one as
+    ``FileAccess(backend=...)`` to read and write through a backend of one's
+    own (a wrapper that injects faults or latency, as zarr's ``WrapperStore``).
+    """
+
+    def __call__(self, path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend: ...
+
+
+@dataclass(frozen=True)
+class FileAccess:
+    r"""How a file is opened and closed: MPI-IO hints, byte backend, truncation, sync, line breaks. Immutable.
+
+    Attributes
+    ----------
+    info : dict of str to str, or mpi4py.MPI.Info, optional
+        MPI-IO hints for ``MPI_File_open`` (e.g. ``{"striping_factor": "16"}``),
+        on top of those of ``AMRCKPT_MPIIO_HINTS`` (:func:`~amrckpt.scda.hints`); ignored by
+        the POSIX backend.
+    backend : {None, "posix", "mpiio"} or BackendOpener
+        The byte backend.  None: MPI-IO for an MPI communicator, POSIX
+        otherwise.  A :class:`BackendOpener` opens files its own way.
+    truncate : bool
+        Writing: empty an existing file when opening (as libsc and C's
+        ``fopen(.., "w")``); False: overwrite it in place and cut it to its
+        final size when closing (the same bytes; the file's pages are reused).
+    sync : bool
+        Writing: ``fsync`` (``MPI_File_sync``) before closing.
+    style : {"unix", "mime"}
+        Writing: the line breaks of the scda padding, ``"\\n"`` or ``"\\r\\n"``
+        (scda paper 2.1).
+    """
+
+    info: Any = None
+    backend: str | BackendOpener | None = None
+    truncate: bool = True
+    sync: bool = False
+    style: Style = "unix"
+
+    @classmethod
+    def of(cls, access: FileAccess | None = None, **options: Any) -> FileAccess:
+        """Return ``access`` (default: the defaults) with the options given as keyword arguments set. Not collective.
+
+        The keyword arguments of the public entry points (``info``,
+        ``backend``, ``truncate``, ``sync``, ``style``) pass through here;
+        an option left at its default keeps ``access``'s.
+
+        Raises
+        ------
+        ScdaArgumentError
+            For an unknown option, or ``access`` that is not a FileAccess
+            (a bad ``style`` is the writer's error, agreed on by every rank).
+        """
+        base = cls() if access is None else access
+        if not isinstance(base, FileAccess):
+            raise ScdaArgumentError(f"access must be an amrckpt.scda.FileAccess, not {type(base).__name__}")
+        unknown = set(options) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ScdaArgumentError(f"unknown file access options {sorted(unknown)}")
+        default = cls()
+        changed = {k: v for k, v in options.items() if v != getattr(default, k)}
+        return dataclasses.replace(base, **changed) if changed else base
+
+    def replace(self, **options: Any) -> FileAccess:
+        """Return a copy with ``options`` changed (``dataclasses.replace``). Not collective."""
+        return dataclasses.replace(self, **options)
+
+
+def open_backend(
+    path: str | os.PathLike[str],
+    mode: str,
+    comm: Comm,
+    *,
+    access: FileAccess | None = None,
+    info: Any = None,
+    backend: str | BackendOpener | None = None,
+    truncate: bool = True,
+    defer: bool = False,
+) -> Backend:
+    """Open ``path`` on every rank of ``comm``. Collective.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mode : {"w", "r"}
+        ``"w"`` creates or truncates; ``"r"`` opens an existing file.
+    comm : Comm
+        From :func:`~amrckpt.comm.as_comm`.
+    access : FileAccess, optional
+        Hints, backend and truncation; ``info``, ``backend`` and
+        ``truncate`` override it (:meth:`FileAccess.of`).
+    defer : bool, optional
+        MPI-IO: the caller does no independent I/O (hint
+        ``romio_no_indep_rw``); ``"w"``: keep an error of truncating for the
+        writer's single agreement instead of agreeing on it at once.
+
+    Raises
+    ------
+    ScdaIOError
+        On every rank, if any rank cannot open the file.
+    ScdaArgumentError
+        For an unknown backend, or MPI-IO without an MPI communicator.
+    """
+    a = FileAccess.of(access, info=info, backend=backend, truncate=truncate)
+    where = os.fspath(path)
+    if callable(a.backend):
+        return a.backend(where, mode, comm, a, defer)
+    mpi = getattr(comm, "mpi_comm", None) is not None  # an MPIComm, or a wrapper of one (amrckpt.testing)
+    name = a.backend if a.backend is not None else "mpiio" if mpi else "posix"
+    if name == "posix":
+        return PosixBackend(where, mode, comm, a.truncate)
+    if name == "mpiio":
+        if not mpi:
+            raise ScdaArgumentError("the MPI-IO backend needs an mpi4py communicator")
+        return MPIIOBackend(where, mode, comm, a.info, a.truncate, defer)
+    raise ScdaArgumentError(f"backend must be 'posix', 'mpiio' or a backend opener, not {a.backend!r}")

@@ -1,0 +1,140 @@
+"""Buffers and POSIX reads shared by the byte backends and the read plans: pieces, contiguous runs, errno-bearing errors."""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ScdaArgumentError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError, ScdaPermissionError
+
+__all__ = ["Piece", "advance", "byte_view", "coalesce", "os_error", "preadv", "pwritev", "rounds"]
+
+Piece = tuple[int, memoryview]
+"""``(file offset, buffer)``: a run of bytes that one rank writes or reads."""
+
+
+def os_error(exc: OSError, path: str, what: str) -> ScdaIOError:
+    """Translate an OSError into the scda exception with the same errno."""
+    cls: type[ScdaIOError] = ScdaIOError
+    if exc.errno == errno_mod.ENOENT:
+        cls = ScdaFileNotFoundError
+    elif exc.errno in (errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS):
+        cls = ScdaPermissionError
+    return cls(exc.errno or errno_mod.EIO, f"{what} {path!r}: {exc.strerror or exc}")
+
+
+def coalesce(pieces: Sequence[Piece]) -> list[tuple[int, list[memoryview]]]:
+    """Group pieces into runs of contiguous offsets (sorted)."""
+    runs: list[tuple[int, list[memoryview]]] = []
+    end = -1
+    for off, buf in sorted((p for p in pieces if p[1].nbytes), key=lambda p: p[0]):
+        if runs and off == end:
+            runs[-1][1].append(buf)
+        else:
+            runs.append((off, [buf]))
+        end = off + buf.nbytes
+    return runs
+
+
+def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
+    """Fill every ``(offset, buffer)`` piece from the open file ``fd``: one ``preadv`` per contiguous run. Not collective.
+
+    Raises
+    ------
+    ScdaCountError
+        Where the file ends before a piece.
+    ScdaIOError
+        Where ``preadv`` fails (with its errno).
+    """
+    for off, bufs in coalesce(pieces):
+        want = sum(b.nbytes for b in bufs)
+
+        def say(at: int, want: int = want, start: int = off) -> tuple[str, str]:
+            return (
+                f"cannot read {want} bytes at byte {start} of",
+                f"file {path!r} ends at byte {at}: {want} bytes from byte {start} were requested",
+            )
+
+        _vectored(os.preadv, fd, off, bufs, say, path)
+
+
+def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:
+    """Write the contiguous run ``bufs`` at byte ``off`` of the open file ``fd``: ``pwritev`` until all is written. Not collective.
+
+    Raises
+    ------
+    ScdaIOError
+        Where ``pwritev`` fails (with its errno); ScdaCountError where it writes nothing.
+    """
+    _vectored(
+        os.pwritev,
+        fd,
+        off,
+        [b for b in bufs if b.nbytes],
+        lambda at: (f"cannot write to byte {at} of", f"wrote 0 bytes at byte {at} of {path!r}"),
+        path,
+    )
+
+
+def _vectored(
+    call: Callable[[int, list[memoryview], int], int],
+    fd: int,
+    off: int,
+    bufs: list[memoryview],
+    say: Callable[[int], tuple[str, str]],
+    path: str,
+) -> None:
+    """Move ``bufs`` to or from byte ``off`` by ``call`` (``os.preadv``, ``os.pwritev``), 512 buffers a call, until all moved.
+
+    ``say(offset)`` gives the messages of a failed call and of a call that moved nothing.
+    """
+    while bufs:
+        try:
+            n = call(fd, bufs[:512], off)
+        except OSError as exc:
+            raise os_error(exc, path, say(off)[0]) from exc
+        if n == 0:
+            raise ScdaCountError(say(off)[1])
+        off += n
+        advance(bufs, n)
+
+
+def advance(bufs: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes of the buffers ``bufs`` (those a vectored call moved), keeping the rest."""
+    while n and bufs:
+        if n >= bufs[0].nbytes:
+            n -= bufs[0].nbytes
+            bufs.pop(0)
+        else:
+            bufs[0] = bufs[0][n:]
+            n = 0
+
+
+def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:
+    """Split a bulk run into the rounds of ``chunk`` bytes that every rank makes (``ceil(max_bulk / chunk)``).
+
+    Yields this rank's piece of each round, or None where it has nothing left
+    (the rank still joins the round: the calls are collective).
+    """
+    for k in range(-(-max_bulk_nbytes // chunk)):
+        sub = bulk[1][k * chunk : (k + 1) * chunk] if bulk is not None else None
+        yield (bulk[0] + k * chunk, sub) if bulk is not None and sub is not None and sub.nbytes else None
+
+
+def byte_view(data: Any, what: str) -> memoryview:
+    """Return a flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
+    if isinstance(data, np.ndarray):
+        if not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data)
+        return memoryview(data.reshape(-1).view(np.uint8))
+    try:
+        mv = memoryview(data)
+    except TypeError as exc:
+        raise ScdaArgumentError(f"{what} must be a buffer (bytes, numpy array), not {type(data).__name__}") from exc
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    return mv.cast("B") if (mv.format != "B" or mv.ndim != 1) else mv
