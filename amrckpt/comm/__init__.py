@@ -11,16 +11,15 @@ rank, and ranks that made different calls are told so.
 
 from __future__ import annotations
 
+from ._agreed import agreed_error, describe
 from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, combine_columns, digest_of
 from ._call import (
     Call,
     Reduced,
-    agreed_error,
     as_comm,
     collective,
     collective_method,
     current_call,
-    describe,
     require_comm,
 )
 from ._mpi import MPIComm, is_mpi4py_comm

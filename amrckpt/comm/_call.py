@@ -46,6 +46,7 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 import numpy as np
 
 from .. import errors
+from ._agreed import _ranks, agreed_error, describe
 from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, digest_of
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm
@@ -639,78 +640,3 @@ def _fit(values: Sequence[int], n: int, pad: int) -> list[int]:
     if len(out) < n:
         out += [pad] * (n - len(out))
     return out
-
-
-def _ranks(ranks: Sequence[int]) -> str:
-    """``rank 2`` or ``ranks 0, 1``."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-
-
-Description = tuple[str | None, str, str, int | None, bool]
-
-
-def describe(error: BaseException | None) -> Description | None:
-    """Describe an error for gathering: (class name if ours, ``"Class: message"``, message, errno, remote), or None.
-
-    ``remote``: the error says only that another rank failed (an attribute
-    ``remote`` set to True, e.g. ROMIO's "open failed on a remote node").
-    """
-    if error is None:
-        return None
-    ours = isinstance(error, errors.AmrckptError)
-    code = error.errno if isinstance(error, OSError) else None
-    message = error.strerror if isinstance(error, OSError) and error.strerror and code is not None else str(error)
-    return (
-        type(error).__name__ if ours else None,
-        f"{type(error).__name__}: {error}",
-        message,
-        code,
-        getattr(error, "remote", False) is True,
-    )
-
-
-def _tree_class(name: str) -> type[errors.AmrckptError]:
-    """Return the class of amrckpt's error tree named ``name`` (CollectiveError if none)."""
-    todo: list[type[errors.AmrckptError]] = [errors.AmrckptError]
-    while todo:
-        cls = todo.pop()
-        if cls.__name__ == name:
-            return cls
-        todo.extend(cls.__subclasses__())
-    return errors.CollectiveError
-
-
-def agreed_error(error: BaseException | None, descs: Sequence[Description | None], size: int) -> BaseException:
-    """Return the exception every rank raises, given every rank's description (:func:`describe`) and its own error.
-
-    The class is that of the lowest failing rank's error (the lowest whose
-    error is not only a report of another rank's failure, ``remote``) if it is of
-    amrckpt's tree (:class:`~amrckpt.errors.CollectiveError` otherwise), its
-    message names that rank and the others that failed, and
-    :attr:`~amrckpt.errors.AmrckptError.rank_errors` maps each failing rank
-    to ``"Class: message"``.  ``errno`` is kept for OSError classes.  On a
-    single rank the error itself is returned.  The failing ranks chain their
-    own error as ``__cause__`` when the result is raised from it.
-    """
-    failed = {r: d for r, d in enumerate(descs) if d is not None}
-    first = min((r for r, d in failed.items() if not d[4]), default=min(failed))
-    cls_name, text, message, code, _ = failed[first]
-    if size == 1 and cls_name is not None and isinstance(error, errors.AmrckptError):
-        if not error.rank_errors:
-            error.rank_errors = {0: text}
-        error._amrckpt_agreed = True  # type: ignore[attr-defined]
-        return error
-    cls = _tree_class(cls_name) if cls_name is not None else errors.CollectiveError
-    if cls_name is None:
-        message = f"rank {first} failed: {text}"
-    elif size > 1:
-        message = f"{message} [rank {first}]"
-    others = sorted(set(failed) - {first})
-    if others:
-        message += f" ({_ranks(others)} failed as well; rank_errors has every rank's error)"
-    exc = cls(code, message) if code is not None and issubclass(cls, OSError) else cls(message)
-    exc.rank_errors = {r: d[1] for r, d in failed.items()}
-    exc._amrckpt_agreed = True  # type: ignore[attr-defined]
-    if error is not None:
-        exc.__cause__ = error
-    return exc

@@ -49,7 +49,8 @@ Keys are numpy.uint64: 60 bits in 2D, 57 bits in 3D.
 
 from __future__ import annotations
 
-from ._connectivity import P4EST_ONDISK_FORMAT, Connectivity, shell_map
+from ._builtin import shell_map
+from ._connectivity import P4EST_ONDISK_FORMAT, Connectivity
 from ._forest import Forest, mesh_record_dtype
 from ._keys import CURVES, MAXLEVEL, QMAXLEVEL, ROOT_LEN, Curve, hilbert_keys, leaf_ranges, morton_decode, morton_keys, sfc_keys
 from ._linear import Leaves, check_linear_forest, is_linear_forest, sfc_order, uniform_leaves

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import math
 import operator
-import struct
 from typing import Any
 
 import numpy as np
 
-from ..errors import ConnectivityError, P4estFormatError
+from ..errors import ConnectivityError
 
-__all__ = ["P4EST_ONDISK_FORMAT", "Connectivity", "shell_map"]
+__all__ = ["P4EST_ONDISK_FORMAT", "Connectivity"]
 
 P4EST_ONDISK_FORMAT = {2: 0x2000009, 3: 0x3000009}
 """``P4EST_ONDISK_FORMAT`` and ``P8EST_ONDISK_FORMAT`` of p4est 2.x: the first word of its connectivity and forest headers."""
-_MAGIC = {2: b"p4est", 3: b"p8est"}
 _FACES = {2: 4, 3: 6}
 _CHILDREN = {2: 4, 3: 8}
 _EDGES = 12
@@ -496,7 +494,9 @@ class Connectivity:
         per = [bool(periodic)] * d if isinstance(periodic, (bool, int, np.bool_)) else [bool(p) for p in periodic]
         if len(per) != d:
             raise ConnectivityError(f"brick: periodic must be a bool or {d} bools, not {periodic!r}")
-        return _brick(n, per)
+        from ._builtin import new_brick
+
+        return new_brick(n, per)
 
     @classmethod
     def star(cls) -> Connectivity:
@@ -530,21 +530,9 @@ class Connectivity:
         other; :func:`shell_map` (p8est ``p8est_geometry_new_shell``) places
         them on the shell.
         """
-        xy = np.array([(x, y) for y in (-1, 0, 1) for x in (-1, 0, 1)], dtype=np.float64)
-        v = np.concatenate([np.column_stack([xy, np.full(9, z)]) for z in (1.0, 2.0)])
-        cap = np.array([[0, 1, 3, 4], [1, 2, 4, 5], [3, 4, 6, 7], [4, 5, 7, 8]])
-        ttv = np.tile(np.concatenate([cap, cap + 9], axis=1), (6, 1))
-        return cls(
-            3,
-            v,
-            ttv,
-            _table(_SHELL_TREE_TO_TREE, 6),
-            _table(_SHELL_TREE_TO_FACE, 6),
-            tree_to_edge=_table(_SHELL_TREE_TO_EDGE, 12),
-            ett_offset=np.arange(19) * 4,
-            edge_to_tree=_table(_SHELL_EDGE_TO_TREE, 4).ravel(),
-            edge_to_edge=_table(_SHELL_EDGE_TO_EDGE, 4).ravel(),
-        )
+        from ._builtin import new_shell
+
+        return new_shell()
 
     # ------------------------------------------------------------------ p4est_connectivity_sink / _source
 
@@ -568,41 +556,9 @@ class Connectivity:
         ConnectivityError
             If ``package_version`` is longer than 24 bytes.
         """
-        ver = package_version.encode("latin-1", "replace")
-        if len(ver) > 24:
-            raise ConnectivityError(f"package_version {package_version!r} is longer than p4est's 24 bytes")
-        head = [
-            P4EST_ONDISK_FORMAT[self.dim],
-            4,
-            self.num_vertices,
-            self.num_trees,
-            self.num_edges,
-            int(self.ett_offset[-1]),
-            self.num_corners,
-            int(self.ctt_offset[-1]),
-            self.tree_attr_bytes,
-            0,
-        ]
-        parts = [_MAGIC[self.dim].ljust(8, b"\0"), ver.ljust(24, b"\0"), struct.pack("<10Q", *head)]
-        if self.num_vertices:
-            parts.append(self.vertices.astype("<f8").tobytes())
-        if self.dim == 3 and self.num_edges:
-            parts.append(_le(self.tree_to_edge))
-        if self.num_vertices:
-            parts.append(_le(self.tree_to_vertex))
-        if self.num_corners:
-            parts.append(_le(self.tree_to_corner))
-        parts += [_le(self.tree_to_tree), self.tree_to_face.tobytes()]
-        if self.tree_to_attr is not None:
-            parts.append(self.tree_to_attr.tobytes())
-        if self.dim == 3:
-            parts.append(_le(self.ett_offset))
-            if self.num_edges:
-                parts += [_le(self.edge_to_tree), self.edge_to_edge.tobytes()]
-        parts.append(_le(self.ctt_offset))
-        if self.num_corners:
-            parts += [_le(self.corner_to_tree), self.corner_to_corner.tobytes()]
-        return b"".join(parts)
+        from ._p4est_bytes import connectivity_sink
+
+        return connectivity_sink(self, package_version)
 
     @classmethod
     def from_p4est_bytes(cls, buf: Any, *, offset: int = 0, check: bool = True) -> tuple[Connectivity, str, int]:
@@ -636,83 +592,9 @@ class Connectivity:
             a count is wrong, the bytes end early, or (``check``) the
             connectivity is not valid; ``section`` and ``offset`` name where.
         """
-        mv = memoryview(buf).cast("B")
-        end = len(mv)
+        from ._p4est_bytes import connectivity_source
 
-        def need(at: int, n: int, what: str) -> memoryview:
-            if n < 0 or at + n > end:
-                raise _format_error(f"the file ends inside the connectivity's {what} (bytes {at}..{at + n} of {end})", what, at)
-            return mv[at : at + n]
-
-        magic = bytes(need(offset, 8, "magic"))
-        dim = 2 if magic == _MAGIC[2] + b"\0\0\0" else 3 if magic == _MAGIC[3] + b"\0\0\0" else 0
-        if not dim:
-            raise _format_error(
-                f"no p4est connectivity here: magic {magic!r}, not b'p4est' or b'p8est'", "connectivity header", offset
-            )
-        raw_ver = bytes(need(offset + 8, 24, "package version"))
-        version = raw_ver.split(b"\0", 1)[0].decode("latin-1")
-        head = struct.unpack("<10Q", need(offset + 32, 80, "connectivity header"))
-        at = offset + 112
-        if head[0] != P4EST_ONDISK_FORMAT[dim]:
-            hint = " (a big-endian file?)" if struct.unpack(">Q", struct.pack("<Q", head[0]))[0] == P4EST_ONDISK_FORMAT[dim] else ""
-            raise _format_error(
-                f"on-disk format {head[0]:#x}, not {P4EST_ONDISK_FORMAT[dim]:#x} (p4est 2.x, {_MAGIC[dim].decode()}){hint}",
-                "connectivity header",
-                offset + 32,
-            )
-        if head[1] != 4:
-            raise _format_error(f"p4est_topidx_t of {head[1]} bytes, not 4", "connectivity header", offset + 40)
-        V, K, E, nett, NC, nctt, attr, zero = head[2:]
-        if any(x >= 2**31 for x in (V, K, E, nett, NC, nctt, attr)) or K < 1 or (dim == 2 and (E or nett)):
-            raise _format_error(
-                f"impossible counts: {V} vertices, {K} trees, {E} edges ({nett} entries), {NC} corners ({nctt} entries), "
-                f"{attr} attribute bytes",
-                "connectivity header",
-                offset + 48,
-            )
-        if zero != 0:
-            raise _format_error(f"the last header word is {zero}, not 0", "connectivity header", offset + 104)
-        C, F = _CHILDREN[dim], _FACES[dim]
-        total = 24 * V + 4 * C * K * (bool(V) + bool(NC)) + 5 * F * K + attr * K + 4 * (NC + 1) + 5 * nctt * bool(NC)
-        if dim == 3:
-            total += 4 * _EDGES * K * bool(E) + 4 * (E + 1) + 5 * nett * bool(E)
-        need(at, total, "arrays")
-
-        def take(n: int, dtype: str) -> np.ndarray:
-            nonlocal at
-            nb = n * np.dtype(dtype).itemsize
-            a = np.frombuffer(mv[at : at + nb], dtype=dtype).astype(dtype[1:] if dtype[0] == "<" else dtype)
-            at += nb
-            return a
-
-        verts = take(3 * V, "<f8").reshape(V, 3) if V else np.zeros((0, 3))
-        tte = take(_EDGES * K, "<i4").reshape(K, _EDGES) if dim == 3 and E else None
-        ttv = take(C * K, "<i4").reshape(K, C) if V else None
-        ttc = take(C * K, "<i4").reshape(K, C) if NC else None
-        ttt = take(F * K, "<i4").reshape(K, F)
-        ttf = take(F * K, "i1").reshape(K, F)
-        tta = take(attr * K, "u1").reshape(K, attr) if attr else None
-        eoff = ett = ete = None
-        if dim == 3:
-            eoff = take(E + 1, "<i4")
-            if int(eoff[-1]) != nett:
-                raise _format_error(f"ett_offset ends at {int(eoff[-1])}, not at num_ett {nett}", "ett_offset", at - 4)
-            if E:
-                ett, ete = take(nett, "<i4"), take(nett, "i1")
-        coff = take(NC + 1, "<i4")
-        if int(coff[-1]) != nctt:
-            raise _format_error(f"ctt_offset ends at {int(coff[-1])}, not at num_ctt {nctt}", "ctt_offset", at - 4)
-        ctt = ctc = None
-        if NC:
-            ctt, ctc = take(nctt, "<i4"), take(nctt, "i1")
-        try:
-            conn = cls(dim, verts, ttv, ttt, ttf, tte, eoff, ett, ete, ttc, coff, ctt, ctc, tta)
-            if check:
-                conn.check()
-        except ConnectivityError as exc:
-            raise _format_error(f"the connectivity is not valid: {exc}", "connectivity", offset) from exc
-        return conn, version, at - offset
+        return connectivity_source(buf, offset=offset, check=check)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -750,21 +632,6 @@ def _replace(conn: Connectivity, **changes: Any) -> Connectivity:
 def _unit_vertices(d: int) -> np.ndarray:
     c = np.arange(_CHILDREN[d])
     return np.stack([c & 1, (c >> 1) & 1, (c >> 2) & 1], axis=1).astype(np.float64)
-
-
-def _le(a: np.ndarray | None) -> bytes:
-    assert a is not None
-    return a.astype("<i4", copy=False).tobytes()
-
-
-def _table(text: str, width: int) -> np.ndarray:
-    return np.array(text.replace("|", " ").split(), dtype=np.int64).reshape(-1, width)
-
-
-def _format_error(message: str, section: str, offset: int) -> P4estFormatError:
-    err = P4estFormatError(f"{message} ({section}, byte {offset})")
-    err.section, err.offset = section, offset
-    return err
 
 
 def _first_bad(what: str, bad: Any, unit: str = "entry") -> None:
@@ -822,258 +689,3 @@ def _check_shared(
 
 
 # ---------------------------------------------------------------------------- the brick
-
-
-def _brick_ranks(logx: list[int]) -> list[int]:
-    """p4est's ``rankx``: the axes in the order in which their bits run out (``p4est_connectivity_new_brick``)."""
-    rankx = [0, 1] if logx[0] <= logx[1] else [1, 0]
-    if len(logx) == 3:
-        if logx[2] < logx[rankx[0]]:
-            rankx = [2, rankx[0], rankx[1]]
-        elif logx[rankx[1]] <= logx[2]:
-            rankx = [rankx[0], rankx[1], 2]
-        else:
-            rankx = [rankx[0], 2, rankx[1]]
-    return rankx
-
-
-def _brick_linear(tx: list[np.ndarray], logx: list[int], rankx: list[int]) -> np.ndarray:
-    """p4est's ``brick_xyz_to_linear``, vectorized over trees."""
-    D = len(tx)
-    lastlog = logx[rankx[D - 2]]
-    ti = tx[rankx[D - 1]] >> lastlog
-    for i in range(D - 2, -1, -1):
-        logi = lastlog if i == 0 else lastlog - logx[rankx[i - 1]]
-        idx = [-1, -1, -1]
-        for k in range(D - i):
-            idx[rankx[i + k]] = 0
-        c = 0
-        for k in range(D):
-            if idx[k] == 0:
-                idx[k] = c
-                c += 1
-        ti = ti << ((D - i) * logi)
-        lastlog -= logi
-        temp = [x >> lastlog for x in tx]
-        for j in range(logi):
-            shift = (D - i - 1) * j
-            for k in range(D):
-                if idx[k] >= 0:
-                    ti = ti | ((temp[k] & (1 << j)) << (shift + idx[k]))
-    return ti
-
-
-def _brick(n: list[int], per: list[bool]) -> Connectivity:
-    """``p4est_connectivity_new_brick`` / ``p8est_connectivity_new_brick``, vectorized over trees."""
-    d = len(n)
-    C, F = _CHILDREN[d], _FACES[d]
-    K = math.prod(n)
-    logx = [(m - 1).bit_length() for m in n]
-    rankx = _brick_ranks(logx)
-    grid = np.indices(n, dtype=np.int64).reshape(d, -1)  # row-major lattice of trees: flat = x * n1 (* n2) ...
-    lin = _brick_linear([grid[a] for a in range(d)], logx, rankx)
-    order = np.argsort(lin, kind="stable")  # tree j is the lattice point order[j]
-    tid = np.empty(K, dtype=np.int64)
-    tid[order] = np.arange(K)
-    coord = grid[:, order]  # (d, K): the coordinates of each tree
-    nn = np.array(n, dtype=np.int64)
-
-    def tree_at(offsets: list[int] | np.ndarray) -> np.ndarray:
-        """Return the tree at each tree's coordinates plus ``offsets`` (wrapped), (K,)."""
-        c = [(coord[a] + int(offsets[a])) % nn[a] for a in range(d)]
-        flat = c[0]
-        for a in range(1, d):
-            flat = flat * nn[a] + c[a]
-        out: np.ndarray = tid[flat]
-        return out
-
-    ok = [(coord[a] < nn[a] - 1) | per[a] for a in range(d)]  # a corner/edge beyond the upper side along a
-    all_ok = np.logical_and.reduce(ok)
-    tc2 = np.where(all_ok, np.cumsum(all_ok) - 1, -1)
-    if d == 3:
-        emask = np.stack([ok[1] & ok[2], ok[0] & ok[2], ok[0] & ok[1]], axis=1)
-        te2 = np.where(emask, (np.cumsum(emask.ravel()) - 1).reshape(K, 3), -1)
-        num_edges = int(emask.sum())
-    num_corners = int(all_ok.sum())
-    tf = np.empty((K, F), dtype=np.int64)
-    for i in range(d):
-        for j in range(2):
-            off = [0] * d
-            off[i] = 2 * j - 1
-            tf[:, 2 * i + j] = tree_at(off)
-    if d == 3:
-        te = np.empty((K, _EDGES), dtype=np.int64)
-        for i in range(3):
-            for j in range(4):
-                off = [
-                    0 if i == 0 else 2 * (j & 1) - 1,
-                    0 if i == 1 else 2 * ((j & 1) if i == 0 else (j // 2)) - 1,
-                    0 if i == 2 else 2 * (j // 2) - 1,
-                ]
-                te[:, 4 * i + j] = tree_at(off)
-    tc = np.empty((K, C), dtype=np.int64)
-    for i in range(C):
-        tc[:, i] = tree_at([1 if (i >> a) & 1 else -1 for a in range(d)])
-    me = np.arange(K)
-    maxc = nn - 1
-    ttt = np.empty((K, F), dtype=np.int64)
-    ttf = np.empty((K, F), dtype=np.int64)
-    for i in range(d):
-        for j in range(2):
-            face = 2 * i + j
-            bound = np.zeros(K, dtype=bool) if per[i] else (coord[i] == 0) if j == 0 else (coord[i] == maxc[i])
-            ttt[:, face] = np.where(bound, me, tf[:, face])
-            ttf[:, face] = np.where(bound, face, 2 * i + (j ^ 1))
-
-    def at_boundary(axis: int, upper: int | np.ndarray) -> np.ndarray:
-        """Whether each tree's corner/edge on the ``upper`` side of ``axis`` is on a non-periodic boundary."""
-        if per[axis]:
-            return np.zeros(K, dtype=bool)
-        out: np.ndarray = np.where(upper, coord[axis] == maxc[axis], coord[axis] == 0)
-        return out
-
-    kw: dict[str, Any] = {}
-    if d == 3 and num_edges:
-        tte = np.full((K, _EDGES), -1, dtype=np.int64)
-        ett = np.zeros(4 * num_edges, dtype=np.int64)
-        ete = np.zeros(4 * num_edges, dtype=np.int64)
-        for i in range(3):
-            dir1, dir2 = (1 if i == 0 else 0), (1 if i == 2 else 2)
-            for j in range(4):
-                edge = 4 * i + j
-                bound = at_boundary(dir1, j & 1) | at_boundary(dir2, j // 2)
-                src = [te[:, edge], tf[:, 2 * dir2], tf[:, 2 * dir1], me][j]
-                tmp = te2[src, i]
-                keep = ~bound
-                tte[keep, edge] = tmp[keep]
-                ett[4 * tmp[keep] + (3 - j)] = me[keep]
-                ete[4 * tmp[keep] + (3 - j)] = edge
-        kw |= {"tree_to_edge": tte, "ett_offset": 4 * np.arange(num_edges + 1), "edge_to_tree": ett, "edge_to_edge": ete}
-    elif d == 3:
-        kw |= {"ett_offset": [0]}
-    if num_corners:
-        ttc = np.full((K, C), -1, dtype=np.int64)
-        ctt = np.zeros(C * num_corners, dtype=np.int64)
-        ctc = np.zeros(C * num_corners, dtype=np.int64)
-        if d == 2:
-            sources = [tc[:, 0], tf[:, 2], tf[:, 0], me]
-        else:
-            sources = [tc[:, 0], te[:, 0], te[:, 4], tf[:, 4], te[:, 8], tf[:, 2], tf[:, 0], me]
-        for i in range(C):
-            bound = np.logical_or.reduce([at_boundary(a, (i >> a) & 1) for a in range(d)])
-            keep = ~bound
-            tmp = tc2[sources[i]]
-            ttc[keep, i] = tmp[keep]
-            ctt[C * tmp[keep] + (C - 1 - i)] = me[keep]
-            ctc[C * tmp[keep] + (C - 1 - i)] = i
-        kw |= {"tree_to_corner": ttc, "ctt_offset": C * np.arange(num_corners + 1), "corner_to_tree": ctt, "corner_to_corner": ctc}
-    # Vertices: lattice point X is made by the tree max(X - 1, 0) at its corner (X > 0) (the first tree along the curve
-    # to reach it); numbered in the order (tree, corner) in which p4est makes them.
-    lat = np.indices([m + 1 for m in n], dtype=np.int64).reshape(d, -1)
-    maker = np.maximum(lat - 1, 0)
-    flat = maker[0]
-    for a in range(1, d):
-        flat = flat * nn[a] + maker[a]
-    corner = sum((lat[a] > 0).astype(np.int64) << a for a in range(d))
-    vkey = tid[flat] * C + corner
-    vorder = np.argsort(vkey, kind="stable")
-    vid = np.empty_like(vorder)
-    vid[vorder] = np.arange(vorder.shape[0])
-    verts = np.zeros((vorder.shape[0], 3), dtype=np.float64)
-    verts[:, :d] = lat[:, vorder].T
-    ttv = np.empty((K, C), dtype=np.int64)
-    for i in range(C):
-        p = [coord[a] + ((i >> a) & 1) for a in range(d)]
-        f = p[0]
-        for a in range(1, d):
-            f = f * (nn[a] + 1) + p[a]
-        ttv[:, i] = vid[f]
-    return Connectivity(d, verts, ttv, ttt, ttf, **kw)
-
-
-# ---------------------------------------------------------------------------- the shell geometry
-
-
-def shell_map(conn: Connectivity, tree: Any, ref: Any, R1: float, R2: float) -> np.ndarray:
-    """Place points of :meth:`Connectivity.shell` trees on the shell ``R1 <= r <= R2`` (``p8est_geometry_new_shell``).
-
-    Not collective, vectorized.  The vertex map first (``abc`` in
-    ``[-1, 1]^2 x [1, 2]``), then p8est's ``p8est_geometry_shell_X``: a
-    tangent grading of ``abc[0]``, ``abc[1]`` and radius ``R1**2 / R2 *
-    (R2 / R1)**abc[2]``, the cap chosen by ``tree // 4``.
-
-    Parameters
-    ----------
-    conn : Connectivity
-        The shell's connectivity (24 trees).
-    tree : (n,) array_like of int
-    ref : (n, 3) array_like of float
-        Reference coordinates in ``[0, 1]^3``.
-    R1, R2 : float
-        Inner and outer radius, ``0 < R1 < R2``.
-
-    Returns
-    -------
-    (n, 3) numpy.ndarray of numpy.float64
-
-    Raises
-    ------
-    ConnectivityError
-        If ``conn`` does not have 24 trees in 3D, or the radii are not ``0 < R1 < R2``.
-    """
-    if conn.dim != 3 or conn.num_trees != 24:
-        raise ConnectivityError(f"shell_map: the shell has 24 trees in 3D; this connectivity has {conn.num_trees} in {conn.dim}D")
-    if not 0 < R1 < R2:
-        raise ConnectivityError(f"shell_map: the radii must satisfy 0 < R1 < R2, not R1={R1}, R2={R2}")
-    t = np.asarray(tree, dtype=np.int64)
-    abc = conn.map_points(t, ref)
-    x = np.tan(abc[:, 0] * (np.pi / 4))
-    y = np.tan(abc[:, 1] * (np.pi / 4))
-    R = (R1 * R1 / R2) * np.power(R2 / R1, abc[:, 2])
-    q = R / np.sqrt(x * x + y * y + 1.0)
-    cap = t // 4
-    out = np.empty_like(abc)
-    # (x, y, z) per cap, as p8est_geometry_shell_X: right, bottom, left, top, back, front
-    table = {
-        0: (q, -q * x, -q * y),
-        1: (-q * y, -q * x, -q),
-        2: (-q, -q * x, q * y),
-        3: (q * y, -q * x, q),
-        4: (-q * x, q, q * y),
-        5: (q * x, -q, q * y),
-    }
-    for c, (X, Y, Z) in table.items():
-        sel = cap == c
-        out[sel, 0], out[sel, 1], out[sel, 2] = X[sel], Y[sel], Z[sel]
-    return out
-
-
-_SHELL_TREE_TO_TREE = """
-18 1 14 2 0 0 | 0 23 15 3 1 1 | 16 3 0 4 2 2 | 2 21 1 5 3 3 | 16 5 2 6 4 4 | 4 21 3 7 5 5 | 17 7 4 8 6 6
-6 20 5 9 7 7 | 17 9 6 10 8 8 | 8 20 7 11 9 9 | 19 11 8 12 10 10 | 10 22 9 13 11 11 | 19 13 10 14 12 12
-12 22 11 15 13 13 | 18 15 12 0 14 14 | 14 23 13 1 15 15 | 2 17 4 18 16 16 | 16 8 6 19 17 17 | 0 19 16 14 18 18
-18 10 17 12 19 19 | 9 21 7 22 20 20 | 20 3 5 23 21 21 | 11 23 20 13 22 22 | 22 1 21 15 23 23
-"""
-_SHELL_TREE_TO_FACE = """
-6 0 3 2 4 5 | 1 7 3 2 4 5 | 6 0 3 2 4 5 | 1 7 3 2 4 5 | 2 0 3 2 4 5 | 1 8 3 2 4 5 | 2 0 3 2 4 5 | 1 8 3 2 4 5
-1 0 3 2 4 5 | 1 0 3 2 4 5 | 1 0 3 2 4 5 | 1 0 3 2 4 5 | 9 0 3 2 4 5 | 1 3 3 2 4 5 | 9 0 3 2 4 5 | 1 3 3 2 4 5
-6 0 0 2 4 5 | 1 0 0 2 4 5 | 6 0 3 6 4 5 | 1 0 3 6 4 5 | 1 0 7 2 4 5 | 1 7 7 2 4 5 | 1 0 3 1 4 5 | 1 7 3 1 4 5
-"""
-_SHELL_TREE_TO_EDGE = """
--1 -1 -1 -1 -1 -1 -1 -1 -1 8 6 0 | -1 -1 -1 -1 -1 -1 -1 -1 8 -1 0 7 | -1 -1 -1 -1 -1 -1 -1 -1 6 0 -1 9
--1 -1 -1 -1 -1 -1 -1 -1 0 7 9 -1 | -1 -1 -1 -1 -1 -1 -1 -1 -1 9 10 1 | -1 -1 -1 -1 -1 -1 -1 -1 9 -1 1 11
--1 -1 -1 -1 -1 -1 -1 -1 10 1 -1 12 | -1 -1 -1 -1 -1 -1 -1 -1 1 11 12 -1 | -1 -1 -1 -1 -1 -1 -1 -1 -1 12 13 2
--1 -1 -1 -1 -1 -1 -1 -1 12 -1 2 14 | -1 -1 -1 -1 -1 -1 -1 -1 13 2 -1 15 | -1 -1 -1 -1 -1 -1 -1 -1 2 14 15 -1
--1 -1 -1 -1 -1 -1 -1 -1 -1 15 16 3 | -1 -1 -1 -1 -1 -1 -1 -1 15 -1 3 17 | -1 -1 -1 -1 -1 -1 -1 -1 16 3 -1 8
--1 -1 -1 -1 -1 -1 -1 -1 3 17 8 -1 | -1 -1 -1 -1 -1 -1 -1 -1 -1 10 6 4 | -1 -1 -1 -1 -1 -1 -1 -1 10 -1 4 13
--1 -1 -1 -1 -1 -1 -1 -1 6 4 -1 16 | -1 -1 -1 -1 -1 -1 -1 -1 4 13 16 -1 | -1 -1 -1 -1 -1 -1 -1 -1 -1 11 14 5
--1 -1 -1 -1 -1 -1 -1 -1 11 -1 5 7 | -1 -1 -1 -1 -1 -1 -1 -1 14 5 -1 17 | -1 -1 -1 -1 -1 -1 -1 -1 5 7 17 -1
-"""
-_SHELL_EDGE_TO_TREE = """
-0 1 2 3 | 4 5 6 7 | 8 9 10 11 | 12 13 14 15 | 16 17 18 19 | 20 21 22 23 | 0 2 16 18 | 1 3 21 23 | 0 1 14 15
-2 3 4 5 | 4 6 16 17 | 5 7 20 21 | 6 7 8 9 | 8 10 17 19 | 9 11 20 22 | 10 11 12 13 | 12 14 18 19 | 13 15 22 23
-"""
-_SHELL_EDGE_TO_EDGE = """
-11 10 9 8 | 11 10 9 8 | 11 10 9 8 | 11 10 9 8 | 11 10 9 8 | 11 10 9 8 | 10 8 10 8 | 11 9 11 9 | 9 8 11 10
-11 10 9 8 | 10 8 9 8 | 11 9 9 8 | 11 10 9 8 | 10 8 11 9 | 11 9 10 8 | 11 10 9 8 | 10 8 11 10 | 11 9 11 10
-"""
