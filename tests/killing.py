@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,16 +104,26 @@ def kill_once(
         note += inspect(directory)
 
     # The restart: a new MPI job on Q ranks restores and compares bit for bit.
-    check = subprocess.run(
+    restart = subprocess.Popen(
         job(Q, directory, "--check-restore", "--every", str(every), "--level", str(level)),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
     )
-    said = [line.split() for line in check.stdout.splitlines() if line.startswith("RESTORED")]
+    try:
+        stdout, stderr = restart.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        # A hang is a finding, not a crash of the campaign: say where every rank waits, keep the directory, go on.
+        kept = Path(tempfile.mkdtemp(prefix="amrckpt-hang-"))
+        shutil.copytree(directory, kept / directory.name, symlinks=True)
+        stacks = _stacks(_matching(str(directory)))
+        kill_tree(restart.pid, str(directory))
+        stdout, stderr = restart.communicate()
+        stderr += f"\nTIMEOUT after 300 s; the directory is kept as {kept}; where the ranks wait:\n{stacks}"
+    said = [line.split() for line in stdout.splitlines() if line.startswith("RESTORED")]
     restored: int | None = None
-    if check.returncode != 0 or len(said) != 1:
-        note += f"the restart on {Q} ranks failed: {check.stderr[-1000:]}; "
+    if restart.returncode != 0 or len(said) != 1:
+        note += f"the restart on {Q} ranks failed: {stderr[-3000:]}; "
     elif said[0][1] != "none":
         restored = int(said[0][1])
         if said[0][2] != "equal":
@@ -122,6 +133,18 @@ def kill_once(
     if restored is not None and restored % every:
         note += f"restored step {restored} is not a checkpoint step; "
     return Trial(P, Q, delay, last, restored, len(files), not note, note, mid_save)
+
+
+def _stacks(pids: list[int]) -> str:
+    """Python stacks of the processes ``pids`` (py-spy dump, where installed), for a report of a hang."""
+    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if spy is None:
+        return "(py-spy is not installed: no stacks)"
+    out = []
+    for pid in pids:
+        got = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60, check=False)
+        out.append(got.stdout[-2500:] or got.stderr[-300:])
+    return "\n".join(out)
 
 
 def _children() -> dict[int, list[int]]:
