@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Issue 18's comparisons in one run: end-to-end save/load against raw MPI-IO, chunked compression against h5py.
+"""End-to-end comparisons in one run: save/load against raw MPI-IO, chunked compression against h5py.
 
 Run::
 
-    mpiexec -n 1 python -m mpi4py benchmarks/bench_issue18.py --json benchmarks/results/issue18-P1.json
-    mpiexec -n 2 python -m mpi4py benchmarks/bench_issue18.py --json benchmarks/results/issue18-P2.json
-    python benchmarks/bench_issue18.py --quick
+    mpiexec -n 1 python -m mpi4py benchmarks/bench_end_to_end.py --json benchmarks/results/end-to-end-P1.json
+    mpiexec -n 2 python -m mpi4py benchmarks/bench_end_to_end.py --json benchmarks/results/end-to-end-P2.json
+    python benchmarks/bench_end_to_end.py --quick
 
 1. **End to end.**  A 3D forest of ``--leaves`` leaves (one tree, uniform),
    a float64 field, a 3-vector float64 field and an hp field of 1, 4 or 9
@@ -51,7 +51,7 @@ from amrckpt import sfc
 from amrckpt.container._chunks import DEFAULT_CHUNK, deflate_name, threads
 
 
-class Hp(ac.CheckpointSchema, name="issue18", version=1):
+class Hp(ac.CheckpointSchema, name="end-to-end", version=1):
     """Mesh, a float64 field, a 3-vector float64 field and an hp field of 1, 4 or 9 float64 per leaf."""
 
     step: int = ac.Inline()
@@ -61,7 +61,7 @@ class Hp(ac.CheckpointSchema, name="issue18", version=1):
     modes: ac.HpData = ac.HpCells("<f8")
 
 
-class NoHp(ac.CheckpointSchema, name="issue18-nohp", version=1):
+class NoHp(ac.CheckpointSchema, name="end-to-end-nohp", version=1):
     """The same without the hp field."""
 
     step: int = ac.Inline()
@@ -123,7 +123,7 @@ def end_to_end(a: argparse.Namespace, which: str) -> dict[str, Any]:
     pieces, total = raw_pieces(arrays)
     d = Path(a.dir)
     tag = comm.bcast(os.getpid() if rank == 0 else None)
-    paths = {k: str(d / f"amrckpt-issue18-{which}-{k}-{tag}") for k in ("amrckpt", "raw")}
+    paths = {k: str(d / f"amrckpt-end-to-end-{which}-{k}-{tag}") for k in ("amrckpt", "raw")}
 
     def raw_write(truncate: bool) -> None:
         mode = MPI.MODE_WRONLY | MPI.MODE_CREATE
@@ -200,7 +200,7 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
         p: ac.CellData = ac.Array("<f8", compress=True, level=1)
 
     d = Path(a.dir)
-    paths = {k: str(d / f"amrckpt-issue18-comp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "perelem")}
+    paths = {k: str(d / f"amrckpt-end-to-end-comp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "perelem")}
     st = Chunked(**f)
 
     def h5_write() -> None:
@@ -263,15 +263,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK)
     ap.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else "/tmp")
-    ap.add_argument("--json", default=None, help="output (default bench-results/issue18-P<P>.json)")
+    ap.add_argument("--json", default=None, help="output (default bench-results/end-to-end-P<P>.json)")
     ap.add_argument("--memory", choices=["warm", "fresh"], default="warm", help="reuse freed pages (see _warm.py) or not")
     ap.add_argument("--skip", nargs="*", default=[], choices=["hp", "nohp", "compression"])
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     if a.quick:
         a.leaves, a.reps = 32_768, 2
-    say(f"issue 18 benchmark: P={P}, {a.leaves} leaves, {a.reps} repetitions, in {a.dir}, load {os.getloadavg()[0]:.2f}")
-    result: dict[str, Any] = {"benchmark": "issue18", "P": P, "reps": a.reps, "load_before": os.getloadavg()}
+    say(f"end-to-end benchmark: P={P}, {a.leaves} leaves, {a.reps} repetitions, in {a.dir}, load {os.getloadavg()[0]:.2f}")
+    result: dict[str, Any] = {"benchmark": "end-to-end", "P": P, "reps": a.reps, "load_before": os.getloadavg()}
     for which in ("hp", "nohp"):
         if which in a.skip:
             continue
@@ -303,7 +303,7 @@ def main() -> None:
             say(f"  read  MiB/s amrckpt {rd['amrckpt']:.0f} h5py {rd['h5py']:.0f} ratio {c['read_ratio']:.2f}")
             say(f"  bytes {c['file_bytes']}  per-element save {c['per_element_write_s']:.2f} s")
     result["load_after"] = os.getloadavg()
-    write_json(a.json, f"bench-results/issue18-P{P}.json", result)
+    write_json(a.json, f"bench-results/end-to-end-P{P}.json", result)
 
 
 if __name__ == "__main__":
