@@ -210,6 +210,15 @@ class ReadPlan:
         """The prefix-sum steps planned, in order."""
         return self._scans
 
+    def release(self) -> None:
+        """Drop the prefix-sum steps once run: their closures refer to the plan and to the buffers they filled.
+
+        Without this the plan and its steps form a reference cycle that
+        keeps every array read alive until Python's cyclic collector runs
+        (a second load would allocate fresh pages beside the first's).
+        """
+        self._scans = []
+
     def terms(self) -> list[tuple[_Covered, int]]:
         """Return this rank's CRC32 term of every covered section, in file order (0 where it cannot be computed)."""
         out = []
@@ -306,6 +315,7 @@ class GatheredExecutor:
             words = np.array([t for _, t in terms] + [failed], dtype=np.uint32)
             *got, someone = (int(v) for v in self._call().allreduce_array(words, "bxor"))
             plan.compare(got, bool(someone))
+        plan.release()
 
     def _phase(self, plan: ReadPlan) -> None:
         """One collective read of the pieces planned so far."""
@@ -432,6 +442,7 @@ class LocalExecutor:
             self._phase(plan)
         if plan.verify and not plan.failed_read:
             plan.compare([t for _, t in plan.terms()], False)
+        plan.release()
 
     def _phase(self, plan: ReadPlan) -> None:
         pieces = plan.take_pieces()

@@ -243,3 +243,24 @@ def test_file_operations_per_save_and_per_load(tmp_path: Path, P: int) -> None:
     for saved, loaded in run_threads(P, body):
         assert saved == Counter({"open": 1, "write_gathered": 1, "close": 1})
         assert loaded == Counter({"open": 1, "read_gathered": 2, "close": 1})
+
+
+def test_a_loaded_state_is_freed_when_dropped_without_the_cyclic_collector(tmp_path: Path) -> None:
+    """The read plan's prefix-sum steps are released after the run: no reference cycle keeps the arrays read alive."""
+    import gc
+    import weakref
+
+    from checkpoint_cases import Advection, global_state
+
+    path = tmp_path / "free.scda"
+    G = global_state()
+    ac.save(G.local(0, G.N), path)
+    gc.collect()
+    gc.disable()
+    try:
+        st = ac.load(path, Advection).state
+        refs = [weakref.ref(st.rho), weakref.ref(st.modes.values), weakref.ref(st.mesh.x)]
+        del st
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()
