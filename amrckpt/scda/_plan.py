@@ -261,6 +261,12 @@ class PlanExecutor(Protocol):
         ...
 
 
+_AGREE_CALLS_NBYTES = 64 << 20
+"""Plans covering at least this many bytes agree on their calls (one allreduce per read), so that large pieces
+move by contiguous calls of their own (:data:`amrckpt.scda._backend.CONTIGUOUS_NBYTES`); smaller plans read in
+one call through a file view, with no exchange."""
+
+
 class GatheredExecutor:
     """Runs read plans on every rank of a communicator: two collective reads around one exscan, one CRC32 allreduce.
 
@@ -322,13 +328,16 @@ class GatheredExecutor:
         pieces = plan.take_pieces()
         if self._backend is None:
             return  # nothing covered: nothing planned on any rank
-        nrounds = 1
-        if plan.nbytes > _backend.MAX_CALL_NBYTES:  # more than one call may be needed: the largest rank decides
-            mine = np.array([sum(b.nbytes for _, b in pieces)], dtype=np.int64)
-            most = int(self._call().allreduce_array(mine, "max")[0])
-            nrounds = max(1, -(-most // _backend.MAX_CALL_NBYTES))
+        nrounds, ncontig = 1, 0
+        if plan.nbytes >= _AGREE_CALLS_NBYTES:  # large: the largest rank decides the calls (plan.nbytes is the same on every rank)
+            mine = np.array([sum(b.nbytes for _, b in pieces), _backend.contiguous_calls(pieces)], dtype=np.int64)
+            most = self._call().allreduce_array(mine, "max")
+            nrounds, ncontig = max(1, -(-int(most[0]) // _backend.MAX_CALL_NBYTES)), int(most[1])
         try:
-            self._backend.read_gathered(pieces, nrounds)
+            if ncontig:
+                self._backend.read_gathered(pieces, nrounds, ncontig)
+            else:
+                self._backend.read_gathered(pieces, nrounds)
         except Exception as exc:  # noqa: BLE001 - agreed on by the caller
             plan.read_failed(exc)
             return

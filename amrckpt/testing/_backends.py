@@ -46,17 +46,17 @@ class WrapperBackend:
         """As :meth:`amrckpt.scda.Backend.write`. Collective."""
         self.wrapped.write(pieces, bulk, max_bulk_nbytes)
 
-    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """As :meth:`amrckpt.scda.Backend.write_gathered`. Collective."""
-        self.wrapped.write_gathered(pieces, nrounds)
+        self.wrapped.write_gathered(pieces, nrounds, ncontiguous)
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """As :meth:`amrckpt.scda.Backend.read`. Collective."""
         self.wrapped.read(pieces, bulk, max_bulk_nbytes)
 
-    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """As :meth:`amrckpt.scda.Backend.read_gathered`. Collective."""
-        self.wrapped.read_gathered(pieces, nrounds)
+        self.wrapped.read_gathered(pieces, nrounds, ncontiguous)
 
     def file_size(self) -> int:
         """As :meth:`amrckpt.scda.Backend.file_size`. Collective, agreeing."""
@@ -104,20 +104,20 @@ class CountingBackend(WrapperBackend):
         self.counts["write"] += 1
         super().write(pieces, bulk, max_bulk_nbytes)
 
-    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Count, then write. Collective."""
         self.counts["write_gathered"] += 1
-        super().write_gathered(pieces, nrounds)
+        super().write_gathered(pieces, nrounds, ncontiguous)
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Count, then read. Collective."""
         self.counts["read"] += 1
         super().read(pieces, bulk, max_bulk_nbytes)
 
-    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Count, then read. Collective."""
         self.counts["read_gathered"] += 1
-        super().read_gathered(pieces, nrounds)
+        super().read_gathered(pieces, nrounds, ncontiguous)
 
     def file_size(self) -> int:
         """Count, then get the size. Collective, agreeing."""
@@ -182,9 +182,9 @@ class FaultyBackend(WrapperBackend):
             lambda f: self.wrapped.write([], None, max_bulk_nbytes) if f else self.wrapped.write(pieces, bulk, max_bulk_nbytes),
         )
 
-    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Fail instead of writing (joining the collective calls with nothing), or write."""
-        self._move("write", lambda f: self.wrapped.write_gathered([] if f else pieces, nrounds))
+        self._move("write", lambda f: self.wrapped.write_gathered([] if f else pieces, nrounds, ncontiguous))
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fail instead of reading (joining the collective calls with nothing), or read."""
@@ -193,9 +193,9 @@ class FaultyBackend(WrapperBackend):
             lambda f: self.wrapped.read([], None, max_bulk_nbytes) if f else self.wrapped.read(pieces, bulk, max_bulk_nbytes),
         )
 
-    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Fail instead of reading (joining the collective calls with nothing), or read."""
-        self._move("read", lambda f: self.wrapped.read_gathered([] if f else pieces, nrounds))
+        self._move("read", lambda f: self.wrapped.read_gathered([] if f else pieces, nrounds, ncontiguous))
 
     def _move(self, kind: str, move: Callable[[bool], None]) -> None:
         fault = self._due(kind)
