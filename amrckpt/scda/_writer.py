@@ -361,7 +361,7 @@ class ScdaWriter:
         assert self._backend is not None
         chunk = _crc.CHUNK_NBYTES
         err: ScdaError | None = None
-        futures = [cur.add_later(list(pieces))] if pieces else []
+        futures = [f for f in [cur.add_later(list(pieces))] if f is not None] if pieces else []
         try:
             self._backend.write(pieces, None, 0)
         except ScdaError as exc:
@@ -375,7 +375,9 @@ class ScdaWriter:
                 err = err or exc
                 continue
             if part is not None:
-                futures.append(cur.add_later([part]))
+                fut = cur.add_later([part])
+                if fut is not None:
+                    futures.append(fut)
         for f in futures:
             f.result()  # the caller's buffers are free again
         return err
