@@ -31,6 +31,10 @@ _POOL: ThreadPoolExecutor | None = None
 #: each round while the next one moves, on bytes still in the cache (the L3 of a server core holds several).
 CHUNK_NBYTES = 16 << 20
 
+#: Below this many bytes, :meth:`SectionCrc.add_later` CRCs at once: zlib-ng CRCs 64 KiB in a few
+#: microseconds, about what a hand-over to the helper thread and back costs on an idle core.
+INLINE_NBYTES = 64 << 10
+
 
 def pool() -> ThreadPoolExecutor:
     """Return the helper thread that CRCs bytes while the caller moves more bytes (zlib-ng releases the GIL)."""
@@ -86,8 +90,16 @@ class SectionCrc:
         for offset, data in pieces:
             self.add(offset, data)
 
-    def add_later(self, pieces: list[tuple[int, Any]]) -> Future[None]:
-        """CRC pieces in the helper thread (the buffers must stay unchanged until :meth:`wait`)."""
+    def add_later(self, pieces: list[tuple[int, Any]]) -> Future[None] | None:
+        """CRC pieces in the helper thread (the buffers must stay unchanged until :meth:`wait`).
+
+        Pieces of fewer than :data:`INLINE_NBYTES` bytes in all are CRC'd
+        here and now (None is returned): handing them to the thread costs
+        more than the CRC, most of all with more ranks than cores.
+        """
+        if sum(memoryview(d).nbytes for _, d in pieces) < INLINE_NBYTES:
+            self.add_all(pieces)
+            return None
         fut = pool().submit(self.add_all, pieces)
         self.futures.append(fut)
         return fut

@@ -39,6 +39,8 @@ def load(results: Path) -> dict[str, dict[int, Result]]:
         m = re.fullmatch(r"(.+)-P(\d+)", f.stem)
         if m:
             out.setdefault(m.group(1), {})[int(m.group(2))] = json.loads(f.read_text())
+        elif f.stem.startswith("export-"):  # serial, no process count in the name
+            out.setdefault(f.stem, {})[0] = json.loads(f.read_text())
     return out
 
 
@@ -403,41 +405,50 @@ def f_peers(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     return ["perf-peers.png"]
 
 
-def f_issue18(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
-    """Issue 18's measured ratios against their targets, one bar each (higher is better; the fraction inverted)."""
-    bars: list[tuple[str, float, float]] = []  # (label, measured, target)
-    for P, r in sorted(d.get("issue18", {}).items()):
-        for which in ("hp", "nohp"):
-            for op in ("save new", "save warm", "load"):
-                if which in r:
-                    bars.append((f"{op}, {which}, P={P}", r[which][op]["ratio"], 0.85))
-    for name in ("issue18", "issue18-compression-rerun"):
-        c = d.get(name, {}).get(1, {}).get("compression")
-        if c:
-            tag = "" if name == "issue18" else " (rerun)"
-            bars += [(f"chunks write / h5py{tag}", c["write_ratio"], 2.0), (f"chunks read / h5py{tag}", c["read_ratio"], 2.0)]
-    for name in ("issue18-kernels", "issue18-kernels-rerun"):
-        k = d.get(name, {}).get(1)
-        tag = "" if name == "issue18-kernels" else " (rerun)"
-        for x in k["compression"] if k else []:
-            if x["elem_size"] == 4096:
-                bars.append((f"4 KiB elements, level {x['level']} / loop{tag}", x["ratio_vs_loop_by_rank"][0], 1.5))
+def _round_rows(d: dict[str, dict[int, Result]]) -> list[tuple[str, float, float, bool]]:
+    """The ratios of the end-to-end benchmarks: (label, measured, target, higher is better)."""
+    rows: list[tuple[str, float, float, bool]] = []
+    for P, r in sorted(d.get("end-to-end", {}).items()):
+        for op in ("save new", "save warm", "load"):
+            if "hp" in r:
+                rows.append((f"{op}, 2.1 M leaves, P = {P}", r["hp"][op]["ratio"], 0.90, True))
+    for P, r in sorted(d.get("end-to-end-small", {}).items()):
+        for op in ("save new", "save warm", "load"):
+            if "hp" in r:
+                rows.append((f"{op}, {r['hp']['leaves']} leaves, P = {P}", r["hp"][op]["ratio"], 1 / 3, True))
+    c = d.get("end-to-end", {}).get(1, {}).get("compression")
+    if c:
+        rows += [
+            ("compress=True write / h5py", c["write_ratio"], 2.0, True),
+            ("compress=True read / h5py", c["read_ratio"], 2.0, True),
+            ("compress=True file / h5py file", c["file_bytes"]["amrckpt"] / c["file_bytes"]["h5py"], 1.0, False),
+        ]
+    e = d.get("export-2d", {}).get(0)
+    if e:
+        rows.append(("export / load (2D, 2^20 leaves)", e["ratio_export_over_load"], 1.5, False))
+    return rows
+
+
+def f_end_to_end(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
+    """The end-to-end ratios against their targets, one bar each (measured / target, inverted where lower is better)."""
+    bars = _round_rows(d)
     if not bars:
         return []
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(bars) + 1.2))
     ys = range(len(bars))
-    ok = [m >= t for _, m, t in bars]
-    ax.barh(list(ys), [m / t for _, m, t in bars], color=["tab:green" if o else "tab:orange" for o in ok])
+    score = [m / t if up else t / m for _, m, t, up in bars]
+    ax.barh(list(ys), score, color=["tab:green" if x >= 1 else "tab:orange" for x in score])
     ax.axvline(1.0, color="k", lw=1)
-    ax.set_yticks(list(ys), [f"{lab}: {m:.2f} (target {t:g})" for lab, m, t in bars], fontsize=8)
+    labels = [f"{lab}: {m:.2f} (target {'>=' if up else '<='} {t:.2g})" for lab, m, t, up in bars]
+    ax.set_yticks(list(ys), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("measured / target (>= 1: met)")
-    ax.set_title("issue 18: ratios against their targets (shared 2-core machine)")
+    ax.set_title("end to end: ratios against their targets (shared 2-core machine)")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(img / "perf-issue18.png", dpi=90)
+    fig.savefig(img / "perf-end-to-end.png", dpi=90)
     plt.close(fig)
-    return ["perf-issue18.png"]
+    return ["perf-end-to-end.png"]
 
 
 def f_scaling(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
@@ -502,111 +513,84 @@ def f_scaling(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     return ["perf-scaling.png"]
 
 
-def t_issue18(d: dict[str, dict[int, Result]]) -> str:
-    """Issue 18's targets, each with its measured ratio (bench_issue18.py, bench_scda.py kernels, bench_manager.py)."""
-    rows: list[list[Any]] = []
-    for P, r in sorted(d.get("issue18", {}).items()):
-        for which, label in (("hp", "with hp (1/4/9 values)"), ("nohp", "without hp")):
-            if which not in r:
+def t_end_to_end(d: dict[str, dict[int, Result]]) -> str:
+    """The end-to-end targets, each with its measured ratio and the run it comes from."""
+    out = []
+    runs = []
+    for name in ("end-to-end", "end-to-end-small"):
+        for P, r in sorted(d.get(name, {}).items()):
+            m = r.get("machine", {})
+            runs.append(
+                [
+                    f"`{name}-P{P}.json`",
+                    m.get("date", "-"),
+                    m.get("git", "-") + (" + uncommitted amrckpt/" if m.get("amrckpt_uncommitted_changes") else ""),
+                    f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f}",
+                    r.get("reps", "-"),
+                ]
+            )
+    e = d.get("export-2d", {}).get(0)
+    if e:
+        m = e.get("machine", {})
+        runs.append(
+            [
+                "`export-2d.json`",
+                m.get("date", "-"),
+                m.get("git", "-") + (" + uncommitted amrckpt/" if m.get("amrckpt_uncommitted_changes") else ""),
+                f"- / {m['load_avg_1min']:.1f}" if "load_avg_1min" in m else "-",
+                e.get("reps", "-"),
+            ]
+        )
+    if runs:
+        out.append(table(["result", "measured", "commit", "load average (1 min) before / after", "reps"], runs))
+    rows = [
+        [lab, f"**{m:.2f}**", f"{'>=' if up else '<='} {t:.2g}", mark(m >= t if up else m <= t)] for lab, m, t, up in _round_rows(d)
+    ]
+    if rows:
+        out.append(table(["ratio (in the same run, of medians)", "measured", "target", ""], rows))
+    detail = []
+    for name in ("end-to-end", "end-to-end-small"):
+        for P, r in sorted(d.get(name, {}).items()):
+            x = r.get("hp")
+            if not x:
                 continue
-            x = r[which]
             for op in ("save new", "save warm", "load"):
                 o = x[op]
-                rows.append(
+                detail.append(
                     [
-                        f"{op}, {label}, P = {P}",
-                        f"{o['amrckpt_s']['median']:.3f} s ({o['amrckpt_mib_s']:.0f} MiB/s)",
-                        f"{o['raw_s']['median']:.3f} s ({o['raw_mib_s']:.0f} MiB/s)",
-                        f"**{o['ratio']:.2f}**",
-                        ">= 0.85",
-                        mark(o["ratio"] >= 0.85),
+                        f"{op}, {x['leaves']} leaves, P = {P}",
+                        f"{o['amrckpt_s']['median']:.4f} s ({o['amrckpt_mib_s']:.0f} MiB/s)",
+                        f"{o['raw_s']['median']:.4f} s ({o['raw_mib_s']:.0f} MiB/s)",
+                        f"{o['ratio']:.2f}",
                     ]
                 )
-    head = ["end to end (tmpfs, 2.1 M leaves 3D)", "amrckpt", "raw MPI-IO, same payload", "ratio", "target", ""]
-    out = []
-    h = d.get("issue18-hplayout", {}).get(1)
-    if h:
-        m, fb = h["median_s"], h["file_bytes"]
+    if detail:
+        out.append(table(["case (payload in the file)", "amrckpt", "raw MPI-IO, same bytes", "ratio"], detail))
+    c = d.get("end-to-end", {}).get(1, {}).get("compression")
+    if c:
+        fr, wm, rm = c["file_ratio"], c["write_mib_s"], c["read_mib_s"]
         out.append(
-            f"The hp field alone ({h['leaves']} leaves, {h['values']} float64; scda layer, P = 1, bench_hp_layout.py), "
-            "in its former layout (one V section) and in layout `counts`:\n\n"
+            f"Compression, P = 1: a 3D mesh and two smooth float64 cell fields, {c['leaves']} leaves "
+            f"({c['uncompressed_bytes'] / 2**20:.1f} MiB), `compress=True` (chunks of {c['chunk']} leaves, {c['deflate']}, "
+            f"{c['threads']} threads) against h5py {c['h5py']} / HDF5 {c['hdf5']} shuffle+gzip(1) of the same arrays in chunks "
+            "of the same size:\n\n"
             + table(
-                ["hp layout", "write s", "read s", "file MB"],
+                ["", "amrckpt", "h5py", "ratio"],
                 [
-                    ["V: a 32-byte size entry per leaf", f"{m['write V']:.3f}", f"{m['read V']:.3f}", f"{fb['V'] / 1e6:.1f}"],
-                    ["counts (u1) + values", f"{m['write counts']:.3f}", f"{m['read counts']:.3f}", f"{fb['counts'] / 1e6:.1f}"],
-                    ["ratio", f"**{h['write_ratio']:.2f}**", f"**{h['read_ratio']:.2f}**", f"**{fb['V'] / fb['counts']:.2f}**"],
+                    ["write MiB/s", f"{wm['amrckpt']:.0f}", f"{wm['h5py']:.0f}", f"{c['write_ratio']:.2f}"],
+                    ["read MiB/s", f"{rm['amrckpt']:.0f}", f"{rm['h5py']:.0f}", f"{c['read_ratio']:.2f}"],
+                    ["file / uncompressed", f"{fr['amrckpt']:.3f}", f"{fr['h5py']:.3f}", f"{fr['amrckpt'] / fr['h5py']:.2f}"],
+                    ['`compress="element"` file / uncompressed', f"{fr['element']:.3f}", "-", "-"],
                 ],
             )
         )
-    if rows:
-        loads = ", ".join(
-            f"P = {P}: {r['load_before'][0]:.1f} to {r['load_after'][0]:.1f}" for P, r in sorted(d["issue18"].items())
-        )
-        out.append(f"End to end (load average of the 2-core machine, 1 min, before and after: {loads}):\n\n" + table(head, rows))
-    for c, run in (
-        (d.get("issue18", {}).get(1, {}).get("compression"), "the run above"),
-        (d.get("issue18-compression-rerun", {}).get(1, {}).get("compression"), "a rerun"),
-    ):
-        if not c:
-            continue
-        fb = c["file_bytes"]
-        crow = [
-            [
-                "write",
-                f"{c['write_mib_s']['amrckpt']:.0f}",
-                f"{c['write_mib_s']['h5py']:.0f}",
-                f"**{c['write_ratio']:.2f}**",
-                ">= 2",
-            ],
-            ["read", f"{c['read_mib_s']['amrckpt']:.0f}", f"{c['read_mib_s']['h5py']:.0f}", f"**{c['read_ratio']:.2f}**", ">= 2"],
-            ["file MB", f"{fb['amrckpt'] / 1e6:.2f}", f"{fb['h5py'] / 1e6:.2f}", f"**{fb['amrckpt'] / fb['h5py']:.3f}**", "<= 1"],
-        ]
-        for rw in crow:
-            ok = float(rw[3].strip("*")) <= 1 if rw[4] == "<= 1" else float(rw[3].strip("*")) >= 2
-            rw.append(mark(ok))
+    if e:
         out.append(
-            f"Compressed smooth float64, {run} ({c['uncompressed_bytes'] / 2**20:.0f} MiB, chunks of {c['chunk']} values, "
-            f"{c['deflate']}, {c['threads']} threads; h5py {c['h5py']} / HDF5 {c['hdf5']} shuffle+gzip(1), the same chunks; "
-            f"per-element `compress=True`: {fb['perelem'] / 1e6:.0f} MB in {c['per_element_write_s']:.0f} s):\n\n"
-            + table(["P = 1", "amrckpt chunks MiB/s", "h5py MiB/s", "ratio", "target", ""], crow)
+            f"Export, serial: {e['leaves']} leaves (2D), checkpoint {e['checkpoint_nbytes'] / 2**20:.0f} MiB, VTKHDF "
+            f"{e['vtkhdf_nbytes'] / 2**20:.0f} MiB; load {e['median_s']['load']:.3f} s, export {e['median_s']['export']:.3f} s "
+            f"(medians of {e['reps']})."
         )
-    for k, run in ((d.get("issue18-kernels", {}).get(1), "the run above"), (d.get("issue18-kernels-rerun", {}).get(1), "a rerun")):
-        if not k:
-            continue
-        krow = [
-            [
-                f"{x['elements']} x {x['elem_size']} B, level {x['level']}",
-                f"{x['encode_per_s_by_rank'][0] / 1e3:.1f}",
-                f"{x['python_loop_per_s_by_rank'][0] / 1e3:.1f}",
-                f"**{x['ratio_vs_loop_by_rank'][0]:.2f}**",
-                f"{x['bound_vs_loop_by_rank'][0]:.2f}",
-                ">= 1.5" if x["elem_size"] == 4096 else "-",
-                mark(x["ratio_vs_loop_by_rank"][0] >= 1.5) if x["elem_size"] == 4096 else "",
-            ]
-            for x in k["compression"]
-        ]
-        out.append(
-            f"Per-element compression (scda paper section 3) against a plain Python loop over zlib-ng ({run}, P = 1; "
-            "bound: the zlib calls alone against the loop):\n\n"
-            + table(["elements", "ours k/s", "loop k/s", "ratio", "bound", "target", ""], krow)
-        )
-    m = d.get("issue18-manager", {}).get(1)
-    if m:
-        rt = m["ratios"]
-        f = rt["background blocked / blocking save (means)"]
-        f2 = rt["background blocked incl. end-of-run wait / blocking save"]
-        out.append(
-            table(
-                ["background save, new files, P = 1", "fraction of a blocking save", "target", ""],
-                [
-                    ["step blocked by save() (means)", f"**{f:.3f}**", "<= 0.10", mark(f <= 0.10)],
-                    ["including the end-of-run wait", f"{f2:.3f}", "-", ""],
-                    ["steady (from the 5th save of a run)", f"{rt['steady: background blocked / blocking save']:.3f}", "-", ""],
-                ],
-            )
-        )
-    return "\n\n".join(out) if out else "(no issue-18 results)"
+    return "\n\n".join(out) if out else "(no end-to-end results)"
 
 
 def replace(doc: str, name: str, body: str) -> str:
@@ -627,7 +611,7 @@ def main() -> None:
     img = Path(a.img)
     img.mkdir(parents=True, exist_ok=True)
     plt.rcParams.update({"svg.hashsalt": "amrckpt", "figure.max_open_warning": 0})
-    figs = f_scda(d, img) + f_peers(d, img) + f_scaling(d, img) + f_issue18(d, img)
+    figs = f_scda(d, img) + f_peers(d, img) + f_scaling(d, img) + f_end_to_end(d, img)
     doc = Path(a.doc).read_text()
     tables = {
         "runs": t_runs(d),
@@ -645,7 +629,7 @@ def main() -> None:
         "schema": t_schema(d),
         "manager": t_manager(d),
         "scaling": t_scaling(d),
-        "issue18": t_issue18(d),
+        "end-to-end": t_end_to_end(d),
     }
     for name, body in tables.items():
         doc = replace(doc, name, body)

@@ -25,6 +25,7 @@ gsd's split of its file layer (``gsd.fl``) from its schema layer
 
 from __future__ import annotations
 
+from ._chunks import DEFAULT_CHUNK
 from ._convention import (
     CONNECTIVITY_FORMAT_VERSION,
     FOOTER_NBYTES,
@@ -71,6 +72,7 @@ from ._writer import (
 
 __all__ = [
     "CONNECTIVITY_FORMAT_VERSION",
+    "DEFAULT_CHUNK",
     "FOOTER_NBYTES",
     "FOOTER_USER_STRING",
     "FORMAT_VERSION",

@@ -388,8 +388,9 @@ class CellsHandler(ArrayHandler):
 class MeshHandler(ArrayHandler):
     """The leaves of a forest: packed records (:func:`amrckpt.sfc.mesh_record_dtype`: tree, coordinates, level), one per leaf.
 
-    One ``A`` section, or compressed by the scda paper's convention; a
-    :class:`MeshSpec` in the manifest says the dimension, the curve and the
+    One ``A`` section, shuffled and deflated chunks of records (layout
+    ``chunks``, one ``V`` section), or compressed by the scda paper's
+    per-element convention; a :class:`MeshSpec` in the manifest says the dimension, the curve and the
     geometry.
     """
 
@@ -399,7 +400,11 @@ class MeshHandler(ArrayHandler):
     reads_as = "records"
 
     def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
-        return FieldHandler.describe(self, decl)
+        out = FieldHandler.describe(self, decl)
+        K = decl.get("chunks")
+        if K is not None:
+            out = out.model_copy(update={"layout": "chunks", "chunk": K, "compressed": False})
+        return out
 
     def mesh_spec(self, name: str, dim: int, num_trees: int, curve: str, maxlevel: int, num_leaves: int, geometry: Any) -> MeshSpec:
         """Return the mesh's manifest entry: its record (the packed leaves' fields), leaf count and geometry."""
@@ -418,7 +423,11 @@ class MeshHandler(ArrayHandler):
         )
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
-        FieldHandler.check_spec(self, fs, manifest, path)
+        if fs.layout == "chunks":
+            if fs.section != "V" or fs.chunk is None or fs.compressed or any(d < 0 for d in fs.shape):
+                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
+        else:
+            FieldHandler.check_spec(self, fs, manifest, path)
         ms = manifest.mesh_of(fs)
         if ms is None:
             raise CheckpointError(f"{path!r}: field {fs.name!r} is a mesh, but the manifest describes no such mesh")

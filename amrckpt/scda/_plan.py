@@ -210,6 +210,15 @@ class ReadPlan:
         """The prefix-sum steps planned, in order."""
         return self._scans
 
+    def release(self) -> None:
+        """Drop the prefix-sum steps once run: their closures refer to the plan and to the buffers they filled.
+
+        Without this the plan and its steps form a reference cycle that
+        keeps every array read alive until Python's cyclic collector runs
+        (a second load would allocate fresh pages beside the first's).
+        """
+        self._scans = []
+
     def terms(self) -> list[tuple[_Covered, int]]:
         """Return this rank's CRC32 term of every covered section, in file order (0 where it cannot be computed)."""
         out = []
@@ -250,6 +259,12 @@ class PlanExecutor(Protocol):
     def close(self) -> None:
         """Close the file if it was opened (collective for a collective executor)."""
         ...
+
+
+_AGREE_CALLS_NBYTES = 64 << 20
+"""Plans covering at least this many bytes agree on their calls (one allreduce per read), so that large pieces
+move by contiguous calls of their own (:data:`amrckpt.scda._backend.CONTIGUOUS_NBYTES`); smaller plans read in
+one call through a file view, with no exchange."""
 
 
 class GatheredExecutor:
@@ -306,19 +321,23 @@ class GatheredExecutor:
             words = np.array([t for _, t in terms] + [failed], dtype=np.uint32)
             *got, someone = (int(v) for v in self._call().allreduce_array(words, "bxor"))
             plan.compare(got, bool(someone))
+        plan.release()
 
     def _phase(self, plan: ReadPlan) -> None:
         """One collective read of the pieces planned so far."""
         pieces = plan.take_pieces()
         if self._backend is None:
             return  # nothing covered: nothing planned on any rank
-        nrounds = 1
-        if plan.nbytes > _backend.MAX_CALL_NBYTES:  # more than one call may be needed: the largest rank decides
-            mine = np.array([sum(b.nbytes for _, b in pieces)], dtype=np.int64)
-            most = int(self._call().allreduce_array(mine, "max")[0])
-            nrounds = max(1, -(-most // _backend.MAX_CALL_NBYTES))
+        nrounds, ncontig = 1, 0
+        if plan.nbytes >= _AGREE_CALLS_NBYTES:  # large: the largest rank decides the calls (plan.nbytes is the same on every rank)
+            mine = np.array([sum(b.nbytes for _, b in pieces), _backend.contiguous_calls(pieces)], dtype=np.int64)
+            most = self._call().allreduce_array(mine, "max")
+            nrounds, ncontig = max(1, -(-int(most[0]) // _backend.MAX_CALL_NBYTES)), int(most[1])
         try:
-            self._backend.read_gathered(pieces, nrounds)
+            if ncontig:
+                self._backend.read_gathered(pieces, nrounds, ncontig)
+            else:
+                self._backend.read_gathered(pieces, nrounds)
         except Exception as exc:  # noqa: BLE001 - agreed on by the caller
             plan.read_failed(exc)
             return
@@ -432,6 +451,7 @@ class LocalExecutor:
             self._phase(plan)
         if plan.verify and not plan.failed_read:
             plan.compare([t for _, t in plan.terms()], False)
+        plan.release()
 
     def _phase(self, plan: ReadPlan) -> None:
         pieces = plan.take_pieces()

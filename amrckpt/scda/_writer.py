@@ -154,6 +154,7 @@ class ScdaWriter:
         self._open_terms: list[tuple[SectionCrc | None, int]] = []
         self._settled: list[int] | None = None
         self._nrounds = 1
+        self._ncontiguous = 0
         self._sync_at_close = False
         self.style: Style = "unix"
         header = b""
@@ -273,8 +274,11 @@ class ScdaWriter:
                 call.fail(self._pending)
             terms = call.run(lambda: [c.term(end) if c is not None else 0 for c, end in self._open_terms]) or []
             nbytes = sum(b.nbytes for _, b in self._queue)
+            ncontig = _backend.contiguous_calls(self._queue)
             try:
-                got = call.allreduce(maxima=[nbytes], xors=terms if self._checksum else [], equal=[self._digest], what="write")
+                got = call.allreduce(
+                    maxima=[nbytes, ncontig], xors=terms if self._checksum else [], equal=[self._digest], what="write"
+                )
             except ScdaError as exc:
                 self._failed = exc
                 raise
@@ -282,6 +286,7 @@ class ScdaWriter:
                 self._failed = call.agreed(ScdaArgumentError(f"write: {_DIFFER}"))
                 raise self._failed
         self._nrounds = max(1, -(-got.maxima[0] // _backend.MAX_CALL_NBYTES))
+        self._ncontiguous = got.maxima[1]
         self._terms = terms
         self._settled = got.xors
         return list(got.xors)
@@ -356,7 +361,7 @@ class ScdaWriter:
         assert self._backend is not None
         chunk = _crc.CHUNK_NBYTES
         err: ScdaError | None = None
-        futures = [cur.add_later(list(pieces))] if pieces else []
+        futures = [f for f in [cur.add_later(list(pieces))] if f is not None] if pieces else []
         try:
             self._backend.write(pieces, None, 0)
         except ScdaError as exc:
@@ -370,7 +375,9 @@ class ScdaWriter:
                 err = err or exc
                 continue
             if part is not None:
-                futures.append(cur.add_later([part]))
+                fut = cur.add_later([part])
+                if fut is not None:
+                    futures.append(fut)
         for f in futures:
             f.result()  # the caller's buffers are free again
         return err
@@ -839,9 +846,11 @@ class ScdaWriter:
         if self._pending is not None:
             call.fail(self._pending)
         queue, self._queue = self._queue, []
-        call.run(
-            backend.write_gathered, [] if call.failed else queue, self._nrounds, always=True
-        )  # a failed rank joins with nothing
+        mine = [] if call.failed else queue  # a failed rank joins with nothing
+        if self._ncontiguous:  # pieces large enough for contiguous calls of their own
+            call.run(backend.write_gathered, mine, self._nrounds, self._ncontiguous, always=True)
+        else:
+            call.run(backend.write_gathered, mine, self._nrounds, always=True)
         if self._sync_at_close:
             backend.sync(size)  # errors kept by the call
         backend.close(size)  # closes on every rank, whatever failed; errors kept by the call

@@ -7,13 +7,13 @@ Each returns a pydantic ``FieldInfo`` that carries the field's kind
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic_core import PydanticUndefined
 
 from .. import sfc
-from ..container import GeometrySpec
+from ..container import DEFAULT_CHUNK, GeometrySpec
 from ..errors import ConnectivityError, SchemaError
 from ._kinds import (
     ArrayKind,
@@ -103,8 +103,9 @@ def Mesh(
     units: str | None = None,
     geometry: GeometrySpec | sfc.Connectivity | None = None,
     description: str | None = None,
-    compress: bool = False,
-    level: int = 9,
+    compress: Compress = False,
+    level: int | None = None,
+    chunks: int | None = None,
 ) -> Any:
     """Declare the mesh: the local leaves of a forest, one record per leaf in an array section (scda A).
 
@@ -140,9 +141,14 @@ def Mesh(
         connectivity with an analytic map, such as p8est's shell; or boxes
         per tree), instead of ``brick``.
     description : str, optional
-    compress : bool, optional
-        Write by the compression convention (paper 3.3).
+    compress : {False, True, "element"}, optional
+        ``True``: the records in shuffled, deflated chunks of ``chunks``
+        leaves (layout ``chunks``, as for :func:`Cells`).  ``"element"``:
+        every record compressed by itself (the scda paper's convention, 3.3).
     level : int, optional
+        zlib level: 1 by default for chunks, 9 for ``"element"``.
+    chunks : int, optional
+        Leaves per chunk (default ``DEFAULT_CHUNK`` with ``compress=True``).
 
     Returns
     -------
@@ -183,7 +189,9 @@ def Mesh(
     if given is not None and not isinstance(given, GeometrySpec):
         what = type(given).__name__
         raise SchemaError(f"Mesh: geometry must be an amrckpt.sfc.Connectivity or an amrckpt.container.GeometrySpec, not {what}")
-    return _field(mesh_kind(dim, curve, geometry, description, compress, level), PydanticUndefined)
+    element, chunks = _layout(compress, chunks)
+    level = level if level is not None else 1 if chunks is not None else 9
+    return _field(mesh_kind(dim, curve, geometry, description, element, level, chunks), PydanticUndefined)
 
 
 def Cells(
@@ -192,7 +200,7 @@ def Cells(
     shape: tuple[int, ...] = (),
     units: str | None = None,
     description: str | None = None,
-    compress: bool = False,
+    compress: Compress = False,
     level: int | None = None,
     mesh: str | None = None,
     chunks: int | None = None,
@@ -214,18 +222,21 @@ def Cells(
     units : str, optional
         Physical units, e.g. ``"kg m^-3"``.
     description : str, optional
-    compress : bool, optional
-        Compress every leaf's value (paper 3.3): random access per leaf, for
-        large values (kilobytes); small values grow (a 32-byte size entry each).
+    compress : {False, True, "element"}, optional
+        ``True``: compress chunks of ``chunks`` consecutive leaves (layout
+        ``chunks``: HDF5's byte shuffle, then deflate, encoded and decoded
+        in threads): smaller and faster than the per-element convention, as
+        HDF5's shuffle+gzip.  ``"element"``: compress every leaf's value by
+        itself (the scda paper's convention, 3.3): random access per leaf,
+        for large values (kilobytes) read one by one; small values grow (a
+        32-byte size entry each).
     level : int, optional
-        zlib level: 9 by default for ``compress``, 1 for ``chunks``.
+        zlib level: 1 by default for chunks, 9 for ``"element"``.
     mesh : str, optional
         The mesh field whose leaves the values belong to; needed when the schema has more than one mesh.
     chunks : int, optional
-        Compress chunks of this many consecutive leaves instead (layout
-        ``chunks``: byte shuffle, then deflate; encoded in threads): for
-        mostly-float fields, smaller and faster than ``compress``, as
-        HDF5's shuffle+gzip.  ``DEFAULT_CHUNK`` (16384) is a good size.
+        Leaves per chunk (layout ``chunks``; implied by ``compress=True``,
+        default ``DEFAULT_CHUNK`` = 16384 leaves).
 
     Returns
     -------
@@ -234,7 +245,9 @@ def Cells(
     Raises
     ------
     SchemaError
-        If ``compress`` and ``chunks`` are both given, or ``chunks`` is not a positive int.
+        If ``compress="element"`` and ``chunks`` are both given, ``compress``
+        is not one of ``False``, ``True``, ``"element"``, or ``chunks`` is
+        not a positive int.
     """
     return _values(CellsKind, "Cells", dtype, shape, units, description, compress, level, chunks, mesh=mesh)
 
@@ -253,21 +266,39 @@ def _values(
 ) -> Any:
     """Return the field of fixed-size values (cells, arrays): dtype, shape, compression and chunks checked."""
     dt, native = _dtype_spec(dtype, what)
+    element, chunks = _layout(compress, chunks)
     level = level if level is not None else 1 if chunks is not None else 9
-    common = _common(units, description, compress, level)
-    return _field(
-        cls(**common, dtype=dt, native=native, shape=_shape(shape), chunks=_chunks(chunks, compress), **more), PydanticUndefined
-    )
+    common = _common(units, description, element, level)
+    return _field(cls(**common, dtype=dt, native=native, shape=_shape(shape), chunks=chunks, **more), PydanticUndefined)
 
 
-def _chunks(chunks: Any, compress: Any) -> int | None:
-    if chunks is None:
-        return None
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-        raise SchemaError(f"chunks must be a positive int (leaves per chunk), not {chunks!r}")
-    if compress:
-        raise SchemaError("compress (per element) and chunks (per chunk of leaves) exclude each other: choose one")
-    return chunks
+Compress = bool | Literal["element"]
+"""What ``compress=`` accepts: ``False``, ``True`` (chunks of leaves), ``"element"`` (the scda paper's per-element convention)."""
+
+
+def _element(compress: Any) -> bool:
+    """Return whether ``compress`` asks for the per-element convention (``"element"``) rather than chunks (``True``)."""
+    if isinstance(compress, str):
+        if compress != "element":
+            raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
+        return True
+    if not isinstance(compress, (bool, np.bool_)):
+        raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
+    return False
+
+
+def _layout(compress: Any, chunks: Any) -> tuple[bool, int | None]:
+    """Return (per-element convention, leaves per chunk or None) of a field's ``compress`` and ``chunks``."""
+    element = _element(compress)
+    if chunks is not None:
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise SchemaError(f"chunks must be a positive int (leaves per chunk), not {chunks!r}")
+        if element:
+            raise SchemaError('compress="element" (per element) and chunks (per chunk of leaves) exclude each other: choose one')
+        return False, chunks
+    if compress is True or (not element and bool(compress)):
+        return False, DEFAULT_CHUNK
+    return element, None
 
 
 def HpCells(
@@ -276,7 +307,7 @@ def HpCells(
     shape: tuple[int, ...] = (),
     units: str | None = None,
     description: str | None = None,
-    compress: bool = False,
+    compress: Compress = False,
     level: int = 9,
     mesh: str | None = None,
 ) -> Any:
@@ -286,8 +317,10 @@ def HpCells(
     a degree-p leaf, whose degree varies from leaf to leaf.  In the file
     (layout ``counts``): an A section of the counts (1, 2, 4 or 8 bytes per
     leaf, the narrowest for the largest count) and an A section of the
-    values.  With ``compress``: one variable-size array (scda V, paper 2.6)
-    of per-leaf compressed elements (paper 3.4), for large values per leaf.
+    values.  With ``compress`` (``True`` or ``"element"``): one
+    variable-size array (scda V, paper 2.6) of per-leaf compressed elements
+    (paper 3.4), for large values per leaf; hp fields have no chunked
+    layout yet, so ``True`` means the per-element convention here.
 
     Parameters
     ----------
@@ -306,7 +339,8 @@ def HpCells(
     shape = _shape(shape)
     if math.prod(shape) == 0:
         raise SchemaError(f"HpCells: values of shape {shape} have no bytes, so the file could not carry their counts")
-    kind = HpCellsKind(**_common(units, description, compress, level), dtype=dt, native=native, shape=shape, mesh=mesh)
+    element = _element(compress) or bool(compress)  # no chunked layout for hp values: True is per element
+    kind = HpCellsKind(**_common(units, description, element, level), dtype=dt, native=native, shape=shape, mesh=mesh)
     return _field(kind, PydanticUndefined)
 
 
@@ -316,7 +350,7 @@ def Array(
     shape: tuple[int, ...] = (),
     units: str | None = None,
     description: str | None = None,
-    compress: bool = False,
+    compress: Compress = False,
     level: int | None = None,
     chunks: int | None = None,
 ) -> Any:

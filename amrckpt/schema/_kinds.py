@@ -276,6 +276,9 @@ class MeshKind(FieldKind):
         The space-filling curve the leaves follow (p4est: Morton).
     geometry : amrckpt.container.GeometrySpec or None
         Where the trees are in physical space (recorded in the manifest).
+    chunks : int or None
+        Layout ``chunks``: the records compressed in chunks of this many
+        consecutive leaves (byte shuffle, then deflate at ``level``).
     """
 
     kind: ClassVar[str] = "mesh"
@@ -283,6 +286,10 @@ class MeshKind(FieldKind):
     dim: int = 2
     curve: str = "morton"
     geometry: GeometrySpec | None = None
+    chunks: int | None = None
+
+    def declaration(self, p: Prepared, mesh: str | None) -> dict[str, Any]:
+        return super().declaration(p, mesh) | {"chunks": self.chunks}
 
     def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:
         if not isinstance(value, Forest):
@@ -319,7 +326,8 @@ class MeshKind(FieldKind):
         ms = next((m for m in manifest.meshes if m.field == fs.name), None)
         if ms is None:
             raise SchemaError(f"the manifest has no mesh entry for field {fs.name!r}")
-        kind = mesh_kind(ms.dim, ms.curve, ms.geometry, fs.description, fs.compressed, 9)
+        chunks = fs.chunk if fs.layout == "chunks" else None
+        kind = mesh_kind(ms.dim, ms.curve, ms.geometry, fs.description, fs.compressed, 9 if chunks is None else 1, chunks)
         return Forest, _field(kind, PydanticUndefined)
 
 
@@ -541,7 +549,15 @@ def _check_mesh(dim: int, curve: str) -> None:
         raise SchemaError(f"curve must be one of {sfc.CURVES}, not {curve!r}")
 
 
-def mesh_kind(dim: int, curve: str, geometry: GeometrySpec | None, description: str | None, compress: bool, level: int) -> MeshKind:
+def mesh_kind(
+    dim: int,
+    curve: str,
+    geometry: GeometrySpec | None,
+    description: str | None,
+    compress: bool,
+    level: int,
+    chunks: int | None = None,
+) -> MeshKind:
     """Return the kind of a mesh, its dimension, curve and geometry checked (p4est's ``p4est_connectivity_is_valid``).
 
     Raises
@@ -556,7 +572,7 @@ def mesh_kind(dim: int, curve: str, geometry: GeometrySpec | None, description: 
             conn.check()
         except ConnectivityError as exc:
             raise SchemaError(f"Mesh: {exc}") from exc
-    return MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve, geometry=geometry)
+    return MeshKind(**_common(None, description, compress, level), dim=dim, curve=curve, geometry=geometry, chunks=chunks)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ calls fail.  Outside an injection the wrapper changes nothing.
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from .. import _faults
 from ..comm import Call, Comm, collective
 from ..scda import Backend, BackendOpener, FileAccess, open_backend, os_error
 
-__all__ = ["FaultyBackend", "WrapperBackend"]
+__all__ = ["CountingBackend", "FaultyBackend", "WrapperBackend"]
 
 Piece = tuple[int, memoryview]
 
@@ -45,17 +46,17 @@ class WrapperBackend:
         """As :meth:`amrckpt.scda.Backend.write`. Collective."""
         self.wrapped.write(pieces, bulk, max_bulk_nbytes)
 
-    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """As :meth:`amrckpt.scda.Backend.write_gathered`. Collective."""
-        self.wrapped.write_gathered(pieces, nrounds)
+        self.wrapped.write_gathered(pieces, nrounds, ncontiguous)
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """As :meth:`amrckpt.scda.Backend.read`. Collective."""
         self.wrapped.read(pieces, bulk, max_bulk_nbytes)
 
-    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """As :meth:`amrckpt.scda.Backend.read_gathered`. Collective."""
-        self.wrapped.read_gathered(pieces, nrounds)
+        self.wrapped.read_gathered(pieces, nrounds, ncontiguous)
 
     def file_size(self) -> int:
         """As :meth:`amrckpt.scda.Backend.file_size`. Collective, agreeing."""
@@ -68,6 +69,70 @@ class WrapperBackend:
     def close(self, size: int | None = None) -> None:
         """As :meth:`amrckpt.scda.Backend.close`. Collective."""
         self.wrapped.close(size)
+
+
+class CountingBackend(WrapperBackend):
+    """Counts this rank's file operations (open, write, write_gathered, read, read_gathered, file_size, sync, close).
+
+    Every call is passed on unchanged.  ``CountingBackend.over(counts)``
+    is the :class:`~amrckpt.scda.BackendOpener` that opens through the
+    default backend (or ``backend``) and adds each call of this rank to
+    ``counts`` (a :class:`collections.Counter`; one per rank)::
+
+        counts = collections.Counter()
+        ac.save(state, path, comm=comm, backend=CountingBackend.over(counts))
+        assert counts == {"open": 1, "write_gathered": 1, "close": 1}
+    """
+
+    counts: collections.Counter[str]
+
+    @classmethod
+    def over(cls, counts: collections.Counter[str], backend: str | BackendOpener | None = None) -> BackendOpener:
+        """Return the opener of ``backend`` (None: the default) whose files count their calls into ``counts``. Not collective."""
+
+        def opener(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> CountingBackend:
+            counts["open"] += 1
+            out: CountingBackend = object.__new__(cls)
+            WrapperBackend.__init__(out, open_backend(path, mode, comm, access=access.replace(backend=backend), defer=defer))
+            out.counts = counts
+            return out
+
+        return opener
+
+    def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Count, then write. Collective."""
+        self.counts["write"] += 1
+        super().write(pieces, bulk, max_bulk_nbytes)
+
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
+        """Count, then write. Collective."""
+        self.counts["write_gathered"] += 1
+        super().write_gathered(pieces, nrounds, ncontiguous)
+
+    def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Count, then read. Collective."""
+        self.counts["read"] += 1
+        super().read(pieces, bulk, max_bulk_nbytes)
+
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
+        """Count, then read. Collective."""
+        self.counts["read_gathered"] += 1
+        super().read_gathered(pieces, nrounds, ncontiguous)
+
+    def file_size(self) -> int:
+        """Count, then get the size. Collective, agreeing."""
+        self.counts["file_size"] += 1
+        return super().file_size()
+
+    def sync(self, size: int | None = None) -> None:
+        """Count, then sync. Collective."""
+        self.counts["sync"] += 1
+        super().sync(size)
+
+    def close(self, size: int | None = None) -> None:
+        """Count, then close. Collective."""
+        self.counts["close"] += 1
+        super().close(size)
 
 
 class FaultyBackend(WrapperBackend):
@@ -117,9 +182,9 @@ class FaultyBackend(WrapperBackend):
             lambda f: self.wrapped.write([], None, max_bulk_nbytes) if f else self.wrapped.write(pieces, bulk, max_bulk_nbytes),
         )
 
-    def write_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Fail instead of writing (joining the collective calls with nothing), or write."""
-        self._move("write", lambda f: self.wrapped.write_gathered([] if f else pieces, nrounds))
+        self._move("write", lambda f: self.wrapped.write_gathered([] if f else pieces, nrounds, ncontiguous))
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fail instead of reading (joining the collective calls with nothing), or read."""
@@ -128,9 +193,9 @@ class FaultyBackend(WrapperBackend):
             lambda f: self.wrapped.read([], None, max_bulk_nbytes) if f else self.wrapped.read(pieces, bulk, max_bulk_nbytes),
         )
 
-    def read_gathered(self, pieces: Sequence[Piece], nrounds: int) -> None:
+    def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Fail instead of reading (joining the collective calls with nothing), or read."""
-        self._move("read", lambda f: self.wrapped.read_gathered([] if f else pieces, nrounds))
+        self._move("read", lambda f: self.wrapped.read_gathered([] if f else pieces, nrounds, ncontiguous))
 
     def _move(self, kind: str, move: Callable[[bool], None]) -> None:
         fault = self._due(kind)

@@ -531,11 +531,107 @@ def test_layouts_survive_convert(tmp_path: Path) -> None:
     assert np.array_equal(st.big.values, LG["big"])
 
 
-def test_chunks_and_compress_exclude_each_other() -> None:
+def test_chunks_and_per_element_compression_exclude_each_other() -> None:
     with pytest.raises(SchemaError, match="exclude each other"):
-        ac.Cells("<f8", compress=True, chunks=10)
+        ac.Cells("<f8", compress="element", chunks=10)
     with pytest.raises(SchemaError, match="positive int"):
         ac.Cells("<f8", chunks=0)
+    with pytest.raises(SchemaError, match="element"):
+        ac.Cells("<f8", compress="zstd")
+    with pytest.raises(SchemaError, match="element"):
+        ac.Mesh(compress="chunks")
+
+
+class _Compressed(ac.CheckpointSchema, name="compressed", version=1):
+    """compress=True on a mesh, cells (chunks given and not) and an array."""
+
+    mesh: ac.Forest = ac.Mesh(dim=2, compress=True)
+    rho: ac.CellData = ac.Cells("<f8", compress=True)
+    vel: ac.CellData = ac.Cells("<f4", shape=(2,), compress=True, chunks=7)
+    part: ac.CellData = ac.Array("<i8", compress=True)
+
+
+def _compressed_state(lo: int, hi: int, plo: int, phi: int) -> _Compressed:
+    lv = random_forest_leaves()
+    s = np.linspace(0.0, 1.0, lv.num_leaves)
+    return _Compressed(
+        mesh=ac.Forest(lv.tree[lo:hi], lv.level[lo:hi], lv.x[lo:hi], lv.y[lo:hi], num_trees=2),
+        rho=np.sin(7 * s)[lo:hi],
+        vel=np.stack([s, s * s], axis=1).astype("<f4")[lo:hi],
+        part=np.arange(1000, dtype="<i8")[plo:phi],
+    )
+
+
+def random_forest_leaves() -> Any:
+    from _support import random_forest
+
+    return random_forest(3, num_trees=2, dim=2, max_level=6)
+
+
+def test_compress_true_is_chunks_on_every_kind_and_the_bytes_do_not_depend_on_P(tmp_path: Path) -> None:
+    """compress=True: the mesh, cells and arrays in shuffled, deflated chunks; one file for P = 1..3; loads under any P."""
+    N = random_forest_leaves().num_leaves
+    digests = set()
+    for P in (1, 2, 3):
+        path = tmp_path / f"c{P}.scda"
+
+        def save(comm: Any, path: Path = path, P: int = P) -> None:
+            r = comm.rank
+            lo, hi = N * r // P, N * (r + 1) // P
+            ac.save(_compressed_state(lo, hi, 1000 * r // P, 1000 * (r + 1) // P), path, comm=comm)
+
+        run_threads(P, save)
+        digests.add(sha256(path))
+    assert len(digests) == 1
+    fields = {f.name: f for f in CheckpointReader(tmp_path / "c1.scda").manifest.fields}
+    assert {k: (f.layout, f.chunk, f.compressed) for k, f in fields.items()} == {
+        "mesh": ("chunks", ac.container.DEFAULT_CHUNK, False),
+        "rho": ("chunks", ac.container.DEFAULT_CHUNK, False),
+        "vel": ("chunks", 7, False),
+        "part": ("chunks", ac.container.DEFAULT_CHUNK, False),
+    }
+    want = _compressed_state(0, N, 0, 1000)
+    got = run_threads(2, lambda comm: ac.load(tmp_path / "c1.scda", _Compressed, comm=comm).state)
+    assert np.array_equal(np.concatenate([g.rho for g in got]), want.rho)
+    assert np.array_equal(np.concatenate([g.vel for g in got]), want.vel)
+    assert np.array_equal(np.concatenate([g.part for g in got]), want.part)
+    assert np.array_equal(np.concatenate([g.mesh.to_records() for g in got]), want.mesh.to_records())
+    back = ac.load(tmp_path / "c1.scda").state  # schemaless: the chunks of the mesh come back from the manifest
+    assert np.array_equal(back.mesh.x, want.mesh.x)
+
+
+class _Element(ac.CheckpointSchema, name="element", version=1):
+    """compress="element" on every kind that has it: the scda paper's per-element convention."""
+
+    mesh: ac.Forest = ac.Mesh(dim=2, compress="element")
+    rho: ac.CellData = ac.Cells("<f8", compress="element")
+    vel: ac.CellData = ac.Cells("<f4", shape=(2,), compress="element", level=3)
+    part: ac.CellData = ac.Array("<i8", compress="element")
+    modes: ac.HpData = ac.HpCells("<f8", compress="element")
+
+
+ELEMENT_SHA256 = "949db9ba44bb1e1affd6f7db7617fcee3a0bc023a910562bd71512023cc3c011"
+"""The file of :class:`_Element`'s state as ``compress=True`` wrote it before ``True`` meant chunks (commit 3ed2e3f)."""
+
+
+def test_compress_element_writes_the_bytes_of_the_per_element_convention(tmp_path: Path) -> None:
+    """compress="element" gives, byte for byte, the file that compress=True wrote with the per-element convention."""
+    lv = sfc.uniform_leaves(3, num_trees=2, dim=2)
+    n = lv.num_leaves
+    s = np.linspace(0.0, 1.0, n)
+    counts = np.arange(n) % 4
+    st = _Element(
+        mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=2),
+        rho=np.sin(7 * s),
+        vel=np.stack([s, s * s], axis=1).astype("<f4"),
+        part=np.arange(5, dtype="<i8"),
+        modes=ac.HpData(np.cos(np.arange(int(counts.sum()), dtype=float)), counts),
+    )
+    path = tmp_path / "element.scda"
+    ac.save(st, path)
+    assert sha256(path) == ELEMENT_SHA256
+    back = ac.load(path, _Element).state
+    assert np.array_equal(back.rho, st.rho) and np.array_equal(back.modes.values, st.modes.values)
 
 
 @pytest.mark.parametrize(("field", "part", "Q"), [("rho", 0, 1), ("rho", 0, 3), ("wide", 0, 2), ("wide", 1, 1), ("modes", 0, 2)])

@@ -23,7 +23,7 @@ from amrckpt.comm import run_threads
 from amrckpt.container import CheckpointReader
 from amrckpt.errors import ChecksumError
 from amrckpt.partition import Partition
-from amrckpt.testing import CountingComm
+from amrckpt.testing import CountingBackend, CountingComm
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -221,3 +221,46 @@ def test_a_damaged_section_header_is_a_checksum_error_on_every_rank(tmp_path: Pa
     assert all("section 'modes'" in msg for msg in run_threads(3, body, timeout=30))
     with pytest.raises(ac.CheckpointError, match="'modes'"):
         ac.load(path, Layouts, verify=False)
+
+
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_file_operations_per_save_and_per_load(tmp_path: Path, P: int) -> None:
+    """A save opens the file once, writes every byte of the rank in one gathered call and closes it; a load opens once,
+    reads in one gathered call per phase (two with an hp field: its values follow a prefix sum of its counts), closes
+    once.  The same on every rank and for every P."""
+    from checkpoint_cases import Advection, global_state
+
+    G = global_state()
+    path = tmp_path / "ops.scda"
+
+    def body(comm: Any) -> tuple[Counter[str], Counter[str]]:
+        saved: Counter[str] = Counter()
+        ac.save(G.for_rank(comm), path, comm=comm, backend=CountingBackend.over(saved))
+        loaded: Counter[str] = Counter()
+        ac.load(path, Advection, comm=comm, backend=CountingBackend.over(loaded))
+        return saved, loaded
+
+    for saved, loaded in run_threads(P, body):
+        assert saved == Counter({"open": 1, "write_gathered": 1, "close": 1})
+        assert loaded == Counter({"open": 1, "read_gathered": 2, "close": 1})
+
+
+def test_a_loaded_state_is_freed_when_dropped_without_the_cyclic_collector(tmp_path: Path) -> None:
+    """The read plan's prefix-sum steps are released after the run: no reference cycle keeps the arrays read alive."""
+    import gc
+    import weakref
+
+    from checkpoint_cases import Advection, global_state
+
+    path = tmp_path / "free.scda"
+    G = global_state()
+    ac.save(G.local(0, G.N), path)
+    gc.collect()
+    gc.disable()
+    try:
+        st = ac.load(path, Advection).state
+        refs = [weakref.ref(st.rho), weakref.ref(st.modes.values), weakref.ref(st.mesh.x)]
+        del st
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()

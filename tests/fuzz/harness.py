@@ -91,10 +91,10 @@ class Fuzzy(ac.CheckpointSchema, name="fuzzy", version=1):
     extra: dict[str, list[int]] = ac.Block(compress=True)
     mesh: ac.Forest = ac.Mesh(dim=2)
     rho: ac.CellData = ac.Cells("<f8", units="kg m^-3")
-    vel: ac.CellData = ac.Cells("<f4", shape=(2,), compress=True)
+    vel: ac.CellData = ac.Cells("<f4", shape=(2,), compress="element")
     tensor: ac.CellData = ac.Cells(">i2", shape=(2, 3))
     flag: ac.CellData = ac.Cells("?")
-    modes: ac.HpData = ac.HpCells("<f8", compress=True)
+    modes: ac.HpData = ac.HpCells("<f8", compress="element")
     pairs: ac.HpData = ac.HpCells(">i4", shape=(2,))
 
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Issue 18's comparisons in one run: end-to-end save/load against raw MPI-IO, chunked compression against h5py.
+"""End-to-end comparisons in one run: save/load against raw MPI-IO, chunked compression against h5py.
 
 Run::
 
-    mpiexec -n 1 python -m mpi4py benchmarks/bench_issue18.py --json benchmarks/results/issue18-P1.json
-    mpiexec -n 2 python -m mpi4py benchmarks/bench_issue18.py --json benchmarks/results/issue18-P2.json
-    python benchmarks/bench_issue18.py --quick
+    mpiexec -n 1 python -m mpi4py benchmarks/bench_end_to_end.py --json benchmarks/results/end-to-end-P1.json
+    mpiexec -n 2 python -m mpi4py benchmarks/bench_end_to_end.py --json benchmarks/results/end-to-end-P2.json
+    python benchmarks/bench_end_to_end.py --quick
 
 1. **End to end.**  A 3D forest of ``--leaves`` leaves (one tree, uniform),
    a float64 field, a 3-vector float64 field and an hp field of 1, 4 or 9
@@ -17,13 +17,15 @@ Run::
    regimes: ``new`` (each write makes a new file, the previous one deleted)
    and ``warm`` (each write overwrites the file in place).  Throughput
    ratio = raw seconds / amrckpt seconds.
-2. **Compression** (rank 0 alone, when h5py is installed): four smooth
-   float64 fields of ``--leaves`` values (sums of sines along the curve), as
-   an amrckpt checkpoint of chunked fields (``Array(chunks=K, level=1)``:
-   byte shuffle + deflate, threads) and as an HDF5 file of chunked datasets
-   with h5py's shuffle + gzip(1), chunks of the same K values; also the
-   per-element convention (``compress=True``) for the size.  MiB/s of
-   uncompressed data, file sizes.
+2. **Compression** (rank 0 alone, when h5py is installed): a uniform 3D
+   mesh of ``--comp-leaves`` leaves and two smooth float64 cell fields
+   (sums of sines along the curve), saved with ``compress=True`` (shuffled,
+   deflated chunks of ``DEFAULT_CHUNK`` leaves, threads) and as an HDF5
+   file of the same arrays (the mesh as its packed records) in chunked
+   datasets with h5py's shuffle + gzip(1), chunks of the same size;
+   interleaved, medians.  Also ``compress="element"`` (the scda paper's
+   per-element convention) once, for its size.  MiB/s of uncompressed
+   data, file sizes over the uncompressed bytes.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from amrckpt import sfc
 from amrckpt.container._chunks import DEFAULT_CHUNK, deflate_name, threads
 
 
-class Hp(ac.CheckpointSchema, name="issue18", version=1):
+class Hp(ac.CheckpointSchema, name="end-to-end", version=1):
     """Mesh, a float64 field, a 3-vector float64 field and an hp field of 1, 4 or 9 float64 per leaf."""
 
     step: int = ac.Inline()
@@ -61,7 +63,7 @@ class Hp(ac.CheckpointSchema, name="issue18", version=1):
     modes: ac.HpData = ac.HpCells("<f8")
 
 
-class NoHp(ac.CheckpointSchema, name="issue18-nohp", version=1):
+class NoHp(ac.CheckpointSchema, name="end-to-end-nohp", version=1):
     """The same without the hp field."""
 
     step: int = ac.Inline()
@@ -123,7 +125,7 @@ def end_to_end(a: argparse.Namespace, which: str) -> dict[str, Any]:
     pieces, total = raw_pieces(arrays)
     d = Path(a.dir)
     tag = comm.bcast(os.getpid() if rank == 0 else None)
-    paths = {k: str(d / f"amrckpt-issue18-{which}-{k}-{tag}") for k in ("amrckpt", "raw")}
+    paths = {k: str(d / f"amrckpt-end-to-end-{which}-{k}-{tag}") for k in ("amrckpt", "raw")}
 
     def raw_write(truncate: bool) -> None:
         mode = MPI.MODE_WRONLY | MPI.MODE_CREATE
@@ -170,76 +172,86 @@ def end_to_end(a: argparse.Namespace, which: str) -> dict[str, Any]:
 
 
 def smooth_fields(n: int) -> dict[str, np.ndarray]:
-    """Four smooth float64 fields of n values (along the curve: neighbours in the array are neighbours in space)."""
+    """Two smooth float64 fields of n values (along the curve: neighbours in the array are neighbours in space)."""
     s = np.linspace(0.0, 1.0, n)
     return {
         "rho": 1.0 + 0.2 * np.sin(6 * np.pi * s) + 0.05 * np.cos(40 * np.pi * s),
-        "u": np.cos(4 * np.pi * s) * np.exp(-s),
-        "v": 0.5 * np.sin(10 * np.pi * s) ** 2,
-        "p": 1e5 * (1.0 + 0.01 * s**2),
+        "p": 1e5 * (1.0 + 0.01 * s**2) + np.cos(4 * np.pi * s) * np.exp(-s),
     }
 
 
+class Compressed(ac.CheckpointSchema, name="compressed", version=1):
+    """The mesh and two float64 cell fields, ``compress=True`` (shuffled, deflated chunks of leaves)."""
+
+    mesh: ac.Forest = ac.Mesh(dim=3, compress=True)
+    rho: ac.CellData = ac.Cells("<f8", compress=True)
+    p: ac.CellData = ac.Cells("<f8", compress=True)
+
+
+class PerElement(ac.CheckpointSchema, name="compressed", version=1):
+    """The same, ``compress="element"`` (the scda paper's convention: every leaf's value by itself)."""
+
+    mesh: ac.Forest = ac.Mesh(dim=3, compress="element", level=1)
+    rho: ac.CellData = ac.Cells("<f8", compress="element", level=1)
+    p: ac.CellData = ac.Cells("<f8", compress="element", level=1)
+
+
 def compression(a: argparse.Namespace) -> dict[str, Any]:
+    """``compress=True`` on a 3D mesh and two smooth cell fields against h5py's chunked shuffle+gzip(1) of the same arrays."""
     import h5py
 
-    K = a.chunk
-    f = smooth_fields(a.leaves)
-    nbytes = sum(x.nbytes for x in f.values())
-
-    class Chunked(ac.CheckpointSchema, name="smooth", version=1):
-        rho: ac.CellData = ac.Array("<f8", chunks=K, level=1)
-        u: ac.CellData = ac.Array("<f8", chunks=K, level=1)
-        v: ac.CellData = ac.Array("<f8", chunks=K, level=1)
-        p: ac.CellData = ac.Array("<f8", chunks=K, level=1)
-
-    class PerElement(ac.CheckpointSchema, name="smooth", version=1):
-        rho: ac.CellData = ac.Array("<f8", compress=True, level=1)
-        u: ac.CellData = ac.Array("<f8", compress=True, level=1)
-        v: ac.CellData = ac.Array("<f8", compress=True, level=1)
-        p: ac.CellData = ac.Array("<f8", compress=True, level=1)
+    K = DEFAULT_CHUNK
+    level = 1
+    while 8**level < a.comp_leaves:
+        level += 1
+    lv = sfc.uniform_leaves(level, num_trees=1, dim=3)
+    n = lv.num_leaves
+    assert lv.z is not None
+    mesh = ac.Forest(lv.tree, lv.level, lv.x, lv.y, lv.z, num_trees=1)
+    f = smooth_fields(n)
+    records = mesh.to_records()
+    arrays = {"mesh": records, **f}
+    nbytes = sum(x.nbytes for x in arrays.values())
+    st = Compressed(mesh=mesh, **f)
 
     d = Path(a.dir)
-    paths = {k: str(d / f"amrckpt-issue18-comp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "perelem")}
-    st = Chunked(**f)
+    paths = {k: str(d / f"amrckpt-end-to-end-comp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "element")}
 
     def h5_write() -> None:
         with h5py.File(paths["h5py"], "w") as h:
-            for k, x in f.items():
-                h.create_dataset(k, data=x, chunks=(K,), shuffle=True, compression="gzip", compression_opts=1)
+            for k, x in arrays.items():
+                h.create_dataset(k, data=x, chunks=(min(K, len(x)),), shuffle=True, compression="gzip", compression_opts=1)
 
     def h5_read() -> None:
         with h5py.File(paths["h5py"], "r") as h:
-            for k in f:
+            for k in arrays:
                 h[k][...]
 
     def remove(name: str) -> None:
         Path(paths[name]).unlink(missing_ok=True)
 
-    from mpi4py import MPI as _M
-
-    self_comm = _M.COMM_SELF
     import _common
 
     saved = _common.comm
-    _common.comm = self_comm  # interleaved times on this rank alone
+    _common.comm = MPI.COMM_SELF  # interleaved times on this rank alone
     try:
         t_w = interleaved({"amrckpt": lambda: ac.save(st, paths["amrckpt"]), "h5py": h5_write}, a.reps, before=remove)
-        t_r = interleaved({"amrckpt": lambda: ac.load(paths["amrckpt"], Chunked), "h5py": h5_read}, a.reps)
+        t_r = interleaved({"amrckpt": lambda: ac.load(paths["amrckpt"], Compressed), "h5py": h5_read}, a.reps)
         t0 = time.perf_counter()
-        ac.save(PerElement(**f), paths["perelem"])
+        ac.save(PerElement(mesh=mesh, **f), paths["element"])
         per_elem_s = time.perf_counter() - t0
     finally:
         _common.comm = saved
-    back = ac.load(paths["amrckpt"], Chunked).state
+    back = ac.load(paths["amrckpt"], Compressed).state
     assert all(np.array_equal(getattr(back, k), x) for k, x in f.items())
+    assert np.array_equal(back.mesh.to_records(), records)
     sizes = {k: os.path.getsize(p) for k, p in paths.items()}
     for p in paths.values():
         Path(p).unlink(missing_ok=True)
     mw = {k: statistics.median(v) for k, v in t_w.items()}
     mr = {k: statistics.median(v) for k, v in t_r.items()}
     return {
-        "values": a.leaves * 4,
+        "leaves": n,
         "uncompressed_bytes": nbytes,
         "chunk": K,
         "deflate": deflate_name(),
@@ -253,6 +265,7 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
         "write_ratio": mw["h5py"] / mw["amrckpt"],
         "read_ratio": mr["h5py"] / mr["amrckpt"],
         "file_bytes": sizes,
+        "file_ratio": {k: v / nbytes for k, v in sizes.items()},
         "per_element_write_s": per_elem_s,
     }
 
@@ -261,17 +274,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--leaves", type=int, default=2_097_152)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK)
+    ap.add_argument("--comp-leaves", type=int, default=262_144, help="leaves of the compression comparison")
     ap.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else "/tmp")
-    ap.add_argument("--json", default=None, help="output (default bench-results/issue18-P<P>.json)")
+    ap.add_argument("--json", default=None, help="output (default bench-results/end-to-end-P<P>.json)")
     ap.add_argument("--memory", choices=["warm", "fresh"], default="warm", help="reuse freed pages (see _warm.py) or not")
     ap.add_argument("--skip", nargs="*", default=[], choices=["hp", "nohp", "compression"])
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     if a.quick:
-        a.leaves, a.reps = 32_768, 2
-    say(f"issue 18 benchmark: P={P}, {a.leaves} leaves, {a.reps} repetitions, in {a.dir}, load {os.getloadavg()[0]:.2f}")
-    result: dict[str, Any] = {"benchmark": "issue18", "P": P, "reps": a.reps, "load_before": os.getloadavg()}
+        a.leaves, a.reps, a.comp_leaves = 32_768, 2, 4096
+    say(f"end-to-end benchmark: P={P}, {a.leaves} leaves, {a.reps} repetitions, in {a.dir}, load {os.getloadavg()[0]:.2f}")
+    result: dict[str, Any] = {"benchmark": "end-to-end", "P": P, "reps": a.reps, "load_before": os.getloadavg()}
     for which in ("hp", "nohp"):
         if which in a.skip:
             continue
@@ -295,15 +308,19 @@ def main() -> None:
             c = compression(a)
             result["compression"] = c
             say(
-                f"\ncompression: {c['values']} float64 ({c['uncompressed_bytes'] / 2**20:.1f} MiB), chunks of {c['chunk']}, "
-                f"{c['deflate']}, {c['threads']} threads"
+                f"\ncompression: a 3D mesh and two float64 cell fields, {c['leaves']} leaves "
+                f"({c['uncompressed_bytes'] / 2**20:.1f} MiB), compress=True (chunks of {c['chunk']} leaves), "
+                f"{c['deflate']}, {c['threads']} threads; h5py shuffle+gzip(1), the same chunks"
             )
-            w, rd = c["write_mib_s"], c["read_mib_s"]
+            w, rd, fr = c["write_mib_s"], c["read_mib_s"], c["file_ratio"]
             say(f"  write MiB/s amrckpt {w['amrckpt']:.0f} h5py {w['h5py']:.0f} ratio {c['write_ratio']:.2f}")
             say(f"  read  MiB/s amrckpt {rd['amrckpt']:.0f} h5py {rd['h5py']:.0f} ratio {c['read_ratio']:.2f}")
-            say(f"  bytes {c['file_bytes']}  per-element save {c['per_element_write_s']:.2f} s")
+            say(
+                f"  file / uncompressed: amrckpt {fr['amrckpt']:.3f} h5py {fr['h5py']:.3f} "
+                f"compress='element' {fr['element']:.3f} (its save {c['per_element_write_s']:.2f} s)"
+            )
     result["load_after"] = os.getloadavg()
-    write_json(a.json, f"bench-results/issue18-P{P}.json", result)
+    write_json(a.json, f"bench-results/end-to-end-P{P}.json", result)
 
 
 if __name__ == "__main__":
