@@ -111,7 +111,7 @@ class ThreadComm:
         got, to = posted[source]
         if to != self._rank:
             raise AssertionError(f"sendrecv on rank {self._rank}: rank {source} sends to {to}")
-        return got
+        return None if got is None else bytes(got)
 
     def dup(self) -> ThreadComm:
         """Return a new group of the same thread ranks (rank 0 creates it). Collective."""

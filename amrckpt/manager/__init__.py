@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .._files import FileSystem, LocalFileSystem
 from ..errors import ManagerError, StepAlreadyExistsError, StepNotFoundError
+from ._cache import NodeCache
 from ._decorator import checkpointable
 from ._directory import CheckpointDirectory, read_history
 from ._handle import SaveHandle
@@ -58,6 +59,7 @@ __all__ = [
     "ManagerError",
     "Moment",
     "Never",
+    "NodeCache",
     "OnFileTrigger",
     "OnSignal",
     "Restored",

@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
@@ -28,15 +29,18 @@ from ..errors import (
     SchemaError,
 )
 from ..restart import Loaded, load
+from ..scda import FileAccess
 from ..schema import CheckpointSchema
+from ._cache import NodeCache
 from ._directory import CheckpointDirectory, unreadable
 from ._handle import SaveHandle
 from ._policies import Decision, EveryNSteps, Moment, SavePolicy, leaves
-from ._records import CheckpointRecord, StepMetadata, json_facts
+from ._records import CheckpointRecord, StepMetadata, json_facts, step_records
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
 from ._save import commit_step
 from ._snapshot import Snapshots, cores_per_rank
+from ._twolevel import NodeLevel
 
 __all__ = ["CheckpointManager"]
 
@@ -106,6 +110,20 @@ class CheckpointManager(Generic[S]):
         renames, links, directory fsync); default the operating system's
         (:class:`~amrckpt.manager.LocalFileSystem`).
         ``amrckpt.testing.FaultyFileSystem`` injects faults.
+    cache : NodeCache, optional
+        A node-local level (SCR's cache): each save writes every rank's
+        pieces of the file into its node's cache directory (with partner
+        copies on other nodes), committed there as here, and blocks only for
+        that; the shared file, byte-identical to a direct save's, is written
+        by a flush.  A restart takes the newest step complete in a cache
+        (same process count and node layout; a lost node's pieces from its
+        partners) or in the directory (any process count).  Not with
+        ``background=True``.
+    flush_policy : SavePolicy, optional
+        When a cached step is flushed into the directory, in the background
+        (asked after every cached save, e.g. ``EveryNSteps(1000)``); a step
+        is also flushed when a policy asks to halt and at :meth:`close`
+        (default: only then).
     abort_on_error : bool, optional
         When an exception leaves a ``with CheckpointManager(...)`` block on
         any rank, log it with its traceback (rank-tagged) and call
@@ -138,15 +156,24 @@ class CheckpointManager(Generic[S]):
         save_kwargs: dict[str, Any] | None = None,
         info: Any = None,
         fs: FileSystem | None = None,
+        cache: NodeCache | None = None,
+        flush_policy: SavePolicy | None = None,
         abort_on_error: bool = False,
     ) -> None:
+        self._node: NodeLevel | None = None
         with collective(comm, "CheckpointManager") as call:
             self.comm: Comm = call.comm
             self.log = RankLogger(log, self.comm.rank, self.comm.size)
             self._dir = CheckpointDirectory(directory, prefix=prefix, fs=fs, sync=sync, log=self.log)
             try:
                 self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
+                if cache is not None:
+                    if background:
+                        raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
+                    self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log)
             except BaseException:
+                if self._node is not None:
+                    self._node.close()
                 self._dir.close()
                 raise
 
@@ -180,6 +207,7 @@ class CheckpointManager(Generic[S]):
         self._bg_comm: Comm | None = None
         self._closed = False
         self.restored_step: int | None = None
+        self.restored_from: str | None = None
         self.skipped: tuple[Skipped, ...] = ()
         call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
         call.agree("CheckpointManager: open the directory")
@@ -333,7 +361,7 @@ class CheckpointManager(Generic[S]):
         metrics: dict[str, Any] | None,
         metadata: dict[str, Any] | None,
     ) -> SaveHandle:
-        self.wait()
+        self._wait_save()
         decision = self.decide(step)
         if decision.halt:
             self.halt_requested = True
@@ -344,6 +372,11 @@ class CheckpointManager(Generic[S]):
         checkpoint = self._as_schema(state)
         if time_value is None:
             time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
+        if self._node is not None:
+            self._cache_save(step, checkpoint, reason, time_value, extra, decision.halt)
+            self._last_step, self._last_time = step, time.time()
+            self._last_save_time = self._last_time
+            return SaveHandle(step, True, self.path_of(step))
         if self._bg_comm is None:
             self._commit(self.comm, step, checkpoint, reason, time_value, extra)
             self._last_step, self._last_time = step, time.time()  # a save that failed may be tried again at the same step
@@ -421,7 +454,12 @@ class CheckpointManager(Generic[S]):
             handle._error = exc
 
     def wait(self) -> None:
-        """Wait for a background save; raise its error (the same on every rank) unless its handle reported it. Collective-safe."""
+        """Wait for a background save and a flush in progress; raise their error (the same on every rank). Collective-safe."""
+        self._wait_save()
+        if self._node is not None:
+            self._node.wait()
+
+    def _wait_save(self) -> None:
         handle, self._pending = self._pending, None
         if handle is None:
             return
@@ -440,6 +478,48 @@ class CheckpointManager(Generic[S]):
         )
         self._save_seconds.append(seconds)
         self._unusable.discard(step)
+
+    def _cache_save(self, step: int, state: S, reason: str, time_value: float | None, extra: dict[str, Any], halt: bool) -> None:
+        """Save into the node caches; flush in the background if the flush policy (or a halt) asks. Collective."""
+        assert self._node is not None
+        call = current_call(self.comm)
+        assert call is not None
+        facts = {"reason": reason, "time": time_value, **extra, "keep_policy": repr(self.keep_policy)}
+        name = self._dir.names.build_name(step)
+
+        def records(result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
+            return step_records(step, name, result, self.comm.size, t0, seconds, facts)
+
+        done = self._node.save(self.comm, step, state, save_kwargs=self.save_kwargs, records=records)
+        self._save_seconds.append(done.seconds)
+        if self._node.flush_due(call, step, halt):
+            self._node.flush(self.comm, self._dir, step, access=self._flush_access(), keep_policy=self.keep_policy, background=True)
+
+    def _flush_access(self) -> FileAccess:
+        return FileAccess(info=self.save_kwargs.get("info", self.info), backend=self.save_kwargs.get("backend"))
+
+    def flush(self) -> int | None:
+        """Flush the newest cached step of this manager into the directory, now, and wait for it (SCR's flush). Collective.
+
+        Returns
+        -------
+        int or None
+            The step flushed (None: no cache, or nothing cached that is not flushed).
+
+        Raises
+        ------
+        ManagerError, ScdaIOError
+            On every rank, if the cached step is incomplete or the write or
+            commit fails; the cached step stays, the directory is as before.
+        """
+        with collective(self.comm, "CheckpointManager.flush"):
+            self.wait()
+            node = self._node
+            if node is None or node.cached is None or (node.flushed is not None and node.flushed >= node.cached):
+                return None
+            access = self._flush_access()
+            node.flush(self.comm, self._dir, node.cached, access=access, keep_policy=self.keep_policy, background=False)
+            return node.cached
 
     # -- discovering ----------------------------------------------------------
 
@@ -528,7 +608,11 @@ class CheckpointManager(Generic[S]):
 
     def _restore_latest(self, call: Call, into: Any, partition: Any, fields: list[str] | None) -> Any:
         self.wait()
-        self.restored_step = None
+        self.restored_step = self.restored_from = None
+        fetched = None
+        if self._node is not None:
+            newest = self.latest_step()
+            fetched = self._node.fetch_newer(call, self._dir, newest, access=self._flush_access(), keep_policy=self.keep_policy)
         skipped: list[Skipped] = []
         self.skipped = ()
         for r in reversed(self.history()):
@@ -540,6 +624,7 @@ class CheckpointManager(Generic[S]):
             except (CheckpointError, ScdaError) as exc:
                 skipped.append(self._skip(call, r.step, f"{type(exc).__name__}: {exc}", unreadable(exc)))
                 continue
+            self.restored_from = "cache" if r.step == fetched else "directory"
             return self._restored(r.step, loaded, into, tuple(skipped))
         self.skipped = tuple(skipped)
         return None
@@ -651,15 +736,23 @@ class CheckpointManager(Generic[S]):
 
     # -- closing --------------------------------------------------------------
 
-    def close(self) -> None:
-        """Wait for a background save, restore signal handlers, release the directory. Collective."""
+    def close(self, *, flush: bool = True) -> None:
+        """Wait for a background save or flush, flush the newest cached step, restore signal handlers, release the directory.
+
+        Collective.  ``flush=False`` leaves the newest cached step in the
+        node caches only (a restart in the same allocation finds it there).
+        """
         if self._closed:
             return
         self._closed = True
         try:
             with collective(self.comm, "CheckpointManager.close"):
                 self.wait()
+                if flush:
+                    self.flush()  # the newest cached step, if not flushed yet (SCR's flush at the end of a run)
         finally:
+            if self._node is not None:
+                self._node.close()
             stop = getattr(self.save_policy, "stop", None)
             if stop is not None:
                 stop()
