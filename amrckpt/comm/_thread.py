@@ -104,7 +104,7 @@ class ThreadComm:
         return functools.reduce(combine_columns, below) if below else None
 
     def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
-        """Emulate ``MPI_Sendrecv`` of byte strings (each rank posts, then takes the one sent to it by ``source``). Collective here."""
+        """Emulate ``MPI_Sendrecv`` of byte strings (each rank posts, then takes what ``source`` sent it). Collective here."""
         posted = self._gather((None if data is None else bytes(data), dest))
         if source is None:
             return None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import mmap
 import os
 import platform
@@ -50,6 +51,8 @@ from ._lock import DirectoryLock
 from ._names import StepNames
 
 __all__ = ["CacheLevel", "NodeCache", "NodeLayout", "Pieces", "read_pieces"]
+
+_log = logging.getLogger("amrckpt.manager")
 
 EXTENSION = ".cache"
 STEP_JSON = "step.json"
@@ -135,9 +138,8 @@ class NodeLayout:
 
         Raises
         ------
-        ManagerError
-            On every rank, if partner copies are asked for and the nodes do
-            not have the same number of ranks.
+        Partner copies need the same number of ranks on every node;
+        without it there are none (a warning says so).
         """
         P = call.size
         if cache.node_size is not None:
@@ -148,13 +150,15 @@ class NodeLayout:
             node_of = np.argsort(np.argsort(first))[inverse].astype(np.int64)  # numbered by their first rank
         nodes = int(node_of.max()) + 1
         partners = min(cache.partners, nodes - 1)
-        if partners and len(set(np.bincount(node_of).tolist())) != 1:
-            raise call.agreed(
-                ManagerError(
-                    f"NodeCache(partners={cache.partners}): the nodes have different numbers of ranks "
-                    f"({np.bincount(node_of).tolist()}): partner copies need the same number on every node"
+        counts = np.bincount(node_of)
+        if partners and int(counts.min()) != int(counts.max()):
+            if call.comm.rank == 0:
+                _log.warning(
+                    "NodeCache(partners=%d): the nodes have different numbers of ranks (%s): no partner copies",
+                    cache.partners,
+                    counts.tolist(),
                 )
-            )
+            partners = 0
         return cls(node_of, partners)
 
     @property

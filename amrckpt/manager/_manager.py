@@ -454,7 +454,7 @@ class CheckpointManager(Generic[S]):
             handle._error = exc
 
     def wait(self) -> None:
-        """Wait for a background save and a flush in progress; raise their error (the same on every rank). Collective-safe."""
+        """Wait for a background save and a flush in progress; raise their error (the same on every rank). Collective."""
         self._wait_save()
         if self._node is not None:
             self._node.wait()
@@ -768,7 +768,7 @@ class CheckpointManager(Generic[S]):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self.abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
             self._abort(exc)
-        self.close()
+        self.close(flush=exc is None)  # a run that failed leaves its cached steps where they are
 
     def _abort(self, exc: BaseException) -> None:
         """Report ``exc`` (this rank only) and abort the whole MPI job: the other ranks may wait in a collective."""
