@@ -593,7 +593,7 @@ class Call:
         return self.comm.relay_down(data, send=send, receive=receive, forward=forward)
 
     def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
-        """Send bytes to ``dest``, receive from ``source`` (:meth:`amrckpt.comm.Comm.sendrecv`); every rank calls it. Not agreeing."""
+        """Send bytes to ``dest``, receive from ``source`` (:meth:`amrckpt.comm.Comm.sendrecv`). Not agreeing."""
         self._first_agrees()
         self._exchanges += 1
         return self.comm.sendrecv(data, dest, source)
