@@ -10,32 +10,30 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from .._files import FileSystem
 from .._logging import RankLogger
-from ..comm import Call, Comm, SerialComm, collective, collective_method, current_call, digest_of
-from ..container import read_info
+from ..comm import Call, Comm, collective, collective_method, current_call
 from ..errors import (
     CheckpointError,
     ManagerError,
     ScdaError,
     ScdaUsageError,
-    SchemaError,
 )
 from ..restart import Loaded, load
 from ..scda import FileAccess
 from ..schema import CheckpointSchema
+from ._abort import abort_job
 from ._cache import NodeCache
+from ._decorator import as_schema
 from ._directory import CheckpointDirectory, unreadable
 from ._handle import SaveHandle
-from ._policies import Decision, EveryNSteps, Moment, SavePolicy, leaves
-from ._records import CheckpointRecord, StepMetadata, json_facts, step_records
+from ._policies import Decision, EveryNSteps, Moment, SavePolicy, shared_decision
+from ._records import CheckpointRecord, StepMetadata, agreed_facts
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
 from ._save import commit_step
@@ -269,19 +267,7 @@ class CheckpointManager(Generic[S]):
         call = current_call(self.comm)
         assert call is not None
         moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time)
-
-        def ask() -> Decision:
-            mine = [p.decide(moment) for p in leaves(self.save_policy)]  # every policy is asked (triggers are consumed)
-            return Decision(any(d.save for d in mine), any(d.halt for d in mine), "; ".join(d.reason for d in mine if d.reason))
-
-        local = call.run(ask) or Decision(False, False, "")
-        P = self.comm.size
-        key = P - self.comm.rank if local.save else 0  # the largest key is the lowest saving rank
-        save, halt, top = call.allreduce(maxima=[int(local.save), int(local.halt), key], what="decide").maxima
-        if not save:
-            return Decision(False, bool(halt), "")
-        reason = call.allreduce(root_value=local.reason, root=P - top, what="decide: reason").value
-        return Decision(True, bool(halt), str(reason))
+        return shared_decision(call, self.save_policy, moment)
 
     # -- saving ---------------------------------------------------------------
 
@@ -369,7 +355,7 @@ class CheckpointManager(Generic[S]):
             return SaveHandle(step, False, None)
         reason = "forced" if force and not decision.save else decision.reason
         extra = self._preflight(step, overwrite, metrics, metadata)
-        checkpoint = self._as_schema(state)
+        checkpoint = as_schema(self.schema, state)
         if time_value is None:
             time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
         if self._node is not None:
@@ -406,17 +392,7 @@ class CheckpointManager(Generic[S]):
         """
         call = current_call(self.comm)
         assert call is not None
-
-        extra, text = call.run(json_facts, metrics, metadata) or ({}, "")
-        if not call.allreduce(equal=[digest_of(text)], what="save: metrics").equal[0]:
-            texts = call.allgather(text, what="save: metrics")  # only when they differ: name the ranks
-            ranks = [r for r, t in enumerate(texts) if t != texts[0]]
-            raise call.agreed(
-                ManagerError(
-                    f"save: metrics or metadata differ between ranks ({ranks} differ from rank 0): "
-                    "pass values reduced over the ranks"
-                )
-            )
+        extra = agreed_facts(call, metrics, metadata)
         unusable = frozenset(self._unusable)
         skipped = call.on_root(lambda: self._dir.prepare_step(step, overwrite, unusable), what="save: check the step")
         self._report(skipped)
@@ -435,16 +411,6 @@ class CheckpointManager(Generic[S]):
                 self._unusable.add(s.step)
             else:
                 self._unusable.discard(s.step)
-
-    def _as_schema(self, state: Any) -> S:
-        if isinstance(state, self.schema):
-            return state
-        to_checkpoint = getattr(state, "to_checkpoint", None)
-        if to_checkpoint is not None:
-            out = to_checkpoint()
-            if isinstance(out, self.schema):
-                return out
-        raise SchemaError(f"save: expected a {self.schema.__name__} or a checkpointable object, got {type(state).__name__}")
 
     def _background(self, handle: SaveHandle, state: S, reason: str, time_value: float | None, extra: dict[str, Any]) -> None:
         assert self._bg_comm is not None
@@ -482,18 +448,19 @@ class CheckpointManager(Generic[S]):
     def _cache_save(self, step: int, state: S, reason: str, time_value: float | None, extra: dict[str, Any], halt: bool) -> None:
         """Save into the node caches; flush in the background if the flush policy (or a halt) asks. Collective."""
         assert self._node is not None
-        call = current_call(self.comm)
-        assert call is not None
         facts = {"reason": reason, "time": time_value, **extra, "keep_policy": repr(self.keep_policy)}
-        name = self._dir.names.build_name(step)
-
-        def records(result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
-            return step_records(step, name, result, self.comm.size, t0, seconds, facts)
-
-        done = self._node.save(self.comm, step, state, save_kwargs=self.save_kwargs, records=records)
-        self._save_seconds.append(done.seconds)
-        if self._node.flush_due(call, step, halt):
-            self._node.flush(self.comm, self._dir, step, access=self._flush_access(), keep_policy=self.keep_policy, background=True)
+        seconds = self._node.save_and_flush(
+            self.comm,
+            self._dir,
+            step,
+            state,
+            self.save_kwargs,
+            facts,
+            access=self._flush_access(),
+            keep_policy=self.keep_policy,
+            halt=halt,
+        )
+        self._save_seconds.append(seconds)
 
     def _flush_access(self) -> FileAccess:
         return FileAccess(info=self.save_kwargs.get("info", self.info), backend=self.save_kwargs.get("backend"))
@@ -689,19 +656,9 @@ class CheckpointManager(Generic[S]):
         ManagerError
             On every rank, if the file cannot be removed.
         """
-
-        def remove() -> None:
-            path = self._dir.existing(step)
-            try:
-                self._dir.delete(step)
-            except OSError as exc:
-                raise ManagerError(f"cannot delete {path.name}: {exc.strerror or exc}") from exc
-            self._dir.write_index()
-            self.log.info("deleted %s", path.name)
-
         with collective(self.comm, "CheckpointManager.delete") as call:
             self.wait()
-            call.on_root(remove, what="delete")
+            call.on_root(lambda: self._dir.delete_step(step), what="delete")
         self._unusable.discard(step)
 
     def metadata(self, step: int) -> StepMetadata:
@@ -723,16 +680,8 @@ class CheckpointManager(Generic[S]):
         CheckpointError
             On every rank, if its metadata do not verify.
         """
-
-        def read() -> StepMetadata:
-            path = self._dir.existing(step)
-            info = read_info(path, comm=SerialComm())
-            record, problem = self._dir.read_record(step, info)
-            e = record if record is not None and problem is None else {}
-            return StepMetadata(step, str(path), info, e.get("metrics"), e.get("metadata"), e, problem)
-
         with collective(self.comm, "CheckpointManager.metadata") as call:
-            return call.on_root(read, what="metadata")
+            return call.on_root(lambda: self._dir.metadata(step), what="metadata")
 
     # -- closing --------------------------------------------------------------
 
@@ -767,22 +716,8 @@ class CheckpointManager(Generic[S]):
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self.abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
-            self._abort(exc)
+            abort_job(self.comm, self.log, exc)
         self.close(flush=exc is None)  # a run that failed leaves its cached steps where they are
-
-    def _abort(self, exc: BaseException) -> None:
-        """Report ``exc`` (this rank only) and abort the whole MPI job: the other ranks may wait in a collective."""
-        import traceback
-
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self.log.rank_error("aborting the MPI job (abort_on_error=True), an exception left the manager's with block:\n%s", text)
-        # The process ends within the next call: the traceback goes to stderr even where logging is not configured.
-        sys.stderr.write(f"amrckpt: rank {self.comm.rank} of {self.comm.size}: aborting the MPI job: {text}")
-        sys.stderr.flush()
-        cast(Any, self.comm).mpi_comm.Abort(1)
-        # MPICH's MPI_Abort can return before the process manager kills the job (seen with the mpich 5 wheel):
-        # this rank must not go on into the collectives after the with block.
-        os._exit(1)
 
     def __repr__(self) -> str:
         return f"CheckpointManager({str(self.directory)!r}, {self.schema.__name__}, P={self.comm.size})"

@@ -16,14 +16,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._logging import RankLogger
-from ..comm import Call, Comm
+from ..comm import Call, Comm, current_call
 from ..errors import AmrckptError, ManagerError
 from ..scda import FileAccess
 from ..schema import CheckpointSchema
 from ._cache import CacheLevel, NodeCache, NodeLayout
 from ._directory import CheckpointDirectory
 from ._flush import Cached, cache_step, flush_step, newest_cached
-from ._policies import Moment, Never, SavePolicy, leaves
+from ._policies import Moment, Never, SavePolicy, shared_decision
+from ._records import step_records
 from ._retention import KeepPolicy
 
 __all__ = ["NodeLevel"]
@@ -110,15 +111,36 @@ class NodeLevel:
         self.cached = step
         return done
 
-    def flush_due(self, call: Call, step: int, halt: bool) -> bool:
-        """Ask the flush policy on every rank after the cached save of ``step``; one allreduce decides. Collective."""
+    def save_and_flush(
+        self,
+        comm: Comm,
+        directory: CheckpointDirectory,
+        step: int,
+        state: CheckpointSchema,
+        save_kwargs: dict[str, Any],
+        facts: dict[str, Any],
+        *,
+        access: FileAccess,
+        keep_policy: KeepPolicy,
+        halt: bool,
+    ) -> float:
+        """Save into the node caches; flush in the background if the flush policy (or ``halt``) asks. Collective.
+
+        ``facts`` are the step record's (reason, time, metrics...).  Returns
+        the seconds the cached save blocked.
+        """
+        name = directory.names.build_name(step)
+
+        def records(result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
+            return step_records(step, name, result, comm.size, t0, seconds, facts)
+
+        done = self.save(comm, step, state, save_kwargs=save_kwargs, records=records)
+        call = current_call(comm)
+        assert call is not None
         moment = Moment(step, time.time(), self.flushed, self._last_flush_time)
-
-        def ask() -> bool:
-            return any(p.decide(moment).save for p in leaves(self.flush_policy))
-
-        mine = bool(call.run(ask))
-        return bool(call.allreduce(maxima=[int(mine or halt)], what="flush: decide").maxima[0])
+        if shared_decision(call, self.flush_policy, moment).save or halt:
+            self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
+        return done.seconds
 
     # -- flushing ---------------------------------------------------------------------------------
 
