@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .._files import FileSystem, LocalFileSystem
 from ..errors import ManagerError, StepAlreadyExistsError, StepNotFoundError
-from ._cache import NodeCache
+from ._cache import CachedStep, NodeCache, list_cache
 from ._decorator import checkpointable
 from ._directory import CheckpointDirectory, read_history
 from ._handle import SaveHandle
@@ -39,6 +39,7 @@ from ._scheduler import job_end_time
 __all__ = [
     "HISTORY",
     "AnyOf",
+    "CachedStep",
     "BeforeWallTime",
     "LOCK",
     "CheckpointDirectory",
@@ -72,6 +73,7 @@ __all__ = [
     "StepNotFoundError",
     "checkpointable",
     "job_end_time",
+    "list_cache",
     "read_history",
     "slurm_end_time",
 ]

@@ -50,7 +50,7 @@ from ..scda import Backend, FileAccess, os_error
 from ._lock import DirectoryLock
 from ._names import StepNames
 
-__all__ = ["CacheLevel", "NodeCache", "NodeLayout", "Pieces", "read_pieces"]
+__all__ = ["CacheLevel", "CachedStep", "NodeCache", "NodeLayout", "Pieces", "list_cache", "read_pieces"]
 
 _log = logging.getLogger("amrckpt.manager")
 
@@ -145,7 +145,7 @@ class NodeLayout:
         if cache.node_size is not None:
             node_of = np.arange(P, dtype=np.int64) // cache.node_size
         else:
-            keys = call.allgather_ints([digest_of(platform.node())], what="cache: nodes")
+            keys = call.allgather_ints([digest_of(platform.node())], what="cache: nodes").reshape(-1)
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             node_of = np.argsort(np.argsort(first))[inverse].astype(np.int64)  # numbered by their first rank
         nodes = int(node_of.max()) + 1
@@ -530,3 +530,65 @@ class CacheLevel:
 def pieces_name(rank: int) -> str:
     """Return the name of rank ``rank``'s pieces file in a cached step."""
     return f"rank-{rank:06d}.pieces"
+
+
+@dataclass(frozen=True)
+class CachedStep:
+    """A step as the node caches under one directory hold it (what ``amrckpt ls --cache`` shows).
+
+    Attributes
+    ----------
+    step : int
+    size : int or None
+        The process count that cached it (from ``step.json``).
+    nbytes : int or None
+        The bytes of its file once flushed.
+    nodes : tuple of str
+        The node directories that hold it.
+    ranks : int
+        The ranks whose pieces are there (own or partner copies), on some node.
+    complete : bool
+        Whether every rank's pieces are there, on some node (headers checked, not the data's CRC32s).
+    """
+
+    step: int
+    size: int | None
+    nbytes: int | None
+    nodes: tuple[str, ...]
+    ranks: int
+    complete: bool
+
+
+def list_cache(root: str | os.PathLike[str], prefix: str = "ckpt") -> list[CachedStep]:
+    """List the cached steps of every node directory under ``root`` (``root`` itself or one level below). Not collective.
+
+    Read-only: no lock, nothing removed; pieces files are checked by their
+    headers (their sizes and the CRC32 of the header), not their data.
+    """
+    base = Path(root)
+    names = StepNames(prefix, extension=EXTENSION)
+    found: dict[int, dict[str, Any]] = {}
+    with contextlib.suppress(OSError):
+        for d in [base, *sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())]:
+            with contextlib.suppress(OSError):
+                for step, name in names.listing(os.listdir(d)).checkpoints.items():
+                    entry = found.setdefault(step, {"nodes": [], "ranks": set(), "size": None, "nbytes": None})
+                    entry["nodes"].append(d.name if d != base else ".")
+                    level = CacheLevel(d, prefix)
+                    info = level.info(step) or {}
+                    entry["size"] = entry["size"] or info.get("size")
+                    entry["nbytes"] = entry["nbytes"] or info.get("nbytes")
+                    for f in (d / name).glob("rank-*.pieces"):
+                        try:
+                            p = read_pieces(f, verify=False)
+                        except ManagerError:
+                            continue
+                        entry["ranks"].add(p.rank)
+                        p.close()
+    out = []
+    for step, e in sorted(found.items()):
+        P = e["size"]
+        out.append(
+            CachedStep(step, P, e["nbytes"], tuple(e["nodes"]), len(e["ranks"]), P is not None and e["ranks"] == set(range(P)))
+        )
+    return out
