@@ -1,4 +1,4 @@
-"""The node-local level (NodeCache) without MPI: serial and thread ranks, faults in the flush, damaged pieces, ``amrckpt ls --cache``."""
+"""The node-local level (NodeCache) without MPI: serial, thread ranks, faults in the flush, damaged pieces, ls --cache."""
 
 from __future__ import annotations
 
