@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import random
 import select
 import shutil
 import subprocess
@@ -89,3 +90,57 @@ def shared_files_ok(root: Path, every: int = 2) -> str:
 
 def wipe(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class Trial:
+    """One kill of a two-level job and its restart."""
+
+    flush_every: int
+    lost: str
+    cached: int | None
+    flushed: int | None
+    restored: int | None
+    source: str
+    note: str
+
+    @property
+    def recovered(self) -> bool:
+        return self.note == ""
+
+
+def trial(root: Path, rng: random.Random) -> Trial:
+    """Kill a P = 4 job on two simulated nodes at a random moment, lose a random part of the caches, restart, check."""
+    flush_every = rng.choice([0, 2, 4])
+    run = run_and_kill(root, 4, flush_every=flush_every, after=rng.randint(1, 6), delay=rng.uniform(0.0, 0.6))
+    note = shared_files_ok(root)
+    flushed = [int(f.name[5:17]) for f in (root / "shared").glob("ckpt-*.scda")]
+    lost = rng.choice(["none", "node 0", "node 1", "every node"])
+    if lost == "every node":
+        wipe(root / "cache")
+    elif lost != "none":
+        wipe(root / "cache" / lost.split()[1])
+    Q = 3 if lost == "every node" else 4
+    step, equal, source = restart(root, Q)
+    if step is None and equal != "none":
+        note += equal
+    elif step is not None and equal != "equal":
+        note += f"the restored step {step} differs from the state saved; "
+    want = (max(flushed) if flushed else None) if lost == "every node" else run.last
+    if want is not None and (step is None or step < want):
+        note += f"restored {step}, but step {want} was committed ({lost} lost); "
+    if lost == "every node" and step is not None and source != "directory":
+        note += f"restored from {source} with every cache gone; "
+    return Trial(flush_every, lost, run.last, max(flushed) if flushed else None, step, source, note)
+
+
+def campaign(root: Path, trials: int, seed: int = 0) -> list[Trial]:
+    """Run ``trials`` random kills of two-level jobs (P = 4, two simulated nodes)."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(trials):
+        d = root / f"trial-{k}"
+        d.mkdir(parents=True)
+        out.append(trial(d, rng))
+        wipe(d)
+    return out

@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 
 import pytest
-from cache_killing import restart, run_and_kill, shared_files_ok, wipe
+from cache_killing import campaign, restart, run_and_kill, shared_files_ok, wipe
 
 
 def test_killed_before_flush_restarts_from_cache_then_partner(tmp_path: Path) -> None:
@@ -54,3 +54,10 @@ def test_kill_during_flushes_loses_nothing(tmp_path: Path, seed: int) -> None:
     step, equal, _ = restart(tmp_path, 4)
     assert note == "" and equal == "equal", (note, step, equal)
     assert step is not None and step >= run.last
+
+
+@pytest.mark.slow
+def test_campaign_of_40_kills(tmp_path: Path) -> None:
+    trials = campaign(tmp_path, 40, seed=11)
+    assert all(t.recovered for t in trials), [t for t in trials if not t.recovered]
+    assert sum(t.source == "cache" for t in trials) >= 10  # the campaign exercises the cache, not only the directory
