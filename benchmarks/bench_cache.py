@@ -69,15 +69,17 @@ def main() -> int:
             a.cache = a.shared = a.dir
     shared_parent = a.shared or str(Path(__file__).resolve().parent.parent / ".bench-shared")
     names = comm.bcast(
-        (tempfile.mkdtemp(prefix="bench-cache-", dir=_mk(a.cache)), tempfile.mkdtemp(prefix="bench-shared-", dir=_mk(shared_parent)))
+        (
+            tempfile.mkdtemp(prefix="bench-cache-", dir=_mk(a.cache)),
+            tempfile.mkdtemp(prefix="bench-shared-", dir=_mk(shared_parent)),
+        )
         if rank == 0
         else None
     )
     cache_root, shared_root = Path(names[0]), Path(names[1])
     st, _, _ = build(a.leaves)
-    say(
-        f"amrckpt {ac.__version__} cache benchmark: P={P}, N={a.leaves} leaves, {a.reps} repetitions; cache {cache_root}, shared {shared_root}"
-    )
+    say(f"amrckpt {ac.__version__} cache benchmark: P={P}, N={a.leaves} leaves, {a.reps} repetitions")
+    say(f"cache {cache_root}, shared {shared_root}")
     try:
         result = run(st, cache_root, shared_root, a)
     finally:
@@ -98,7 +100,7 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     policy = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(2)}
     mgrs: dict[str, ac.CheckpointManager[Bench]] = {
         "cached": ac.CheckpointManager(
-            shared_root / "c", Bench, comm=comm, cache=ac.NodeCache(str(cache_root / "c" / "{node}"), partners=0, keep=2), **policy
+            shared_root / "c", Bench, comm=comm, cache=ac.NodeCache(str(cache_root / "c" / "{node}"), partners=0), **policy
         ),
         "direct": ac.CheckpointManager(shared_root / "d", Bench, comm=comm, **policy),
     }
@@ -156,9 +158,7 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
         "(target <= 0.25 when the shared directory is slower than the cache)"
     )
     if "cached_partner_over_raw" in ratios:
-        say(
-            f"cached with a partner copy / raw = {ratios['cached_partner_over_raw']:.2f} (the partner's bytes cross the network too)"
-        )
+        say(f"cached with a partner copy / raw = {ratios['cached_partner_over_raw']:.2f} (the partner's bytes are written too)")
     return {"P": P, "leaves": a.leaves, "reps": a.reps, "bytes": total, "seconds": s, "ratios": ratios}
 
 
