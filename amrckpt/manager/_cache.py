@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .._crc import crc32
+from .._crc import crc32, pool
 from .._files import LOCAL, FileSystem
 from .._logging import RankLogger
 from ..comm import Call, Comm, current_call, digest_of
@@ -213,15 +213,23 @@ def _write_all(fd: int, bufs: Sequence[memoryview | bytes], path: Path) -> None:
         raise os_error(exc, str(path), "cannot write") from exc
 
 
-def pieces_bytes(rank: int, nrounds: int, pieces: Sequence[tuple[int, memoryview]]) -> list[memoryview | bytes]:
-    """Return the buffers of a pieces file (header, table, data) for ``pieces``. Not collective."""
-    table = np.array([(off, memoryview(b).nbytes) for off, b in pieces], dtype="<u8").reshape(-1, 2)
-    tbytes = table.tobytes()
-    crc = crc32(tbytes)
+def pieces_table(pieces: Sequence[tuple[int, memoryview]]) -> bytes:
+    """Return the table of a pieces file: ``(offset, nbytes)`` of each piece, little-endian uint64."""
+    return np.array([(off, memoryview(b).nbytes) for off, b in pieces], dtype="<u8").reshape(-1, 2).tobytes()
+
+
+def pieces_head(rank: int, nrounds: int, table: bytes, crc: int) -> bytes:
+    """Return the header of a pieces file (its last 4 bytes: the CRC32 of the rest)."""
+    t = np.frombuffer(table, dtype="<u8").reshape(-1, 2)
+    body = _HEAD.pack(MAGIC, rank, nrounds, len(t), int(t[:, 1].sum()), crc, 0)[:-4]
+    return body + struct.pack("<I", crc32(body))
+
+
+def _crc_of(table: bytes, pieces: Sequence[tuple[int, memoryview]]) -> int:
+    crc = crc32(table)
     for _, b in pieces:
         crc = crc32(b, crc)
-    body = _HEAD.pack(MAGIC, rank, nrounds, len(pieces), int(table[:, 1].sum()), crc, 0)[:-4]
-    return [body + struct.pack("<I", crc32(body)), tbytes, *(memoryview(b) for _, b in pieces)]
+    return crc
 
 
 @dataclass
@@ -339,7 +347,19 @@ class PiecesBackend:
             self._fd = os.open(self._file, flags, 0o600)
         except OSError as exc:
             raise os_error(exc, self.path, "cannot create") from exc
-        _write_all(self._fd, pieces_bytes(self.comm.rank, nrounds, pieces), self._file)
+        # The CRC32 in a helper thread while the table and data are written (zlib-ng and writev release the GIL);
+        # the header, which holds it, last.
+        table = pieces_table(pieces)
+        crc = pool().submit(_crc_of, table, pieces)
+        try:
+            os.lseek(self._fd, _HEAD.size, os.SEEK_SET)
+            _write_all(self._fd, [table, *(memoryview(b) for _, b in pieces)], self._file)
+        finally:
+            value = crc.result()
+        try:
+            os.pwrite(self._fd, pieces_head(self.comm.rank, nrounds, table, value), 0)
+        except OSError as exc:
+            raise os_error(exc, self.path, "cannot write") from exc
         self.written = self._file
 
     def read(self, pieces: Any, bulk: Any, max_bulk_nbytes: int) -> None:
