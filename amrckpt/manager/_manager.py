@@ -549,7 +549,10 @@ class CheckpointManager(Generic[S]):
         never deleted by retention), reported on stderr by a
         :class:`~amrckpt.errors.CheckpointSkippedWarning` (rank 0), and the
         previous one is tried, as SCR falls back to the previous checkpoint.
-        Its step may then be saved again.
+        Its step may then be saved again.  With a node cache, the newest step
+        complete in the caches (same process count and node layout; a lost
+        node's pieces from its partners) is flushed first if it is newer than
+        the directory's newest (:attr:`restored_from` is then ``"cache"``).
 
         Parameters
         ----------
