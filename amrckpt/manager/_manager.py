@@ -164,11 +164,13 @@ class CheckpointManager(Generic[S]):
             self.log = RankLogger(log, self.comm.rank, self.comm.size)
             self._dir = CheckpointDirectory(directory, prefix=prefix, fs=fs, sync=sync, log=self.log)
             try:
-                self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
                 if cache is not None:
                     if background:
                         raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
+                    call.run(self._dir.open, on=0)  # the directory first (its lock), then the node caches
+                    call.agree("CheckpointManager: open the directory")
                     self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log)
+                self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
             except BaseException:
                 if self._node is not None:
                     self._node.close()
@@ -207,8 +209,9 @@ class CheckpointManager(Generic[S]):
         self.restored_step: int | None = None
         self.restored_from: str | None = None
         self.skipped: tuple[Skipped, ...] = ()
-        call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
-        call.agree("CheckpointManager: open the directory")
+        if self._node is None:
+            call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
+            call.agree("CheckpointManager: open the directory")
         self._snapshots: Snapshots | None = None
         if background:
             self._bg_comm = self._background_comm()
