@@ -82,6 +82,12 @@ class NodeLevel:
             self._threads = call.comm.size == 1
         if self._threads:
             self._comm = call.comm.dup()
+        bind = getattr(self.flush_policy, "bind", None)  # collective: e.g. BeforeWallTime learns the job's end
+        if bind is not None:
+            bind(call.comm)
+        start = getattr(self.flush_policy, "start", None)
+        if start is not None:
+            start()
 
     # -- saving -----------------------------------------------------------------------------------
 
@@ -229,6 +235,9 @@ class NodeLevel:
 
     def close(self) -> None:
         """Free the duplicated communicator and release the node's lock (after :meth:`wait`). Collective."""
+        stop = getattr(self.flush_policy, "stop", None)
+        if stop is not None:
+            stop()
         if self._comm is not None:
             self._comm.free()
             self._comm = None

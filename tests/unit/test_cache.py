@@ -121,3 +121,35 @@ def test_ls_shows_both_levels(tmp_path: Path) -> None:
     assert "complete, flushed" in out and "complete, not flushed" in out and "takes the cached step 3" in out
     doc = json.loads(subprocess.run([*ls, "--json"], capture_output=True, text=True, check=True).stdout)
     assert [(c["step"], c["flushed"], c["complete"]) for c in doc["cache"]["steps"]] == [(2, True, True), (3, False, True)]
+
+
+class HaltAt:
+    """A save policy that saves every step and asks to halt at one step (as BeforeWallTime does near the limit)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def decide(self, moment: ac.manager.Moment) -> ac.manager.Decision:
+        halt = moment.step == self.step
+        return ac.manager.Decision(True, halt, "halt" if halt else "every step")
+
+
+def test_a_halt_flushes_the_step_in_the_background(tmp_path: Path) -> None:
+    cache = ac.NodeCache(tmp_path / "cache")
+    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=HaltAt(3), cache=cache) as mgr:
+        for s in range(10):
+            mgr.save(s, state(s))
+            if mgr.halt_requested:
+                break
+        mgr.wait()
+        assert mgr.all_steps() == [3]  # flushed at the halt, before close
+        mgr.close(flush=False)
+
+
+def test_a_link_planted_as_the_node_cache_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "node-0").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ac.ManagerError, match="not a directory"):
+        ac.CheckpointManager(tmp_path / "shared", Advection, cache=ac.NodeCache(tmp_path / "cache"))
+    assert not list((tmp_path / "elsewhere").iterdir())
