@@ -121,6 +121,8 @@ def cache_step(
             result = save(state, tmp / "pieces", comm=comm, sync=level.sync, access=FileAccess(backend=level.opener(tmp)), **kw)
             for k in range(1, layout.partners + 1):
                 _partner_copy(call, layout, k, tmp, level.sync)
+            if layout.partners:
+                call.agree("cache: partner copies")  # every file of the step is written before a node's rename
             seconds = time.time() - t0
             info = {
                 "format": FORMAT,
