@@ -28,9 +28,10 @@ def job(P: int, root: Path, *args: str) -> list[str]:
 
 @dataclass
 class Run:
-    """A killed job: the steps it reported cached."""
+    """A killed job: the steps it reported cached, and whether it had ended on its own before the kill (a failure)."""
 
     cached: list[int]
+    crashed: bool = False
 
     @property
     def last(self) -> int | None:
@@ -54,10 +55,11 @@ def run_and_kill(root: Path, P: int, *, flush_every: int, after: int, delay: flo
             lines += [d.decode() for d in done]
             buf = rest
     time.sleep(delay)
+    crashed = proc.poll() is not None  # the job runs 100000 steps: it ends before the kill only if it failed
     kill_tree(proc.pid, str(root / "shared"))
     out, _ = proc.communicate()
     lines += (buf + out).decode().splitlines()
-    return Run([int(x.split()[1]) for x in lines if x.startswith("CACHED")])
+    return Run([int(x.split()[1]) for x in lines if x.startswith("CACHED")], crashed)
 
 
 def restart(root: Path, Q: int) -> tuple[int | None, str, str]:
@@ -113,7 +115,7 @@ def trial(root: Path, rng: random.Random) -> Trial:
     """Kill a P = 4 job on two simulated nodes at a random moment, lose a random part of the caches, restart, check."""
     flush_every = rng.choice([0, 2, 4])
     run = run_and_kill(root, 4, flush_every=flush_every, after=rng.randint(1, 6), delay=rng.uniform(0.0, 0.6))
-    note = shared_files_ok(root)
+    note = shared_files_ok(root) + ("the job failed before the kill; " if run.crashed else "")
     flushed = [int(f.name[5:17]) for f in (root / "shared").glob("ckpt-*.scda")]
     lost = rng.choice(["none", "node 0", "node 1", "every node"])
     if lost == "every node":

@@ -19,7 +19,7 @@ from cache_killing import campaign, restart, run_and_kill, shared_files_ok, wipe
 
 def test_killed_before_flush_restarts_from_cache_then_partner(tmp_path: Path) -> None:
     run = run_and_kill(tmp_path, 4, flush_every=0, after=4, delay=0.3)
-    assert run.last is not None
+    assert run.last is not None and not run.crashed
     assert not list((tmp_path / "shared").glob("ckpt-*.scda"))  # nothing was flushed
     step, equal, source = restart(tmp_path, 4)
     assert (equal, source) == ("equal", "cache"), (step, equal)
@@ -29,7 +29,7 @@ def test_killed_before_flush_restarts_from_cache_then_partner(tmp_path: Path) ->
     wipe(tmp_path / "shared")
     wipe(tmp_path / "cache")
     run = run_and_kill(tmp_path, 4, flush_every=0, after=3, delay=0.2)
-    assert run.last is not None
+    assert run.last is not None and not run.crashed
     wipe(tmp_path / "cache" / "0")
     step2, equal, source = restart(tmp_path, 4)
     assert (equal, source) == ("equal", "cache"), (step2, equal)
@@ -37,7 +37,7 @@ def test_killed_before_flush_restarts_from_cache_then_partner(tmp_path: Path) ->
 
 
 def test_every_cache_gone_restarts_from_the_newest_flushed_file_on_another_P(tmp_path: Path) -> None:
-    run_and_kill(tmp_path, 4, flush_every=4, after=6, delay=0.2)
+    assert not run_and_kill(tmp_path, 4, flush_every=4, after=6, delay=0.2).crashed
     flushed = sorted(int(f.name[5:17]) for f in (tmp_path / "shared").glob("ckpt-*.scda"))
     assert flushed, "no flush happened"
     wipe(tmp_path / "cache")
@@ -49,7 +49,7 @@ def test_every_cache_gone_restarts_from_the_newest_flushed_file_on_another_P(tmp
 def test_kill_during_flushes_loses_nothing(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     run = run_and_kill(tmp_path, 4, flush_every=2, after=rng.randint(2, 6), delay=rng.uniform(0.0, 0.5))
-    assert run.last is not None
+    assert run.last is not None and not run.crashed
     note = shared_files_ok(tmp_path)
     step, equal, _ = restart(tmp_path, 4)
     assert note == "" and equal == "equal", (note, step, equal)
