@@ -266,7 +266,7 @@ def flush_step(
             nbytes = int(top[1])
 
             def write(tmp: Path) -> _Flushed:
-                a = access.replace(truncate=True, backend=None if callable(access.backend) else access.backend)
+                a = access.replace(truncate=True)
                 backend = open_backend(tmp, "w", comm, access=a, defer=True)
                 call.run(backend.write_gathered, [] if call.failed else pieces.pieces, pieces.nrounds, always=True)
                 if directory.sync:
