@@ -719,6 +719,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="progress as JSON lines (for a driver)")
     ap.add_argument("--background", action="store_true", help="save in a background thread")
     ap.add_argument(
+        "--cache",
+        default=None,
+        help="a node-local cache directory ({node}, {job} replaced): saves go there first, flushed to --dir (NodeCache)",
+    )
+    ap.add_argument("--flush-every", type=int, default=0, help="with --cache: flush every this many steps (0: at the end only)")
+    ap.add_argument(
         "--wall-time-margin",
         type=float,
         default=60.0,
@@ -737,8 +743,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.wall_time_margin > 0:  # inert outside a batch job; in one, the end comes from the scheduler (rank 0 asks)
         policy = policy | ac.BeforeWallTime(min_margin=args.wall_time_margin, refresh=args.wall_time_refresh)
     t_start = time.perf_counter()
+    cache = ac.NodeCache(args.cache) if args.cache else None
+    flush = ac.EveryNSteps(args.flush_every) if args.cache and args.flush_every > 0 else None
     with ac.CheckpointManager(
-        args.dir, AdvectionState, comm=comm, save_policy=policy, keep_policy=ac.KeepLast(args.keep), background=args.background
+        args.dir,
+        AdvectionState,
+        comm=comm,
+        save_policy=policy,
+        keep_policy=ac.KeepLast(args.keep),
+        background=args.background,
+        cache=cache,
+        flush_policy=flush,
     ) as manager:
         sim = manager.restore_latest(into=Simulation, partition="weighted") if args.restart == "latest" else None
         restored = sim is not None

@@ -81,6 +81,14 @@ def _close(mgr: ac.CheckpointManager[Any]) -> None:
     mgr.close()
 
 
+def _cache(d: Path) -> ac.NodeCache:
+    return ac.NodeCache(str(d / "cache" / "{node}"), partners=1, node_size=1)
+
+
+def _close_unflushed(mgr: ac.CheckpointManager[Any]) -> None:
+    mgr.close(flush=False)
+
+
 def _new_files(d: Path, pattern: str) -> list[str]:
     return sorted(p.name for p in d.glob(pattern))
 
@@ -163,6 +171,32 @@ CASES: list[Case] = [
     Case("CheckpointManager.history", lambda comm, d, ctx: ctx.history(), setup=_manager, teardown=_close, reports=True),
     Case("CheckpointManager.metadata", lambda comm, d, ctx: ctx.metadata(1), setup=_manager, teardown=_close),
     Case("CheckpointManager.delete", lambda comm, d, ctx: ctx.delete(1), setup=_manager, teardown=_close),
+    Case(
+        "CheckpointManager(cache)",
+        lambda comm, d, ctx: ac.CheckpointManager(d / "fresh", Advection, comm=comm, cache=_cache(d)).close(),
+        written=lambda d: _new_files(d / "fresh", "ckpt-*"),
+    ),
+    Case(
+        "CheckpointManager.save(cache)",
+        lambda comm, d, ctx: ctx.save(2, _state(comm, 2), force=True),
+        setup=lambda comm, d: _manager(comm, d, cache=_cache(d)),
+        written=lambda d: _new_files(d / "cache", "*/*ckpt-000000000002*"),
+        teardown=_close_unflushed,
+    ),
+    Case(
+        "CheckpointManager.flush",
+        lambda comm, d, ctx: ctx.flush(),
+        setup=lambda comm, d: _manager(comm, d, cache=_cache(d)),
+        written=lambda d: _new_files(d / "mgr", "*ckpt-000000000001*"),
+        teardown=_close_unflushed,
+    ),
+    Case(
+        "CheckpointManager.restore_latest(cache)",
+        lambda comm, d, ctx: ctx.restore_latest(),
+        setup=lambda comm, d: _manager(comm, d, cache=_cache(d)),
+        teardown=_close_unflushed,
+        reports=True,  # a cached step that cannot be flushed is skipped (the directory's newest is tried)
+    ),
 ]
 
 

@@ -111,3 +111,10 @@ def test_bench_ranks_quick(tmp_path: Path) -> None:
 def test_bench_constants_quick(tmp_path: Path) -> None:
     result, _ = run_quick("bench_constants.py", tmp_path)
     assert {"barrier", "allreduce_8xint64", "set_view_write_all_1kB"} <= set(result["seconds"])
+
+
+def test_bench_cache_quick(tmp_path: Path) -> None:
+    result, stdout = run_quick("bench_cache.py", tmp_path)
+    assert set(result["seconds"]) == {"cached", "cached+partner", "direct", "raw"}
+    assert result["ratios"]["cached_over_raw"] > 0 and result["ratios"]["cached_over_direct"] > 0
+    assert "cached / raw" in stdout

@@ -216,10 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
         "loads, i.e. whose every byte matches its CRC32s (checked here, newest first, as a\n"
         "restart does). The others are checked as the manager lists them (footer, index and\n"
         "metadata); --verify checks every byte of every checkpoint, --quick only metadata.\n"
-        "Each line says which.\n"
+        "Each line says which. With --cache, also the steps in the node caches under CACHE\n"
+        "(a manager's NodeCache directory, or the directory above the nodes' directories):\n"
+        "their nodes, whether every rank's pieces are there, and whether they were flushed.\n"
         "Read-only: no lock is taken and nothing is removed. Exit status 1 if any checkpoint\n"
         "is invalid.\n\n"
-        "example:\n  amrckpt ls run-checkpoints",
+        "example:\n  amrckpt ls run-checkpoints --cache /dev/shm/run-cache",
         _cmd_ls,
     )
     p.add_argument("directory", metavar="DIRECTORY", help="the manager's directory")
@@ -227,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="check every byte of every checkpoint against its CRC32")
     p.add_argument("--quick", action="store_true", help="check only metadata, even of the restart target (for large checkpoints)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    p.add_argument("--cache", default=None, metavar="CACHE", help="also list the node caches under CACHE (two-level checkpoints)")
     return parser
 
 

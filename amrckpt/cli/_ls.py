@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..container import verify
-from ..manager import CheckpointDirectory
+from ..manager import CheckpointDirectory, list_cache
 from ._common import EXIT_BAD, EXIT_OK, _dump_json, _human, _out, _UsageError, safe_str
 
 
@@ -61,8 +61,13 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         raise _UsageError("--verify and --quick exclude each other")
     records, partial, aside = _ls_records(d, args.prefix, args.verify, args.quick)
     newest = next((r for r in records if r["restart"]), None)
+    cached = [dataclasses.asdict(c) for c in list_cache(args.cache, args.prefix)] if args.cache else []
+    flushed = {r["step"] for r in records if r["valid"]}
+    for c in cached:
+        c["flushed"] = c["step"] in flushed
     if args.json:
-        doc = {"directory": str(d), "checkpoints": records, "partial": partial, "kept_aside": aside}
+        doc: dict[str, Any] = {"directory": str(d), "checkpoints": records, "partial": partial, "kept_aside": aside}
+        doc |= {"cache": {"directory": str(args.cache), "steps": cached}} if args.cache else {}
         _dump_json(doc | {"restart": newest["name"] if newest else None})
         return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
     if not records:
@@ -111,7 +116,32 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             )
     elif records:
         _out("no valid checkpoint: a restart would start from the beginning")
+    if args.cache:
+        _ls_cache(args.cache, cached, newest)
     return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
+
+
+def _ls_cache(root: str, cached: list[dict[str, Any]], newest: dict[str, Any] | None) -> None:
+    """Print the node caches' level: each cached step, its nodes, whether every rank's pieces are there, whether flushed."""
+    if not cached:
+        _out(f"node caches under {safe_str(root)}: no cached steps")
+        return
+    _out(f"node caches under {safe_str(root)} (the first level: each rank's pieces of the file, on its node and its partners):")
+    rows = [("STEP", "WRITERS", "SIZE", "NODES", "PIECES", "STATUS")]
+    for c in cached:
+        status = ("complete" if c["complete"] else "INCOMPLETE") + (", flushed" if c["flushed"] else ", not flushed")
+        size = _human(c["nbytes"]) if c["nbytes"] is not None else "-"
+        P = str(c["size"]) if c["size"] is not None else "-"
+        rows.append((str(c["step"]), P, size, ",".join(c["nodes"]), f"{c['ranks']}/{P}", status))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        _out(safe_str("  " + " ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + " " + row[-1]))
+    top = next((c for c in reversed(cached) if c["complete"]), None)
+    if top is not None and (newest is None or top["step"] > newest["step"]):
+        _out(
+            f"  a restart on {top['size']} ranks with the same node layout takes the cached step {top['step']} "
+            "(flushed first, then read); on another layout, the directory's newest"
+        )
 
 
 # -- the parser ---------------------------------------------------------------

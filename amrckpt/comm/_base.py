@@ -122,6 +122,15 @@ class Comm(Protocol):
         """Pass byte strings to the rank below (see :meth:`amrckpt.comm.MPIComm.relay_down`). Collective."""
         ...
 
+    def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
+        """``MPI_Sendrecv`` of byte strings: send ``data`` to ``dest``, receive from ``source``; called by every rank.
+
+        Point-to-point: each rank sends to at most one rank and receives from
+        at most one (None: not at all; the sends and receives of all ranks
+        must pair up).  Returns what was received (None if ``source`` is None).
+        """
+        ...
+
     def dup(self) -> Comm:
         """``MPI_Comm_dup``: the same ranks, whose collectives never mix with this one's. Collective."""
         ...
@@ -192,6 +201,12 @@ class SerialComm:
         if send or receive:
             raise AssertionError("relay_down: a single rank has no neighbour to send to or receive from")
         return None
+
+    def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
+        """Return ``data`` (rank 0 sends to itself) or None."""
+        if (dest is None) != (source is None) or dest not in (None, 0) or source not in (None, 0):
+            raise AssertionError(f"sendrecv: a single rank sends only to itself (dest={dest}, source={source})")
+        return None if source is None or data is None else bytes(data)
 
     def dup(self) -> SerialComm:
         """Return a new serial communicator."""

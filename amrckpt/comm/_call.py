@@ -593,6 +593,12 @@ class Call:
         self._exchanges += 1
         return self.comm.relay_down(data, send=send, receive=receive, forward=forward)
 
+    def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
+        """Send bytes to ``dest``, receive from ``source`` (:meth:`amrckpt.comm.Comm.sendrecv`). Not agreeing."""
+        self._first_agrees()
+        self._exchanges += 1
+        return self.comm.sendrecv(data, dest, source)
+
     def _first_agrees(self) -> None:
         if self._exchanges == 0 and self.comm.size > 1:
             self.agree()

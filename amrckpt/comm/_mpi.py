@@ -107,6 +107,35 @@ class MPIComm:
         out: Columns | None = self._call("MPI_Exscan", self.mpi_comm.exscan, columns, op=_user_op(self._MPI, combine_columns))
         return out
 
+    def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
+        """``MPI_Isend``/``MPI_Recv`` of a length, then of the bytes (no pickling); called by every rank.
+
+        None as ``data`` is sent as a length of -1 and received as None.
+        Uses tags 0x5CDB and 0x5CDC of the wrapped communicator.
+        """
+
+        def run() -> bytes | None:
+            comm, MPI = self.mpi_comm, self._MPI
+            view = None if data is None else memoryview(data).cast("B")
+            head = np.array([-1 if view is None else view.nbytes], dtype=np.int64)
+            reqs = [comm.Isend(head, dest=dest, tag=_SIZE_TAG)] if dest is not None else []
+            if view is not None and dest is not None and view.nbytes:
+                reqs.append(comm.Isend([view, MPI.BYTE], dest=dest, tag=_DATA_TAG))
+            got: bytes | None = None
+            if source is not None:
+                n = np.empty(1, dtype=np.int64)
+                comm.Recv(n, source=source, tag=_SIZE_TAG)
+                if n[0] >= 0:
+                    buf = bytearray(int(n[0]))
+                    if n[0]:
+                        comm.Recv([buf, MPI.BYTE], source=source, tag=_DATA_TAG)
+                    got = bytes(buf)
+            MPI.Request.Waitall(reqs)
+            return got
+
+        result: bytes | None = self._call("MPI_Isend/MPI_Recv", run)
+        return result
+
     def dup(self) -> MPIComm:
         """``MPI_Comm_dup``: the same ranks, separate messages (free it with :meth:`free`). Collective."""
         return MPIComm(self._call("MPI_Comm_dup", self.mpi_comm.Dup))
@@ -158,6 +187,9 @@ class MPIComm:
 
 _RELAY_TAG = 0x5CDA
 """The tag of :meth:`MPIComm.relay_down`'s messages."""
+_SIZE_TAG = 0x5CDB
+_DATA_TAG = 0x5CDC
+"""The tags of :meth:`MPIComm.sendrecv`'s messages."""
 
 _OPS: dict[Any, Any] = {}
 

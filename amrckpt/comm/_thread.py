@@ -103,6 +103,16 @@ class ThreadComm:
         below = self._gather(columns)[: self._rank]
         return functools.reduce(combine_columns, below) if below else None
 
+    def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
+        """Emulate ``MPI_Sendrecv`` of byte strings (each rank posts, then takes what ``source`` sent it). Collective here."""
+        posted = self._gather((None if data is None else bytes(data), dest))
+        if source is None:
+            return None
+        got, to = posted[source]
+        if to != self._rank:
+            raise AssertionError(f"sendrecv on rank {self._rank}: rank {source} sends to {to}")
+        return None if got is None else bytes(got)
+
     def dup(self) -> ThreadComm:
         """Return a new group of the same thread ranks (rank 0 creates it). Collective."""
         group = _Group(self.size, self._group.timeout) if self._rank == 0 else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .._files import FileSystem, LocalFileSystem
 from ..errors import ManagerError, StepAlreadyExistsError, StepNotFoundError
+from ._cache import CachedStep, NodeCache, list_cache
 from ._decorator import checkpointable
 from ._directory import CheckpointDirectory, read_history
 from ._handle import SaveHandle
@@ -38,6 +39,7 @@ from ._scheduler import job_end_time
 __all__ = [
     "HISTORY",
     "AnyOf",
+    "CachedStep",
     "BeforeWallTime",
     "LOCK",
     "CheckpointDirectory",
@@ -58,6 +60,7 @@ __all__ = [
     "ManagerError",
     "Moment",
     "Never",
+    "NodeCache",
     "OnFileTrigger",
     "OnSignal",
     "Restored",
@@ -70,6 +73,7 @@ __all__ = [
     "StepNotFoundError",
     "checkpointable",
     "job_end_time",
+    "list_cache",
     "read_history",
     "slurm_end_time",
 ]

@@ -13,9 +13,10 @@ from ..errors import SchemaError
 from ..restart import Loaded, load
 from ..schema import CheckpointSchema, SaveResult, save
 
-__all__ = ["checkpointable"]
+__all__ = ["as_schema", "checkpointable"]
 
 T = TypeVar("T")
+SchemaT = TypeVar("SchemaT", bound=CheckpointSchema)
 
 
 def checkpointable(schema: type[CheckpointSchema], *, attributes: dict[str, str] | None = None) -> Callable[[type[T]], type[T]]:
@@ -123,3 +124,21 @@ def checkpointable(schema: type[CheckpointSchema], *, attributes: dict[str, str]
         return cls
 
     return decorate
+
+
+def as_schema(schema: type[SchemaT], state: Any) -> SchemaT:
+    """Return ``state`` as an instance of ``schema``: itself, or what its ``to_checkpoint()`` returns. Not collective.
+
+    Raises
+    ------
+    SchemaError
+        If it is neither.
+    """
+    if isinstance(state, schema):
+        return state
+    to_checkpoint = getattr(state, "to_checkpoint", None)
+    if to_checkpoint is not None:
+        out = to_checkpoint()
+        if isinstance(out, schema):
+            return out
+    raise SchemaError(f"save: expected a {schema.__name__} or a checkpointable object, got {type(state).__name__}")

@@ -36,7 +36,7 @@ from ._commit import StepCommit, recover
 from ._history import HISTORY, read_index, write_index
 from ._lock import DirectoryLock
 from ._names import RECORDS, STEP_RECORD, Listing, StepNames
-from ._records import RECORD_LIMIT, CheckpointRecord, RecordError, encode_record, fingerprint, parse_record
+from ._records import RECORD_LIMIT, CheckpointRecord, RecordError, StepMetadata, encode_record, fingerprint, parse_record
 from ._restore import Skipped
 from ._retention import KeepPolicy, kept_steps
 
@@ -406,6 +406,40 @@ class CheckpointDirectory:
                 self.fs.unlink(self.path / name)
         if self.sync:
             self.fs.fsync_directory(self.path)
+
+    def delete_step(self, step: int) -> None:
+        """Delete the checkpoint of ``step`` and its records (:meth:`delete`), then rewrite the index.
+
+        Raises
+        ------
+        StepNotFoundError
+            If ``step`` has no checkpoint.
+        ManagerError
+            If the file cannot be removed.
+        """
+        path = self.existing(step)
+        try:
+            self.delete(step)
+        except OSError as exc:
+            raise ManagerError(f"cannot delete {path.name}: {exc.strerror or exc}") from exc
+        self.write_index()
+        self.log.info("deleted %s", path.name)
+
+    def metadata(self, step: int) -> StepMetadata:
+        """Return the checkpoint's own description (footer, index, manifest; CRC32s) and its step record.
+
+        Raises
+        ------
+        StepNotFoundError
+            If ``step`` has no checkpoint.
+        CheckpointError
+            If its metadata do not verify.
+        """
+        path = self.existing(step)
+        info = read_info(path, comm=SerialComm())
+        record, problem = self.read_record(step, info)
+        e = record if record is not None and problem is None else {}
+        return StepMetadata(step, str(path), info, e.get("metrics"), e.get("metadata"), e, problem)
 
     def keep_aside(self, step: int, reason: str) -> str:
         """Rename the checkpoint of ``step`` and its records aside (``<name>.<reason>-<token>``); return the new name.

@@ -10,33 +10,35 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from .._files import FileSystem
 from .._logging import RankLogger
-from ..comm import Call, Comm, SerialComm, collective, collective_method, current_call, digest_of
-from ..container import read_info
+from ..comm import Call, Comm, collective, collective_method, current_call
 from ..errors import (
     CheckpointError,
     ManagerError,
     ScdaError,
     ScdaUsageError,
-    SchemaError,
 )
 from ..restart import Loaded, load
+from ..scda import FileAccess
 from ..schema import CheckpointSchema
+from ._abort import abort_job
+from ._cache import NodeCache
+from ._decorator import as_schema
 from ._directory import CheckpointDirectory, unreadable
 from ._handle import SaveHandle
-from ._policies import Decision, EveryNSteps, Moment, SavePolicy, leaves
-from ._records import CheckpointRecord, StepMetadata, json_facts
+from ._policies import Decision, EveryNSteps, Moment, SavePolicy, shared_decision
+from ._records import CheckpointRecord, StepMetadata, agreed_facts
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
 from ._save import commit_step
 from ._snapshot import Snapshots, cores_per_rank
+from ._twolevel import NodeLevel
 
 __all__ = ["CheckpointManager"]
 
@@ -106,6 +108,20 @@ class CheckpointManager(Generic[S]):
         renames, links, directory fsync); default the operating system's
         (:class:`~amrckpt.manager.LocalFileSystem`).
         ``amrckpt.testing.FaultyFileSystem`` injects faults.
+    cache : NodeCache, optional
+        A node-local level (SCR's cache): each save writes every rank's
+        pieces of the file into its node's cache directory (with partner
+        copies on other nodes), committed there as here, and blocks only for
+        that; the shared file, byte-identical to a direct save's, is written
+        by a flush.  A restart takes the newest step complete in a cache
+        (same process count and node layout; a lost node's pieces from its
+        partners) or in the directory (any process count).  Not with
+        ``background=True``.
+    flush_policy : SavePolicy, optional
+        When a cached step is flushed into the directory, in the background
+        (asked after every cached save, e.g. ``EveryNSteps(1000)``); a step
+        is also flushed when a policy asks to halt and at :meth:`close`
+        (default: only then).
     abort_on_error : bool, optional
         When an exception leaves a ``with CheckpointManager(...)`` block on
         any rank, log it with its traceback (rank-tagged) and call
@@ -138,15 +154,26 @@ class CheckpointManager(Generic[S]):
         save_kwargs: dict[str, Any] | None = None,
         info: Any = None,
         fs: FileSystem | None = None,
+        cache: NodeCache | None = None,
+        flush_policy: SavePolicy | None = None,
         abort_on_error: bool = False,
     ) -> None:
+        self._node: NodeLevel | None = None
         with collective(comm, "CheckpointManager") as call:
             self.comm: Comm = call.comm
             self.log = RankLogger(log, self.comm.rank, self.comm.size)
             self._dir = CheckpointDirectory(directory, prefix=prefix, fs=fs, sync=sync, log=self.log)
             try:
+                if cache is not None:
+                    if background:
+                        raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
+                    call.run(self._dir.open, on=0)  # the directory first (its lock), then the node caches
+                    call.agree("CheckpointManager: open the directory")
+                    self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log)
                 self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
             except BaseException:
+                if self._node is not None:
+                    self._node.close()
                 self._dir.close()
                 raise
 
@@ -180,9 +207,11 @@ class CheckpointManager(Generic[S]):
         self._bg_comm: Comm | None = None
         self._closed = False
         self.restored_step: int | None = None
+        self.restored_from: str | None = None
         self.skipped: tuple[Skipped, ...] = ()
-        call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
-        call.agree("CheckpointManager: open the directory")
+        if self._node is None:
+            call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
+            call.agree("CheckpointManager: open the directory")
         self._snapshots: Snapshots | None = None
         if background:
             self._bg_comm = self._background_comm()
@@ -241,19 +270,7 @@ class CheckpointManager(Generic[S]):
         call = current_call(self.comm)
         assert call is not None
         moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time)
-
-        def ask() -> Decision:
-            mine = [p.decide(moment) for p in leaves(self.save_policy)]  # every policy is asked (triggers are consumed)
-            return Decision(any(d.save for d in mine), any(d.halt for d in mine), "; ".join(d.reason for d in mine if d.reason))
-
-        local = call.run(ask) or Decision(False, False, "")
-        P = self.comm.size
-        key = P - self.comm.rank if local.save else 0  # the largest key is the lowest saving rank
-        save, halt, top = call.allreduce(maxima=[int(local.save), int(local.halt), key], what="decide").maxima
-        if not save:
-            return Decision(False, bool(halt), "")
-        reason = call.allreduce(root_value=local.reason, root=P - top, what="decide: reason").value
-        return Decision(True, bool(halt), str(reason))
+        return shared_decision(call, self.save_policy, moment)
 
     # -- saving ---------------------------------------------------------------
 
@@ -333,7 +350,7 @@ class CheckpointManager(Generic[S]):
         metrics: dict[str, Any] | None,
         metadata: dict[str, Any] | None,
     ) -> SaveHandle:
-        self.wait()
+        self._wait_save()
         decision = self.decide(step)
         if decision.halt:
             self.halt_requested = True
@@ -341,9 +358,14 @@ class CheckpointManager(Generic[S]):
             return SaveHandle(step, False, None)
         reason = "forced" if force and not decision.save else decision.reason
         extra = self._preflight(step, overwrite, metrics, metadata)
-        checkpoint = self._as_schema(state)
+        checkpoint = as_schema(self.schema, state)
         if time_value is None:
             time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
+        if self._node is not None:
+            self._cache_save(step, checkpoint, reason, time_value, extra, decision.halt)
+            self._last_step, self._last_time = step, time.time()
+            self._last_save_time = self._last_time
+            return SaveHandle(step, True, self.path_of(step))
         if self._bg_comm is None:
             self._commit(self.comm, step, checkpoint, reason, time_value, extra)
             self._last_step, self._last_time = step, time.time()  # a save that failed may be tried again at the same step
@@ -373,17 +395,7 @@ class CheckpointManager(Generic[S]):
         """
         call = current_call(self.comm)
         assert call is not None
-
-        extra, text = call.run(json_facts, metrics, metadata) or ({}, "")
-        if not call.allreduce(equal=[digest_of(text)], what="save: metrics").equal[0]:
-            texts = call.allgather(text, what="save: metrics")  # only when they differ: name the ranks
-            ranks = [r for r, t in enumerate(texts) if t != texts[0]]
-            raise call.agreed(
-                ManagerError(
-                    f"save: metrics or metadata differ between ranks ({ranks} differ from rank 0): "
-                    "pass values reduced over the ranks"
-                )
-            )
+        extra = agreed_facts(call, metrics, metadata)
         unusable = frozenset(self._unusable)
         skipped = call.on_root(lambda: self._dir.prepare_step(step, overwrite, unusable), what="save: check the step")
         self._report(skipped)
@@ -403,16 +415,6 @@ class CheckpointManager(Generic[S]):
             else:
                 self._unusable.discard(s.step)
 
-    def _as_schema(self, state: Any) -> S:
-        if isinstance(state, self.schema):
-            return state
-        to_checkpoint = getattr(state, "to_checkpoint", None)
-        if to_checkpoint is not None:
-            out = to_checkpoint()
-            if isinstance(out, self.schema):
-                return out
-        raise SchemaError(f"save: expected a {self.schema.__name__} or a checkpointable object, got {type(state).__name__}")
-
     def _background(self, handle: SaveHandle, state: S, reason: str, time_value: float | None, extra: dict[str, Any]) -> None:
         assert self._bg_comm is not None
         try:
@@ -421,7 +423,12 @@ class CheckpointManager(Generic[S]):
             handle._error = exc
 
     def wait(self) -> None:
-        """Wait for a background save; raise its error (the same on every rank) unless its handle reported it. Collective-safe."""
+        """Wait for a background save and a flush in progress; raise their error (the same on every rank). Collective."""
+        self._wait_save()
+        if self._node is not None:
+            self._node.wait()
+
+    def _wait_save(self) -> None:
         handle, self._pending = self._pending, None
         if handle is None:
             return
@@ -440,6 +447,49 @@ class CheckpointManager(Generic[S]):
         )
         self._save_seconds.append(seconds)
         self._unusable.discard(step)
+
+    def _cache_save(self, step: int, state: S, reason: str, time_value: float | None, extra: dict[str, Any], halt: bool) -> None:
+        """Save into the node caches; flush in the background if the flush policy (or a halt) asks. Collective."""
+        assert self._node is not None
+        facts = {"reason": reason, "time": time_value, **extra, "keep_policy": repr(self.keep_policy)}
+        seconds = self._node.save_and_flush(
+            self.comm,
+            self._dir,
+            step,
+            state,
+            self.save_kwargs,
+            facts,
+            access=self._flush_access(),
+            keep_policy=self.keep_policy,
+            halt=halt,
+        )
+        self._save_seconds.append(seconds)
+
+    def _flush_access(self) -> FileAccess:
+        return FileAccess(info=self.save_kwargs.get("info", self.info), backend=self.save_kwargs.get("backend"))
+
+    def flush(self) -> int | None:
+        """Flush the newest cached step of this manager into the directory, now, and wait for it (SCR's flush). Collective.
+
+        Returns
+        -------
+        int or None
+            The step flushed (None: no cache, or nothing cached that is not flushed).
+
+        Raises
+        ------
+        ManagerError, ScdaIOError
+            On every rank, if the cached step is incomplete or the write or
+            commit fails; the cached step stays, the directory is as before.
+        """
+        with collective(self.comm, "CheckpointManager.flush"):
+            self.wait()
+            node = self._node
+            if node is None or node.cached is None or (node.flushed is not None and node.flushed >= node.cached):
+                return None
+            access = self._flush_access()
+            node.flush(self.comm, self._dir, node.cached, access=access, keep_policy=self.keep_policy, background=False)
+            return node.cached
 
     # -- discovering ----------------------------------------------------------
 
@@ -502,7 +552,10 @@ class CheckpointManager(Generic[S]):
         never deleted by retention), reported on stderr by a
         :class:`~amrckpt.errors.CheckpointSkippedWarning` (rank 0), and the
         previous one is tried, as SCR falls back to the previous checkpoint.
-        Its step may then be saved again.
+        Its step may then be saved again.  With a node cache, the newest step
+        complete in the caches (same process count and node layout; a lost
+        node's pieces from its partners) is flushed first if it is newer than
+        the directory's newest (:attr:`restored_from` is then ``"cache"``).
 
         Parameters
         ----------
@@ -528,7 +581,11 @@ class CheckpointManager(Generic[S]):
 
     def _restore_latest(self, call: Call, into: Any, partition: Any, fields: list[str] | None) -> Any:
         self.wait()
-        self.restored_step = None
+        self.restored_step = self.restored_from = None
+        fetched = None
+        if self._node is not None:
+            newest = self.latest_step()
+            fetched = self._node.fetch_newer(call, self._dir, newest, access=self._flush_access(), keep_policy=self.keep_policy)
         skipped: list[Skipped] = []
         self.skipped = ()
         for r in reversed(self.history()):
@@ -540,6 +597,7 @@ class CheckpointManager(Generic[S]):
             except (CheckpointError, ScdaError) as exc:
                 skipped.append(self._skip(call, r.step, f"{type(exc).__name__}: {exc}", unreadable(exc)))
                 continue
+            self.restored_from = "cache" if r.step == fetched else "directory"
             return self._restored(r.step, loaded, into, tuple(skipped))
         self.skipped = tuple(skipped)
         return None
@@ -604,19 +662,9 @@ class CheckpointManager(Generic[S]):
         ManagerError
             On every rank, if the file cannot be removed.
         """
-
-        def remove() -> None:
-            path = self._dir.existing(step)
-            try:
-                self._dir.delete(step)
-            except OSError as exc:
-                raise ManagerError(f"cannot delete {path.name}: {exc.strerror or exc}") from exc
-            self._dir.write_index()
-            self.log.info("deleted %s", path.name)
-
         with collective(self.comm, "CheckpointManager.delete") as call:
             self.wait()
-            call.on_root(remove, what="delete")
+            call.on_root(lambda: self._dir.delete_step(step), what="delete")
         self._unusable.discard(step)
 
     def metadata(self, step: int) -> StepMetadata:
@@ -638,28 +686,28 @@ class CheckpointManager(Generic[S]):
         CheckpointError
             On every rank, if its metadata do not verify.
         """
-
-        def read() -> StepMetadata:
-            path = self._dir.existing(step)
-            info = read_info(path, comm=SerialComm())
-            record, problem = self._dir.read_record(step, info)
-            e = record if record is not None and problem is None else {}
-            return StepMetadata(step, str(path), info, e.get("metrics"), e.get("metadata"), e, problem)
-
         with collective(self.comm, "CheckpointManager.metadata") as call:
-            return call.on_root(read, what="metadata")
+            return call.on_root(lambda: self._dir.metadata(step), what="metadata")
 
     # -- closing --------------------------------------------------------------
 
-    def close(self) -> None:
-        """Wait for a background save, restore signal handlers, release the directory. Collective."""
+    def close(self, *, flush: bool = True) -> None:
+        """Wait for a background save or flush, flush the newest cached step, restore signal handlers, release the directory.
+
+        Collective.  ``flush=False`` leaves the newest cached step in the
+        node caches only (a restart in the same allocation finds it there).
+        """
         if self._closed:
             return
         self._closed = True
         try:
             with collective(self.comm, "CheckpointManager.close"):
                 self.wait()
+                if flush:
+                    self.flush()  # the newest cached step, if not flushed yet (SCR's flush at the end of a run)
         finally:
+            if self._node is not None:
+                self._node.close()
             stop = getattr(self.save_policy, "stop", None)
             if stop is not None:
                 stop()
@@ -674,22 +722,8 @@ class CheckpointManager(Generic[S]):
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and self.abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
-            self._abort(exc)
-        self.close()
-
-    def _abort(self, exc: BaseException) -> None:
-        """Report ``exc`` (this rank only) and abort the whole MPI job: the other ranks may wait in a collective."""
-        import traceback
-
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        self.log.rank_error("aborting the MPI job (abort_on_error=True), an exception left the manager's with block:\n%s", text)
-        # The process ends within the next call: the traceback goes to stderr even where logging is not configured.
-        sys.stderr.write(f"amrckpt: rank {self.comm.rank} of {self.comm.size}: aborting the MPI job: {text}")
-        sys.stderr.flush()
-        cast(Any, self.comm).mpi_comm.Abort(1)
-        # MPICH's MPI_Abort can return before the process manager kills the job (seen with the mpich 5 wheel):
-        # this rank must not go on into the collectives after the with block.
-        os._exit(1)
+            abort_job(self.comm, self.log, exc)
+        self.close(flush=exc is None)  # a run that failed leaves its cached steps where they are
 
     def __repr__(self) -> str:
         return f"CheckpointManager({str(self.directory)!r}, {self.schema.__name__}, P={self.comm.size})"

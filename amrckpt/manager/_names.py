@@ -71,6 +71,9 @@ class StepNames:
     prefix : str, optional
         Checkpoints are ``<prefix>-<step, 12 digits or more>.scda``: letters,
         digits and ``_ . + -``.
+    extension : str, optional
+        What follows the step (default ``".scda"``; a node cache's steps
+        are ``".cache"`` directories).
 
     Raises
     ------
@@ -79,14 +82,17 @@ class StepNames:
     """
 
     prefix: str = "ckpt"
+    extension: str = ".scda"
     _re: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", self.prefix):
             raise ManagerError(f"prefix {self.prefix!r}: use letters, digits and _ . + - only")
+        if not isinstance(self.extension, str) or not re.fullmatch(r"\.[a-z]+", self.extension):
+            raise ManagerError(f"extension {self.extension!r}: a dot and lower-case letters")
         records = "|".join(re.escape(s) for s in RECORDS)
         reasons = "|".join(ASIDE_REASONS)
-        base = rf"{re.escape(self.prefix)}-(?P<step>\d{{12,}})\.scda"
+        base = rf"{re.escape(self.prefix)}-(?P<step>\d{{12,}}){re.escape(self.extension)}"
         tbase, abase = base.replace("step", "tstep"), base.replace("step", "astep")
         pattern = (
             rf"(?P<final>{base}(?P<suffix>{records})?)"
@@ -101,7 +107,7 @@ class StepNames:
         """Return the name of the checkpoint of ``step``: ``<prefix>-<step:012d>.scda``."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ManagerError(f"a step is an int >= 0, not {step!r}")
-        return f"{self.prefix}-{step:012d}.scda"
+        return f"{self.prefix}-{step:012d}{self.extension}"
 
     @staticmethod
     def record_names(name: str) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from ..comm import Comm, collective
+from ..comm import Call, Comm, collective
 from ..errors import AmrckptError
 from ._scheduler import JobClock, detect_scheduler, env_end_time, launcher_rank
 
@@ -419,3 +419,26 @@ class OnFileTrigger(_Combinable):
         except OSError:
             pass  # another rank removed it first: the decision stands
         return Decision(True, self.halt, f"trigger file {Path(self.path)}")
+
+
+def shared_decision(call: Call, policy: SavePolicy, moment: Moment) -> Decision:
+    """Ask ``policy`` on every rank; return the decision they share. Collective (an open :class:`~amrckpt.comm.Call`).
+
+    One allreduce (the maxima of whether to save, whether to halt, and the
+    lowest rank that wants to save) decides; when a save happens, a second
+    carries that rank's reason text (its policies' reasons joined by
+    ``"; "``) to every rank.
+    """
+
+    def ask() -> Decision:
+        mine = [p.decide(moment) for p in leaves(policy)]  # every policy is asked (triggers are consumed)
+        return Decision(any(d.save for d in mine), any(d.halt for d in mine), "; ".join(d.reason for d in mine if d.reason))
+
+    local = call.run(ask) or Decision(False, False, "")
+    P = call.comm.size
+    key = P - call.comm.rank if local.save else 0  # the largest key is the lowest saving rank
+    save, halt, top = call.allreduce(maxima=[int(local.save), int(local.halt), key], what="decide").maxima
+    if not save:
+        return Decision(False, bool(halt), "")
+    reason = call.allreduce(root_value=local.reason, root=P - top, what="decide: reason").value
+    return Decision(True, bool(halt), str(reason))

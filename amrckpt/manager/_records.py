@@ -24,6 +24,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from ..comm import Call, digest_of
 from ..container import RUN_RECORD_SUFFIX, CheckpointInfo, Index, run_record_json
 from ..errors import ManagerError
 from ._names import STEP_RECORD
@@ -34,6 +35,7 @@ __all__ = [
     "CheckpointRecord",
     "RecordError",
     "StepMetadata",
+    "agreed_facts",
     "encode_record",
     "fingerprint",
     "json_facts",
@@ -258,3 +260,23 @@ class StepMetadata:
     metadata: dict[str, Any] | None
     record: dict[str, Any]
     record_problem: str | None = None
+
+
+def agreed_facts(call: Call, metrics: Any, metadata: Any) -> dict[str, Any]:
+    """Check a save's ``metrics`` and ``metadata`` (JSON, equal on every rank); return them for the step record. Collective.
+
+    Raises
+    ------
+    ManagerError
+        On every rank, if they are not JSON or differ between ranks (naming the ranks).
+    """
+    extra, text = call.run(json_facts, metrics, metadata) or ({}, "")
+    if not call.allreduce(equal=[digest_of(text)], what="save: metrics").equal[0]:
+        texts = call.allgather(text, what="save: metrics")  # only when they differ: name the ranks
+        ranks = [r for r, t in enumerate(texts) if t != texts[0]]
+        raise call.agreed(
+            ManagerError(
+                f"save: metrics or metadata differ between ranks ({ranks} differ from rank 0): pass values reduced over the ranks"
+            )
+        )
+    return extra

@@ -13,6 +13,8 @@ raised (the other ranks have returned).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from .._logging import RankLogger
@@ -22,7 +24,7 @@ from ._directory import CheckpointDirectory
 from ._records import step_records
 from ._retention import KeepPolicy
 
-__all__ = ["commit_step"]
+__all__ = ["commit_file", "commit_step"]
 
 
 def commit_step(
@@ -55,19 +57,53 @@ def commit_step(
         On every rank, what any rank's write or rank 0's commit raised;
         the directory is then as before.
     """
+    facts = {**facts, "keep_policy": repr(keep_policy)}
+
+    def write(tmp: Path) -> Any:
+        return save(state, tmp, comm=comm, sync=directory.sync, **save_kwargs)
+
+    def records(name: str, result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
+        return step_records(step, name, result, comm.size, t0, seconds, facts)
+
+    return commit_file(comm, directory, step, write, records, keep_policy=keep_policy, log=log, reason=facts.get("reason"))
+
+
+def commit_file(
+    comm: Comm,
+    directory: CheckpointDirectory,
+    step: int,
+    write: Callable[[Path], Any],
+    records: Callable[[str, Any, float, float], Mapping[str, bytes]],
+    *,
+    keep_policy: KeepPolicy,
+    log: RankLogger,
+    reason: Any = None,
+) -> float:
+    """Write the checkpoint of ``step`` by ``write(tmp)`` (collective) and commit it with ``records``; then retention.
+
+    Collective on ``comm``.  ``write`` writes and syncs the file under its
+    temporary name on every rank and returns what it wrote (with an
+    ``nbytes``); ``records(name, result, t0, seconds)`` gives the record
+    files by suffix (rank 0).  A direct save and a flush of a node cache
+    both commit through here.
+
+    Returns
+    -------
+    float
+        The seconds ``write`` took.
+    """
     with collective(comm, "CheckpointManager.commit") as call:
         token = call.on_root(lambda: directory.begin(step), what="commit: check the directory")
         commit = directory.new_commit(step, token)
         t0 = time.time()
         try:
-            result = save(state, commit.tmp, comm=comm, sync=directory.sync, **save_kwargs)
+            result = write(commit.tmp)
         except BaseException:
             if comm.rank == 0:
                 commit.discard()
             raise
         seconds = time.time() - t0
-        facts = {**facts, "keep_policy": repr(keep_policy)}
-        call.run(lambda: commit.publish(step_records(step, commit.name, result, comm.size, t0, seconds, facts)), on=0)
+        call.run(lambda: commit.publish(records(commit.name, result, t0, seconds)), on=0)
         try:
             call.agree("commit")
         except BaseException:
@@ -75,7 +111,7 @@ def commit_step(
                 commit.roll_back()
                 log.warning("the commit of %s failed; the directory is as before the save", commit.name)
             raise
-        log.info("checkpoint %s committed (%d bytes, %.3f s): %s", commit.name, result.nbytes, seconds, facts.get("reason"))
+        log.info("checkpoint %s committed (%d bytes, %.3f s): %s", commit.name, result.nbytes, seconds, reason)
         if comm.rank == 0:
             commit.finish()
             for what, fn in (("retention", lambda: directory.retain(keep_policy, protect=step)), ("index", directory.write_index)):

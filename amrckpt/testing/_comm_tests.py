@@ -178,6 +178,19 @@ class CommTests(abc.ABC):
 
         self._each(body)
 
+    def test_sendrecv(self) -> None:
+        """Each rank sends to the rank ``k`` above (cyclically) and receives from ``k`` below, for every shift ``k``."""
+
+        def body(c: Comm) -> tuple[int, Any, Any]:
+            r, P = c.rank, c.size
+            got, want = [], []
+            for k in range(P):
+                got.append(c.sendrecv(bytes([r, k]) * (r + 1), (r + k) % P, (r - k) % P))
+                want.append(bytes([(r - k) % P, k]) * ((r - k) % P + 1))
+            return r, got, want
+
+        self._each(body)
+
     def test_relay_down(self) -> None:
         """Each rank but the last receives what the chain of ranks above it sends; a forwarding rank passes its own on."""
 

@@ -30,6 +30,7 @@ COLLECTIVES = (
     "allreduce_columns",
     "exscan_columns",
     "relay_down",
+    "sendrecv",
     "dup",
     "free",
 )
@@ -111,6 +112,12 @@ class WrapperComm:
         """As the wrapped communicator's."""
         out = self.wrapped.relay_down(data, send=send, receive=receive, forward=forward)
         self._after("relay_down")
+        return out
+
+    def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
+        """As the wrapped communicator's."""
+        out = self.wrapped.sendrecv(data, dest, source)
+        self._after("sendrecv")
         return out
 
     def dup(self) -> Comm:

@@ -101,7 +101,7 @@ def test_steps_metadata_restore_delete_on_P_ranks(tmp_path: Path, P: int, monkey
 
 
 def test_all_steps_and_latest_step_open_no_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from amrckpt.manager import _manager
+    from amrckpt.manager import _directory, _manager
 
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10)) as mgr:
         for s in (10, 20):
@@ -111,7 +111,7 @@ def test_all_steps_and_latest_step_open_no_checkpoint(tmp_path: Path, monkeypatc
         def no_reading(*a: Any, **k: Any) -> Any:
             raise AssertionError("all_steps/latest_step read a checkpoint")
 
-        monkeypatch.setattr(_manager, "read_info", no_reading)
+        monkeypatch.setattr(_directory, "read_info", no_reading)
         monkeypatch.setattr(_manager, "load", no_reading)
         assert mgr.all_steps() == [10, 20, 30] and mgr.latest_step() == 30
         monkeypatch.undo()

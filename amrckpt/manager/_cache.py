@@ -1,0 +1,617 @@
+"""The node-local level of a checkpoint directory (SCR's cache): each rank's exact pieces of the final file.
+
+A save into the cache writes, on every rank, the pieces of the scda file
+that the save's one agreement assigned to it (``(offset, bytes)`` runs:
+exactly what the rank would write into the shared file) into one file of
+its own, ``rank-<r, 6 digits>.pieces``, in its node's cache directory::
+
+    <node directory>/ckpt-000000000040.cache/           a cached step (committed)
+        step.json                                       what the step is: P, node layout, ranks held, records
+        rank-000003.pieces                              rank 3's pieces (a rank of this node)
+        rank-000001.pieces                              rank 1's pieces (a partner copy: rank 1 is on another node)
+    <node directory>/.ckpt-000000000040.cache.partial-<token>/   a cached save in progress
+    <node directory>/amrckpt.lock                       the node's lock (flock, held by the node's first rank)
+
+The step is committed as the shared directory's steps are (temporary
+name, write, fsync, rename, directory fsync, agreed by every rank): a
+directory with its final name is complete.  :mod:`amrckpt.manager._flush`
+writes the pieces back into the shared file.
+
+A pieces file is a header (magic, rank, the save's number of collective
+rounds, number of pieces, data bytes, CRC32 of the table and the data, CRC32
+of the header), the table of ``(offset, nbytes)`` pairs (little-endian
+uint64), and the pieces' bytes one after the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import mmap
+import os
+import platform
+import shutil
+import stat
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._crc import crc32, pool
+from .._files import LOCAL, FileSystem
+from .._logging import RankLogger
+from ..comm import Call, Comm, current_call, digest_of
+from ..errors import ManagerError, ScdaIOError, ScdaUsageError
+from ..scda import Backend, FileAccess, os_error
+from ._lock import DirectoryLock
+from ._names import StepNames
+
+__all__ = ["CacheLevel", "CachedStep", "NodeCache", "NodeLayout", "Pieces", "list_cache", "read_pieces"]
+
+_log = logging.getLogger("amrckpt.manager")
+
+EXTENSION = ".cache"
+STEP_JSON = "step.json"
+MAGIC = b"amrckpt pieces 1"
+_HEAD = struct.Struct("<16sQQQQII")  # magic, rank, nrounds, npieces, data nbytes, crc32(table + data), crc32(head)
+_IOV = 512  # buffers per writev (below every system's IOV_MAX)
+
+
+@dataclass(frozen=True)
+class NodeCache:
+    """A node-local level for :class:`~amrckpt.CheckpointManager`: saves go to the node first, then are flushed.
+
+    Pass it as ``CheckpointManager(..., cache=NodeCache(...), flush_policy=...)``.
+    SCR's terms: the cache (``SCR_CACHE_BASE``), its size in steps
+    (``SCR_CACHE_SIZE``), ``PARTNER`` redundancy.  A value object: not collective.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The cache directory of each node (``/dev/shm/...``, a burst buffer,
+        ``$TMPDIR``); ``{node}`` is replaced by the node's number and
+        ``{job}`` by the job's id (``SLURM_JOB_ID``, else ``"job"``).  Without
+        ``{node}``, each node's files go into ``<directory>/node-<node>``.
+    partners : int, optional
+        How many other nodes keep a copy of each node's pieces (SCR's
+        ``PARTNER`` scheme: node n's on nodes n+1 .. n+partners, cyclically;
+        default 1).  With one node there is no partner.
+    keep : int, optional
+        Cached steps kept on each node (SCR's ``SCR_CACHE_SIZE``, default 2);
+        older ones are removed after a cached save commits.
+    node_size : int, optional
+        Ranks per node, ``rank // node_size`` being a rank's node: simulates
+        several nodes on one machine (tests).  Default None: the nodes are
+        the hosts (ranks with the same host name share a node, as
+        ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` would group them).
+
+    Raises
+    ------
+    ManagerError
+        For ``partners < 0``, ``keep < 1`` or ``node_size < 1``.
+    """
+
+    directory: str | os.PathLike[str]
+    partners: int = 1
+    keep: int = 2
+    node_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, low in (("partners", self.partners, 0), ("keep", self.keep, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ManagerError(f"NodeCache: {name} is an int >= {low}, not {value!r}")
+        ns = self.node_size
+        if ns is not None and (isinstance(ns, bool) or not isinstance(ns, int) or ns < 1):
+            raise ManagerError(f"NodeCache: node_size is None or an int >= 1, not {ns!r}")
+
+    def path_of(self, node: int, job: str | None = None) -> Path:
+        """Return the cache directory of ``node``. Not collective."""
+        text = os.fspath(self.directory)
+        job = job if job is not None else os.environ.get("SLURM_JOB_ID", "job")
+        if "{node}" in text:
+            return Path(text.replace("{node}", str(node)).replace("{job}", job))
+        return Path(text.replace("{job}", job)) / f"node-{node}"
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Which node each rank is on, and where its partner copies go. Not collective once built.
+
+    Attributes
+    ----------
+    node_of : (P,) numpy.ndarray of numpy.int64
+        The node of each rank (nodes numbered 0.. in the order of their first rank).
+    partners : int
+        Partner copies per node (at most the number of nodes less one).
+    """
+
+    node_of: np.ndarray
+    partners: int
+
+    @classmethod
+    def of(cls, call: Call, cache: NodeCache) -> NodeLayout:
+        """Find the nodes (``node_size``, or the host names: one allgather of P ints). Collective.
+
+        Raises
+        ------
+        Partner copies need the same number of ranks on every node;
+        without it there are none (a warning says so).
+        """
+        P = call.size
+        if cache.node_size is not None:
+            node_of = np.arange(P, dtype=np.int64) // cache.node_size
+        else:
+            keys = call.allgather_ints([digest_of(platform.node())], what="cache: nodes").reshape(-1)
+            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            node_of = np.argsort(np.argsort(first))[inverse].astype(np.int64)  # numbered by their first rank
+        nodes = int(node_of.max()) + 1
+        partners = min(cache.partners, nodes - 1)
+        counts = np.bincount(node_of)
+        if partners and int(counts.min()) != int(counts.max()):
+            if call.comm.rank == 0:
+                _log.warning(
+                    "NodeCache(partners=%d): the nodes have different numbers of ranks (%s): no partner copies",
+                    cache.partners,
+                    counts.tolist(),
+                )
+            partners = 0
+        return cls(node_of, partners)
+
+    @property
+    def nodes(self) -> int:
+        """The number of nodes."""
+        return int(self.node_of.max()) + 1
+
+    def node(self, rank: int) -> int:
+        """Return the node of ``rank``."""
+        return int(self.node_of[rank])
+
+    def local(self, rank: int) -> int:
+        """Return the position of ``rank`` among the ranks of its node."""
+        return int(np.count_nonzero(self.node_of[:rank] == self.node_of[rank]))
+
+    def first(self, rank: int) -> bool:
+        """Whether ``rank`` is its node's first rank (the one that commits the node's steps)."""
+        return self.local(rank) == 0
+
+    def holder(self, rank: int, k: int) -> int:
+        """Return the rank that keeps ``rank``'s ``k``-th partner copy (k = 1..partners): same position, node + k."""
+        node = (self.node(rank) + k) % self.nodes
+        return int(np.flatnonzero(self.node_of == node)[self.local(rank)])
+
+    def held(self, rank: int, k: int) -> int:
+        """Return the rank whose ``k``-th partner copy ``rank`` keeps (the inverse of :meth:`holder`)."""
+        node = (self.node(rank) - k) % self.nodes
+        return int(np.flatnonzero(self.node_of == node)[self.local(rank)])
+
+    @property
+    def digest(self) -> int:
+        """A digest of the layout (P and each rank's node): a cached step is read back by the same layout only."""
+        return digest_of(self.node_of, self.partners)
+
+
+def _write_all(fd: int, bufs: Sequence[memoryview | bytes], path: Path) -> None:
+    """Write ``bufs`` one after the other at the descriptor's position (``writev``, resumed after short writes)."""
+    views = [memoryview(b).cast("B") for b in bufs if len(b)]
+    i = 0
+    try:
+        while i < len(views):
+            batch = views[i : i + _IOV]
+            n = os.writev(fd, batch)
+            for v in batch:
+                if n >= v.nbytes:
+                    n -= v.nbytes
+                    i += 1
+                else:
+                    views[i] = v[n:]
+                    break
+    except OSError as exc:
+        raise os_error(exc, str(path), "cannot write") from exc
+
+
+def pieces_table(pieces: Sequence[tuple[int, memoryview]]) -> bytes:
+    """Return the table of a pieces file: ``(offset, nbytes)`` of each piece, little-endian uint64."""
+    return np.array([(off, memoryview(b).nbytes) for off, b in pieces], dtype="<u8").reshape(-1, 2).tobytes()
+
+
+def pieces_head(rank: int, nrounds: int, table: bytes, crc: int) -> bytes:
+    """Return the header of a pieces file (its last 4 bytes: the CRC32 of the rest)."""
+    t = np.frombuffer(table, dtype="<u8").reshape(-1, 2)
+    body = _HEAD.pack(MAGIC, rank, nrounds, len(t), int(t[:, 1].sum()), crc, 0)[:-4]
+    return body + struct.pack("<I", crc32(body))
+
+
+def _crc_of(table: bytes, pieces: Sequence[tuple[int, memoryview]]) -> int:
+    crc = crc32(table)
+    for _, b in pieces:
+        crc = crc32(b, crc)
+    return crc
+
+
+@dataclass
+class Pieces:
+    """One rank's pieces of a checkpoint file, read back from a pieces file (or received from a partner).
+
+    Attributes
+    ----------
+    rank : int
+        The rank that wrote them.
+    nrounds : int
+        The collective rounds of the save's write (the same on every rank).
+    pieces : list of (int, memoryview)
+        ``(file offset, bytes)``.
+    """
+
+    rank: int
+    nrounds: int
+    pieces: list[tuple[int, memoryview]]
+    raw: Any = None  # what the views point into (an mmap or bytes), kept alive with them
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the pieces."""
+        return sum(b.nbytes for _, b in self.pieces)
+
+    @property
+    def end(self) -> int:
+        """The end of the last piece in the file (0 if none)."""
+        return max((off + b.nbytes for off, b in self.pieces), default=0)
+
+    def close(self) -> None:
+        """Release the mapping (the views must be gone)."""
+        self.pieces = []
+        if isinstance(self.raw, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                self.raw.close()
+        self.raw = None
+
+
+def parse_pieces(raw: Any, what: str, verify: bool = True) -> Pieces:
+    """Parse a pieces file's bytes (``raw``: bytes or an mmap); check its CRC32s. Not collective.
+
+    Raises
+    ------
+    ManagerError
+        If it is not a pieces file, is cut short, or a CRC32 differs.
+    """
+    view = memoryview(raw)
+    if view.nbytes < _HEAD.size:
+        raise ManagerError(f"{what}: cut short ({view.nbytes} bytes)")
+    magic, rank, nrounds, n, nbytes, crc, hcrc = _HEAD.unpack_from(view)
+    if magic != MAGIC or crc32(view[: _HEAD.size - 4]) != hcrc:
+        raise ManagerError(f"{what}: not a pieces file, or its header is damaged")
+    tend = _HEAD.size + 16 * n
+    if view.nbytes != tend + nbytes:
+        raise ManagerError(f"{what}: {view.nbytes} bytes, not the {tend + nbytes} its header says")
+    table = np.frombuffer(view[_HEAD.size : tend], dtype="<u8").reshape(-1, 2)
+    if verify and crc32(view[_HEAD.size :]) != crc:
+        raise ManagerError(f"{what}: the CRC32 of its pieces differs: damaged")
+    ends = tend + np.cumsum(table[:, 1], dtype=np.int64)
+    starts = ends - table[:, 1].astype(np.int64)
+    pieces = [(int(o), view[int(s) : int(e)]) for o, s, e in zip(table[:, 0].tolist(), starts.tolist(), ends.tolist(), strict=True)]
+    return Pieces(int(rank), int(nrounds), pieces, raw)
+
+
+def read_pieces(path: Path, verify: bool = True) -> Pieces:
+    """Map a pieces file and parse it (:func:`parse_pieces`). Not collective.
+
+    Raises
+    ------
+    ManagerError
+        If it is missing, not a regular file (a link), cut short or damaged.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ManagerError(f"{path.name}: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            raise ManagerError(f"{path.name}: not a pieces file")
+        raw = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise ManagerError(f"{path.name}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    return parse_pieces(raw, path.name, verify)
+
+
+class PiecesBackend:
+    """A :class:`~amrckpt.scda.Backend` that writes this rank's pieces of the file into its own pieces file.
+
+    Opened by the deferred writer of a save (``defer=True``) through
+    :meth:`CacheLevel.opener`: the save's one collective write
+    (``write_gathered``) becomes one ``writev`` of a file on the node.
+    Only writes; nothing collective happens in it.
+    """
+
+    def __init__(self, path: Path, comm: Comm) -> None:
+        self.comm = comm
+        self.path = str(path)
+        self._file = path
+        self._fd = -1
+        self.written: Path | None = None
+
+    def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:
+        """Not used: a save writes through :meth:`write_gathered`."""
+        raise ScdaUsageError("a node cache takes the pieces of a deferred writer only (write_gathered)")
+
+    def write_gathered(self, pieces: Sequence[tuple[int, memoryview]], nrounds: int, ncontiguous: int = 0) -> None:
+        """Write this rank's pieces, with their offsets, into its pieces file (created: never through a link).
+
+        ``nrounds`` and ``ncontiguous`` (the shared file's collective calls) do not apply to a file of one rank.
+        """
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(self._file, flags, 0o600)
+        except OSError as exc:
+            raise os_error(exc, self.path, "cannot create") from exc
+        # The CRC32 in a helper thread while the table and data are written (zlib-ng and writev release the GIL);
+        # the header, which holds it, last.
+        table = pieces_table(pieces)
+        crc = pool().submit(_crc_of, table, pieces)
+        try:
+            os.lseek(self._fd, _HEAD.size, os.SEEK_SET)
+            _write_all(self._fd, [table, *(memoryview(b) for _, b in pieces)], self._file)
+        finally:
+            value = crc.result()
+        try:
+            os.pwrite(self._fd, pieces_head(self.comm.rank, nrounds, table, value), 0)
+        except OSError as exc:
+            raise os_error(exc, self.path, "cannot write") from exc
+        self.written = self._file
+
+    def read(self, pieces: Any, bulk: Any, max_bulk_nbytes: int) -> None:
+        """Not supported."""
+        raise ScdaUsageError("a node cache's pieces are read back by the flush only")
+
+    def read_gathered(self, pieces: Any, nrounds: int, ncontiguous: int = 0) -> None:
+        """Not supported."""
+        raise ScdaUsageError("a node cache's pieces are read back by the flush only")
+
+    def file_size(self) -> int:
+        """Not supported."""
+        raise ScdaUsageError("a node cache has no shared file")
+
+    def sync(self, size: int | None = None) -> None:
+        """``fsync`` the pieces file; an error is kept by the open call."""
+
+        def fsync() -> None:
+            if self._fd >= 0:
+                try:
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    raise os_error(exc, self.path, "cannot fsync") from exc
+
+        self._run(fsync)
+
+    def close(self, size: int | None = None) -> None:
+        """Close the pieces file; an error is kept by the open call."""
+
+        def close() -> None:
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError as exc:
+                    raise os_error(exc, self.path, "cannot close") from exc
+
+        self._run(close)
+
+    def _run(self, fn: Any) -> None:
+        call = current_call(self.comm)
+        if call is None:
+            fn()
+        else:
+            call.run(fn, always=True)
+
+
+class CacheLevel:
+    """One node's cache directory: its cached steps, lock, commits and retention. Not collective.
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The node's cache directory.
+    prefix : str
+        The checkpoints' prefix (the steps are ``<prefix>-<step:012d>.cache``).
+    fs : FileSystem, optional
+        The file operations of commits (rename, directory fsync).
+    sync : bool, optional
+        Fsync the pieces files and the directory.
+    """
+
+    def __init__(self, path: Path, prefix: str, fs: FileSystem = LOCAL, sync: bool = True, log: RankLogger | None = None) -> None:
+        self.path = path
+        self.names = StepNames(prefix, extension=EXTENSION)
+        self.fs = fs
+        self.sync = sync
+        self.log = log
+        self._lock: DirectoryLock | None = None
+
+    def __repr__(self) -> str:
+        return f"CacheLevel({str(self.path)!r})"
+
+    def open(self, lock: bool) -> None:
+        """Make the directory, take its lock (``lock``: the node's first rank), remove saves cut short.
+
+        Raises
+        ------
+        ManagerError
+            If it cannot be made or used, or another manager holds it.
+        """
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(self.path).st_mode):
+                raise ManagerError(f"the node cache {str(self.path)!r} is not a directory")
+        except OSError as exc:
+            raise ManagerError(f"cannot use the node cache {str(self.path)!r}: {exc.strerror or exc}") from exc
+        if lock:
+            self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
+            for name in self.names.listing(os.listdir(self.path)).partial():  # a cached save cut short by a kill
+                self.remove(name)
+
+    def close(self) -> None:
+        """Release the lock, if held."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def steps(self) -> dict[int, Path]:
+        """Return the committed cached steps of this node, by step (empty if the directory is gone)."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return {}
+        return {s: self.path / n for s, n in self.names.listing(names).checkpoints.items()}
+
+    def step_path(self, step: int) -> Path:
+        """Return the directory of the cached ``step``."""
+        return self.path / self.names.build_name(step)
+
+    def partial_path(self, step: int, token: str) -> Path:
+        """Return the temporary name of the cached ``step`` in the save ``token``."""
+        return self.path / self.names.partial_name(self.names.build_name(step), token)
+
+    def make_partial(self, step: int, token: str) -> Path:
+        """Make the temporary directory of a cached save (every rank of the node may call it; a link there is refused)."""
+        tmp = self.partial_path(step, token)
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise os_error(exc, str(tmp), "cannot make") from exc
+        if not stat.S_ISDIR(os.lstat(tmp).st_mode):
+            raise ScdaIOError(17, f"{tmp}: not a directory (a link?)")
+        return tmp
+
+    def opener(self, tmp: Path) -> Any:
+        """Return a :class:`~amrckpt.scda.BackendOpener` writing each rank's pieces into ``tmp/rank-<r>.pieces``."""
+
+        def open_pieces(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend:
+            if mode != "w" or not defer:
+                raise ScdaUsageError("a node cache takes the pieces of a deferred writer only")
+            return PiecesBackend(tmp / pieces_name(comm.rank), comm)
+
+        return open_pieces
+
+    def publish(self, step: int, tmp: Path, info: dict[str, Any]) -> None:
+        """Write ``step.json``, sync, rename the step to its final name, sync the directory (the node's commit point).
+
+        A cached step of the same number is removed first (a cache holds one copy of a step).
+
+        Raises
+        ------
+        ScdaIOError
+            With the file system's errno.
+        """
+        try:
+            self.fs.write_new(tmp / STEP_JSON, json.dumps(info, indent=1).encode() + b"\n", sync=self.sync)
+            if self.sync:
+                self.fs.fsync_directory(tmp)
+            final = self.step_path(step)
+            if os.path.lexists(final):
+                self.remove(final.name)
+            self.fs.replace(tmp, final)
+            if self.sync:
+                self.fs.fsync_directory(self.path)
+        except OSError as exc:
+            raise ScdaIOError(exc.errno or 5, f"cannot commit the cached step {step}: {exc.strerror or exc}") from exc
+
+    def info(self, step: int) -> dict[str, Any] | None:
+        """Return the ``step.json`` of the cached ``step``, or None if it is missing or does not parse."""
+        try:
+            with open(self.step_path(step) / STEP_JSON, "rb") as f:
+                out = json.loads(f.read(1 << 24))
+        except (OSError, ValueError):
+            return None
+        return out if isinstance(out, dict) and out.get("step") == step else None
+
+    def remove(self, name: str) -> None:
+        """Remove a step directory (or a file) of this level; a link is unlinked, never followed. Never raises."""
+        p = self.path / name
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(p).st_mode):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+
+    def retain(self, keep: int, protect: set[int]) -> list[int]:
+        """Remove all but the ``keep`` newest cached steps (never those in ``protect``); return the steps removed."""
+        steps = sorted(self.steps())
+        gone = [s for s in steps[: max(0, len(steps) - keep)] if s not in protect]
+        for s in gone:
+            self.remove(self.names.build_name(s))
+        return gone
+
+
+def pieces_name(rank: int) -> str:
+    """Return the name of rank ``rank``'s pieces file in a cached step."""
+    return f"rank-{rank:06d}.pieces"
+
+
+@dataclass(frozen=True)
+class CachedStep:
+    """A step as the node caches under one directory hold it (what ``amrckpt ls --cache`` shows).
+
+    Attributes
+    ----------
+    step : int
+    size : int or None
+        The process count that cached it (from ``step.json``).
+    nbytes : int or None
+        The bytes of its file once flushed.
+    nodes : tuple of str
+        The node directories that hold it.
+    ranks : int
+        The ranks whose pieces are there (own or partner copies), on some node.
+    complete : bool
+        Whether every rank's pieces are there, on some node (headers checked, not the data's CRC32s).
+    """
+
+    step: int
+    size: int | None
+    nbytes: int | None
+    nodes: tuple[str, ...]
+    ranks: int
+    complete: bool
+
+
+def list_cache(root: str | os.PathLike[str], prefix: str = "ckpt") -> list[CachedStep]:
+    """List the cached steps of every node directory under ``root`` (``root`` itself or one level below). Not collective.
+
+    Read-only: no lock, nothing removed; pieces files are checked by their
+    headers (their sizes and the CRC32 of the header), not their data.
+    """
+    base = Path(root)
+    names = StepNames(prefix, extension=EXTENSION)
+    found: dict[int, dict[str, Any]] = {}
+    with contextlib.suppress(OSError):
+        for d in [base, *sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())]:
+            with contextlib.suppress(OSError):
+                for step, name in names.listing(os.listdir(d)).checkpoints.items():
+                    entry = found.setdefault(step, {"nodes": [], "ranks": set(), "size": None, "nbytes": None})
+                    entry["nodes"].append(d.name if d != base else ".")
+                    level = CacheLevel(d, prefix)
+                    info = level.info(step) or {}
+                    entry["size"] = entry["size"] or info.get("size")
+                    entry["nbytes"] = entry["nbytes"] or info.get("nbytes")
+                    for f in (d / name).glob("rank-*.pieces"):
+                        try:
+                            p = read_pieces(f, verify=False)
+                        except ManagerError:
+                            continue
+                        entry["ranks"].add(p.rank)
+                        p.close()
+    out = []
+    for step, e in sorted(found.items()):
+        P = e["size"]
+        out.append(
+            CachedStep(step, P, e["nbytes"], tuple(e["nodes"]), len(e["ranks"]), P is not None and e["ranks"] == set(range(P)))
+        )
+    return out

@@ -1,0 +1,308 @@
+"""The collective steps of the node-local level: a cached save, its partner copies, the flush, finding a cached step.
+
+- :func:`cache_step` (SCR's checkpoint into the cache, with ``PARTNER``
+  copies): every rank writes its pieces of the final file into its node's
+  cache (:class:`~amrckpt.manager._cache.PiecesBackend`, through the save's
+  one agreement), sends them to the ranks that keep its partner copies, and
+  the node's first rank commits the node's step; the ranks agree.
+- :func:`flush_step` (SCR's flush; with partner copies, its rebuild): every
+  rank reads its pieces back (from its node, else from a partner node) and
+  writes them into the shared file with the same collective write as a
+  direct save (:meth:`amrckpt.scda.Backend.write_gathered`), committed as a
+  save is (:func:`~amrckpt.manager._save.commit_file`): the file is
+  byte-identical to the direct save's.
+- :func:`newest_cached`: the newest step cached by every node layout like
+  this job's, below a bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import mmap
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._files import new_token
+from .._logging import RankLogger
+from ..comm import Call, Comm, collective
+from ..errors import ManagerError
+from ..scda import FileAccess, open_backend
+from ..schema import CheckpointSchema, save
+from ._cache import CacheLevel, NodeLayout, Pieces, parse_pieces, pieces_name, read_pieces
+from ._directory import CheckpointDirectory
+from ._retention import KeepPolicy
+from ._save import commit_file
+
+__all__ = ["Cached", "cache_step", "flush_step", "newest_cached"]
+
+_log = logging.getLogger("amrckpt.manager")
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A step saved into the node caches: its bytes in the final file and the seconds the save blocked."""
+
+    step: int
+    nbytes: int
+    seconds: float
+
+
+def _send_view(path: Path) -> Any:
+    """Map a pieces file read-only for sending (None if it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size == 0:
+            return None
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write_new(path: Path, data: bytes, sync: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view.nbytes:
+            view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def cache_step(
+    comm: Comm,
+    level: CacheLevel,
+    layout: NodeLayout,
+    step: int,
+    state: CheckpointSchema,
+    *,
+    save_kwargs: dict[str, Any],
+    records: Callable[[Any, float, float], Mapping[str, bytes]],
+    keep: int,
+    protect: set[int],
+    log: RankLogger,
+) -> Cached:
+    """Save ``state`` as the cached ``step`` on every node, with its partner copies; then the cache's retention. Collective.
+
+    ``records(result, t0, seconds)`` gives the step's record files (run
+    record, step record) by suffix, kept in the cached step's
+    ``step.json`` until its flush publishes them beside the shared file.
+
+    Raises
+    ------
+    AmrckptError
+        On every rank, what any rank's write, partner copy or commit raised;
+        the caches are then as before (the save's temporary directories removed).
+    """
+    with collective(comm, "CheckpointManager.cache") as call:
+        first = layout.first(comm.rank)
+        token = call.on_root(new_token, what="cache: token")
+        tmp = level.partial_path(step, token)
+        t0 = time.time()
+        committed = False
+        try:
+            call.run(level.make_partial, step, token)
+            kw = {k: v for k, v in save_kwargs.items() if k not in ("backend", "info", "truncate", "access")}
+            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, access=FileAccess(backend=level.opener(tmp)), **kw)
+            for k in range(1, layout.partners + 1):
+                _partner_copy(call, layout, k, tmp, level.sync)
+            if layout.partners:
+                call.agree("cache: partner copies")  # every file of the step is written before a node's rename
+            seconds = time.time() - t0
+            info = {
+                "format": FORMAT,
+                "step": step,
+                "size": comm.size,
+                "layout": layout.digest,
+                "nbytes": result.nbytes,
+                "records": {k: v.decode() for k, v in records(result, t0, seconds).items()},
+            }
+            if first:
+                call.run(level.publish, step, tmp, info)
+            committed = True
+            call.agree("cache: commit")
+        except BaseException:
+            if first:
+                level.remove(tmp.name)
+                if committed:
+                    level.remove(level.step_path(step).name)
+            raise
+        log.info("step %d cached (%d bytes, %.3f s)", step, result.nbytes, seconds)
+        if first:
+            gone = level.retain(keep, protect | {step})
+            if gone:
+                log.info("cache retention: removed the cached steps %s of this node", gone)
+    return Cached(step, result.nbytes, seconds)
+
+
+def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool) -> None:
+    """Send this rank's pieces file to its ``k``-th partner; keep the one of the rank it partners. Collective."""
+    rank = call.comm.rank
+    raw = _send_view(tmp / pieces_name(rank)) if not call.failed else None
+    try:
+        got = call.sendrecv(raw, layout.holder(rank, k), layout.held(rank, k))
+    finally:
+        if raw is not None:
+            with contextlib.suppress(BufferError):
+                raw.close()
+    source = layout.held(rank, k)
+
+    def keep() -> None:
+        if got is None:
+            raise ManagerError(f"partner copy: rank {source} sent nothing")
+        _write_new(tmp / pieces_name(source), got, sync)
+
+    call.run(keep)
+
+
+def _own(level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int) -> tuple[Pieces | None, str]:
+    """Read this rank's pieces of the cached ``step`` from its node (None and why not, if it cannot)."""
+    info = level.info(step)
+    if info is None:
+        return None, f"node {layout.node(rank)} has no committed cached step {step}"
+    if info.get("size") != size or info.get("layout") != layout.digest:
+        return None, f"the cached step {step} was written by another process count or node layout"
+    try:
+        return read_pieces(level.step_path(step) / pieces_name(rank)), ""
+    except ManagerError as exc:
+        return None, str(exc)
+
+
+def _gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int) -> Pieces:
+    """Return this rank's pieces of ``step``: its node's copy, else a partner's (SCR's rebuild). Collective, agreeing.
+
+    Raises
+    ------
+    ManagerError
+        On every rank, if some rank's pieces are on no node (or damaged on every node).
+    """
+    rank, P = call.comm.rank, call.comm.size
+    mine, why = _own(level, layout, step, rank, P)
+    needs = call.allgather_ints([int(mine is None)], what="flush: find the pieces")
+    for k in range(1, layout.partners + 1):
+        if not needs.any():
+            break
+        q = layout.held(rank, k)  # the rank whose k-th copy this node keeps
+        raw = None
+        if needs[q] and level.info(step) is not None:
+            raw = _send_view(level.step_path(step) / pieces_name(q))
+        got = call.sendrecv(raw, q if needs[q] else None, layout.holder(rank, k) if needs[rank] else None)
+        if raw is not None:
+            with contextlib.suppress(BufferError):
+                raw.close()
+        if mine is None and got is not None:
+            try:
+                mine = parse_pieces(got, f"the partner copy of rank {rank}'s pieces")
+            except ManagerError as exc:
+                why = str(exc)
+        needs = call.allgather_ints([int(mine is None)], what="flush: find the pieces")
+    if needs.any():
+        lost = [int(r) for r in needs.nonzero()[0]]
+        if mine is None:
+            _log.info("rank %d: no copy of its pieces of the cached step %d: %s", rank, step, why)
+        raise call.agreed(ManagerError(f"the cached step {step} is incomplete: no copy of the pieces of ranks {lost[:8]}"))
+    assert mine is not None
+    return mine
+
+
+@dataclass(frozen=True)
+class _Flushed:
+    nbytes: int
+
+
+def flush_step(
+    comm: Comm,
+    level: CacheLevel,
+    layout: NodeLayout,
+    directory: CheckpointDirectory,
+    step: int,
+    *,
+    access: FileAccess,
+    keep_policy: KeepPolicy,
+    log: RankLogger,
+) -> int:
+    """Write the cached ``step`` into the shared directory and commit it there, with its records. Collective.
+
+    Returns
+    -------
+    int
+        The bytes of the file.
+
+    Raises
+    ------
+    ManagerError
+        On every rank, if the cached step is incomplete (no copy of some
+        rank's pieces) or damaged; nothing is written.
+    AmrckptError
+        On every rank, what the write or the commit raised; the shared
+        directory is then as before, the cached step untouched.
+    """
+    with collective(comm, "CheckpointManager.flush") as call:
+        pieces = _gather_pieces(call, level, layout, step)
+        try:
+            P = comm.size
+            info = level.info(step)
+            key = P - comm.rank if info is not None and isinstance(info.get("records"), dict) else 0
+            top = call.allreduce(maxima=[key, pieces.end], what="flush: records").maxima
+            if top[0] == 0:
+                raise call.agreed(ManagerError(f"the cached step {step} has no step.json on any node"))
+            text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - top[0], what="flush: records")
+            records = {k: str(v).encode() for k, v in json.loads(str(text.value)).items()}
+            nbytes = int(top[1])
+
+            def write(tmp: Path) -> _Flushed:
+                a = access.replace(truncate=True)
+                backend = open_backend(tmp, "w", comm, access=a, defer=True)
+                call.run(backend.write_gathered, [] if call.failed else pieces.pieces, pieces.nrounds, always=True)
+                if directory.sync:
+                    backend.sync(None)
+                backend.close(None)
+                call.agree("flush: write")
+                return _Flushed(nbytes)
+
+            commit_file(
+                comm,
+                directory,
+                step,
+                write,
+                lambda name, result, t0, seconds: records,
+                keep_policy=keep_policy,
+                log=log,
+                reason="flush of the cached step",
+            )
+        finally:
+            pieces.close()
+    return nbytes
+
+
+def newest_cached(call: Call, level: CacheLevel, layout: NodeLayout, below: int | None = None) -> int | None:
+    """Return the newest step below ``below`` that some node holds, cached by this job's P and layout. Collective, agreeing."""
+    size = call.comm.size
+
+    def local() -> int:
+        for s in sorted(level.steps(), reverse=True):
+            if below is not None and s >= below:
+                continue
+            info = level.info(s)
+            if info is not None and info.get("size") == size and info.get("layout") == layout.digest:
+                return s
+        return -1
+
+    got = call.run(local)
+    top = int(call.allreduce(maxima=[got if got is not None else -1], what="cache: newest step").maxima[0])
+    return None if top < 0 else top

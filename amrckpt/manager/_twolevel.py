@@ -1,0 +1,244 @@
+"""The node-local level of a manager: cached saves, flushes in the background, restarts from the nearest good copy.
+
+:class:`NodeLevel` is what :class:`~amrckpt.CheckpointManager` holds when
+it is given a :class:`~amrckpt.manager.NodeCache`: this rank's node cache
+(:class:`~amrckpt.manager._cache.CacheLevel`), the node layout, the flush
+policy, and the flush in progress (a thread on a duplicated communicator,
+as a background save).  Its methods are collective on the manager's
+communicator unless they say otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._logging import RankLogger
+from ..comm import Call, Comm, current_call
+from ..errors import AmrckptError, ManagerError
+from ..scda import FileAccess
+from ..schema import CheckpointSchema
+from ._cache import CacheLevel, NodeCache, NodeLayout
+from ._directory import CheckpointDirectory
+from ._flush import Cached, cache_step, flush_step, newest_cached
+from ._policies import Moment, Never, SavePolicy, shared_decision
+from ._records import step_records
+from ._retention import KeepPolicy
+
+__all__ = ["NodeLevel"]
+
+
+class NodeLevel:
+    """A manager's node cache, node layout, flush policy and flush in progress.
+
+    Parameters
+    ----------
+    call : Call
+        The manager's open call (collective: the layout is found, the node
+        caches opened and locked, saves cut short removed, agreed).
+    cache : NodeCache
+        Where and how.
+    flush_policy : SavePolicy or None
+        When a cached step is flushed to the shared directory (asked after
+        every cached save; None: only at halt and close).
+    prefix : str
+        The manager's prefix.
+    sync : bool
+        Fsync in the cache.
+    log : RankLogger
+        The manager's logger.
+    """
+
+    def __init__(
+        self, call: Call, cache: NodeCache, flush_policy: SavePolicy | None, prefix: str, sync: bool, log: RankLogger
+    ) -> None:
+        if not isinstance(cache, NodeCache):
+            raise call.agreed(ManagerError(f"cache must be an amrckpt.NodeCache, not {type(cache).__name__}"))
+        self.cache = cache
+        self.flush_policy: SavePolicy = flush_policy if flush_policy is not None else Never()
+        self.log = log
+        self.layout = NodeLayout.of(call, cache)
+        rank = call.comm.rank
+        self.level = CacheLevel(cache.path_of(self.layout.node(rank)), prefix, sync=sync, log=log)
+        self.first = self.layout.first(rank)
+        call.run(self.level.open, self.first)
+        call.agree("CheckpointManager: open the node cache")
+        self.flushed: int | None = None  # the newest step flushed (or found in the shared directory)
+        self.cached: int | None = None  # the newest step cached by this manager
+        self._last_flush_time = time.time()
+        self._thread: threading.Thread | None = None
+        self._flushing: int | None = None
+        self._error: BaseException | None = None
+        self._comm: Comm | None = None
+        self._threads = False
+        mpi = getattr(call.comm, "mpi_comm", None)
+        if mpi is not None:
+            from mpi4py import MPI
+
+            self._threads = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+        else:
+            self._threads = call.comm.size == 1
+        if self._threads:
+            self._comm = call.comm.dup()
+        bind = getattr(self.flush_policy, "bind", None)  # collective: e.g. BeforeWallTime learns the job's end
+        if bind is not None:
+            bind(call.comm)
+        start = getattr(self.flush_policy, "start", None)
+        if start is not None:
+            start()
+
+    # -- saving -----------------------------------------------------------------------------------
+
+    def save(
+        self,
+        comm: Comm,
+        step: int,
+        state: CheckpointSchema,
+        *,
+        save_kwargs: dict[str, Any],
+        records: Callable[[Any, float, float], Mapping[str, bytes]],
+    ) -> Cached:
+        """Save ``state`` into the node caches (:func:`~amrckpt.manager._flush.cache_step`). Collective on ``comm``."""
+        protect = {self._flushing} if self._flushing is not None else set()
+        done = cache_step(
+            comm,
+            self.level,
+            self.layout,
+            step,
+            state,
+            save_kwargs=save_kwargs,
+            records=records,
+            keep=self.cache.keep,
+            protect=protect,
+            log=self.log,
+        )
+        self.cached = step
+        return done
+
+    def save_and_flush(
+        self,
+        comm: Comm,
+        directory: CheckpointDirectory,
+        step: int,
+        state: CheckpointSchema,
+        save_kwargs: dict[str, Any],
+        facts: dict[str, Any],
+        *,
+        access: FileAccess,
+        keep_policy: KeepPolicy,
+        halt: bool,
+    ) -> float:
+        """Save into the node caches; flush in the background if the flush policy (or ``halt``) asks. Collective.
+
+        ``facts`` are the step record's (reason, time, metrics...).  Returns
+        the seconds the cached save blocked.
+        """
+        name = directory.names.build_name(step)
+
+        def records(result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
+            return step_records(step, name, result, comm.size, t0, seconds, facts)
+
+        done = self.save(comm, step, state, save_kwargs=save_kwargs, records=records)
+        call = current_call(comm)
+        assert call is not None
+        moment = Moment(step, time.time(), self.flushed, self._last_flush_time)
+        if shared_decision(call, self.flush_policy, moment).save or halt:
+            self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
+        return done.seconds
+
+    # -- flushing ---------------------------------------------------------------------------------
+
+    def flush(
+        self,
+        comm: Comm,
+        directory: CheckpointDirectory,
+        step: int,
+        *,
+        access: FileAccess,
+        keep_policy: KeepPolicy,
+        background: bool,
+    ) -> None:
+        """Flush the cached ``step`` into ``directory``: in a thread on the duplicated communicator if ``background``.
+
+        Collective on ``comm``.  A flush in progress is waited for first (one at a time).
+        """
+        self.wait()
+
+        def run(c: Comm) -> None:
+            flush_step(c, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log)
+            self.flushed = step if self.flushed is None else max(self.flushed, step)
+            self._last_flush_time = time.time()
+
+        if not (background and self._threads and self._comm is not None):
+            run(comm)
+            return
+
+        def target() -> None:
+            try:
+                assert self._comm is not None
+                run(self._comm)
+            except BaseException as exc:  # noqa: BLE001 - raised on every rank by wait()
+                self._error = exc
+
+        self._flushing = step
+        self._thread = threading.Thread(target=target, name=f"amrckpt-flush-{step}", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Wait for the flush in progress; raise its error (the same on every rank). Collective-safe."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        self._flushing = None
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def busy(self) -> bool:
+        """Whether a flush is in progress. Not collective."""
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- restarting -------------------------------------------------------------------------------
+
+    def fetch_newer(
+        self,
+        call: Call,
+        directory: CheckpointDirectory,
+        than: int | None,
+        *,
+        access: FileAccess,
+        keep_policy: KeepPolicy,
+    ) -> int | None:
+        """Flush the newest cached step newer than ``than`` that is complete; return it, or None. Collective.
+
+        A cached step that is incomplete or damaged on every copy is
+        skipped (logged) and the next older one is tried: the caller then
+        restarts from the shared directory, where the step flushed is the newest.
+        """
+        below: int | None = None
+        while True:
+            step = newest_cached(call, self.level, self.layout, below)
+            if step is None or (than is not None and step <= than):
+                return None
+            try:
+                flush_step(
+                    call.comm, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log
+                )
+            except AmrckptError as exc:
+                self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
+                below = step
+                continue
+            self.flushed = step
+            return step
+
+    def close(self) -> None:
+        """Free the duplicated communicator and release the node's lock (after :meth:`wait`). Collective."""
+        stop = getattr(self.flush_policy, "stop", None)
+        if stop is not None:
+            stop()
+        if self._comm is not None:
+            self._comm.free()
+            self._comm = None
+        self.level.close()

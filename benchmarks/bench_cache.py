@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""How long a save into a node cache blocks, against raw POSIX writes of the same bytes there and a direct save.
+
+Run::
+
+    mpiexec -n 2 python -m mpi4py benchmarks/bench_cache.py                  # 2.1 million leaves
+    mpiexec -n 4 python -m mpi4py benchmarks/bench_cache.py --reps 5
+    python benchmarks/bench_cache.py --quick                                   # small, as CI runs it
+
+The state: :class:`Bench` of ``--leaves`` leaves (about 157 bytes per leaf).
+Interleaved, ``--reps`` times each, timed from a barrier to a barrier (the
+slowest rank counts):
+
+* ``cached``: :meth:`CheckpointManager.save` with ``cache=NodeCache(--cache)``
+  and no flush: every rank writes its pieces of the file into its own
+  pieces file in the cache, fsyncs it, and the node's first rank commits
+  the step (all of the save's checks and its one agreement included);
+* ``cached+partner``: the same with two simulated nodes (``node_size = P/2``)
+  and ``partners=1``: each rank also sends its pieces to its partner rank,
+  which writes them (P >= 2);
+* ``raw``: each rank writes a buffer of its pieces file's size into a new
+  file in the cache directory with ``os.write``, ``fsync`` and ``close``:
+  what the node-local storage alone costs;
+* ``direct``: :meth:`CheckpointManager.save` without a cache into
+  ``--shared`` (default: a directory on the machine's disk).
+
+Printed: ``cached / raw`` (the cache's overhead over the bytes' own cost)
+and ``cached / direct`` (what a save blocks for with the cache, against
+without).  The cache is ``/dev/shm`` by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _warm
+
+_warm.ensure(_warm.requested(sys.argv))
+
+from _common import Bench, P, build, comm, interleaved, rank, say, stats, write_json
+
+import amrckpt as ac
+from amrckpt.manager import EveryNSteps, KeepLast
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--leaves", type=int, default=2_100_000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--cache", default="/dev/shm", help="the node-local directory (default /dev/shm)")
+    ap.add_argument(
+        "--shared", default=None, help="the shared directory's parent (default: a directory on the disk, beside the repo)"
+    )
+    ap.add_argument("--dir", default=None, help="with --quick: both under this directory")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    if a.quick:
+        a.leaves, a.reps = 40_000, 2
+        if a.dir:
+            a.cache = a.shared = a.dir
+    shared_parent = a.shared or str(Path(__file__).resolve().parent.parent / ".bench-shared")
+    names = comm.bcast(
+        (
+            tempfile.mkdtemp(prefix="bench-cache-", dir=_mk(a.cache)),
+            tempfile.mkdtemp(prefix="bench-shared-", dir=_mk(shared_parent)),
+        )
+        if rank == 0
+        else None
+    )
+    cache_root, shared_root = Path(names[0]), Path(names[1])
+    st, _, _ = build(a.leaves)
+    say(f"amrckpt {ac.__version__} cache benchmark: P={P}, N={a.leaves} leaves, {a.reps} repetitions")
+    say(f"cache {cache_root}, shared {shared_root}")
+    try:
+        result = run(st, cache_root, shared_root, a)
+    finally:
+        comm.Barrier()
+        if rank == 0:
+            shutil.rmtree(cache_root, ignore_errors=True)
+            shutil.rmtree(shared_root, ignore_errors=True)
+    write_json(a.json, "benchmarks/results/cache.json", result)
+    return 0
+
+
+def _mk(path: str) -> str:
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -> dict[str, Any]:
+    policy = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(2)}
+    mgrs: dict[str, ac.CheckpointManager[Bench]] = {
+        "cached": ac.CheckpointManager(
+            shared_root / "c", Bench, comm=comm, cache=ac.NodeCache(str(cache_root / "c" / "{node}"), partners=0), **policy
+        ),
+        "direct": ac.CheckpointManager(shared_root / "d", Bench, comm=comm, **policy),
+    }
+    if P >= 2:
+        cache = ac.NodeCache(str(cache_root / "p" / "{node}"), partners=1, keep=2, node_size=P // 2 if P % 2 == 0 else 1)
+        mgrs["cached+partner"] = ac.CheckpointManager(shared_root / "p", Bench, comm=comm, cache=cache, **policy)
+    steps = {k: 0 for k in mgrs}
+
+    def saver(name: str) -> Any:
+        def save() -> None:
+            steps[name] += 1
+            st.step = steps[name]
+            mgrs[name].save(steps[name], st)
+
+        return save
+
+    mgrs["cached"].save(0, st)  # the pieces file's size: what the raw write writes
+    mine = next((cache_root / "c").glob(f"*/ckpt-{0:012d}.cache/rank-{rank:06d}.pieces"))
+    nbytes = mine.stat().st_size
+    buf = os.urandom(1 << 20) * (nbytes >> 20) + os.urandom(nbytes & ((1 << 20) - 1))
+    raw_dir = cache_root / "raw"
+    raw_dir.mkdir(exist_ok=True)
+    count = [0]
+
+    def raw() -> None:
+        count[0] += 1
+        path = raw_dir / f"r{rank}-{count[0]}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        view = memoryview(buf)
+        while view.nbytes:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        os.close(fd)
+        old = raw_dir / f"r{rank}-{count[0] - 2}"  # two kept, as KeepLast(2) and keep=2 keep
+        if old.exists():
+            old.unlink()
+
+    ops = {name: saver(name) for name in mgrs} | {"raw": raw}
+    try:
+        t = interleaved(ops, a.reps)
+    finally:
+        for m in mgrs.values():
+            m.close(flush=False)
+    s = {k: stats(v) for k, v in t.items()}
+    med = {k: statistics.median(v) for k, v in t.items()}
+    total = int(comm.allreduce(nbytes))
+    say(f"\n{'mode':16s} {'median s':>9s} {'min s':>8s} {'max s':>8s}   GB/s (of {total / 1e9:.3f} GB)")
+    for k in ops:
+        say(f"{k:16s} {s[k]['median']:9.4f} {s[k]['min']:8.4f} {s[k]['max']:8.4f}   {total / med[k] / 1e9:.2f}")
+    ratios = {"cached_over_raw": med["cached"] / med["raw"], "cached_over_direct": med["cached"] / med["direct"]}
+    if "cached+partner" in med:
+        ratios["cached_partner_over_raw"] = med["cached+partner"] / med["raw"]
+    say(
+        f"\ncached / raw = {ratios['cached_over_raw']:.2f} (target <= 1.2);  cached / direct = {ratios['cached_over_direct']:.3f} "
+        "(target <= 0.25 when the shared directory is slower than the cache)"
+    )
+    if "cached_partner_over_raw" in ratios:
+        say(f"cached with a partner copy / raw = {ratios['cached_partner_over_raw']:.2f} (the partner's bytes are written too)")
+    return {"P": P, "leaves": a.leaves, "reps": a.reps, "bytes": total, "seconds": s, "ratios": ratios}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

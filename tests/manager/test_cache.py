@@ -1,0 +1,155 @@
+"""The node-local level (NodeCache) without MPI: serial, thread ranks, faults in the flush, damaged pieces, ls --cache."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from checkpoint_cases import Advection, assert_state_equal, global_state
+
+import amrckpt as ac
+from amrckpt.comm import run_threads
+from amrckpt.manager import EveryNSteps, KeepLast, list_cache
+from amrckpt.manager._cache import read_pieces
+from amrckpt.testing import FaultyBackend, FaultyFileSystem, inject_faults
+
+G = global_state(seed=5, max_level=5)
+
+
+def state(step: int, comm: Any = None) -> Advection:
+    st = G.for_rank(comm) if comm is not None else G.local(0, G.N)
+    st.step = step
+    st.rho = st.rho + step
+    return st
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_serial_cache_on_the_host_flushed_at_close_is_the_direct_save(tmp_path: Path) -> None:
+    cache = ac.NodeCache(tmp_path / "cache", keep=2)  # no {node}: node-<n> below it; the nodes are the hosts
+    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
+        for s in range(4):
+            mgr.save(s, state(s))
+        assert mgr.all_steps() == []  # nothing flushed before close (no flush policy)
+    assert [c.step for c in list_cache(tmp_path / "cache" / "node-0")] == [2, 3]
+    ac.save(state(3), tmp_path / "direct.scda")
+    assert sha(tmp_path / "shared" / "ckpt-000000000003.scda") == sha(tmp_path / "direct.scda")
+    assert ac.manager.read_history(tmp_path / "shared")[3]["reason"]  # the step record was published with the flush
+
+
+def test_thread_ranks_partners_and_flush(tmp_path: Path) -> None:
+    def body(comm: Any) -> bool:
+        cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"), partners=1, node_size=1)
+        with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, save_policy=EveryNSteps(1), cache=cache) as mgr:
+            mgr.save(1, state(1, comm))
+            mgr.close(flush=False)
+        comm.barrier()
+        if comm.rank == 0:
+            import shutil
+
+            shutil.rmtree(tmp_path / "cache" / "1")  # node 1 lost: rank 1's pieces come from its partner, node 2
+        comm.barrier()
+        with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, cache=cache) as mgr:
+            loaded = mgr.restore_latest()
+            lo, hi = loaded.partition.local_range(comm.rank)
+            want = G.local(lo, hi)
+            want.step, want.rho = 1, want.rho + 1
+            assert_state_equal(loaded.state, want)
+            return mgr.restored_from == "cache"
+
+    assert all(run_threads(3, body))
+    ac.save(state(1), tmp_path / "direct.scda")
+    assert sha(tmp_path / "shared" / "ckpt-000000000001.scda") == sha(tmp_path / "direct.scda")
+
+
+@pytest.mark.parametrize("kinds", [{"write"}, {"rename"}, {"fsync"}])
+def test_a_failed_flush_leaves_the_cached_step_and_the_directory(tmp_path: Path, kinds: set[str]) -> None:
+    cache = ac.NodeCache(tmp_path / "cache")
+    kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(5), "cache": cache}
+    with ac.CheckpointManager(
+        tmp_path / "shared", Advection, fs=FaultyFileSystem(), save_kwargs={"backend": FaultyBackend}, **kw
+    ) as mgr:
+        mgr.save(1, state(1))
+        mgr.flush()
+        mgr.save(2, state(2))
+        before = sorted(p.name for p in (tmp_path / "shared").iterdir())
+        with inject_faults(1, kinds=kinds, errno=errno.EIO), pytest.raises(ac.AmrckptError):
+            mgr.flush()
+        assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == before
+        assert [(c.step, c.complete) for c in list_cache(tmp_path / "cache" / "node-0")] == [(1, True), (2, True)]
+        assert mgr.flush() == 2  # the cached step is intact: flushed now
+    ac.save(state(2), tmp_path / "direct.scda")
+    assert sha(tmp_path / "shared" / "ckpt-000000000002.scda") == sha(tmp_path / "direct.scda")
+
+
+def test_damaged_or_cut_pieces_are_refused(tmp_path: Path) -> None:
+    cache = ac.NodeCache(tmp_path / "cache")
+    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
+        mgr.save(1, state(1))
+        mgr.close(flush=False)
+    f = next((tmp_path / "cache").glob("node-0/ckpt-*.cache/rank-000000.pieces"))
+    read_pieces(f).close()
+    data = f.read_bytes()
+    f.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(ac.ManagerError, match="CRC32"):
+        read_pieces(f)
+    f.write_bytes(data[:-10])
+    with pytest.raises(ac.ManagerError, match="bytes"):
+        read_pieces(f)
+    with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
+        assert mgr.restore_latest() is None  # the one cached step is damaged, nothing flushed: nothing to restart from
+
+
+def test_ls_shows_both_levels(tmp_path: Path) -> None:
+    cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"))
+    with ac.CheckpointManager(
+        tmp_path / "shared", Advection, save_policy=EveryNSteps(1), flush_policy=EveryNSteps(2), cache=cache
+    ) as mgr:
+        for s in range(4):
+            mgr.save(s, state(s))
+        mgr.close(flush=False)
+    ls = [sys.executable, "-m", "amrckpt", "ls", str(tmp_path / "shared"), "--cache", str(tmp_path / "cache")]
+    out = subprocess.run(ls, capture_output=True, text=True, check=True).stdout
+    assert "complete, flushed" in out and "complete, not flushed" in out and "takes the cached step 3" in out
+    doc = json.loads(subprocess.run([*ls, "--json"], capture_output=True, text=True, check=True).stdout)
+    assert [(c["step"], c["flushed"], c["complete"]) for c in doc["cache"]["steps"]] == [(2, True, True), (3, False, True)]
+
+
+class HaltAt:
+    """A save policy that saves every step and asks to halt at one step (as BeforeWallTime does near the limit)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def decide(self, moment: ac.manager.Moment) -> ac.manager.Decision:
+        halt = moment.step == self.step
+        return ac.manager.Decision(True, halt, "halt" if halt else "every step")
+
+
+def test_a_halt_flushes_the_step_in_the_background(tmp_path: Path) -> None:
+    cache = ac.NodeCache(tmp_path / "cache")
+    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=HaltAt(3), cache=cache) as mgr:
+        for s in range(10):
+            mgr.save(s, state(s))
+            if mgr.halt_requested:
+                break
+        mgr.wait()
+        assert mgr.all_steps() == [3]  # flushed at the halt, before close
+        mgr.close(flush=False)
+
+
+def test_a_link_planted_as_the_node_cache_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "node-0").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ac.ManagerError, match="not a directory"):
+        ac.CheckpointManager(tmp_path / "shared", Advection, cache=ac.NodeCache(tmp_path / "cache"))
+    assert not list((tmp_path / "elsewhere").iterdir())

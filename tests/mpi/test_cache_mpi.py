@@ -1,0 +1,180 @@
+"""Two-level checkpoints over MPI: node caches (simulated nodes), flush, partner copies, restart from the nearest copy.
+
+Run at 1, 2, 3 and 4 processes.  ``node_size`` simulates nodes on one
+machine: at P = 4, two nodes of two ranks.  Every assertion uses values
+agreed on by all ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from checkpoint_cases import Advection, assert_state_equal, global_state
+
+import amrckpt as ac
+from _support import all_true, world
+from amrckpt.manager import EveryNSteps, KeepLast
+
+pytestmark = pytest.mark.mpi
+
+G = {s: global_state(seed=s // 10 + 3, max_level=5) for s in (0, 10, 20, 30)}
+
+
+def state(step: int, comm: Any) -> Advection:
+    st = G[step].for_rank(comm)
+    st.step = step
+    return st
+
+
+def node_size(P: int) -> int:
+    return max(1, P // 2)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def manager(tmp: Path, comm: Any, **kw: Any) -> ac.CheckpointManager[Advection]:
+    cache = ac.NodeCache(str(tmp / "cache" / "{node}"), partners=1, keep=kw.pop("keep", 2), node_size=node_size(comm.size))
+    return ac.CheckpointManager(tmp / "shared", Advection, comm=comm, save_policy=EveryNSteps(10), cache=cache, **kw)
+
+
+def restored_ok(loaded: Any, step: int, comm: Any) -> bool:
+    lo, hi = loaded.partition.local_range(comm.rank)
+    want = G[step].local(lo, hi)
+    want.step = step
+    try:
+        assert_state_equal(loaded.state, want)
+    except AssertionError:
+        return False
+    return True
+
+
+def test_flushed_file_is_the_direct_save(mpi_tmp: Path) -> None:
+    """The flushed file's sha256 equals a direct save's of the same state, at every P; the cache keeps ``keep`` steps."""
+    w = world()
+    with manager(mpi_tmp, w, flush_policy=EveryNSteps(20)) as mgr:
+        for s in (0, 10, 20, 30):
+            mgr.save(s, state(s, w))
+        mgr.wait()
+        flushed_before_close = mgr.all_steps()
+    ok = flushed_before_close == [0, 20]
+    for s in (0, 20, 30):
+        ac.save(state(s, w), mpi_tmp / f"direct-{s}.scda", comm=w)
+    w.Barrier()
+    if w.rank == 0:
+        for s in (0, 20, 30):  # 0 and 20 by the policy, 30 at close; 10 was never flushed
+            ok &= sha(mpi_tmp / "shared" / f"ckpt-{s:012d}.scda") == sha(mpi_tmp / f"direct-{s}.scda")
+        ok &= not (mpi_tmp / "shared" / f"ckpt-{10:012d}.scda").exists()
+        nodes = sorted((mpi_tmp / "cache").iterdir())
+        ok &= len(nodes) == -(-w.size // node_size(w.size))
+        for n in nodes:
+            ok &= sorted(p.name for p in n.glob("ckpt-*.cache")) == [f"ckpt-{20:012d}.cache", f"ckpt-{30:012d}.cache"]
+    assert all_true(ok)
+
+
+def test_direct_sha256_of_every_step(mpi_tmp: Path) -> None:
+    """Every flushed step (flush_policy every step) equals its direct save."""
+    w = world()
+    with manager(mpi_tmp, w, flush_policy=EveryNSteps(10), keep_policy=KeepLast(10)) as mgr:
+        for s in (0, 10, 20):
+            mgr.save(s, state(s, w))
+    for s in (0, 10, 20):
+        ac.save(state(s, w), mpi_tmp / f"direct-{s}.scda", comm=w)
+    w.Barrier()
+    ok = True
+    if w.rank == 0:
+        for s in (0, 10, 20):
+            ok &= sha(mpi_tmp / "shared" / f"ckpt-{s:012d}.scda") == sha(mpi_tmp / f"direct-{s}.scda")
+    assert all_true(ok)
+
+
+def test_restart_from_cache_then_partner_then_directory(mpi_tmp: Path) -> None:
+    """Not flushed: from the cache; one node's cache gone: from partner copies; every cache gone: the newest flushed."""
+    w = world()
+    with manager(mpi_tmp, w, flush_policy=EveryNSteps(20)) as mgr:
+        for s in (0, 10, 20, 30):
+            mgr.save(s, state(s, w))
+        mgr.close(flush=False)  # 0 and 20 flushed, 30 only in the caches
+    ok = True
+    with manager(mpi_tmp, w) as mgr:
+        loaded = mgr.restore_latest()
+        ok &= mgr.restored_step == 30 and mgr.restored_from == "cache" and restored_ok(loaded, 30, w)
+        mgr.delete(30)
+        mgr.close(flush=False)
+    w.Barrier()
+    if w.rank == 0:
+        shutil.rmtree(mpi_tmp / "cache" / "0")  # node 0's cache is lost
+    w.Barrier()
+    with manager(mpi_tmp, w) as mgr:
+        loaded = mgr.restore_latest()
+        want_from = "cache" if w.size > 1 else "directory"  # one node has no partner: its cache gone, the directory's 20
+        want_step = 30 if w.size > 1 else 20
+        ok &= mgr.restored_step == want_step and mgr.restored_from == want_from and restored_ok(loaded, want_step, w)
+        if w.size > 1:
+            mgr.delete(30)
+        mgr.close(flush=False)
+    w.Barrier()
+    if w.rank == 0:
+        shutil.rmtree(mpi_tmp / "cache")
+    w.Barrier()
+    with manager(mpi_tmp, w) as mgr:
+        loaded = mgr.restore_latest()
+        ok &= mgr.restored_step == 20 and mgr.restored_from == "directory" and restored_ok(loaded, 20, w)
+    assert all_true(ok)
+
+
+def test_damaged_pieces_fall_back(mpi_tmp: Path) -> None:
+    """A damaged pieces file: the partner's copy is used; damaged everywhere: the directory's newest step."""
+    w = world()
+    with manager(mpi_tmp, w, flush_policy=EveryNSteps(20)) as mgr:
+        for s in (10, 20, 30):
+            mgr.save(s, state(s, w))
+        mgr.close(flush=False)
+    w.Barrier()
+    if w.rank == 0:
+        own = mpi_tmp / "cache" / "0" / f"ckpt-{30:012d}.cache" / "rank-000000.pieces"
+        data = bytearray(own.read_bytes())
+        data[-1] ^= 0xFF
+        own.write_bytes(bytes(data))
+    w.Barrier()
+    ok = True
+    with manager(mpi_tmp, w) as mgr:
+        loaded = mgr.restore_latest()
+        if w.size > 1:
+            ok &= mgr.restored_step == 30 and mgr.restored_from == "cache" and restored_ok(loaded, 30, w)
+            mgr.delete(30)
+        else:
+            ok &= mgr.restored_step == 20 and mgr.restored_from == "directory" and restored_ok(loaded, 20, w)
+        mgr.close(flush=False)
+    w.Barrier()
+    if w.rank == 0:
+        for p in (mpi_tmp / "cache").glob(f"*/ckpt-{30:012d}.cache/rank-000000.pieces"):
+            data = bytearray(p.read_bytes())
+            data[-1] ^= 0x0F
+            p.write_bytes(bytes(data))
+    w.Barrier()
+    with manager(mpi_tmp, w) as mgr:
+        loaded = mgr.restore_latest()
+        ok &= mgr.restored_step == 20 and mgr.restored_from == "directory" and restored_ok(loaded, 20, w)
+    assert all_true(ok)
+
+
+def test_restart_on_another_P_reads_the_directory(mpi_tmp: Path) -> None:
+    """Cached by P ranks, restarted on one: the cache is not this layout's; the flushed file is read."""
+    w = world()
+    with manager(mpi_tmp, w) as mgr:
+        for s in (10, 20):
+            mgr.save(s, state(s, w))
+    ok = True
+    if w.rank == 0:
+        from mpi4py import MPI
+
+        with manager(mpi_tmp, MPI.COMM_SELF) as mgr:
+            loaded = mgr.restore_latest()
+            ok &= mgr.restored_step == 20 and restored_ok(loaded, 20, MPI.COMM_SELF)
+    assert all_true(ok)
