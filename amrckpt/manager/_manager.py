@@ -19,18 +19,17 @@ from .._files import FileSystem
 from .._logging import RankLogger
 from ..comm import Call, Comm, collective, collective_method, current_call
 from ..errors import (
-    CheckpointError,
     ManagerError,
-    ScdaError,
     ScdaUsageError,
 )
 from ..restart import Loaded, load
 from ..scda import FileAccess
 from ..schema import CheckpointSchema
 from ._abort import abort_job
+from ._aside import SetAside
 from ._cache import NodeCache
 from ._decorator import as_schema
-from ._directory import CheckpointDirectory, unreadable
+from ._directory import CheckpointDirectory
 from ._handle import SaveHandle
 from ._policies import Decision, EveryNSteps, Moment, SavePolicy, shared_decision
 from ._records import CheckpointRecord, StepMetadata, agreed_facts
@@ -203,7 +202,7 @@ class CheckpointManager(Generic[S]):
         self._last_save_time: float | None = None
         self.halt_requested = False
         self._pending: SaveHandle | None = None
-        self._unusable: set[int] = set()  # damaged checkpoints that could not be kept aside: never overwritten
+        self._aside = SetAside(self._dir)  # damaged checkpoints kept aside, or (if that failed) never overwritten
         self._bg_comm: Comm | None = None
         self._closed = False
         self.restored_step: int | None = None
@@ -396,24 +395,10 @@ class CheckpointManager(Generic[S]):
         call = current_call(self.comm)
         assert call is not None
         extra = agreed_facts(call, metrics, metadata)
-        unusable = frozenset(self._unusable)
+        unusable = frozenset(self._aside.unusable)
         skipped = call.on_root(lambda: self._dir.prepare_step(step, overwrite, unusable), what="save: check the step")
-        self._report(skipped)
+        self._aside.report(skipped)
         return extra
-
-    def _skip(self, call: Call, step: int, problem: str, unreadable: bool) -> Skipped:
-        """Keep a checkpoint aside (rank 0: rename, warning); return it on every rank. Collective."""
-        got: Skipped = call.on_root(lambda: self._dir.set_aside(step, problem, unreadable), what="restore: keep aside")
-        self._report([got])
-        return got
-
-    def _report(self, skipped: list[Skipped]) -> None:
-        """Note on every rank what rank 0 kept aside (the warning was issued there)."""
-        for s in skipped:
-            if s.kept_as is None:
-                self._unusable.add(s.step)
-            else:
-                self._unusable.discard(s.step)
 
     def _background(self, handle: SaveHandle, state: S, reason: str, time_value: float | None, extra: dict[str, Any]) -> None:
         assert self._bg_comm is not None
@@ -446,22 +431,15 @@ class CheckpointManager(Generic[S]):
             comm, self._dir, step, state, save_kwargs=self.save_kwargs, facts=facts, keep_policy=self.keep_policy, log=self.log
         )
         self._save_seconds.append(seconds)
-        self._unusable.discard(step)
+        self._aside.unusable.discard(step)
 
     def _cache_save(self, step: int, state: S, reason: str, time_value: float | None, extra: dict[str, Any], halt: bool) -> None:
         """Save into the node caches; flush in the background if the flush policy (or a halt) asks. Collective."""
         assert self._node is not None
         facts = {"reason": reason, "time": time_value, **extra, "keep_policy": repr(self.keep_policy)}
+        access, keep = self._flush_access(), self.keep_policy
         seconds = self._node.save_and_flush(
-            self.comm,
-            self._dir,
-            step,
-            state,
-            self.save_kwargs,
-            facts,
-            access=self._flush_access(),
-            keep_policy=self.keep_policy,
-            halt=halt,
+            self.comm, self._dir, step, state, self.save_kwargs, facts, access=access, keep_policy=keep, halt=halt
         )
         self._save_seconds.append(seconds)
 
@@ -484,12 +462,9 @@ class CheckpointManager(Generic[S]):
         """
         with collective(self.comm, "CheckpointManager.flush"):
             self.wait()
-            node = self._node
-            if node is None or node.cached is None or (node.flushed is not None and node.flushed >= node.cached):
+            if self._node is None:
                 return None
-            access = self._flush_access()
-            node.flush(self.comm, self._dir, node.cached, access=access, keep_policy=self.keep_policy, background=False)
-            return node.cached
+            return self._node.flush_newest(self.comm, self._dir, access=self._flush_access(), keep_policy=self.keep_policy)
 
     # -- discovering ----------------------------------------------------------
 
@@ -586,21 +561,17 @@ class CheckpointManager(Generic[S]):
         if self._node is not None:
             newest = self.latest_step()
             fetched = self._node.fetch_newer(call, self._dir, newest, access=self._flush_access(), keep_policy=self.keep_policy)
-        skipped: list[Skipped] = []
         self.skipped = ()
-        for r in reversed(self.history()):
-            if not r.valid:
-                skipped.append(self._skip(call, r.step, r.problem or "", r.unreadable))
-                continue
-            try:
-                loaded: Loaded[S] = load(r.path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
-            except (CheckpointError, ScdaError) as exc:
-                skipped.append(self._skip(call, r.step, f"{type(exc).__name__}: {exc}", unreadable(exc)))
-                continue
-            self.restored_from = "cache" if r.step == fetched else "directory"
-            return self._restored(r.step, loaded, into, tuple(skipped))
-        self.skipped = tuple(skipped)
-        return None
+
+        def load_one(path: str | os.PathLike[str]) -> Loaded[S]:
+            return load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
+
+        step, loaded, skipped = self._aside.newest(call, self.history(), load_one)
+        if step is None or loaded is None:
+            self.skipped = skipped
+            return None
+        self.restored_from = "cache" if step == fetched else "directory"
+        return self._restored(step, loaded, into, skipped)
 
     def _restored(self, step: int, loaded: Loaded[S], into: Any, skipped: tuple[Skipped, ...] = ()) -> Any:
         self.restored_step = self._last_step = step
@@ -665,7 +636,7 @@ class CheckpointManager(Generic[S]):
         with collective(self.comm, "CheckpointManager.delete") as call:
             self.wait()
             call.on_root(lambda: self._dir.delete_step(step), what="delete")
-        self._unusable.discard(step)
+        self._aside.unusable.discard(step)
 
     def metadata(self, step: int) -> StepMetadata:
         """Return what is known of the checkpoint of ``step`` without reading its data (orbax's ``metadata``). Collective.

@@ -150,6 +150,15 @@ class NodeLevel:
 
     # -- flushing ---------------------------------------------------------------------------------
 
+    def flush_newest(
+        self, comm: Comm, directory: CheckpointDirectory, *, access: FileAccess, keep_policy: KeepPolicy
+    ) -> int | None:
+        """Flush the newest cached step unless it is flushed, and wait; return it (None: nothing to flush). Collective."""
+        if self.cached is None or (self.flushed is not None and self.flushed >= self.cached):
+            return None
+        self.flush(comm, directory, self.cached, access=access, keep_policy=keep_policy, background=False)
+        return self.cached
+
     def flush(
         self,
         comm: Comm,
