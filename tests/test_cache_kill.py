@@ -5,7 +5,7 @@
 - every cache gone: the restart (on another P) takes the newest flushed file;
 - killed at random moments while flushes run: nothing committed is lost, every flushed file is a direct save's bytes.
 
-``tests/slow/test_cache_kill_campaign.py`` runs 40 random kills.
+``test_campaign_of_40_kills`` (slow, run in CI) runs 40 random kills (tests/slow/cache_kill_campaign.py).
 """
 
 from __future__ import annotations

@@ -107,3 +107,30 @@ def test_restart_demo_workdir_removes_only_its_own_entries(tmp_path: Path, monke
     empty.mkdir()
     restart_demo.prepare_workdir(empty)
     assert [p.name for p in empty.iterdir()] == [restart_demo.MARKER]
+
+
+def test_advection_with_a_node_cache_flushes_and_restarts_on_another_process_count(tmp_path: Path) -> None:
+    """examples/slurm/cache.sbatch's command at small size: 2 ranks save into a node cache, flush every 6 steps and at
+    the end (the flushed files are a direct save's bytes); a job on 3 ranks then continues from the newest flushed file."""
+    pytest.importorskip("mpi4py")
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    if not Path(mpiexec).exists():
+        pytest.skip("no mpiexec beside the interpreter (pip install mpich)")
+    small = ["--min-level", "3", "--max-level", "5", "--checkpoint-every", "3", "--json", "--dir", "ck"]
+    cache = ["--cache", str(tmp_path / "cache-{node}"), "--flush-every", "6"]
+
+    def job(P: int, *args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [mpiexec, "-n", str(P), sys.executable, "-m", "mpi4py", str(EXAMPLES / "advection_amr.py"), *small, *args]
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+
+    first = job(2, "--steps", "12", *cache)
+    assert first.returncode == 0, first.stderr[-3000:]
+    flushed = sorted(p.name for p in (tmp_path / "ck").glob("ckpt-*.scda"))
+    assert flushed and flushed[-1] == "ckpt-000000000012.scda", flushed  # the close flushed the newest cached step
+    assert list(tmp_path.glob("cache-*")), "nothing was cached on the node"
+    again = job(3, "--steps", "18", "--restart", "latest", *cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    events = [json.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
+    start = next(e for e in events if e["event"] == "start")
+    assert start["restored"] is True and start["step"] == 12, start
+    assert events[-1]["event"] == "done" and events[-1]["step"] == 18
