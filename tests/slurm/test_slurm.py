@@ -258,3 +258,28 @@ def test_srun_without_pmi_is_refused_before_anything_is_written(slurm: Slurm, tm
     assert r.stderr.count("LaunchError") >= 2, r.stderr  # on both tasks
     assert "srun --mpi=pmi2" in r.stderr and "SLURM_STEP_NUM_TASKS=2" in r.stderr
     assert not ckpt.exists()
+
+
+def test_two_level_checkpoints_flush_before_the_limit_and_resume_on_another_task_count(slurm: Slurm) -> None:
+    """examples/slurm/cache.sbatch: cached saves on node-local storage, flushed every 200 steps and before the wall
+    time (SIGUSR1); the next job, on another number of tasks, continues from the newest flushed file, bit for bit."""
+    cache_dir = str(slurm.cwd / "node-cache-{node}")
+    first = slurm.sbatch(
+        "cache.sbatch", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--time=1", "--signal=USR1@25", name="cached",
+        CKPT_DIR="ckpt", CACHE_DIR=cache_dir, FLUSH_EVERY="200", STEPS=str(STEPS), MARGIN="20", SOLVER_ARGS=PACED,
+    )  # fmt: skip
+    info = first.wait(timeout=150)
+    assert info["JobState"] == "COMPLETED", first.output()
+    steps = [r["step"] for r in logged(first.cwd / "ckpt")]
+    assert steps and steps[-1] < STEPS, (steps, first.output())  # stopped by the limit, the newest step flushed
+    assert any(slurm.cwd.glob("node-cache-*")), "nothing was cached on the node"
+    resume = slurm.sbatch(
+        "cache.sbatch", "--nodes=1", "--ntasks=3", "--ntasks-per-node=3", "--time=5", name="cached-resume",
+        CKPT_DIR="ckpt", CACHE_DIR=cache_dir, FLUSH_EVERY="200", STEPS=str(STEPS), MARGIN="5", SOLVER_ARGS=UNPACED,
+    )  # fmt: skip
+    assert resume.wait(timeout=330)["JobState"] == "COMPLETED", resume.output()
+    start = resume.events("start")[-1]
+    assert start["restored"] and start["step"] == steps[-1], (start, steps)
+    assert_clean(first.cwd / "ckpt")
+    assert_identical(first.cwd / "ckpt", STEPS, "node cache, 2 -> 3 tasks")
+    TALLY.notes.append(f"node cache: job {first.id} flushed step {steps[-1]} before its limit, resumed on 3 by job {resume.id}")
