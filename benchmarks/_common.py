@@ -6,17 +6,14 @@ Import after ``_warm.ensure`` (it may re-execute the process before MPI starts).
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _provenance import provenance
 from mpi4py import MPI
 
 import amrckpt as ac
@@ -94,26 +91,8 @@ def interleaved(
 
 
 def machine() -> dict[str, Any]:
-    """Where and when a result was measured."""
-    return {
-        "node": platform.node(),
-        "cpus": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "load_avg_1min": os.getloadavg()[0],
-        "git": _git("rev-parse", "--short", "HEAD"),
-        "amrckpt_uncommitted_changes": bool(_git("status", "--porcelain", "--", "amrckpt")),
-    }
-
-
-def _git(*args: str) -> str:
-    try:
-        cwd = Path(__file__).resolve().parent
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
-    except OSError:
-        return ""
+    """Where and when a result was measured, and with which MPI."""
+    return provenance() | {"mpi": MPI.Get_library_version().splitlines()[0].strip()}
 
 
 def write_json(path: str | None, default: str, result: dict[str, Any]) -> None:

@@ -35,9 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _provenance import provenance
 
 import amrckpt as ac
 from amrckpt import sfc
@@ -88,14 +87,6 @@ def build(leaves: int, dim: int) -> tuple[ac.CheckpointSchema, type[ac.Checkpoin
         modes=ac.HpData(rng.standard_normal(int(counts.sum())), counts),
     )
     return state, schema
-
-
-def _git(*args: str) -> str:
-    try:
-        cwd = Path(__file__).resolve().parent
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
-    except OSError:
-        return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,15 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": times,
         "median_s": med,
         "ratio_export_over_load": ratio,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "load_avg_1min": os.getloadavg()[0],
-            "git": _git("rev-parse", "--short", "HEAD"),
-            "amrckpt_uncommitted_changes": bool(_git("status", "--porcelain", "--", "amrckpt")),
-        },
+        "machine": provenance(),
     }
     out = Path(args.json or Path(__file__).resolve().parent / "results" / f"export-{args.dim}d.json")
     out.parent.mkdir(parents=True, exist_ok=True)

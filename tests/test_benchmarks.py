@@ -118,3 +118,10 @@ def test_bench_cache_quick(tmp_path: Path) -> None:
     assert set(result["seconds"]) == {"cached", "cached+partner", "direct", "raw"}
     assert result["ratios"]["cached_over_raw"] > 0 and result["ratios"]["cached_over_direct"] > 0
     assert "cached / raw" in stdout
+
+
+def test_bench_end_to_end_quick(tmp_path: Path) -> None:
+    """Save and load against raw MPI-IO of the same bytes, and compress=True against h5py (where installed)."""
+    result, out = run_quick("bench_end_to_end.py", tmp_path)
+    assert result["benchmark"] and result["hp"] and result["machine"]["git"] is not None
+    assert "ratio" in out

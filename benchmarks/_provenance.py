@@ -1,0 +1,36 @@
+"""Where and when a benchmark ran: machine, versions, date, load average, commit (no MPI needed)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def git(*args: str) -> str:
+    """The output of ``git args`` in the repository ("" without git)."""
+    try:
+        cwd = Path(__file__).resolve().parent
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return ""
+
+
+def provenance() -> dict[str, Any]:
+    """The facts every result records: node, CPUs, versions, date, 1-minute load average, commit, uncommitted changes."""
+    return {
+        "node": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "load_avg_1min": os.getloadavg()[0],
+        "git": git("rev-parse", "--short", "HEAD"),
+        "amrckpt_uncommitted_changes": bool(git("status", "--porcelain", "--", "amrckpt")),
+    }
