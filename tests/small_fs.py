@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import subprocess
@@ -41,8 +42,14 @@ def free_bytes(d: Path) -> int:
 def fill(d: Path, leave: int, name: str = "filler") -> Path:
     """Fill the file system of ``d`` up to ``leave`` free bytes (a multiple of the page size) with the file ``name``."""
     filler = d / name
-    with open(filler, "ab") as fh:
-        fh.write(b"\0" * max(0, free_bytes(d) - leave))
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, b"\0" * max(0, free_bytes(d) - leave))
+    except OSError as exc:  # a save in the background took some of the space meanwhile: the disk is full, as wanted
+        if exc.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
     return filler
 
 

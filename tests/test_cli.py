@@ -467,7 +467,7 @@ def test_as_a_subprocess(ckpt: Path, tmp_path: Path) -> None:
 
 
 def test_convert_under_mpiexec(ckpt: Path, tmp_path: Path) -> None:
-    mpiexec = shutil.which("mpiexec")
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if mpiexec is None:
         pytest.skip("mpiexec is not on PATH")
     pytest.importorskip("mpi4py")

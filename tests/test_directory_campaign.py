@@ -1,4 +1,4 @@
-"""The checkpoint directory's fault campaign, in CI: 40 SIGKILLs during background saves at P = 4, 20 disk-full trials.
+"""The checkpoint directory's fault campaign, in CI: 40 SIGKILLs during background saves at P = 4, 24 disk-full trials.
 
 ``tests/slow/directory_campaign.py`` is the campaign (its docstring says what
 each trial checks); this runs it, bounded (about two minutes on two cores),
@@ -25,7 +25,7 @@ def test_directory_campaign(tmp_path: Path) -> None:
     pytest.importorskip("mpi4py")
     out = tmp_path / "campaign.json"
     run = subprocess.run(
-        [sys.executable, str(CAMPAIGN), "--kills", "40", "--enospc", "20", "--seed", "3", "--json", str(out)],
+        [sys.executable, str(CAMPAIGN), "--kills", "40", "--enospc", "24", "--seed", "3", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=1200,
