@@ -146,7 +146,8 @@ class CheckpointReader:
         """Return this rank's own descriptor of the file (POSIX reads), opened on first use. Not collective."""
         if self._file is None:
             try:
-                self._file = scda.LocalFile(self.path, short=IncompleteCheckpointError)
+                opener = self.access.local_file or scda.LocalFile
+                self._file = opener(self.path, short=IncompleteCheckpointError)
             except ScdaIOError as exc:
                 if root:
                     raise

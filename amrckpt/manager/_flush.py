@@ -39,7 +39,7 @@ from ._directory import CheckpointDirectory
 from ._retention import KeepPolicy
 from ._save import commit_file
 
-__all__ = ["Cached", "cache_step", "flush_step", "newest_cached"]
+__all__ = ["Cached", "cache_step", "flush_step", "gather_pieces", "newest_cached"]
 
 _log = logging.getLogger("amrckpt.manager")
 
@@ -183,7 +183,7 @@ def _own(level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int)
         return None, str(exc)
 
 
-def _gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int) -> Pieces:
+def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int) -> Pieces:
     """Return this rank's pieces of ``step``: its node's copy, else a partner's (SCR's rebuild). Collective, agreeing.
 
     Raises
@@ -235,8 +235,12 @@ def flush_step(
     access: FileAccess,
     keep_policy: KeepPolicy,
     log: RankLogger,
+    pieces: Pieces | None = None,
 ) -> int:
     """Write the cached ``step`` into the shared directory and commit it there, with its records. Collective.
+
+    ``pieces``: this rank's pieces of the step, already found by
+    :func:`gather_pieces` (kept open); default: found here (and closed).
 
     Returns
     -------
@@ -253,7 +257,9 @@ def flush_step(
         directory is then as before, the cached step untouched.
     """
     with collective(comm, "CheckpointManager.flush") as call:
-        pieces = _gather_pieces(call, level, layout, step)
+        own = pieces is None
+        if pieces is None:
+            pieces = gather_pieces(call, level, layout, step)
         try:
             P = comm.size
             info = level.info(step)
@@ -286,7 +292,8 @@ def flush_step(
                 reason="flush of the cached step",
             )
         finally:
-            pieces.close()
+            if own:
+                pieces.close()
     return nbytes
 
 

@@ -529,8 +529,10 @@ class CheckpointManager(Generic[S]):
         previous one is tried, as SCR falls back to the previous checkpoint.
         Its step may then be saved again.  With a node cache, the newest step
         complete in the caches (same process count and node layout; a lost
-        node's pieces from its partners) is flushed first if it is newer than
-        the directory's newest (:attr:`restored_from` is then ``"cache"``).
+        node's pieces from its partners), if newer than the directory's, is
+        read in place: each rank from its own pieces, when the partition
+        gives it the leaves it saved (:attr:`restored_from` is ``"cache"``;
+        the step is flushed at :meth:`close`); else it is flushed first.
 
         Parameters
         ----------
@@ -558,13 +560,19 @@ class CheckpointManager(Generic[S]):
         self.wait()
         self.restored_step = self.restored_from = None
         fetched = None
-        if self._node is not None:
-            newest = self.latest_step()
-            fetched = self._node.fetch_newer(call, self._dir, newest, access=self._flush_access(), keep_policy=self.keep_policy)
         self.skipped = ()
 
-        def load_one(path: str | os.PathLike[str]) -> Loaded[S]:
-            return load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
+        def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
+            return load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, access=access)
+
+        if self._node is not None:
+            newest = self.latest_step()
+            fetched, loaded = self._node.restore_newer(
+                call, self._dir, newest, lambda a, p: load_one(p, a), access=self._flush_access(), keep_policy=self.keep_policy
+            )
+            if fetched is not None and loaded is not None:
+                self.restored_from = "cache"
+                return self._restored(fetched, loaded, into)
 
         step, loaded, skipped = self._aside.newest(call, self.history(), load_one)
         if step is None or loaded is None:

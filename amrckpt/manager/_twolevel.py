@@ -21,8 +21,9 @@ from ..errors import AmrckptError, ManagerError
 from ..scda import FileAccess
 from ..schema import CheckpointSchema
 from ._cache import CacheLevel, NodeCache, NodeLayout
+from ._cache_read import pieces_access, root_extra
 from ._directory import CheckpointDirectory
-from ._flush import Cached, cache_step, flush_step, newest_cached
+from ._flush import Cached, cache_step, flush_step, gather_pieces, newest_cached
 from ._policies import Moment, Never, SavePolicy, shared_decision
 from ._records import step_records
 from ._retention import KeepPolicy
@@ -211,36 +212,77 @@ class NodeLevel:
 
     # -- restarting -------------------------------------------------------------------------------
 
-    def fetch_newer(
+    def restore_newer(
         self,
         call: Call,
         directory: CheckpointDirectory,
         than: int | None,
+        load_cached: Callable[[FileAccess, str], Any],
         *,
         access: FileAccess,
         keep_policy: KeepPolicy,
-    ) -> int | None:
-        """Flush the newest cached step newer than ``than`` that is complete; return it, or None. Collective.
+    ) -> tuple[int | None, Any]:
+        """Restart from the newest cached step newer than ``than`` that is complete. Collective, agreeing.
 
-        A cached step that is incomplete or damaged on every copy is
-        skipped (logged) and the next older one is tried: the caller then
-        restarts from the shared directory, where the step flushed is the newest.
+        Every rank finds its pieces of the step (its node's copy, else a
+        partner's: :func:`~amrckpt.manager._flush.gather_pieces`) and
+        ``load_cached(access, path)`` loads the step through ``access``,
+        which serves every read from this rank's pieces
+        (:mod:`~amrckpt.manager._cache_read`): SCR's restart
+        from the cache, with no shared file.  If the load needs bytes that a
+        rank does not hold (a partition other than the save's) or fails, the
+        step is flushed into ``directory`` instead (the caller loads it from
+        there).  A step incomplete or damaged on every copy is skipped
+        (logged) and the next older one is tried.
+
+        Returns
+        -------
+        (int or None, object or None)
+            ``(step, loaded)`` read from the cache; ``(step, None)`` if the
+            step was flushed to be loaded from the shared directory;
+            ``(None, None)`` if no cached step newer than ``than`` is complete.
         """
         below: int | None = None
         while True:
             step = newest_cached(call, self.level, self.layout, below)
             if step is None or (than is not None and step <= than):
-                return None
+                return None, None
             try:
-                flush_step(
-                    call.comm, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log
-                )
+                pieces = gather_pieces(call, self.level, self.layout, step)
             except AmrckptError as exc:
                 self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
                 below = step
                 continue
-            self.flushed = step
-            return step
+            try:
+                size, extra = root_extra(call, pieces)
+                path = str(self.level.step_path(step))
+                try:
+                    loaded = load_cached(pieces_access(pieces, size, path, call.comm.rank, extra), path)
+                except AmrckptError as exc:  # raised on every rank: the load agrees
+                    self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, exc)
+                else:
+                    self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
+                    return step, loaded
+                try:
+                    flush_step(
+                        call.comm,
+                        self.level,
+                        self.layout,
+                        directory,
+                        step,
+                        access=access,
+                        keep_policy=keep_policy,
+                        log=self.log,
+                        pieces=pieces,
+                    )
+                except AmrckptError as exc:
+                    self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
+                    below = step
+                    continue
+                self.flushed = step
+                return step, None
+            finally:
+                pieces.close()
 
     def close(self) -> None:
         """Free the duplicated communicator and release the node's lock (after :meth:`wait`). Collective."""

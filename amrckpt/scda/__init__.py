@@ -32,7 +32,7 @@ truncation, sync, line breaks).
 
 from __future__ import annotations
 
-from ._access import BackendOpener, FileAccess, open_backend
+from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend
 from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints, os_error
 from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
@@ -77,6 +77,7 @@ __all__ = [
     "GatheredExecutor",
     "LocalExecutor",
     "LocalFile",
+    "LocalFileOpener",
     "MPIIOBackend",
     "PlanExecutor",
     "PosixBackend",

@@ -21,7 +21,7 @@ from ..errors import ScdaArgumentError
 from ._backend import Backend, MPIIOBackend, PosixBackend
 from ._format import Style
 
-__all__ = ["BackendOpener", "FileAccess", "open_backend"]
+__all__ = ["BackendOpener", "FileAccess", "LocalFileOpener", "open_backend"]
 
 
 class BackendOpener(Protocol):
@@ -34,6 +34,17 @@ class BackendOpener(Protocol):
     """
 
     def __call__(self, path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend: ...
+
+
+class LocalFileOpener(Protocol):
+    """What opens a file for reading on this rank alone, as :class:`~amrckpt.scda.LocalFile` does. Not collective.
+
+    ``opener(path, short)`` returns an object with ``size``,
+    ``read(offset, nbytes)``, ``readv(pieces)`` and ``close()``; ``short``
+    is the error class for bytes past the end.
+    """
+
+    def __call__(self, path: str, short: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,11 @@ class FileAccess:
     style : {"unix", "mime"}
         Writing: the line breaks of the scda padding, ``"\\n"`` or ``"\\r\\n"``
         (scda paper 2.1).
+    local_file : LocalFileOpener, optional
+        Reading: how one rank opens the file by itself (the root's
+        metadata, a tool's leaf ranges); None: :class:`~amrckpt.scda.LocalFile`
+        (POSIX ``pread``).  Given with a ``backend`` that does not read a
+        file of the file system (a node cache's pieces).
     """
 
     info: Any = None
@@ -65,6 +81,7 @@ class FileAccess:
     truncate: bool = True
     sync: bool = False
     style: Style = "unix"
+    local_file: LocalFileOpener | None = None
 
     @classmethod
     def of(cls, access: FileAccess | None = None, **options: Any) -> FileAccess:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from checkpoint_cases import Advection, assert_state_equal, global_state
 
@@ -63,7 +64,47 @@ def test_thread_ranks_partners_and_flush(tmp_path: Path) -> None:
             want = G.local(lo, hi)
             want.step, want.rho = 1, want.rho + 1
             assert_state_equal(loaded.state, want)
-            return mgr.restored_from == "cache"
+            assert mgr.all_steps() == []  # read in place from the pieces (rank 1's from its partner): nothing flushed
+            return mgr.restored_from == "cache"  # and flushed at close
+
+    assert all(run_threads(3, body))
+    ac.save(state(1), tmp_path / "direct.scda")
+    assert sha(tmp_path / "shared" / "ckpt-000000000001.scda") == sha(tmp_path / "direct.scda")
+
+
+def test_a_restart_from_the_cache_reads_no_shared_file(tmp_path: Path) -> None:
+    cache = ac.NodeCache(tmp_path / "cache")
+    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
+        mgr.save(1, state(1))
+        mgr.close(flush=False)
+    with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
+        loaded = mgr.restore_latest()
+        assert (mgr.restored_step, mgr.restored_from, mgr.all_steps()) == (1, "cache", [])
+        assert_state_equal(loaded.state, state(1))
+        loaded = mgr.restore_latest(fields=["rho"])  # only some fields: still bytes of the rank's own pieces
+        assert mgr.all_steps() == [] and np.array_equal(loaded.state.rho, state(1).rho)
+    assert mgr.all_steps() == [1]  # flushed at close (SCR flushes the newest checkpoint at the end of a run)
+    ac.save(state(1), tmp_path / "direct.scda")
+    assert sha(tmp_path / "shared" / "ckpt-000000000001.scda") == sha(tmp_path / "direct.scda")
+
+
+@pytest.mark.parametrize("how", ["uneven", "writer"])
+def test_a_restart_with_another_partition(tmp_path: Path, how: str) -> None:
+    """Another partition reads in place (the ranks send each other what they lack); "writer" needs the flushed file."""
+
+    def body(comm: Any) -> bool:
+        cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"), node_size=1)
+        with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, save_policy=EveryNSteps(1), cache=cache) as mgr:
+            mgr.save(1, state(1, comm))
+            mgr.close(flush=False)
+        other = ac.partition.Partition.from_counts([G.N - 10, 4, 6]) if how == "uneven" else "writer"
+        with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, cache=cache) as mgr:
+            loaded = mgr.restore_latest(partition=other)
+            lo, hi = loaded.partition.local_range(comm.rank)
+            want = G.local(lo, hi)
+            want.step, want.rho = 1, want.rho + 1
+            assert_state_equal(loaded.state, want)
+            return mgr.all_steps() == ([] if how == "uneven" else [1]) and mgr.restored_from == "cache"
 
     assert all(run_threads(3, body))
     ac.save(state(1), tmp_path / "direct.scda")

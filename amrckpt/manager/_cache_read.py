@@ -1,0 +1,306 @@
+"""A restart straight from the node caches: each rank reads the file's bytes from its own pieces (SCR's restart from cache).
+
+A cached step holds, for every rank, the exact ``(offset, bytes)`` pieces of
+the final scda file that the rank would have written to the shared file
+(:mod:`amrckpt.manager._cache`).  A load on the same process count and node
+layout, with a partition that gives each rank the leaves it saved (the
+uniform partition after a uniform save, the usual case), reads only those
+bytes: rank 0 the file header, the section headers and the index it wrote,
+every rank the mesh records and values of its own leaves.
+:class:`CachedBackend` (the collective reads) and :class:`CachedFile` (the
+root's own reads of the metadata) serve them from the rank's mapped pieces file, so the restart needs no
+shared file at all.  A read of bytes this rank does not hold (another
+partition, ``fields=`` that are not local...) raises
+:class:`NotInPiecesError`, agreed by the load on every rank; the manager
+then flushes the step and loads it from the shared directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..comm import Call, Comm
+from ..errors import ManagerError, ScdaUsageError
+from ..scda import Backend, FileAccess
+from ._cache import Pieces
+
+MAX_PADDING = 38  # scda's largest data padding (paper eq. 2: 7 <= p <= 38)
+
+__all__ = ["CachedBackend", "CachedFile", "NotInPiecesError", "PieceMap", "pieces_access", "root_extra"]
+
+
+class NotInPiecesError(ManagerError):
+    """A load asked a rank for bytes of the file that are not among its cached pieces (another partition)."""
+
+
+class PieceMap:
+    """One rank's pieces of a cached step, sorted by offset, as a map from file bytes to mapped bytes. Not collective.
+
+    Parameters
+    ----------
+    pieces : Pieces
+        This rank's pieces (its own pieces file, or a partner's copy), mapped.
+    size : int
+        The size of the file in bytes (the largest end of any rank's
+        pieces: the same on every rank, found by one allreduce).
+    path : str
+        The name in messages.
+    rank : int
+        This rank (in messages).
+    extra : sequence of (int, bytes), optional
+        Other ranks' pieces that this rank reads too (the root: the data
+        paddings at the ends of sections, written by the rank of the last
+        element; :func:`root_extra`).
+    """
+
+    def __init__(self, pieces: Pieces, size: int, path: str, rank: int, extra: Sequence[tuple[int, bytes]] = ()) -> None:
+        self.size = int(size)
+        self.path = path
+        self.rank = rank
+        given = [*pieces.pieces, *((o, memoryview(b)) for o, b in extra)]
+        ordered = sorted(given, key=lambda p: p[0])  # one entry per piece (a few per section): not per element
+        self._views = [memoryview(b).cast("B") for _, b in ordered]
+        self._starts = np.fromiter((o for o, _ in ordered), dtype=np.int64, count=len(ordered))
+        self._ends = self._starts + np.fromiter((v.nbytes for v in self._views), dtype=np.int64, count=len(ordered))
+
+    def fill(self, offset: int, buf: Any) -> list[tuple[int, int]]:
+        """Copy the file's bytes ``[offset, offset + len(buf))`` that this rank holds into ``buf``; return the others.
+
+        Returns
+        -------
+        list of (int, int)
+            The ``(offset, nbytes)`` runs of the range that are not among
+            this rank's pieces (empty: all copied).
+        """
+        out = memoryview(buf).cast("B")
+        pos, n = 0, out.nbytes
+        lacking: list[tuple[int, int]] = []
+        i = int(np.searchsorted(self._ends, offset, side="right"))  # the first piece ending after ``offset``
+        while pos < n:  # over the pieces that cover the range (adjacent pieces are joined): a few
+            at = offset + pos
+            if i >= len(self._views):
+                lacking.append((at, n - pos))
+                break
+            if self._starts[i] > at:
+                k = min(n - pos, int(self._starts[i]) - at)
+                lacking.append((at, k))
+                pos += k
+                continue
+            k = min(n - pos, int(self._ends[i]) - at)
+            s = at - int(self._starts[i])
+            out[pos : pos + k] = self._views[i][s : s + k]
+            pos += k
+            i += 1
+        return lacking
+
+    def held(self, offset: int, nbytes: int) -> list[tuple[int, memoryview]]:
+        """Return the parts of the file's bytes ``[offset, offset + nbytes)`` among this rank's pieces (views)."""
+        got: list[tuple[int, memoryview]] = []
+        end = offset + nbytes
+        i = int(np.searchsorted(self._ends, offset, side="right"))
+        while i < len(self._views) and self._starts[i] < end:
+            a, b = max(offset, int(self._starts[i])), min(end, int(self._ends[i]))
+            got.append((a, self._views[i][a - int(self._starts[i]) : b - int(self._starts[i])]))
+            i += 1
+        return got
+
+    def not_held(self, lacking: Sequence[tuple[int, int]]) -> NotInPiecesError:
+        """Return the error for bytes that no rank served."""
+        at, n = lacking[0]
+        return NotInPiecesError(
+            f"{self.path}: bytes {at}..{at + n} of the file are not among the cached pieces of rank {self.rank} "
+            "or of any other rank (the step is incomplete)"
+        )
+
+    def close(self) -> None:
+        """Drop the views into the mapping (the :class:`Pieces` owner unmaps it)."""
+        self._views = []
+
+
+def _pack(parts: Sequence[tuple[int, memoryview]]) -> bytes:
+    """``(offset, bytes)`` parts as one message: count, table of (offset, nbytes) uint64, the bytes."""
+    table = np.array([(o, v.nbytes) for o, v in parts], dtype="<u8").reshape(-1, 2)
+    return b"".join([np.array([len(parts)], dtype="<u8").tobytes(), table.tobytes(), *(bytes(v) for _, v in parts)])
+
+
+def _unpack(raw: bytes) -> list[tuple[int, memoryview]]:
+    """Invert :func:`_pack`."""
+    if not raw:
+        return []
+    view = memoryview(raw)
+    n = int(np.frombuffer(view[:8], dtype="<u8")[0])
+    table = np.frombuffer(view[8 : 8 + 16 * n], dtype="<u8").reshape(-1, 2)
+    out, at = [], 8 + 16 * n
+    for o, k in table.tolist():
+        out.append((int(o), view[at : at + int(k)]))
+        at += int(k)
+    return out
+
+
+class CachedFile:
+    """A rank's own reads of a cached step (the root's metadata, leaf ranges), as :class:`amrckpt.scda.LocalFile` reads a file.
+
+    Not collective.  ``read`` and ``readv`` raise :class:`NotInPiecesError`
+    for bytes that are not among this rank's pieces.
+    """
+
+    def __init__(self, pieces: PieceMap) -> None:
+        self._map = pieces
+        self.path = pieces.path
+
+    @property
+    def size(self) -> int:
+        """The file's size in bytes."""
+        return self._map.size
+
+    def read(self, offset: int, nbytes: int) -> bytes:
+        """Return exactly ``nbytes`` bytes from byte ``offset``."""
+        buf = bytearray(nbytes)
+        self.readv([(offset, memoryview(buf))])
+        return bytes(buf)
+
+    def readv(self, pieces: Sequence[tuple[int, memoryview]]) -> None:
+        """Fill every ``(offset, buffer)`` piece (raises :class:`NotInPiecesError` for bytes this rank does not hold)."""
+        for off, b in pieces:
+            lacking = self._map.fill(off, b)
+            if lacking:
+                raise self._map.not_held(lacking)
+
+    def close(self) -> None:
+        """Nothing to close (the pieces are the manager's)."""
+
+    def __enter__(self) -> CachedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CachedBackend:
+    """A read-only :class:`~amrckpt.scda.Backend` over one rank's pieces of a cached step: no collective call in it.
+
+    Every rank reads what it asks for from its own :class:`PieceMap`;
+    ``nrounds`` and ``ncontiguous`` (the shared file's collective calls) do not apply.
+    """
+
+    def __init__(self, pieces: PieceMap, comm: Comm) -> None:
+        self.comm = comm
+        self.path = pieces.path
+        self._map = pieces
+
+    def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:
+        """Not supported: a cached step is read only."""
+        raise ScdaUsageError("a cached step is read only")
+
+    def write_gathered(self, pieces: Sequence[tuple[int, memoryview]], nrounds: int, ncontiguous: int = 0) -> None:
+        """Not supported: a cached step is read only."""
+        raise ScdaUsageError("a cached step is read only")
+
+    def read(self, pieces: Sequence[tuple[int, Any]], bulk: tuple[int, Any] | None, max_bulk_nbytes: int) -> None:
+        """Fill the pieces and the bulk run from this rank's pieces only (the scda reader's independent reads).
+
+        Raises
+        ------
+        NotInPiecesError
+            Some bytes asked for are not among them.
+        """
+        for off, b in [*pieces, *([bulk] if bulk is not None else [])]:
+            lacking = self._map.fill(off, b)
+            if lacking:
+                raise self._map.not_held(lacking)
+
+    def read_gathered(self, pieces: Sequence[tuple[int, Any]], nrounds: int, ncontiguous: int = 0) -> None:
+        """Fill the pieces: from this rank's pieces, and the bytes other ranks hold from them. Collective.
+
+        ``nrounds`` and ``ncontiguous`` (the shared file's calls) do not
+        apply.  A rank lacks bytes where a compressed chunk of its leaves
+        was written by a neighbour, or under another partition than the
+        save's: the ranges lacking are allgathered (a few per rank), the
+        ranks holding them send them, one ``sendrecv`` per rank distance
+        needed (one allreduce of P bytes finds them; usually the
+        neighbours).  Restart only: never on a save's path.
+
+        Raises
+        ------
+        NotInPiecesError
+            Some bytes asked for are on no rank (after every rank took part).
+        """
+        comm, me, P = self.comm, self.comm.rank, self.comm.size
+        lacking: list[tuple[int, int, memoryview]] = []  # (file offset, nbytes, where they go)
+        for off, b in pieces:
+            view = memoryview(b).cast("B")
+            lacking.extend((at, n, view[at - off : at - off + n]) for at, n in self._map.fill(off, view))
+        if P == 1:
+            if lacking:
+                raise self._map.not_held([(a, n) for a, n, _ in lacking])
+            return
+        asked = comm.allgather([(a, n) for a, n, _ in lacking])
+        send: dict[int, list[tuple[int, memoryview]]] = {}
+        for q, ranges in enumerate(asked):
+            if q != me and ranges:
+                got = [part for a, n in ranges for part in self._map.held(a, n)]
+                if got:
+                    send[q] = got
+        mask = np.zeros(P, dtype=np.uint8)
+        mask[[(q - me) % P for q in send]] = 1
+        shifts = np.flatnonzero(comm.allreduce_array(mask, "max")).tolist()
+        covered = [np.zeros(n, dtype=bool) for _, n, _ in lacking]
+        for d in shifts:
+            raw = comm.sendrecv(_pack(send.get((me + d) % P, [])), (me + d) % P, (me - d) % P)
+            for at, part in _unpack(raw or b""):
+                for j, (a, n, dst) in enumerate(lacking):  # a few ranges: not per element
+                    lo, hi = max(a, at), min(a + n, at + part.nbytes)
+                    if lo < hi:
+                        dst[lo - a : hi - a] = part[lo - at : hi - at]
+                        covered[j][lo - a : hi - a] = True
+        still = [(a, n) for (a, n, _), c in zip(lacking, covered, strict=True) if not c.all()]
+        if still:
+            raise self._map.not_held(still)
+
+    def file_size(self) -> int:
+        """Return the file's size in bytes (the same on every rank)."""
+        return self._map.size
+
+    def sync(self, size: int | None = None) -> None:
+        """Nothing to flush."""
+
+    def close(self, size: int | None = None) -> None:
+        """Nothing to close (the pieces are the manager's)."""
+
+
+def root_extra(call: Call, pieces: Pieces) -> tuple[int, list[tuple[int, bytes]]]:
+    """Return the file's size and, on the root, the other ranks' pieces it reads when opening the file. Collective.
+
+    The root reads the headers it wrote and, to check their CRC32s, the
+    data paddings (at most :data:`MAX_PADDING` (38)
+    bytes) that end the array sections, which the rank of a section's last
+    element wrote: every rank's pieces of at most that size go to the root
+    (one allgather of a few dozen bytes per section and rank, once per
+    restart), with the size (one allreduce).
+    """
+    size = int(call.allreduce(maxima=[pieces.end], what="cache: file size").maxima[0])
+    small = [] if call.comm.rank == 0 else [(o, bytes(b)) for o, b in pieces.pieces if b.nbytes <= MAX_PADDING]
+    got = call.allgather(small, what="cache: the paddings to the root")
+    return size, [p for some in got[1:] for p in some] if call.comm.rank == 0 else []
+
+
+def pieces_access(pieces: Pieces, size: int, path: str, rank: int, extra: Sequence[tuple[int, bytes]] = ()) -> FileAccess:
+    """Return the :class:`~amrckpt.scda.FileAccess` through which :func:`amrckpt.load` reads a cached step. Not collective.
+
+    Both the collective reads (``backend``) and this rank's own reads
+    (``local_file``: the root's metadata) are served from ``pieces`` (and ``extra``, see :class:`PieceMap`).
+    """
+    m = PieceMap(pieces, size, path, rank, extra)
+
+    def open_cached(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend:
+        if mode != "r":
+            raise ScdaUsageError("a cached step is read only")
+        return CachedBackend(m, comm)
+
+    def open_local(path: str, short: Any = None) -> CachedFile:
+        return CachedFile(m)
+
+    return FileAccess(backend=open_cached, local_file=open_local)
