@@ -530,9 +530,9 @@ class CheckpointManager(Generic[S]):
         Its step may then be saved again.  With a node cache, the newest step
         complete in the caches (same process count and node layout; a lost
         node's pieces from its partners), if newer than the directory's, is
-        read in place: each rank from its own pieces, when the partition
-        gives it the leaves it saved (:attr:`restored_from` is ``"cache"``;
-        the step is flushed at :meth:`close`); else it is flushed first.
+        read in place, each rank from its pieces (the ranks send each other
+        what they lack), with no shared file (:attr:`restored_from` is
+        ``"cache"``; the step is flushed at :meth:`close`).
 
         Parameters
         ----------
