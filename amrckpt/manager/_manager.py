@@ -437,11 +437,8 @@ class CheckpointManager(Generic[S]):
         """Save into the node caches; flush in the background if the flush policy (or a halt) asks. Collective."""
         assert self._node is not None
         facts = {"reason": reason, "time": time_value, **extra, "keep_policy": repr(self.keep_policy)}
-        access, keep = self._flush_access(), self.keep_policy
-        seconds = self._node.save_and_flush(
-            self.comm, self._dir, step, state, self.save_kwargs, facts, access=access, keep_policy=keep, halt=halt
-        )
-        self._save_seconds.append(seconds)
+        kw: dict[str, Any] = {"access": self._flush_access(), "keep_policy": self.keep_policy, "halt": halt}
+        self._save_seconds.append(self._node.save_and_flush(self.comm, self._dir, step, state, self.save_kwargs, facts, **kw))
 
     def _flush_access(self) -> FileAccess:
         return FileAccess(info=self.save_kwargs.get("info", self.info), backend=self.save_kwargs.get("backend"))
@@ -520,19 +517,17 @@ class CheckpointManager(Generic[S]):
     def restore_latest(self, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None) -> Any:
         """Load the newest checkpoint that loads and verifies; fall back to older ones. Collective.
 
-        Every byte read is checked against its CRC32.  A checkpoint that
-        fails (damaged data, a missing footer) or cannot be read (``EIO``,
-        ``EACCES``) is renamed aside (``<name>.damaged-<token>`` or
-        ``<name>.unreadable-<token>``, with its records: never overwritten,
-        never deleted by retention), reported on stderr by a
-        :class:`~amrckpt.errors.CheckpointSkippedWarning` (rank 0), and the
-        previous one is tried, as SCR falls back to the previous checkpoint.
-        Its step may then be saved again.  With a node cache, the newest step
-        complete in the caches (same process count and node layout; a lost
-        node's pieces from its partners), if newer than the directory's, is
-        read in place, each rank from its pieces (the ranks send each other
-        what they lack), with no shared file (:attr:`restored_from` is
-        ``"cache"``; the step is flushed at :meth:`close`).
+        Every byte read is checked against its CRC32.  A checkpoint that fails
+        (damaged data, a missing footer) or cannot be read (``EIO``, ``EACCES``)
+        is renamed aside (``<name>.damaged-<token>`` or ``.unreadable-<token>``,
+        with its records: never overwritten or deleted by retention), reported
+        by a :class:`~amrckpt.errors.CheckpointSkippedWarning` (rank 0), and the
+        previous one is tried, as SCR's fallback; its step may be saved again.
+        With a node cache, the newest step complete in the caches (same P and
+        node layout; a lost node's pieces from partners), if newer than the
+        directory's, is read in place from the pieces (the ranks send each
+        other what they lack; :attr:`restored_from` is ``"cache"``; the step
+        is flushed at :meth:`close`).
 
         Parameters
         ----------
@@ -558,22 +553,18 @@ class CheckpointManager(Generic[S]):
 
     def _restore_latest(self, call: Call, into: Any, partition: Any, fields: list[str] | None) -> Any:
         self.wait()
-        self.restored_step = self.restored_from = None
-        fetched = None
+        self.restored_step = self.restored_from = fetched = got = None
         self.skipped = ()
 
         def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
             return load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, access=access)
 
-        if self._node is not None:
-            newest = self.latest_step()
-            fetched, loaded = self._node.restore_newer(
-                call, self._dir, newest, lambda a, p: load_one(p, a), access=self._flush_access(), keep_policy=self.keep_policy
-            )
-            if fetched is not None and loaded is not None:
-                self.restored_from = "cache"
-                return self._restored(fetched, loaded, into)
-
+        if self._node is not None:  # the cache first: in place, else flushed (then found below)
+            a, keep = self._flush_access(), self.keep_policy
+            fetched, got = self._node.restore_newer(call, self._dir, self.latest_step(), load_one, access=a, keep_policy=keep)
+        if fetched is not None and got is not None:
+            self.restored_from = "cache"
+            return self._restored(fetched, got, into)
         step, loaded, skipped = self._aside.newest(call, self.history(), load_one)
         if step is None or loaded is None:
             self.skipped = skipped

@@ -217,7 +217,7 @@ class NodeLevel:
         call: Call,
         directory: CheckpointDirectory,
         than: int | None,
-        load_cached: Callable[[FileAccess, str], Any],
+        load_cached: Callable[[str, FileAccess], Any],
         *,
         access: FileAccess,
         keep_policy: KeepPolicy,
@@ -226,7 +226,7 @@ class NodeLevel:
 
         Every rank finds its pieces of the step (its node's copy, else a
         partner's: :func:`~amrckpt.manager._flush.gather_pieces`) and
-        ``load_cached(access, path)`` loads the step through ``access``,
+        ``load_cached(path, access)`` loads the step through ``access``,
         which serves every read from this rank's pieces
         (:mod:`~amrckpt.manager._cache_read`): SCR's restart
         from the cache, with no shared file.  If the load needs bytes that a
@@ -257,7 +257,7 @@ class NodeLevel:
                 size, extra = root_extra(call, pieces)
                 path = str(self.level.step_path(step))
                 try:
-                    loaded = load_cached(pieces_access(pieces, size, path, call.comm.rank, extra), path)
+                    loaded = load_cached(path, pieces_access(pieces, size, path, call.comm.rank, extra))
                 except AmrckptError as exc:  # raised on every rank: the load agrees
                     self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, exc)
                 else:
