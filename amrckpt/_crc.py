@@ -15,6 +15,7 @@ the CRC of a piece is zlib-ng's (SIMD).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -23,7 +24,7 @@ from zlib_ng import zlib_ng
 
 _combine = zlib_ng.crc32_combine
 
-__all__ = ["SectionCrc", "crc32", "crc32_combine", "pool", "shift"]
+__all__ = ["SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
 
 _POOL: ThreadPoolExecutor | None = None
 
@@ -75,7 +76,7 @@ class SectionCrc:
     __slots__ = ("complete", "futures", "pieces")
 
     def __init__(self) -> None:
-        self.pieces: list[tuple[int, int]] = []  # (end offset of the piece, crc of the piece)
+        self.pieces: list[tuple[int, int, int]] = []  # (end offset of the piece, its crc, its bytes)
         self.complete = True
         self.futures: list[Future[None]] = []
 
@@ -83,7 +84,7 @@ class SectionCrc:
         """Add the piece ``data`` that starts at file byte ``offset``."""
         n = memoryview(data).nbytes
         if n:
-            self.pieces.append((offset + n, crc32(data)))
+            self.pieces.append((offset + n, crc32(data), n))
 
     def add_all(self, pieces: Iterable[tuple[int, Any]]) -> None:
         """Add pieces ``(offset, data)``."""
@@ -113,7 +114,12 @@ class SectionCrc:
     def add_crc(self, offset: int, nbytes: int, crc: int) -> None:
         """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is already known."""
         if nbytes:
-            self.pieces.append((offset + nbytes, crc))
+            self.pieces.append((offset + nbytes, crc, nbytes))
+
+    def known(self) -> list[tuple[int, int, int]]:
+        """Return ``(offset, nbytes, crc32)`` of every piece added (after :meth:`wait`)."""
+        self.wait()
+        return [(stop - n, n, c) for stop, c, n in self.pieces]
 
     def term(self, end: int) -> int:
         """Return this rank's term of the section that ends at ``end``."""
@@ -121,10 +127,39 @@ class SectionCrc:
         # Horner's scheme over the pieces in file order: shift by the distance to the next piece
         # (often one round's length, whose power of x is cached), then by the distance to the end.
         acc, last = 0, None
-        for stop, c in sorted(self.pieces):
+        for stop, c, _ in sorted(self.pieces):
             acc = (shift(acc, stop - last) if last is not None else 0) ^ c
             last = stop
         return acc if last is None else shift(acc, end - last)
+
+
+def crc32_of_pieces(bufs: Iterable[tuple[int, Any]], known: Iterable[tuple[int, int, int]], value: int = 0) -> int:
+    """CRC32 of the buffers one after the other, reusing the CRC32s already computed of parts of them. Not collective.
+
+    ``bufs``: ``(file offset, bytes)`` in the order they are concatenated;
+    ``known``: ``(file offset, nbytes, crc32)`` of file ranges whose CRC32 is
+    known (a writer's :meth:`SectionCrc.known`).  A known range inside a
+    buffer is combined (``crc32_combine``) instead of read again; the other
+    bytes (headers, paddings) are CRC'd.  The result equals ``crc32`` of
+    the concatenation continued from ``value``.
+    """
+    table = {o: (n, c) for o, n, c in known if n}
+    starts = sorted(table)
+    crc = value
+    for off, buf in bufs:
+        view = memoryview(buf).cast("B")
+        pos, end = off, off + view.nbytes
+        while pos < end:  # over the known parts of the buffer: a few per section
+            hit = table.get(pos)
+            if hit is not None and pos + hit[0] <= end:
+                crc = crc32_combine(crc, hit[1], hit[0])
+                pos += hit[0]
+                continue
+            i = bisect.bisect_right(starts, pos)
+            stop = min(end, starts[i]) if i < len(starts) else end
+            crc = crc32(view[pos - off : stop - off], crc)
+            pos = stop
+    return crc
 
 
 def combine_terms(terms: Iterable[int]) -> int:

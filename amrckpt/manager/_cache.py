@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .._crc import crc32, pool
+from .._crc import crc32, crc32_of_pieces, pool
 from .._files import LOCAL, FileSystem
 from .._logging import RankLogger
 from ..comm import Call, Comm, current_call, digest_of
@@ -334,7 +334,12 @@ class PiecesBackend:
         self.path = str(path)
         self._file = path
         self._fd = -1
+        self._known: list[tuple[int, int, int]] | None = None
         self.written: Path | None = None
+
+    def take_piece_crcs(self, known: list[tuple[int, int, int]]) -> None:
+        """Take the ``(offset, nbytes, crc32)`` of file ranges that the save CRC'd already (see :class:`~amrckpt.scda.Backend`)."""
+        self._known = known
 
     def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:
         """Not used: a save writes through :meth:`write_gathered`."""
@@ -353,7 +358,11 @@ class PiecesBackend:
         # The CRC32 in a helper thread while the table and data are written (zlib-ng and writev release the GIL);
         # the header, which holds it, last.
         table = pieces_table(pieces)
-        crc = pool().submit(_crc_of, table, pieces)
+        known, self._known = self._known, None
+        if known is not None:  # the save's CRC32s of its data, combined: no second pass over the bytes
+            crc = pool().submit(crc32_of_pieces, pieces, known, crc32(table))
+        else:
+            crc = pool().submit(_crc_of, table, pieces)
         try:
             os.lseek(self._fd, _HEAD.size, os.SEEK_SET)
             _write_all(self._fd, [table, *(memoryview(b) for _, b in pieces)], self._file)
@@ -533,18 +542,42 @@ class CacheLevel:
         return out if isinstance(out, dict) and out.get("step") == step else None
 
     def remove(self, name: str) -> None:
-        """Remove a step directory (or a file) of this level; a link is unlinked, never followed. Never raises."""
+        """Remove a step directory (or a file) of this level; a link is unlinked, never followed. Never raises.
+
+        The node's other ranks may be unlinking their own files in it at
+        the same time (:meth:`retire_own`): a file gone already is no error.
+        """
         p = self.path / name
+
+        def gone_already(fn: Any, path: str, exc: Any) -> None:
+            if not isinstance(exc[1] if isinstance(exc, tuple) else exc, FileNotFoundError):
+                raise exc[1] if isinstance(exc, tuple) else exc
+
         with contextlib.suppress(OSError):
             if stat.S_ISDIR(os.lstat(p).st_mode):
-                shutil.rmtree(p)
+                shutil.rmtree(p, onerror=gone_already)
             else:
                 os.unlink(p)
 
+    def retired(self, keep: int, protect: set[int]) -> list[int]:
+        """Return the cached steps that retention removes: all but the ``keep`` newest, never those in ``protect``."""
+        steps = sorted(self.steps())
+        return [s for s in steps[: max(0, len(steps) - keep)] if s not in protect]
+
+    def retire_own(self, steps: Sequence[int], names: Sequence[str]) -> None:
+        """Unlink this rank's files ``names`` in the retired ``steps`` (each rank its own, at once). Never raises.
+
+        The node's first rank then removes the rest (:meth:`retain`): the
+        cost of freeing the pieces is shared as their writing was.
+        """
+        for s in steps:
+            for name in names:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.step_path(s) / name)
+
     def retain(self, keep: int, protect: set[int]) -> list[int]:
         """Remove all but the ``keep`` newest cached steps (never those in ``protect``); return the steps removed."""
-        steps = sorted(self.steps())
-        gone = [s for s in steps[: max(0, len(steps) - keep)] if s not in protect]
+        gone = self.retired(keep, protect)
         for s in gone:
             self.remove(self.names.build_name(s))
         return gone

@@ -143,6 +143,9 @@ def cache_step(
                     level.remove(level.step_path(step).name)
             raise
         log.info("step %d cached (%d bytes, %.3f s)", step, result.nbytes, seconds)
+        rank = comm.rank
+        mine = [pieces_name(r) for r in (rank, *(layout.held(rank, k) for k in range(1, layout.partners + 1)))]
+        level.retire_own(level.retired(keep, protect | {step}), mine)  # every rank its own files, at once
         if first:
             gone = level.retain(keep, protect | {step})
             if gone:

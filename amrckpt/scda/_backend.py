@@ -68,7 +68,15 @@ def contiguous_calls(pieces: Sequence[Piece]) -> int:
 
 
 class Backend(Protocol):
-    """A shared file opened by all ranks of a communicator."""
+    """A shared file opened by all ranks of a communicator.
+
+    Optional: a backend that computes the CRC32 of the bytes it writes (a
+    node cache's pieces file) may define ``take_piece_crcs(known)``; a
+    deferred writer with checksums then hands it, before
+    :meth:`write_gathered`, the ``(offset, nbytes, crc32)`` of the file
+    ranges of this rank whose CRC32 it computed already, so that they are
+    combined (``crc32_combine``) rather than read a second time.
+    """
 
     comm: Comm
     path: str

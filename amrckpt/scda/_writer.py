@@ -847,6 +847,9 @@ class ScdaWriter:
             call.fail(self._pending)
         queue, self._queue = self._queue, []
         mine = [] if call.failed else queue  # a failed rank joins with nothing
+        take = getattr(backend, "take_piece_crcs", None)  # a backend that CRCs what it writes: the CRC32s known
+        if take is not None and self._checksum and mine:
+            call.run(lambda: take([k for c, _ in self._open_terms if c is not None for k in c.known()]))
         if self._ncontiguous:  # pieces large enough for contiguous calls of their own
             call.run(backend.write_gathered, mine, self._nrounds, self._ncontiguous, always=True)
         else:

@@ -21,6 +21,20 @@ def test_crc32_combine_matches_zlib(a: bytes, b: bytes) -> None:
     assert _crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
+@given(st.data())
+def test_crc32_of_pieces_reuses_known_crcs_and_equals_zlib(data: st.DataObject) -> None:
+    """A pieces file's CRC32 from the save's known CRC32s (combined) equals zlib's CRC of the bytes."""
+    blob = data.draw(st.binary(min_size=1, max_size=3000))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(blob)), max_size=6)) | {len(blob)})
+    edges = [0, *cuts]
+    bufs = [(a + 64, blob[a:b]) for a, b in itertools.pairwise(edges) if b > a]
+    marks = sorted(data.draw(st.sets(st.integers(0, len(blob)), max_size=8)))
+    ranges = [(a, b) for a, b in zip(marks[::2], marks[1::2], strict=False) if b > a]  # disjoint ranges
+    known = [(a + 64, b - a, zlib.crc32(blob[a:b])) for a, b in ranges]
+    start = data.draw(st.integers(0, 2**32 - 1))
+    assert _crc.crc32_of_pieces(bufs, known, start) == zlib.crc32(blob, start)
+
+
 def _gf2_shift(crc: int, nbytes: int) -> int:
     """The hand-written GF(2) arithmetic that _crc used before zlib-ng's crc32_combine (zlib's multmodp, x2nmodp)."""
     poly = 0xEDB88320
