@@ -22,7 +22,10 @@ slowest rank counts):
   file in the cache directory with ``os.write``, ``fsync`` and ``close``:
   what the node-local storage alone costs;
 * ``direct``: :meth:`CheckpointManager.save` without a cache into
-  ``--shared`` (default: a directory on the machine's disk).
+  ``--shared`` (default: a directory on the machine's disk);
+* ``restart from cache``: a new manager's ``restore_latest`` of the newest
+  cached step (never flushed), read in place from the pieces; ``restart
+  from directory``: the same state from the direct saves' directory.
 
 Printed: ``cached / raw`` (the cache's overhead over the bytes' own cost)
 and ``cached / direct`` (what a save blocks for with the cache, against
@@ -91,6 +94,14 @@ def main() -> int:
     return 0
 
 
+def _restart(directory: Path, cache: ac.NodeCache | None) -> None:
+    """Open a manager and restore its newest step (from the caches, in place, when they hold a newer one)."""
+    with ac.CheckpointManager(directory, Bench, comm=comm, cache=cache) as m:
+        got = m.restore_latest()
+        assert got is not None and m.restored_from == ("cache" if cache is not None else "directory")
+        m.close(flush=False)
+
+
 def _mk(path: str) -> str:
     Path(path).mkdir(parents=True, exist_ok=True)
     return path
@@ -144,6 +155,13 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     finally:
         for m in mgrs.values():
             m.close(flush=False)
+    # Restarts: the newest step from the caches, in place (no flush), against the same state from the directory.
+    restarts = {
+        "restart from cache": lambda: _restart(shared_root / "c", ac.NodeCache(str(cache_root / "c" / "{node}"), partners=0)),
+        "restart from directory": lambda: _restart(shared_root / "d", None),
+    }
+    t |= interleaved(restarts, a.reps)
+    ops |= restarts
     s = {k: stats(v) for k, v in t.items()}
     med = {k: statistics.median(v) for k, v in t.items()}
     total = int(comm.allreduce(nbytes))
@@ -151,6 +169,7 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     for k in ops:
         say(f"{k:16s} {s[k]['median']:9.4f} {s[k]['min']:8.4f} {s[k]['max']:8.4f}   {total / med[k] / 1e9:.2f}")
     ratios = {"cached_over_raw": med["cached"] / med["raw"], "cached_over_direct": med["cached"] / med["direct"]}
+    ratios["restart_cache_over_directory"] = med["restart from cache"] / med["restart from directory"]
     if "cached+partner" in med:
         ratios["cached_partner_over_raw"] = med["cached+partner"] / med["raw"]
     say(
@@ -159,6 +178,7 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     )
     if "cached_partner_over_raw" in ratios:
         say(f"cached with a partner copy / raw = {ratios['cached_partner_over_raw']:.2f} (the partner's bytes are written too)")
+    say(f"restart from the cache (in place) / from the directory = {ratios['restart_cache_over_directory']:.2f}")
     return {"P": P, "leaves": a.leaves, "reps": a.reps, "bytes": total, "seconds": s, "ratios": ratios}
 
 
