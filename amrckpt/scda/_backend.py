@@ -357,10 +357,14 @@ class MPIIOBackend:
                         mpi_info.Set(k, v)
         amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
 
+        found = [0]  # the size of the file as opened for writing: 0 for a new file, which needs no truncation
+
         def open_file() -> None:
             try:
                 # Absolute: ROMIO reads a leading "ufs:", "nfs:"... of a relative name as a file-system prefix
                 self._fh = MPI.File.Open(self._mpi_comm, os.path.abspath(path), amode, mpi_info)
+                if mode == "w" and truncate:
+                    found[0] = int(self._fh.Get_size())  # local (MPI_File_get_size); agreed below
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot open") from exc
 
@@ -377,8 +381,10 @@ class MPIIOBackend:
                 if free_info:
                     mpi_info.Free()
             try:
-                call.agree("fopen")
-                if mode == "w" and truncate:
+                # One allreduce agrees on the open and on the largest size any rank saw: a file that existed is
+                # emptied (MPI_File_set_size, collective); a new one is not (one collective call fewer per save).
+                existed = call.allreduce(maxima=[found[0]], what="fopen").maxima[0] > 0
+                if mode == "w" and truncate and existed:
                     call.run(set_size_0, always=True)
                     if not defer:  # deferred: agreed with the writer's other errors when it closes
                         call.agree("fopen_write")

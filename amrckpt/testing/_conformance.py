@@ -125,6 +125,28 @@ class BackendTests:
 
         assert all(self.run(body))
 
+    def test_opening_to_write_empties_an_existing_file_and_creates_a_new_one(self, backend_dir: Path) -> None:
+        """``truncate=True`` (the default): an existing longer file is emptied first; a new file is created empty."""
+        old, new = backend_dir / "old.bin", backend_dir / "new.bin"
+        access = self.access
+
+        def body(comm: Comm) -> bool:
+            if comm.rank == 0:
+                old.write_bytes(b"x" * 1000)
+                new.unlink(missing_ok=True)
+            sizes = []
+            with collective(comm, "conformance: truncate") as call:
+                call.agree()  # the old file is there, the new one is not, before anyone opens them
+                for path in (old, new):
+                    f = open_backend(os.fspath(path), "w", comm, access=access)
+                    call.run(f.write_gathered, [(10 * comm.rank, memoryview(b"y" * 10))], 1, always=True)
+                    f.close()
+                    call.agree()
+                    sizes.append(path.stat().st_size)
+            return sizes == [10 * comm.size] * 2 and old.read_bytes() == b"y" * (10 * comm.size)
+
+        assert all(self.run(body))
+
     def test_file_size_is_the_same_on_every_rank_and_close_sets_it(self, backend_dir: Path) -> None:
         """``close(size=)`` cuts a file overwritten in place (``truncate=False``); ``file_size`` agrees."""
         path = backend_dir / "size.bin"
