@@ -13,7 +13,7 @@ from ..errors import SchemaError
 from ._connectivity import Connectivity
 from ._forest import _CHECK_CHUNK as _CHUNK
 from ._forest import mesh_record_dtype
-from ._keys import MAXLEVEL, morton_keys
+from ._keys import MAXLEVEL, QMAXLEVEL, morton_keys
 
 __all__ = ["P4estQuadrants", "forest_from_p4est", "forest_to_p4est", "quadrant_dtype"]
 
@@ -124,17 +124,18 @@ def forest_from_p4est(
         raise SchemaError(f"Forest.from_p4est: {n} quadrants; global_first_quadrant gives rank {rank} {g1 - g0}")
     try:
         if packable:
-            forest = cls._viewing(_pack(q, pt, g0), num_trees=K)
+            rec, valid = _pack(q, pt, g0, check)
+            forest = cls._viewing(rec, num_trees=K)
         else:
-            forest = cls(_trees(pt, g0, g1), level, *coords[:2], coords[2] if dim == 3 else None, num_trees=K)
-        if check:
-            forest.check()
+            forest, valid = cls(_trees(pt, g0, g1), level, *coords[:2], coords[2] if dim == 3 else None, num_trees=K), False
+        if check and not valid:
+            forest.check()  # names the first bad leaf
     except SchemaError as exc:
         raise SchemaError(f"Forest.from_p4est: {exc}") from exc
     return forest
 
 
-def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int) -> np.ndarray:
+def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int, check: bool) -> tuple[np.ndarray, bool]:
     """Pack p4est's quadrants and their trees into mesh records (:func:`amrckpt.sfc.mesh_record_dtype`).
 
     Not collective, vectorized: chunk by chunk (cache-sized), the trees of
@@ -153,10 +154,17 @@ def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int) -> np.ndarray:
         ``g0 + n`` quadrants or more.
     g0 : int
         The global index of the first quadrant (``global_first_quadrant[rank]``).
+    check : bool
+        Also check levels and coordinates as :meth:`Forest.check` does, on
+        each chunk of quadrants while it is in the cache (the trees are in
+        range by construction).
 
     Returns
     -------
-    (n,) numpy.ndarray of mesh records
+    records : (n,) numpy.ndarray of mesh records
+    valid : bool
+        With ``check``, whether every leaf passed (if not, :meth:`Forest.check`
+        names the first bad one); False without ``check``.
 
     Raises
     ------
@@ -172,19 +180,33 @@ def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int) -> np.ndarray:
     dst = rec.view(np.dtype({"names": ["tree", "body"], "formats": ["<i4", body], "offsets": [0, 4], "itemsize": rec.itemsize}))
     tree, packed, level = dst["tree"], dst["body"], quadrants[:, dim]
     beyond = 0  # the largest level as uint32: above 127 if one is outside [0, 127]
+    valid, root = check, (1 << MAXLEVEL[dim]) - 1
     for s in range(0, n, _CHUNK):
         e = min(n, s + _CHUNK)
         t0 = int(np.searchsorted(pertree, g0 + s, side="right")) - 1
         t1 = int(np.searchsorted(pertree, g0 + e - 1, side="right")) - 1
-        counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + s, g0 + e))
-        tree[s:e] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
+        if t0 == t1:  # the chunk in one tree
+            tree[s:e] = t0
+        else:
+            counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + s, g0 + e))
+            tree[s:e] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
         packed[s:e] = src[s:e]
-        beyond = max(beyond, int(level[s:e].view(np.uint32).max()))
+        top = int(level[s:e].view(np.uint32).max())
+        beyond = max(beyond, top)
+        if valid:  # the ranges of Forest._check_chunk, on the quadrants' uint32 columns
+            cols = quadrants[s:e].view(np.uint32)
+            u = cols[:, 0] | cols[:, 1]
+            if dim == 3:
+                u |= cols[:, 2]
+            valid = top <= QMAXLEVEL[dim] and not int(np.bitwise_or.reduce(u)) & ~root
+            if valid:
+                np.left_shift(u, cols[:, dim], out=u)
+                valid = not int(np.bitwise_or.reduce(u)) & root
     if beyond > 127:
         lo, hi = int(level.min()), int(level.max())
         if lo < -128 or hi > 127:
             raise SchemaError(f"Forest: level holds {lo if lo < -128 else hi}, beyond the range of int8")
-    return rec
+    return rec, valid
 
 
 def _trees(pertree: np.ndarray, g0: int, g1: int) -> np.ndarray:

@@ -100,6 +100,11 @@ def test_from_p4est_checks_its_arrays() -> None:
     bad[1, 0] += 1
     with pytest.raises(SchemaError, match="aligned"):
         ac.Forest.from_p4est(bad, **kw)
+    for outside in (1 << sfc.MAXLEVEL[3], -(1 << 18)):
+        bad = q.quadrants.copy()
+        bad[-1, 2] = outside
+        with pytest.raises(SchemaError, match=f"leaf {len(bad) - 1} has coordinates outside its tree"):
+            ac.Forest.from_p4est(bad, **kw)
     with pytest.raises(SchemaError, match=r"\(n, dim \+ 1\)"):
         ac.Forest.from_p4est(q.quadrants[:, :2], **kw)
 
