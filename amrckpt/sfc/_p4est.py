@@ -138,11 +138,12 @@ def forest_from_p4est(
 def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int, check: bool) -> tuple[np.ndarray, bool]:
     """Pack p4est's quadrants and their trees into mesh records (:func:`amrckpt.sfc.mesh_record_dtype`).
 
-    Not collective, vectorized: chunk by chunk (cache-sized), the trees of
-    the chunk's quadrants (one ``np.repeat`` of the trees it meets, from
-    ``pertree``), then the first ``4 dim + 1`` bytes of each quadrant row
-    (``x``, ``y`` [, ``z``] and the low byte of ``level``, little-endian)
-    copied as one ``V(4 dim + 1)`` item per leaf.
+    Not collective, vectorized, chunk by chunk (cache-sized): the chunk's
+    quadrant rows (``x``, ``y`` [, ``z``], ``level``, little-endian) copied
+    whole, one ``V(4 dim + 4)`` item per leaf just after the record's tree
+    (the high bytes of a row's level spill onto the next record's tree),
+    then the chunk's trees (one ``np.repeat`` of the trees it meets, from
+    ``pertree``) written over them.
 
     Parameters
     ----------
@@ -174,23 +175,26 @@ def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int, check: bool) -> t
     """
     n, width = quadrants.shape
     dim = width - 1
-    rec = np.empty(n, dtype=mesh_record_dtype(dim))
-    body = f"V{4 * dim + 1}"
-    src = quadrants.view(np.dtype({"names": ["body"], "formats": [body], "offsets": [0], "itemsize": 4 * width}))[:, 0]["body"]
-    dst = rec.view(np.dtype({"names": ["tree", "body"], "formats": ["<i4", body], "offsets": [0, 4], "itemsize": rec.itemsize}))
-    tree, packed, level = dst["tree"], dst["body"], quadrants[:, dim]
+    dtype = mesh_record_dtype(dim)
+    # Whole rows are copied (numpy's copy of 16-byte items beats the generic one of 13): the 3 high bytes
+    # of each row's level land on the next record's tree, written after them, and the last on 3 spare bytes.
+    raw = np.empty(n * dtype.itemsize + 3, dtype=np.uint8)
+    rec = raw[: n * dtype.itemsize].view(dtype)
+    src = quadrants.view(f"V{4 * width}")[:, 0]
+    packed = np.ndarray((n,), dtype=f"V{4 * width}", buffer=raw, offset=4, strides=(dtype.itemsize,))
+    tree, level = rec["tree"], quadrants[:, dim]
     beyond = 0  # the largest level as uint32: above 127 if one is outside [0, 127]
     valid, root = check, (1 << MAXLEVEL[dim]) - 1
     for s in range(0, n, _CHUNK):
         e = min(n, s + _CHUNK)
         t0 = int(np.searchsorted(pertree, g0 + s, side="right")) - 1
         t1 = int(np.searchsorted(pertree, g0 + e - 1, side="right")) - 1
+        packed[s:e] = src[s:e]  # first: its rows spill onto the trees of records s + 1 .. e
         if t0 == t1:  # the chunk in one tree
             tree[s:e] = t0
         else:
             counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + s, g0 + e))
             tree[s:e] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
-        packed[s:e] = src[s:e]
         top = int(level[s:e].view(np.uint32).max())
         beyond = max(beyond, top)
         if valid:  # the ranges of Forest._check_chunk, on the quadrants' uint32 columns

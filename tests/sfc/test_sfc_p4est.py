@@ -109,9 +109,13 @@ def test_from_p4est_checks_its_arrays() -> None:
         ac.Forest.from_p4est(q.quadrants[:, :2], **kw)
 
 
+@pytest.mark.parametrize("chunk", [5, 1 << 15])
 @pytest.mark.parametrize("dim", [2, 3])
-def test_from_p4est_keeps_the_records_it_packs(dim: int) -> None:
+def test_from_p4est_keeps_the_records_it_packs(dim: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """p4est's (n, dim + 1) int32 rows are packed once: to_records gives those records, and follows the forest."""
+    from amrckpt.sfc import _p4est
+
+    monkeypatch.setattr(_p4est, "_CHUNK", chunk)  # 5: rows spill across chunks and trees
     lv = random_forest(dim, 3, seed=20 + dim, level=1)
     K = 3
     q = _part(lv, 0, lv.num_leaves, K).to_p4est()
