@@ -133,6 +133,13 @@ def test_from_p4est_keeps_the_records_it_packs(dim: int, chunk: int, monkeypatch
     with pytest.raises(SchemaError, match=r"aligned|range"):
         forest.to_records(check=True)
     forest.level[-1] = lv.level[-1]
+    forest.check()
+    for name, value, why in (("tree", K, "out of range"), (("z" if dim == 3 else "y"), 1 << sfc.MAXLEVEL[dim], "outside its tree")):
+        keep = int(getattr(forest, name)[-1])
+        getattr(forest, name)[-1] = value
+        with pytest.raises(SchemaError, match=f"leaf {len(forest) - 1} .*{why}"):
+            forest.to_records(check=True)
+        getattr(forest, name)[-1] = keep
     forest.x = forest.x.copy()  # replaced: packed again, from the new array
     forest.x[0] = 1 << 20
     assert np.shares_memory(forest.to_records(), forest.tree) is False
