@@ -44,7 +44,26 @@ def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-_CHECK_CHUNK = 1 << 18
+#: Leaves per chunk of the checks and the packing: 32K leaves' arrays stay in a core's L2 cache between
+#: the passes over them (measured fastest, also on the strided views of records, by ~30% over 256K).
+_CHECK_CHUNK = 1 << 15
+
+
+class _Records:
+    """The packed records (:func:`mesh_record_dtype`) whose fields a :class:`Forest`'s arrays are views of.
+
+    A cache of the forest's own storage, not part of its value: a deep copy of
+    the forest drops it (its arrays are copied into arrays of their own, and
+    :meth:`Forest.to_records` packs them again).
+    """
+
+    __slots__ = ("records",)
+
+    def __init__(self, records: np.ndarray) -> None:
+        self.records = records
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> None:
+        return None
 
 
 class Forest:
@@ -76,7 +95,7 @@ class Forest:
         If the arrays differ in length or hold values out of range.
     """
 
-    __slots__ = ("_ordered", "curve", "level", "num_trees", "tree", "x", "y", "z")
+    __slots__ = ("_ordered", "_records", "curve", "level", "num_trees", "tree", "x", "y", "z")
 
     def __init__(self, tree: Any, level: Any, x: Any, y: Any, z: Any = None, *, num_trees: int, curve: str = "morton") -> None:
         self.tree = _int_array(tree, np.int32, "tree")
@@ -90,6 +109,7 @@ class Forest:
             raise SchemaError(f"Forest: num_trees must be an int, not {type(num_trees).__name__}") from exc
         self.curve = curve
         self._ordered: tuple[int, int, str, int] | None = None  # what check_order last passed (amrckpt.save's cache)
+        self._records: _Records | None = None  # the records the arrays are views of (from_p4est), or None
         n = self.tree.shape[0]
         for name in ("tree", "level", "x", "y", "z"):
             a = getattr(self, name)
@@ -182,17 +202,27 @@ class Forest:
 
         Not collective.  With ``check=True`` the leaves are also checked as
         :meth:`check` does, in the same pass over cache-sized chunks (one
-        trip through memory instead of two).
+        trip through memory instead of two).  A forest whose arrays are
+        views of records (:meth:`from_p4est` packs p4est's quadrants
+        straight into them) returns those records without a copy, read-only.
 
         Returns
         -------
         (n,) numpy.ndarray of :func:`mesh_record_dtype` records
+            A new array, or a read-only view of the forest's own records.
 
         Raises
         ------
         SchemaError
             With ``check=True``, naming the first leaf out of range.
         """
+        own = self._own_records()
+        if own is not None:
+            if check:
+                self.check()
+            out = own.view()
+            out.flags.writeable = False
+            return out
         n = len(self)
         rec = np.empty(n, dtype=mesh_record_dtype(self.dim))
         names = ("tree", "x", "y", "z", "level") if self.z is not None else ("tree", "x", "y", "level")
@@ -204,6 +234,47 @@ class Forest:
             for name in names:
                 chunk[name] = getattr(self, name)[s:e]
         return rec
+
+    def _own_records(self) -> np.ndarray | None:
+        """Return the records this forest's arrays are exactly the fields of, or None (arrays of their own, or replaced)."""
+        holder = self._records
+        if holder is None:
+            return None
+        rec = holder.records
+        fields = rec.dtype.fields
+        assert fields is not None
+        if (self.z is None) != ("z" not in fields):
+            return None
+        start = rec.__array_interface__["data"][0]
+        for name, field in fields.items():
+            dtype, offset = field[0], field[1]
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray):
+                return None
+            view = a.__array_interface__
+            # The same bytes: where it starts, its steps, its length and type (rec, held here, owns them).
+            if view["data"][0] != start + offset or a.strides != (rec.itemsize,) or a.shape != rec.shape or a.dtype != dtype:
+                return None
+        return rec
+
+    @classmethod
+    def _viewing(cls, rec: np.ndarray, *, num_trees: int) -> Forest:
+        """Build a Morton forest whose arrays are the fields of ``rec`` (:func:`mesh_record_dtype`), not copied.
+
+        Not collective, no check: :meth:`from_p4est` packs p4est's quadrants
+        into ``rec`` and checks them.  :meth:`to_records` then returns ``rec``
+        itself; the arrays are strided views (17 or 13 bytes apart).
+        """
+        out = cls.__new__(cls)
+        out.tree, out.level, out.x, out.y = rec["tree"], rec["level"], rec["x"], rec["y"]
+        out.z = rec["z"] if "z" in (rec.dtype.names or ()) else None
+        out.num_trees = operator.index(num_trees)
+        out.curve = "morton"
+        out._ordered = None
+        out._records = _Records(rec)
+        if out.num_trees < 1:
+            raise SchemaError(f"Forest: num_trees must be positive, not {out.num_trees}")
+        return out
 
     @classmethod
     def from_records(cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton", check: bool = False) -> Forest:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -10,7 +11,9 @@ import numpy as np
 from ..comm import Call, as_comm, collective
 from ..errors import SchemaError
 from ._connectivity import Connectivity
-from ._keys import MAXLEVEL, morton_keys
+from ._forest import _CHECK_CHUNK as _CHUNK
+from ._forest import mesh_record_dtype
+from ._keys import MAXLEVEL, QMAXLEVEL, morton_keys
 
 __all__ = ["P4estQuadrants", "forest_from_p4est", "forest_to_p4est", "quadrant_dtype"]
 
@@ -89,11 +92,24 @@ def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np
 def forest_from_p4est(
     cls: Any, quadrants: Any, pertree: Any, global_first_quadrant: Any, rank: int, connectivity: Connectivity | None, check: bool
 ) -> Any:
-    """Implement :meth:`Forest.from_p4est` (not collective, vectorized)."""
-    dim, coords, level = _columns(quadrants, None if connectivity is None else connectivity.dim)
+    """Implement :meth:`Forest.from_p4est` (not collective, vectorized).
+
+    p4est's own layout, (n, dim + 1) int32 rows of ``x``, ``y`` [, ``z``],
+    ``level``, is packed straight into the mesh records the forest then views
+    (:func:`_pack`); other layouts go through :func:`_columns`.
+    """
+    q = np.asarray(quadrants)
+    packable = sys.byteorder == "little" and q.dtype == np.int32 and q.ndim == 2 and q.shape[1] in (3, 4) and q.strides[1] == 4
+    if packable:
+        dim = q.shape[1] - 1
+        if connectivity is not None and dim != connectivity.dim:
+            raise SchemaError(f"Forest.from_p4est: {dim}D quadrants, a {connectivity.dim}D connectivity")
+        n = q.shape[0]
+    else:
+        dim, coords, level = _columns(q, None if connectivity is None else connectivity.dim)
+        n = level.shape[0]
     pt = np.asarray(pertree, dtype=np.int64)
     gfq = np.asarray(global_first_quadrant, dtype=np.int64)
-    n = level.shape[0]
     if pt.ndim != 1 or pt.shape[0] < 2 or pt[0] != 0 or (pt[1:] < pt[:-1]).any():
         raise SchemaError("Forest.from_p4est: pertree must start at 0 and not decrease (p4est_comm_count_pertree)")
     K = pt.shape[0] - 1
@@ -106,19 +122,106 @@ def forest_from_p4est(
     g0, g1 = int(gfq[rank]), int(gfq[rank + 1])
     if g1 - g0 != n:
         raise SchemaError(f"Forest.from_p4est: {n} quadrants; global_first_quadrant gives rank {rank} {g1 - g0}")
-    tree = np.empty(n, dtype=np.int32)
-    if n:
-        t0 = int(np.searchsorted(pt, g0, side="right")) - 1
-        t1 = int(np.searchsorted(pt, g1 - 1, side="right")) - 1
-        counts = np.diff(np.clip(pt[t0 : t1 + 2], g0, g1)).astype(np.int64)
-        tree[:] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
     try:
-        forest = cls(tree, level, *coords[:2], coords[2] if dim == 3 else None, num_trees=K)
-        if check:
-            forest.check()
+        if packable:
+            rec, valid = _pack(q, pt, g0, check)
+            forest = cls._viewing(rec, num_trees=K)
+        else:
+            forest, valid = cls(_trees(pt, g0, g1), level, *coords[:2], coords[2] if dim == 3 else None, num_trees=K), False
+        if check and not valid:
+            forest.check()  # names the first bad leaf
     except SchemaError as exc:
         raise SchemaError(f"Forest.from_p4est: {exc}") from exc
     return forest
+
+
+def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int, check: bool) -> tuple[np.ndarray, bool]:
+    """Pack p4est's quadrants and their trees into mesh records (:func:`amrckpt.sfc.mesh_record_dtype`).
+
+    Not collective, vectorized, chunk by chunk (cache-sized): the chunk's
+    quadrant rows (``x``, ``y`` [, ``z``], ``level``, little-endian) copied
+    whole, one ``V(4 dim + 4)`` item per leaf just after the record's tree
+    (the high bytes of a row's level spill onto the next record's tree),
+    then the chunk's trees (one ``np.repeat`` of the trees it meets, from
+    ``pertree``) written over them.
+
+    Parameters
+    ----------
+    quadrants : (n, dim + 1) numpy.ndarray of numpy.int32
+        ``x``, ``y`` [, ``z``], ``level`` rows of global quadrants
+        ``g0 .. g0 + n - 1`` (little-endian host, the last axis contiguous).
+    pertree : (num_trees + 1,) numpy.ndarray of numpy.int64
+        p4est's ``pertree``, checked to start at 0, not decrease and hold
+        ``g0 + n`` quadrants or more.
+    g0 : int
+        The global index of the first quadrant (``global_first_quadrant[rank]``).
+    check : bool
+        Also check levels and coordinates as :meth:`Forest.check` does, on
+        each chunk of quadrants while it is in the cache (the trees are in
+        range by construction).
+
+    Returns
+    -------
+    records : (n,) numpy.ndarray of mesh records
+    valid : bool
+        With ``check``, whether every leaf passed (if not, :meth:`Forest.check`
+        names the first bad one); False without ``check``.
+
+    Raises
+    ------
+    SchemaError
+        If a level does not fit the records' int8 (no silent wrap-around);
+        :meth:`Forest.check` checks the range that p4est allows.
+    """
+    n, width = quadrants.shape
+    dim = width - 1
+    dtype = mesh_record_dtype(dim)
+    # Whole rows are copied (numpy's copy of 16-byte items beats the generic one of 13): the 3 high bytes
+    # of each row's level land on the next record's tree, written after them, and the last on 3 spare bytes.
+    raw = np.empty(n * dtype.itemsize + 3, dtype=np.uint8)
+    rec = raw[: n * dtype.itemsize].view(dtype)
+    src = quadrants.view(f"V{4 * width}")[:, 0]
+    packed = np.ndarray((n,), dtype=f"V{4 * width}", buffer=raw, offset=4, strides=(dtype.itemsize,))
+    tree, level = rec["tree"], quadrants[:, dim]
+    beyond = 0  # the largest level as uint32: above 127 if one is outside [0, 127]
+    valid, root = check, (1 << MAXLEVEL[dim]) - 1
+    for s in range(0, n, _CHUNK):
+        e = min(n, s + _CHUNK)
+        t0 = int(np.searchsorted(pertree, g0 + s, side="right")) - 1
+        t1 = int(np.searchsorted(pertree, g0 + e - 1, side="right")) - 1
+        packed[s:e] = src[s:e]  # first: its rows spill onto the trees of records s + 1 .. e
+        if t0 == t1:  # the chunk in one tree
+            tree[s:e] = t0
+        else:
+            counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + s, g0 + e))
+            tree[s:e] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
+        top = int(level[s:e].view(np.uint32).max())
+        beyond = max(beyond, top)
+        if valid:  # the ranges of Forest._check_chunk, on the quadrants' uint32 columns
+            cols = quadrants[s:e].view(np.uint32)
+            u = cols[:, 0] | cols[:, 1]
+            if dim == 3:
+                u |= cols[:, 2]
+            valid = top <= QMAXLEVEL[dim] and not int(np.bitwise_or.reduce(u)) & ~root
+            if valid:
+                np.left_shift(u, cols[:, dim], out=u)
+                valid = not int(np.bitwise_or.reduce(u)) & root
+    if beyond > 127:
+        lo, hi = int(level.min()), int(level.max())
+        if lo < -128 or hi > 127:
+            raise SchemaError(f"Forest: level holds {lo if lo < -128 else hi}, beyond the range of int8")
+    return rec, valid
+
+
+def _trees(pertree: np.ndarray, g0: int, g1: int) -> np.ndarray:
+    """Return the tree of each global quadrant ``g0 <= g < g1`` ((g1 - g0,) int32), from p4est's ``pertree`` (one ``np.repeat``)."""
+    tree = np.empty(g1 - g0, dtype=np.int32)
+    if g1 > g0:
+        t0 = int(np.searchsorted(pertree, g0, side="right")) - 1
+        t1 = int(np.searchsorted(pertree, g1 - 1, side="right")) - 1
+        counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0, g1))
+        tree[:] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
+    return tree
 
 
 def forest_to_p4est(forest: Any, comm: Any, connectivity: Connectivity | None, check: bool = True) -> P4estQuadrants:

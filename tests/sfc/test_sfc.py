@@ -623,3 +623,68 @@ def test_hilbert_across_blocks_and_dtypes(dim):
     np.testing.assert_array_equal(keys, keys64)
     keys_u = sfc.hilbert_keys(*zarg([c.astype(np.uint32) for c in coords]), level=level.astype(np.uint8))
     np.testing.assert_array_equal(keys, keys_u)
+
+
+def _exact_linear(*leaves) -> bool:
+    """check_linear_forest's exact check (curve keys), without its fast path."""
+    from amrckpt.sfc import _linear
+
+    saved = _linear._morton_linear
+    _linear._morton_linear = lambda *a: False
+    try:
+        return sfc.is_linear_forest(*leaves)
+    finally:
+        _linear._morton_linear = saved
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_morton_fast_path_agrees_with_the_keys(dim, monkeypatch):
+    """The keyless Morton check (chunks, strided views) says linear exactly when the curve keys do."""
+    from forests import random_forest
+
+    from amrckpt.sfc import _linear
+
+    monkeypatch.setattr(_linear, "_CHUNK", 7)  # pairs across chunk boundaries
+    rng = np.random.default_rng(dim)
+    L = sfc.MAXLEVEL[dim]
+    verdicts = {True: 0, False: 0}
+    for seed in range(60):
+        lv = random_forest(dim, 1 + seed % 3, seed, level=1, rounds=3)
+        cols = [a for a in lv if a is not None]  # tree, level, x, y[, z]
+        n = cols[0].shape[0]
+        for kind in ("none", "swap", "dup", "drop", "parent", "child", "shift", "coarser", "tree", "outside"):
+            t, lev, *c = (a.copy() for a in cols)
+            i = int(rng.integers(0, n - 1))
+            if kind == "swap":
+                for a in (t, lev, *c):
+                    a[[i, i + 1]] = a[[i + 1, i]]
+            elif kind in ("dup", "parent"):
+                up = kind == "parent" and lev[i] > 0
+                h = 1 << (L - int(lev[i]) + 1)
+                t, lev = np.insert(t, i + 1, t[i]), np.insert(lev, i + 1, lev[i] - up)
+                c = [np.insert(a, i + 1, a[i] // h * h if up else a[i]) for a in c]
+            elif kind == "child" and lev[i] < 5:  # leaf i's last child after it: inside it, anchor larger
+                h = 1 << (L - int(lev[i]) - 1)
+                t, lev, c = np.insert(t, i + 1, t[i]), np.insert(lev, i + 1, lev[i] + 1), [np.insert(a, i + 1, a[i] + h) for a in c]
+            elif kind == "drop":
+                t, lev, c = np.delete(t, i), np.delete(lev, i), [np.delete(a, i) for a in c]
+            elif kind == "shift":
+                c[int(rng.integers(0, dim))][i] += 1 << (L - int(lev[i]))
+            elif kind == "coarser":
+                lev[i] = max(0, int(lev[i]) - 1)
+            elif kind == "tree":
+                t[i] += 1
+            elif kind == "outside":
+                c[0][i] = -c[0][i] - (1 << (L - int(lev[i])))
+            # The same leaves as the strided fields of packed records (Forest.from_p4est's storage).
+            rec = np.empty(t.shape[0], sfc.mesh_record_dtype(dim))
+            for name, a in zip(rec.dtype.names, (t, *c, lev), strict=True):
+                rec[name] = a
+            views = [rec[name] for name in ("tree", "level", "x", "y", "z")[: dim + 2]]
+            want = _exact_linear(t, lev, *c)
+            for leaves in ((t, lev, *c), views):
+                fast = _linear._morton_linear(*leaves, *([None] if dim == 2 else []))
+                assert fast == want, (kind, seed)
+                assert sfc.is_linear_forest(*leaves) == want
+            verdicts[want] += 1
+    assert verdicts[True] > 60 and verdicts[False] > 60

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -99,5 +100,67 @@ def test_from_p4est_checks_its_arrays() -> None:
     bad[1, 0] += 1
     with pytest.raises(SchemaError, match="aligned"):
         ac.Forest.from_p4est(bad, **kw)
+    for outside in (1 << sfc.MAXLEVEL[3], -(1 << 18)):
+        bad = q.quadrants.copy()
+        bad[-1, 2] = outside
+        with pytest.raises(SchemaError, match=f"leaf {len(bad) - 1} has coordinates outside its tree"):
+            ac.Forest.from_p4est(bad, **kw)
     with pytest.raises(SchemaError, match=r"\(n, dim \+ 1\)"):
         ac.Forest.from_p4est(q.quadrants[:, :2], **kw)
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 15])
+@pytest.mark.parametrize("dim", [2, 3])
+def test_from_p4est_keeps_the_records_it_packs(dim: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """p4est's (n, dim + 1) int32 rows are packed once: to_records gives those records, and follows the forest."""
+    from amrckpt.sfc import _p4est
+
+    monkeypatch.setattr(_p4est, "_CHUNK", chunk)  # 5: rows spill across chunks and trees
+    lv = random_forest(dim, 3, seed=20 + dim, level=1)
+    K = 3
+    q = _part(lv, 0, lv.num_leaves, K).to_p4est()
+    kw = {"pertree": q.pertree, "global_first_quadrant": q.global_first_quadrant}
+    forest = ac.Forest.from_p4est(q.quadrants, **kw)
+    plain = _part(lv, 0, lv.num_leaves, K)
+    want = plain.to_records()
+    rec = forest.to_records(check=True)
+    assert forest == plain and rec.tobytes() == want.tobytes() and not rec.flags.writeable
+    assert np.shares_memory(rec, forest.x) and np.shares_memory(forest.to_records(), rec)
+    q.quadrants[0, 0] = 12345  # p4est's array is copied: the forest does not follow it
+    assert forest.to_records().tobytes() == want.tobytes()
+    forest.level[-1] = 1  # in place: the records are the forest's storage
+    assert forest.to_records()["level"][-1] == 1
+    with pytest.raises(SchemaError, match=r"aligned|range"):
+        forest.to_records(check=True)
+    forest.level[-1] = lv.level[-1]
+    forest.check()
+    for name, value, why in (("tree", K, "out of range"), (("z" if dim == 3 else "y"), 1 << sfc.MAXLEVEL[dim], "outside its tree")):
+        keep = int(getattr(forest, name)[-1])
+        getattr(forest, name)[-1] = value
+        with pytest.raises(SchemaError, match=f"leaf {len(forest) - 1} .*{why}"):
+            forest.to_records(check=True)
+        getattr(forest, name)[-1] = keep
+    forest.x = forest.x.copy()  # replaced: packed again, from the new array
+    forest.x[0] = 1 << 20
+    assert np.shares_memory(forest.to_records(), forest.tree) is False
+    assert forest.to_records()["x"][0] == 1 << 20
+    copied = copy.deepcopy(ac.Forest.from_p4est(_part(lv, 0, lv.num_leaves, K).to_p4est().quadrants, **kw))
+    assert copied == plain and copied.to_records().tobytes() == want.tobytes() and copied.to_records().flags.writeable
+    strided = np.zeros((lv.num_leaves, 2 * (dim + 1)), np.int32)[:, ::2]  # not p4est's layout: through columns
+    strided[...] = _part(lv, 0, lv.num_leaves, K).to_p4est().quadrants
+    assert ac.Forest.from_p4est(strided, **kw) == plain
+
+
+def test_from_p4est_refuses_levels_beyond_int8_unchecked() -> None:
+    lv = random_forest(3, 2, seed=5)
+    q = _part(lv, 0, lv.num_leaves, 2).to_p4est()
+    kw = {"pertree": q.pertree, "global_first_quadrant": q.global_first_quadrant, "check": False}
+    bad = q.quadrants.copy()
+    bad[-1, 3] = 256 + int(bad[-1, 3])  # the low byte is a valid level: no silent wrap-around
+    with pytest.raises(SchemaError, match="beyond the range of int8"):
+        ac.Forest.from_p4est(bad, **kw)
+    bad[-1, 3] = -3  # fits int8: kept, and found by the checks
+    forest = ac.Forest.from_p4est(bad, **kw)
+    assert forest.level[-1] == -3
+    with pytest.raises(SchemaError, match="out of range"):
+        forest.check()
