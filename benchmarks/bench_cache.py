@@ -165,9 +165,9 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     s = {k: stats(v) for k, v in t.items()}
     med = {k: statistics.median(v) for k, v in t.items()}
     total = int(comm.allreduce(nbytes))
-    say(f"\n{'mode':16s} {'median s':>9s} {'min s':>8s} {'max s':>8s}   GB/s (of {total / 1e9:.3f} GB)")
+    say(f"\n{'mode':22s} {'median s':>9s} {'min s':>8s} {'max s':>8s}   GB/s (of {total / 1e9:.3f} GB)")
     for k in ops:
-        say(f"{k:16s} {s[k]['median']:9.4f} {s[k]['min']:8.4f} {s[k]['max']:8.4f}   {total / med[k] / 1e9:.2f}")
+        say(f"{k:22s} {s[k]['median']:9.4f} {s[k]['min']:8.4f} {s[k]['max']:8.4f}   {total / med[k] / 1e9:.2f}")
     ratios = {"cached_over_raw": med["cached"] / med["raw"], "cached_over_direct": med["cached"] / med["direct"]}
     ratios["restart_cache_over_directory"] = med["restart from cache"] / med["restart from directory"]
     if "cached+partner" in med:
