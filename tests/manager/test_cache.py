@@ -34,6 +34,29 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def assert_flushed_is_the_direct_save(tmp_path: Path, step: int) -> None:
+    """The file the cache flushed for ``step`` has the sha256 of ``ac.save`` of the same state."""
+    ac.save(state(step), tmp_path / "direct.scda")
+    assert sha(tmp_path / "shared" / f"ckpt-{step:012d}.scda") == sha(tmp_path / "direct.scda")
+
+
+def cache_one_step(tmp_path: Path) -> ac.NodeCache:
+    """Save step 1 into a node cache of one node, unflushed (as if the job were killed); return the cache."""
+    cache = ac.NodeCache(tmp_path / "cache")
+    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
+        mgr.save(1, state(1))
+        mgr.close(flush=False)
+    return cache
+
+
+def assert_restored(loaded: Any, rank: int, step: int) -> None:
+    """The leaves ``loaded`` gives this rank hold the state of ``step``."""
+    lo, hi = loaded.partition.local_range(rank)
+    want = G.local(lo, hi)
+    want.step, want.rho = step, want.rho + step
+    assert_state_equal(loaded.state, want)
+
+
 def test_serial_cache_on_the_host_flushed_at_close_is_the_direct_save(tmp_path: Path) -> None:
     cache = ac.NodeCache(tmp_path / "cache", keep=2)  # no {node}: node-<n> below it; the nodes are the hosts
     with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
@@ -41,8 +64,7 @@ def test_serial_cache_on_the_host_flushed_at_close_is_the_direct_save(tmp_path: 
             mgr.save(s, state(s))
         assert mgr.all_steps() == []  # nothing flushed before close (no flush policy)
     assert [c.step for c in list_cache(tmp_path / "cache" / "node-0")] == [2, 3]
-    ac.save(state(3), tmp_path / "direct.scda")
-    assert sha(tmp_path / "shared" / "ckpt-000000000003.scda") == sha(tmp_path / "direct.scda")
+    assert_flushed_is_the_direct_save(tmp_path, 3)
     assert ac.manager.read_history(tmp_path / "shared")[3]["reason"]  # the step record was published with the flush
 
 
@@ -60,23 +82,16 @@ def test_thread_ranks_partners_and_flush(tmp_path: Path) -> None:
         comm.barrier()
         with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, cache=cache) as mgr:
             loaded = mgr.restore_latest()
-            lo, hi = loaded.partition.local_range(comm.rank)
-            want = G.local(lo, hi)
-            want.step, want.rho = 1, want.rho + 1
-            assert_state_equal(loaded.state, want)
+            assert_restored(loaded, comm.rank, 1)
             assert mgr.all_steps() == []  # read in place from the pieces (rank 1's from its partner): nothing flushed
             return mgr.restored_from == "cache"  # and flushed at close
 
     assert all(run_threads(3, body))
-    ac.save(state(1), tmp_path / "direct.scda")
-    assert sha(tmp_path / "shared" / "ckpt-000000000001.scda") == sha(tmp_path / "direct.scda")
+    assert_flushed_is_the_direct_save(tmp_path, 1)
 
 
 def test_a_restart_from_the_cache_reads_no_shared_file(tmp_path: Path) -> None:
-    cache = ac.NodeCache(tmp_path / "cache")
-    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
-        mgr.save(1, state(1))
-        mgr.close(flush=False)
+    cache = cache_one_step(tmp_path)
     with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
         loaded = mgr.restore_latest()
         assert (mgr.restored_step, mgr.restored_from, mgr.all_steps()) == (1, "cache", [])
@@ -84,8 +99,7 @@ def test_a_restart_from_the_cache_reads_no_shared_file(tmp_path: Path) -> None:
         loaded = mgr.restore_latest(fields=["rho"])  # only some fields: still bytes of the rank's own pieces
         assert mgr.all_steps() == [] and np.array_equal(loaded.state.rho, state(1).rho)
     assert mgr.all_steps() == [1]  # flushed at close (SCR flushes the newest checkpoint at the end of a run)
-    ac.save(state(1), tmp_path / "direct.scda")
-    assert sha(tmp_path / "shared" / "ckpt-000000000001.scda") == sha(tmp_path / "direct.scda")
+    assert_flushed_is_the_direct_save(tmp_path, 1)
 
 
 @pytest.mark.parametrize("how", ["uneven", "writer"])
@@ -100,15 +114,11 @@ def test_a_restart_with_another_partition(tmp_path: Path, how: str) -> None:
         other = ac.partition.Partition.from_counts([G.N - 10, 4, 6]) if how == "uneven" else "writer"
         with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, cache=cache) as mgr:
             loaded = mgr.restore_latest(partition=other)
-            lo, hi = loaded.partition.local_range(comm.rank)
-            want = G.local(lo, hi)
-            want.step, want.rho = 1, want.rho + 1
-            assert_state_equal(loaded.state, want)
+            assert_restored(loaded, comm.rank, 1)
             return mgr.all_steps() == ([] if how == "uneven" else [1]) and mgr.restored_from == "cache"
 
     assert all(run_threads(3, body))
-    ac.save(state(1), tmp_path / "direct.scda")
-    assert sha(tmp_path / "shared" / "ckpt-000000000001.scda") == sha(tmp_path / "direct.scda")
+    assert_flushed_is_the_direct_save(tmp_path, 1)
 
 
 @pytest.mark.parametrize("kinds", [{"write"}, {"rename"}, {"fsync"}])
@@ -127,15 +137,11 @@ def test_a_failed_flush_leaves_the_cached_step_and_the_directory(tmp_path: Path,
         assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == before
         assert [(c.step, c.complete) for c in list_cache(tmp_path / "cache" / "node-0")] == [(1, True), (2, True)]
         assert mgr.flush() == 2  # the cached step is intact: flushed now
-    ac.save(state(2), tmp_path / "direct.scda")
-    assert sha(tmp_path / "shared" / "ckpt-000000000002.scda") == sha(tmp_path / "direct.scda")
+    assert_flushed_is_the_direct_save(tmp_path, 2)
 
 
 def test_damaged_or_cut_pieces_are_refused(tmp_path: Path) -> None:
-    cache = ac.NodeCache(tmp_path / "cache")
-    with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
-        mgr.save(1, state(1))
-        mgr.close(flush=False)
+    cache = cache_one_step(tmp_path)
     f = next((tmp_path / "cache").glob("node-0/ckpt-*.cache/rank-000000.pieces"))
     read_pieces(f).close()
     data = f.read_bytes()
