@@ -1,18 +1,22 @@
-"""A restart straight from the node caches: each rank reads the file's bytes from its own pieces (SCR's restart from cache).
+"""A restart straight from the node caches: each rank reads the file's bytes from its pieces (SCR's restart from cache).
 
 A cached step holds, for every rank, the exact ``(offset, bytes)`` pieces of
 the final scda file that the rank would have written to the shared file
 (:mod:`amrckpt.manager._cache`).  A load on the same process count and node
-layout, with a partition that gives each rank the leaves it saved (the
-uniform partition after a uniform save, the usual case), reads only those
-bytes: rank 0 the file header, the section headers and the index it wrote,
-every rank the mesh records and values of its own leaves.
-:class:`CachedBackend` (the collective reads) and :class:`CachedFile` (the
-root's own reads of the metadata) serve them from the rank's mapped pieces file, so the restart needs no
-shared file at all.  A read of bytes this rank does not hold (another
-partition, ``fields=`` that are not local...) raises
-:class:`NotInPiecesError`, agreed by the load on every rank; the manager
-then flushes the step and loads it from the shared directory.
+layout reads the step through them, with no shared file:
+
+- :class:`CachedFile` serves the root's own reads (the file header, the
+  section headers and the index it wrote; the data paddings that end the
+  sections, which the rank of a section's last element wrote, are sent to
+  the root first: :func:`root_extra`);
+- :class:`CachedBackend` serves the load's collective reads: each rank
+  copies what its pieces hold, and the bytes it lacks (a compressed chunk
+  of its leaves that a neighbour wrote, leaves of another rank under
+  another partition) are sent by the ranks that hold them.
+
+Bytes that no rank holds raise :class:`NotInPiecesError`, agreed by the
+load on every rank; the manager then flushes the step and loads it from
+the shared directory.  Every byte is checked against its CRC32 by the load.
 """
 
 from __future__ import annotations
