@@ -37,7 +37,7 @@ __all__ = ["CachedBackend", "CachedFile", "NotInPiecesError", "PieceMap", "piece
 
 
 class NotInPiecesError(ManagerError):
-    """A load asked a rank for bytes of the file that are not among its cached pieces (another partition)."""
+    """A load asked for bytes of the file that no rank's cached pieces hold (the step is incomplete)."""
 
 
 class PieceMap:
@@ -234,13 +234,28 @@ class CachedBackend:
         """
         comm, me, P = self.comm, self.comm.rank, self.comm.size
         lacking: list[tuple[int, int, memoryview]] = []  # (file offset, nbytes, where they go)
-        for off, b in pieces:
-            view = memoryview(b).cast("B")
-            lacking.extend((at, n, view[at - off : at - off + n]) for at, n in self._map.fill(off, view))
-        if P == 1:
-            if lacking:
-                raise self._map.not_held([(a, n) for a, n, _ in lacking])
-            return
+        error: BaseException | None = None  # raised after taking part in every collective call (the Backend contract)
+        try:
+            for off, b in pieces:
+                view = memoryview(b).cast("B")
+                lacking.extend((at, n, view[at - off : at - off + n]) for at, n in self._map.fill(off, view))
+        except Exception as exc:  # noqa: BLE001 - raised below, after the exchanges
+            error, lacking = exc, []
+        if P > 1:
+            self._exchange(lacking, comm, me, P)
+        if error is not None:
+            raise error
+        still = [(a, n) for a, n, dst in lacking if dst is not None]
+        if still:
+            raise self._map.not_held(still)
+
+    def _exchange(self, lacking: list[tuple[int, int, Any]], comm: Comm, me: int, P: int) -> None:
+        """Receive the ``lacking`` ranges from the ranks that hold them, and send what others lack. Collective.
+
+        One allgather of the ranges lacking, one allreduce of P bytes (the
+        rank distances needed), one ``sendrecv`` per distance.  A range
+        filled whole is marked by setting its destination to None.
+        """
         asked = comm.allgather([(a, n) for a, n, _ in lacking])
         send: dict[int, list[tuple[int, memoryview]]] = {}
         for q, ranges in enumerate(asked):
@@ -260,9 +275,10 @@ class CachedBackend:
                     if lo < hi:
                         dst[lo - a : hi - a] = part[lo - at : hi - at]
                         covered[j][lo - a : hi - a] = True
-        still = [(a, n) for (a, n, _), c in zip(lacking, covered, strict=True) if not c.all()]
-        if still:
-            raise self._map.not_held(still)
+        for j, c in enumerate(covered):
+            if c.all():
+                a, n, _ = lacking[j]
+                lacking[j] = (a, n, None)
 
     def file_size(self) -> int:
         """Return the file's size in bytes (the same on every rank)."""

@@ -177,3 +177,37 @@ def test_restart_on_another_P_reads_the_directory(mpi_tmp: Path) -> None:
             loaded = mgr.restore_latest()
             ok &= mgr.restored_step == 20 and restored_ok(loaded, 20, MPI.COMM_SELF)
     assert all_true(ok)
+
+
+def test_a_failed_read_in_place_on_any_subset_of_ranks_falls_back_to_the_flush(
+    mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of the cached pieces that fails on any non-empty subset of ranks, rank 0 included, fails on every rank.
+
+    The load agrees on the error, and the manager flushes the step and loads it from the directory: the same state.
+    """
+    from amrckpt.manager._cache_read import PieceMap
+
+    def fill(self: PieceMap, offset: int, buf: Any) -> list[tuple[int, int]]:
+        raise ac.errors.ScdaIOError(5, f"injected: cannot read bytes {offset}.. of the cached pieces")
+
+    w = world()
+    with manager(mpi_tmp, w) as mgr:
+        mgr.save(10, state(10, w))
+        mgr.close(flush=False)
+    ok = True
+    for mask in range(1, 2**w.size):
+        with monkeypatch.context() as m:
+            if mask >> w.rank & 1:
+                m.setattr(PieceMap, "fill", fill)
+            with manager(mpi_tmp, w) as mgr:
+                loaded = mgr.restore_latest()
+                ok &= mgr.restored_step == 10 and mgr.restored_from == "cache" and restored_ok(loaded, 10, w)
+                ok &= mgr.all_steps() == [10]  # flushed, then loaded from the directory
+                mgr.delete(10)  # the next subset reads the cache again
+                mgr.close(flush=False)
+    with manager(mpi_tmp, w) as mgr:  # and with no failure: in place
+        loaded = mgr.restore_latest()
+        ok &= mgr.restored_from == "cache" and restored_ok(loaded, 10, w) and mgr.all_steps() == []
+        mgr.close(flush=False)
+    assert all_true(ok)
