@@ -79,7 +79,11 @@ class NodeCache:
     partners : int, optional
         How many other nodes keep a copy of each node's pieces (SCR's
         ``PARTNER`` scheme: node n's on nodes n+1 .. n+partners, cyclically;
-        default 1).  With one node there is no partner.
+        default 1).  With one node there is no partner.  The ranks of one
+        position on their nodes form a set (SCR's partner sets): a rank's
+        copies go to the next members of its set, so nodes of different
+        sizes work too, a rank whose position only its node has having
+        fewer copies (a warning names them).
     keep : int, optional
         Cached steps kept on each node (SCR's ``SCR_CACHE_SIZE``, default 2);
         older ones are removed after a cached save commits.
@@ -136,10 +140,12 @@ class NodeLayout:
     def of(cls, call: Call, cache: NodeCache) -> NodeLayout:
         """Find the nodes (``node_size``, or the host names: one allgather of P ints). Collective.
 
-        Raises
-        ------
-        Partner copies need the same number of ranks on every node;
-        without it there are none (a warning says so).
+        Partner copies follow SCR's PARTNER sets: the ranks of the same
+        position on their nodes form a set, ordered by node, and a rank's
+        k-th copy goes to the k-th next member of its set.  With the same
+        number of ranks on every node that is the rank of the same position
+        on node + k.  A rank whose set is too small (its node has more
+        ranks than the others) has fewer copies; a warning says which.
         """
         P = call.size
         if cache.node_size is not None:
@@ -149,17 +155,18 @@ class NodeLayout:
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             node_of = np.argsort(np.argsort(first))[inverse].astype(np.int64)  # numbered by their first rank
         nodes = int(node_of.max()) + 1
-        partners = min(cache.partners, nodes - 1)
-        counts = np.bincount(node_of)
-        if partners and int(counts.min()) != int(counts.max()):
-            if call.comm.rank == 0:
-                _log.warning(
-                    "NodeCache(partners=%d): the nodes have different numbers of ranks (%s): no partner copies",
-                    cache.partners,
-                    counts.tolist(),
-                )
-            partners = 0
-        return cls(node_of, partners)
+        out = cls(node_of, min(cache.partners, nodes - 1))
+        sizes = np.sort(np.bincount(node_of))  # a set's size: the nodes with more ranks than its position
+        set_size = nodes - np.searchsorted(sizes, _local_of(node_of), side="right")
+        short = np.flatnonzero(set_size <= out.partners).tolist() if out.partners else []
+        if short and call.comm.rank == 0:
+            _log.warning(
+                "NodeCache(partners=%d): the nodes have different numbers of ranks (%s): ranks %s have fewer partner copies",
+                cache.partners,
+                np.bincount(node_of).tolist(),
+                short[:8],
+            )
+        return out
 
     @property
     def nodes(self) -> int:
@@ -178,20 +185,40 @@ class NodeLayout:
         """Whether ``rank`` is its node's first rank (the one that commits the node's steps)."""
         return self.local(rank) == 0
 
-    def holder(self, rank: int, k: int) -> int:
-        """Return the rank that keeps ``rank``'s ``k``-th partner copy (k = 1..partners): same position, node + k."""
-        node = (self.node(rank) + k) % self.nodes
-        return int(np.flatnonzero(self.node_of == node)[self.local(rank)])
+    def _set(self, rank: int) -> np.ndarray:
+        """Return the ranks of ``rank``'s position on their nodes, ordered by node (SCR's partner set): one per node."""
+        local = _local_of(self.node_of)
+        members = np.flatnonzero(local == local[rank])
+        return members[np.argsort(self.node_of[members], kind="stable")]
 
-    def held(self, rank: int, k: int) -> int:
-        """Return the rank whose ``k``-th partner copy ``rank`` keeps (the inverse of :meth:`holder`)."""
-        node = (self.node(rank) - k) % self.nodes
-        return int(np.flatnonzero(self.node_of == node)[self.local(rank)])
+    def holder(self, rank: int, k: int) -> int | None:
+        """Return the rank that keeps ``rank``'s ``k``-th partner copy (k = 1..partners), or None: the k-th next of its set."""
+        members = self._set(rank)
+        if members.shape[0] <= k:
+            return None
+        return int(members[(int(np.flatnonzero(members == rank)[0]) + k) % members.shape[0]])
+
+    def held(self, rank: int, k: int) -> int | None:
+        """Return the rank whose ``k``-th partner copy ``rank`` keeps (the inverse of :meth:`holder`), or None."""
+        members = self._set(rank)
+        if members.shape[0] <= k:
+            return None
+        return int(members[(int(np.flatnonzero(members == rank)[0]) - k) % members.shape[0]])
 
     @property
     def digest(self) -> int:
         """A digest of the layout (P and each rank's node): a cached step is read back by the same layout only."""
         return digest_of(self.node_of, self.partners)
+
+
+def _local_of(node_of: np.ndarray) -> np.ndarray:
+    """Return each rank's position among the ranks of its node (vectorized)."""
+    P = node_of.shape[0]
+    order = np.argsort(node_of, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(node_of))])
+    local = np.empty(P, dtype=np.int64)
+    local[order] = np.arange(P) - starts[node_of[order]]
+    return local
 
 
 def _write_all(fd: int, bufs: Sequence[memoryview | bytes], path: Path) -> None:

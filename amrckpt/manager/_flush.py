@@ -144,7 +144,8 @@ def cache_step(
             raise
         log.info("step %d cached (%d bytes, %.3f s)", step, result.nbytes, seconds)
         rank = comm.rank
-        mine = [pieces_name(r) for r in (rank, *(layout.held(rank, k) for k in range(1, layout.partners + 1)))]
+        held = (layout.held(rank, k) for k in range(1, layout.partners + 1))
+        mine = [pieces_name(r) for r in (rank, *held) if r is not None]
         level.retire_own(level.retired(keep, protect | {step}), mine)  # every rank its own files, at once
         if first:
             gone = level.retain(keep, protect | {step})
@@ -156,14 +157,16 @@ def cache_step(
 def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool) -> None:
     """Send this rank's pieces file to its ``k``-th partner; keep the one of the rank it partners. Collective."""
     rank = call.comm.rank
-    raw = _send_view(tmp / pieces_name(rank)) if not call.failed else None
+    dest, source = layout.holder(rank, k), layout.held(rank, k)  # None: no k-th partner (a node with more ranks)
+    raw = _send_view(tmp / pieces_name(rank)) if not call.failed and dest is not None else None
     try:
-        got = call.sendrecv(raw, layout.holder(rank, k), layout.held(rank, k))
+        got = call.sendrecv(raw, dest, source)
     finally:
         if raw is not None:
             with contextlib.suppress(BufferError):
                 raw.close()
-    source = layout.held(rank, k)
+    if source is None:
+        return
 
     def keep() -> None:
         if got is None:
@@ -200,11 +203,12 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int) 
     for k in range(1, layout.partners + 1):
         if not needs.any():
             break
-        q = layout.held(rank, k)  # the rank whose k-th copy this node keeps
+        q = layout.held(rank, k)  # the rank whose k-th copy this node keeps (None: none)
+        send = q is not None and bool(needs[q])
         raw = None
-        if needs[q] and level.info(step) is not None:
+        if q is not None and send and level.info(step) is not None:
             raw = _send_view(level.step_path(step) / pieces_name(q))
-        got = call.sendrecv(raw, q if needs[q] else None, layout.holder(rank, k) if needs[rank] else None)
+        got = call.sendrecv(raw, q if send else None, layout.holder(rank, k) if needs[rank] else None)
         if raw is not None:
             with contextlib.suppress(BufferError):
                 raw.close()

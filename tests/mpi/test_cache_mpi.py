@@ -211,3 +211,33 @@ def test_a_failed_read_in_place_on_any_subset_of_ranks_falls_back_to_the_flush(
         ok &= mgr.restored_from == "cache" and restored_ok(loaded, 10, w) and mgr.all_steps() == []
         mgr.close(flush=False)
     assert all_true(ok)
+
+
+def test_nodes_of_different_sizes_keep_partner_copies_by_position(mpi_tmp: Path) -> None:
+    """P - 1 ranks on node 0, one on node 1 (SCR's partner sets): node 1's rank and rank 0 copy each other's pieces."""
+    w = world()
+    if w.size < 3:
+        pytest.skip("needs nodes of different sizes: at least 3 ranks")
+    cache = ac.NodeCache(str(mpi_tmp / "cache" / "{node}"), partners=1, node_size=w.size - 1)
+    with ac.CheckpointManager(mpi_tmp / "shared", Advection, comm=w, save_policy=EveryNSteps(10), cache=cache) as mgr:
+        mgr.save(10, state(10, w))
+        mgr.close(flush=False)
+    ok = True
+    if w.rank == 0:
+        names = sorted(p.name for p in (mpi_tmp / "cache").glob("*/ckpt-*.cache/rank-*.pieces"))
+        ok &= names.count(f"rank-{w.size - 1:06d}.pieces") == 2 and names.count("rank-000000.pieces") == 2
+        ok &= names.count("rank-000001.pieces") == 1  # a rank with no partner of its position: one copy
+        shutil.rmtree(mpi_tmp / "cache" / "1")  # node 1 lost: its rank's pieces come from rank 0's partner copy
+    w.Barrier()
+    with ac.CheckpointManager(mpi_tmp / "shared", Advection, comm=w, cache=cache) as mgr:
+        loaded = mgr.restore_latest()
+        ok &= mgr.restored_step == 10 and mgr.restored_from == "cache" and restored_ok(loaded, 10, w)
+        ok &= mgr.all_steps() == []
+        mgr.close(flush=False)
+    w.Barrier()
+    if w.rank == 0:
+        shutil.rmtree(mpi_tmp / "cache" / "0")  # node 0 lost too: rank 1's only copy is gone
+    w.Barrier()
+    with ac.CheckpointManager(mpi_tmp / "shared", Advection, comm=w, cache=cache) as mgr:
+        ok &= mgr.restore_latest() is None  # nothing flushed, the cached step incomplete: nothing to restart from
+    assert all_true(ok)
