@@ -90,18 +90,35 @@ def _compressor() -> tuple[str, Callable[[Any, int], Any]]:
 
 
 @functools.cache
-def _decompressor() -> Callable[[Any, int], Any]:
+def _decompressor(checked: bool = False) -> Callable[[Any, int], Any]:
     """Return a zlib-stream decoder given the decoded size: libdeflate where installed (fastest), else zlib-ng.
 
-    The streams and the decoded bytes are bytes-like objects (``bytes`` or
+    ``checked``: the stream's bytes matched the CRC32 of their section, so
+    its Adler-32 proves nothing more: the deflate data between the 2-byte
+    header and the Adler-32 are decoded raw (about 8% faster), after the
+    header is checked (a deflate stream without a preset dictionary).  The
+    streams and the decoded bytes are bytes-like objects (``bytes`` or
     ``bytearray``), used as they come: no copy.
     """
+    zlib: Callable[[Any, int], Any]
+    raw: Callable[[Any, int], Any]
     try:
         import deflate
 
-        return lambda data, n: deflate.zlib_decompress(data, n)
+        zlib, raw = deflate.zlib_decompress, deflate.deflate_decompress
     except ImportError:
-        return lambda data, n: bytes(zlib_ng.decompress(data, bufsize=max(n, 1)))
+        zlib = lambda data, n: bytes(zlib_ng.decompress(data, bufsize=max(n, 1)))  # noqa: E731
+        raw = lambda data, n: bytes(zlib_ng.decompress(data, wbits=-15, bufsize=max(n, 1)))  # noqa: E731
+    if not checked:
+        return zlib
+
+    def decode(data: Any, n: int) -> Any:
+        mv = memoryview(data)
+        if len(mv) < 6 or mv[0] & 0x0F != 8 or mv[1] & 0x20 or (mv[0] << 8 | mv[1]) % 31:
+            return zlib(data, n)  # not a zlib stream of deflate data: zlib says why
+        return raw(mv[2:-4], n)
+
+    return decode
 
 
 def deflate_name() -> str:
@@ -382,10 +399,13 @@ class _Decode:
     leaves (for messages).
     """
 
-    __slots__ = ("E", "a", "b", "data", "ends", "flat", "n", "name", "o", "pdata", "s", "t", "what")
+    __slots__ = ("E", "a", "b", "data", "decode", "ends", "flat", "n", "name", "o", "pdata", "s", "t", "what")
 
-    def __init__(self, flat: np.ndarray, E: int, got: dict[str, Any], partial: bool, what: str, name: str) -> None:
+    def __init__(
+        self, flat: np.ndarray, E: int, got: dict[str, Any], partial: bool, what: str, name: str, *, checked: bool
+    ) -> None:
         self.flat, self.E, self.what, self.name = flat, E, what, name
+        self.decode = _decompressor(checked)
         self.data: np.ndarray = got["data"]
         self.pdata: Any = got["pdata"] if partial else None
         sizes = got["sizes"]
@@ -401,7 +421,7 @@ class _Decode:
             c = self.data[self.ends[i] : self.ends[i + 1]]
         E, n = self.E, int(self.n[i])
         try:
-            raw = _decompressor()(c, n * E)
+            raw = self.decode(c, n * E)
         except Exception as exc:  # deflate.DeflateError, zlib_ng.error: not a (complete) zlib stream
             raise CheckpointError(
                 f"{self.what}: the {self.name} of leaves {self.a[i]}..{self.b[i]} is not a zlib stream: {exc}"
@@ -413,10 +433,10 @@ class _Decode:
         s, t, o = int(self.s[i]), int(self.t[i]), int(self.o[i])
         if t <= s:
             return
+        # One ufunc call unshuffles the whole chunk without the GIL; it runs byte plane by byte plane (the
+        # planes' contiguous order), faster than numpy's transposing copy, which runs value by value.
         dst = self.flat[o * E : (o + t - s) * E].reshape(-1, E)
-        planes = np.frombuffer(raw, dtype=np.uint8).reshape(E, n)
-        for k in range(E):  # byte plane by byte plane (E copies of t - s bytes): faster than one transposing copy
-            dst[:, k] = planes[k, s:t]
+        np.positive(np.frombuffer(raw, dtype=np.uint8).reshape(E, n)[:, s:t], out=dst.T)
 
     def check(self, sizes: np.ndarray) -> None:
         """Refuse, before anything is decoded, a chunk whose stream of ``sizes`` bytes cannot hold its values.
@@ -472,7 +492,7 @@ def plan_chunks(
     got = plan_varray(src, plan, sec, c0, c1, what, partial=partial)
 
     def build() -> Deferred:
-        job = _Decode(out.reshape(-1).view(np.uint8), E, got, partial is not None, what, "chunk")
+        job = _Decode(out.reshape(-1).view(np.uint8), E, got, partial is not None, what, "chunk", checked=plan.verify)
         job.a, job.b = _chunk_leaves(c0, c1, partial, K, N)
         job.n = job.b - job.a
         job.s = np.maximum(job.a, lo) - job.a
@@ -507,7 +527,7 @@ def _plan_counts(
     raw = np.empty(int(b[-1]) - base if b.size else 0, dtype=cdt)
 
     def decoding() -> Deferred:
-        job = _Decode(raw.view(np.uint8), cdt.itemsize, got, partial is not None, what, "counts")
+        job = _Decode(raw.view(np.uint8), cdt.itemsize, got, partial is not None, what, "counts", checked=plan.verify)
         job.a, job.b = a, b
         job.n = job.t = b - a
         job.s = np.zeros_like(a)
@@ -591,7 +611,7 @@ def plan_hp_chunks(
     def values_pass() -> Deferred:
         counts = counts_of()
         vsizes = _sizes_read(gv, partial is not None)
-        job = _Decode(np.zeros(0, np.uint8), E, gv, partial is not None, what, "values")
+        job = _Decode(np.zeros(0, np.uint8), E, gv, partial is not None, what, "values", checked=plan.verify)
         a, b = _chunk_leaves(-(-lo // K), -(-hi // K), partial, K, span.N)
         job.a, job.b = a, b
         if counts.size and float(counts.max()) * E > MAX_INFLATE_RATIO * (float(vsizes.max()) + 16):
