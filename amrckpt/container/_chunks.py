@@ -389,22 +389,27 @@ def write_hp_chunks(
 # -- reading ---------------------------------------------------------------------------------------------
 
 
+Targets = list[tuple[int, int, np.ndarray]]
+"""Where decoded values go: ``(b0, b1, flat)``, bytes ``b0 .. b1 - 1`` of each value into ``flat`` ((n (b1 - b0),) uint8)."""
+
+
 class _Decode:
-    """Chunks to decompress and unshuffle into ``flat``: a callable of the chunk's position ``i``.
+    """Chunks to decompress and unshuffle into ``targets``: a callable of the chunk's position ``i``.
 
     Chunk i (the one below this rank's leaves first, if ``pdata``) holds
     ``n[i]`` values of ``E`` bytes; its values ``s[i] .. t[i] - 1`` go to
-    value ``o[i]`` of ``flat`` (bytes), byte plane by byte plane: no
-    decoded chunk is transposed whole.  ``a[i]`` and ``b[i]`` are its
-    leaves (for messages).
+    value ``o[i]`` of each target ``(b0, b1, flat)``: bytes ``b0 .. b1 - 1``
+    of each value (all of them for an array of values, those of one field
+    for a column of mesh records), byte plane by byte plane: no decoded
+    chunk is transposed whole.  ``a[i]`` and ``b[i]`` are its leaves (for messages).
     """
 
-    __slots__ = ("E", "a", "b", "data", "decode", "ends", "flat", "n", "name", "o", "pdata", "s", "t", "what")
+    __slots__ = ("E", "a", "b", "data", "decode", "ends", "n", "name", "o", "pdata", "s", "t", "targets", "what")
 
     def __init__(
-        self, flat: np.ndarray, E: int, got: dict[str, Any], partial: bool, what: str, name: str, *, checked: bool
+        self, targets: Targets, E: int, got: dict[str, Any], partial: bool, what: str, name: str, *, checked: bool
     ) -> None:
-        self.flat, self.E, self.what, self.name = flat, E, what, name
+        self.targets, self.E, self.what, self.name = targets, E, what, name
         self.decode = _decompressor(checked)
         self.data: np.ndarray = got["data"]
         self.pdata: Any = got["pdata"] if partial else None
@@ -433,10 +438,12 @@ class _Decode:
         s, t, o = int(self.s[i]), int(self.t[i]), int(self.o[i])
         if t <= s:
             return
-        # One ufunc call unshuffles the whole chunk without the GIL; it runs byte plane by byte plane (the
-        # planes' contiguous order), faster than numpy's transposing copy, which runs value by value.
-        dst = self.flat[o * E : (o + t - s) * E].reshape(-1, E)
-        np.positive(np.frombuffer(raw, dtype=np.uint8).reshape(E, n)[:, s:t], out=dst.T)
+        planes = np.frombuffer(raw, dtype=np.uint8).reshape(E, n)
+        for b0, b1, flat in self.targets:
+            # One ufunc call per target unshuffles without the GIL, byte plane by byte plane (the planes'
+            # contiguous order): faster than numpy's transposing copy, which runs value by value.
+            w = b1 - b0
+            np.positive(planes[b0:b1, s:t], out=flat[o * w : (o + t - s) * w].reshape(-1, w).T)
 
     def check(self, sizes: np.ndarray) -> None:
         """Refuse, before anything is decoded, a chunk whose stream of ``sizes`` bytes cannot hold its values.
@@ -467,16 +474,23 @@ def _sizes_read(got: dict[str, Any], partial: bool) -> np.ndarray:
 
 
 def plan_chunks(
-    src: FieldSource, plan: ReadPlan, sec: Section, span: Span, E: int, K: int, out: np.ndarray, what: str
+    src: FieldSource, plan: ReadPlan, sec: Section, span: Span, E: int, K: int, out: Any, what: str
 ) -> Callable[[], Deferred]:
-    """Plan the read of this rank's leaves of a chunked field into ``out`` ((span.count, ...) array); return what decodes them.
+    """Plan the read of this rank's leaves of a chunked field into ``out``; return what decodes them.
 
     The chunks that start among this rank's leaves are its own (their
     entries and bytes CRC'd here); the one chunk that starts below its
     first leaf, if any, is read too, without its CRC (the rank below covers
     it).  After the plan ran, the returned function gives a
     :class:`Deferred` of one decoding task per chunk (decompress, then
-    unshuffle this rank's leaves into ``out``).
+    unshuffle this rank's leaves into ``out``) whose value is ``out``.
+
+    Parameters
+    ----------
+    out : numpy.ndarray or list of (int, numpy.ndarray)
+        A (span.count, ...) array of the values, or columns of them:
+        ``(b0, column)`` takes bytes ``b0 ..`` of each value, as many as
+        an item of the (span.count,) ``column`` has (a mesh record's fields).
 
     Raises
     ------
@@ -490,9 +504,13 @@ def plan_chunks(
     c0, c1 = -(-lo // K), -(-hi // K)  # the chunks that start among this rank's leaves
     partial = lo // K if lo % K and hi > lo else None
     got = plan_varray(src, plan, sec, c0, c1, what, partial=partial)
+    if isinstance(out, np.ndarray):
+        targets = [(0, E, out.reshape(-1).view(np.uint8))]
+    else:
+        targets = [(b0, b0 + col.dtype.itemsize, col.view(np.uint8)) for b0, col in out]
 
     def build() -> Deferred:
-        job = _Decode(out.reshape(-1).view(np.uint8), E, got, partial is not None, what, "chunk", checked=plan.verify)
+        job = _Decode(targets, E, got, partial is not None, what, "chunk", checked=plan.verify)
         job.a, job.b = _chunk_leaves(c0, c1, partial, K, N)
         job.n = job.b - job.a
         job.s = np.maximum(job.a, lo) - job.a
@@ -527,7 +545,9 @@ def _plan_counts(
     raw = np.empty(int(b[-1]) - base if b.size else 0, dtype=cdt)
 
     def decoding() -> Deferred:
-        job = _Decode(raw.view(np.uint8), cdt.itemsize, got, partial is not None, what, "counts", checked=plan.verify)
+        job = _Decode(
+            [(0, cdt.itemsize, raw.view(np.uint8))], cdt.itemsize, got, partial is not None, what, "counts", checked=plan.verify
+        )
         job.a, job.b = a, b
         job.n = job.t = b - a
         job.s = np.zeros_like(a)
@@ -611,7 +631,7 @@ def plan_hp_chunks(
     def values_pass() -> Deferred:
         counts = counts_of()
         vsizes = _sizes_read(gv, partial is not None)
-        job = _Decode(np.zeros(0, np.uint8), E, gv, partial is not None, what, "values", checked=plan.verify)
+        job = _Decode([], E, gv, partial is not None, what, "values", checked=plan.verify)
         a, b = _chunk_leaves(-(-lo // K), -(-hi // K), partial, K, span.N)
         job.a, job.b = a, b
         if counts.size and float(counts.max()) * E > MAX_INFLATE_RATIO * (float(vsizes.max()) + 16):
@@ -628,7 +648,7 @@ def plan_hp_chunks(
         job.t = cum[np.minimum(b, hi) - base] - cum[a - base]
         job.o = cum[first] - cum[lo - base]
         values = np.empty((int(cum[hi - base] - cum[lo - base]), *shape), dtype=dt)
-        job.flat = values.reshape(-1).view(np.uint8)
+        job.targets = [(0, E, values.reshape(-1).view(np.uint8))]
         return Deferred([(job, a.size)], lambda: (values, mine))
 
     def build() -> Deferred:
