@@ -530,11 +530,12 @@ def _check_hp_sections(csec: Section, vsec: Section, N: int, K: int, what: str) 
 
 def _plan_counts(
     src: FieldSource, plan: ReadPlan, csec: Section, span: Span, cdt: np.dtype[Any], K: int, what: str
-) -> tuple[Callable[[], Deferred], Callable[[], np.ndarray], int, int | None]:
-    """Plan this rank's chunks of hp counts; return (decoding, the decoded counts as int64, c0, partial).
+) -> tuple[Callable[[], Deferred], np.ndarray, int, int | None]:
+    """Plan this rank's chunks of hp counts; return (decoding, the counts decoded into, their first leaf, partial).
 
-    The decoded counts are those of every leaf of the chunks read: from
-    the first leaf of the first chunk read to the end of the last.
+    The decoded counts (of ``cdt``, unchecked) are those of every leaf of
+    the chunks read: from the first leaf of the first chunk read (returned)
+    to the end of the last.
     """
     lo, hi, N = span.offset, span.end, span.N
     c0, c1 = -(-lo // K), -(-hi // K)
@@ -555,13 +556,15 @@ def _plan_counts(
         job.check(_sizes_read(got, partial is not None))
         return Deferred([(job, a.size)], lambda: None)
 
-    def counts() -> np.ndarray:
-        c = raw.astype(np.int64)
-        if c.size and int(c.min()) < 0:  # u8 above 2**63
-            raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
-        return c
+    return decoding, raw, base, partial
 
-    return decoding, counts, base, partial
+
+def _as_counts(raw: np.ndarray, what: str) -> np.ndarray:
+    """Return decoded counts as int64, refusing those of ``<u8`` above 2**63 (no file holds that many values)."""
+    c = raw.astype(np.int64)
+    if c.size and int(c.min()) < 0:
+        raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
+    return c
 
 
 def plan_hp_counts(
@@ -577,12 +580,12 @@ def plan_hp_counts(
         If the sections do not hold the chunks the manifest describes, or a chunk does not decode.
     """
     _check_hp_sections(csec, vsec, span.N, K, what)
-    decoding, counts, base, _ = _plan_counts(src, plan, csec, span, cdt, K, what)
+    decoding, raw, base, _ = _plan_counts(src, plan, csec, span, cdt, K, what)
 
     def build() -> np.ndarray:
         d: dict[str, Any] = {"counts": decoding()}
         resolve(d)
-        return counts()[span.offset - base : span.end - base]
+        return _as_counts(raw[span.offset - base : span.end - base], what)
 
     return build
 
@@ -605,8 +608,9 @@ def plan_hp_chunks(
     entries of this rank's chunks of counts and of values (the chunks that
     start among its leaves, and the one below its first leaf), then, after
     one exscan, their bytes.  The returned function gives a
-    :class:`Deferred` of two passes: the counts' chunks, then (their sums
-    giving each values chunk's size and this rank's values) the values'
+    :class:`Deferred` of two stages: the counts' chunks (early: in a pass
+    before the other fields'), then (their sums giving each values chunk's
+    size and this rank's values) the values' chunks, with the other fields'
     chunks, unshuffled straight into the array returned.
 
     Returns
@@ -625,34 +629,35 @@ def plan_hp_chunks(
     lo, hi = span.offset, span.end
     E = dt.itemsize * int(np.prod(shape, dtype=np.int64))
     _check_hp_sections(csec, vsec, span.N, K, what)
-    decoding, counts_of, base, partial = _plan_counts(src, plan, csec, span, cdt, K, what)
+    decoding, raw, base, partial = _plan_counts(src, plan, csec, span, cdt, K, what)
     gv = plan_varray(src, plan, vsec, -(-lo // K), -(-hi // K), what, partial=partial)
 
     def values_pass() -> Deferred:
-        counts = counts_of()
         vsizes = _sizes_read(gv, partial is not None)
         job = _Decode([], E, gv, partial is not None, what, "values", checked=plan.verify)
         a, b = _chunk_leaves(-(-lo // K), -(-hi // K), partial, K, span.N)
         job.a, job.b = a, b
-        if counts.size and float(counts.max()) * E > MAX_INFLATE_RATIO * (float(vsizes.max()) + 16):
+        most = int(raw.max()) if raw.size else 0
+        if most * E > MAX_INFLATE_RATIO * (int(vsizes.max()) + 16 if vsizes.size else 0):  # no chunk holds that leaf's values
             raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
-        cf = np.zeros(counts.size + 1, dtype=np.float64)
-        np.cumsum(counts, out=cf[1:])
-        job.n = (cf[b - base] - cf[a - base]).astype(np.int64)  # bounded above: exact in float64
+        if raw.size * most >= 2**62:  # sums that int64 may not hold: their float sum must fit the values section first
+            if float(raw.sum(dtype=np.float64)) * E > MAX_INFLATE_RATIO * (float(vsizes.sum(dtype=np.float64)) + 16 * vsizes.size):
+                raise CheckpointError(f"{what} has more values than its values section can hold")
+        cum = np.zeros(raw.size + 1, dtype=np.int64)
+        np.cumsum(raw, dtype=np.int64, out=cum[1:])
+        job.n = cum[b - base] - cum[a - base]
         job.check(vsizes)
-        cum = np.zeros(counts.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=cum[1:])
-        mine = counts[lo - base : hi - base]
         first = np.maximum(a, lo) - base
         job.s = cum[first] - cum[a - base]
         job.t = cum[np.minimum(b, hi) - base] - cum[a - base]
         job.o = cum[first] - cum[lo - base]
         values = np.empty((int(cum[hi - base] - cum[lo - base]), *shape), dtype=dt)
         job.targets = [(0, E, values.reshape(-1).view(np.uint8))]
+        mine = raw[lo - base : hi - base].astype(np.int64)
         return Deferred([(job, a.size)], lambda: (values, mine))
 
     def build() -> Deferred:
         first = decoding()
-        return Deferred(first.tasks, values_pass)
+        return Deferred(first.tasks, values_pass, early=True)
 
     return build

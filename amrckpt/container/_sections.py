@@ -269,7 +269,7 @@ class Deferred:
     (chunks to decompress): :func:`resolve` runs the tasks of every field
     of a read in one pass of the threads, so that no field waits for its
     own while threads are idle.  ``then()`` returns the value, or another
-    Deferred for a second pass (hp values, whose sizes come from their
+    Deferred for a later pass (hp values, whose sizes come from their
     decoded counts).
 
     Parameters
@@ -279,21 +279,28 @@ class Deferred:
         nothing; all run in any order, at the same time.
     then : callable
         Called once every task has run.
+    early : bool, optional
+        A small first stage (hp counts) that the Deferred its ``then``
+        returns depends on: the early tasks of all fields run in a pass of
+        their own, before the others', so that what they lead to joins the
+        others' pass.
     """
 
-    __slots__ = ("tasks", "then")
+    __slots__ = ("early", "tasks", "then")
 
-    def __init__(self, tasks: list[tuple[Callable[[int], None], int]], then: Callable[[], Any]) -> None:
+    def __init__(self, tasks: list[tuple[Callable[[int], None], int]], then: Callable[[], Any], *, early: bool = False) -> None:
         self.tasks = tasks
         self.then = then
+        self.early = early
 
 
 def resolve(values: dict[str, Any]) -> None:
     """Replace every :class:`Deferred` in ``values`` by what it builds, in place; the tasks of all in one pass per stage.
 
-    Not collective.  Runs on :func:`amrckpt._threads.default_threads`
-    threads (this one among them), each taking the next ``fn(i)`` not yet
-    taken.
+    Not collective.  The early tasks (:class:`Deferred`) first, in a pass
+    of their own; then the tasks of every field at once.  Runs on
+    :func:`amrckpt._threads.default_threads` threads (this one among
+    them), each taking the next ``fn(i)`` not yet taken.
 
     Raises
     ------
@@ -303,8 +310,9 @@ def resolve(values: dict[str, Any]) -> None:
     """
     pending = [k for k, v in values.items() if isinstance(v, Deferred)]
     while pending:
-        items = [(fn, i) for k in pending for fn, n in values[k].tasks for i in range(n)]
+        now = [k for k in pending if values[k].early] or pending
+        items = [(fn, i) for k in now for fn, n in values[k].tasks for i in range(n)]
         map_shared(lambda item: item[0](item[1]), items, default_threads())
-        for k in pending:
+        for k in now:
             values[k] = values[k].then()
         pending = [k for k in pending if isinstance(values[k], Deferred)]

@@ -126,7 +126,7 @@ def test_ranges_of_hp_chunks(packed: Path) -> None:
 
 
 def test_a_load_decodes_every_field_in_one_pass(packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One pass of the threads for the chunks of the mesh, the cells and the hp counts; a second for the hp values."""
+    """A first pass of the threads for the chunks of hp counts; then one for those of the mesh, the cells and the hp values."""
     from amrckpt.container import _sections
 
     passes: list[int] = []
@@ -139,7 +139,7 @@ def test_a_load_decodes_every_field_in_one_pass(packed: Path, monkeypatch: pytes
     monkeypatch.setattr(_sections, "map_shared", counting)
     ac.load(packed, Packed)
     n = -(-S.N // 7)
-    assert passes == [n + n + n + -(-S.N // 5) + 1, n + -(-S.N // 5) + 1]
+    assert passes == [n + -(-S.N // 5) + 1, n + n + n + -(-S.N // 5) + 1]
 
 
 def test_chunks_decode_with_zlib_ng_alone(tmp_path: Path, packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
