@@ -389,7 +389,7 @@ def write_hp_chunks(
 # -- reading ---------------------------------------------------------------------------------------------
 
 
-Targets = list[tuple[int, int, np.ndarray]]
+_Targets = list[tuple[int, int, np.ndarray]]
 """Where decoded values go: ``(b0, b1, flat)``, bytes ``b0 .. b1 - 1`` of each value into ``flat`` ((n (b1 - b0),) uint8)."""
 
 
@@ -407,7 +407,7 @@ class _Decode:
     __slots__ = ("E", "a", "b", "data", "decode", "ends", "n", "name", "o", "pdata", "s", "t", "targets", "what")
 
     def __init__(
-        self, targets: Targets, E: int, got: dict[str, Any], partial: bool, what: str, name: str, *, checked: bool
+        self, targets: _Targets, E: int, got: dict[str, Any], partial: bool, what: str, name: str, *, checked: bool
     ) -> None:
         self.targets, self.E, self.what, self.name = targets, E, what, name
         self.decode = _decompressor(checked)
@@ -523,6 +523,7 @@ def plan_chunks(
 
 
 def _check_hp_sections(csec: Section, vsec: Section, N: int, K: int, what: str) -> None:
+    """Check that both V sections of an hp field hold ceil(N / K) chunks, before anything is planned by them."""
     for sec in (csec, vsec):
         if sec.raw.elem_count != -(-N // K):
             raise CheckpointError(f"{what}: the section at byte {sec.entry.offset} is not the chunks the manifest describes")
