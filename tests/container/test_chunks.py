@@ -64,6 +64,8 @@ def test_hp_compress_true_is_chunks_and_element_the_per_element_convention(packe
     assert names.count("modes") == names.count("pairs") == 2  # the counts' V section, then the values'
     kinds = {k: v for k, v in Packed.__amrckpt_fields__.items() if k == "wide"}
     assert kinds["wide"].chunks == ac.container.DEFAULT_CHUNK and kinds["wide"].level == 1
+    back = ac.load(packed).state  # schemaless: the layout and the chunk come back from the manifest
+    assert_packed_equal(back, S.local(0, S.N))
     element = ac.HpCells("<f8", compress="element").metadata[0]
     assert element.compress and element.chunks is None and element.level == 9
     with pytest.raises(SchemaError, match="exclude each other"):
