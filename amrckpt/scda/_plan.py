@@ -270,9 +270,9 @@ one call through a file view, with no exchange."""
 class GatheredExecutor:
     """Runs read plans on every rank of a communicator: two collective reads around one exscan, one CRC32 allreduce.
 
-    The file is opened (``MPI_File_open`` with ``romio_no_indep_rw``: only
-    collective reads) by the first :meth:`run` that reads anything, and
-    closed by :meth:`close`.  Every method is collective and runs inside a
+    The file is opened (``MPI_File_open``; only collective reads follow)
+    by the first :meth:`run` that reads anything, and closed by
+    :meth:`close`.  Every method is collective and runs inside a
     collective call (:func:`amrckpt.comm.collective`); every rank makes the
     same collective calls whatever its errors, since the sections covered
     and their sizes are the same on every rank.
