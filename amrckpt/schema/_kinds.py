@@ -193,8 +193,12 @@ class FieldKind(abc.ABC):
             Naming the field.
         """
         to_native = getattr(self, "to_native", None)
-        if to_native is not None:
-            value = HpData(to_native(value.values), value.counts) if isinstance(value, HpData) else to_native(value)
+        if to_native is not None and isinstance(value, HpData):
+            native = to_native(value.values)
+            if native is not value.values:  # the counts are as the container checked them
+                value = HpData._checked(native, value.counts)
+        elif to_native is not None:
+            value = to_native(value)
         self.check_value(name, value, n, check_values=check)
         return value
 
@@ -316,7 +320,7 @@ class MeshKind(FieldKind):
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         assert ms is not None
-        return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check)
+        return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check, copy=False)  # raw is the load's own
 
     def mesh_name(self, name: str) -> str | None:
         return name
