@@ -143,10 +143,14 @@ def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.Monke
     assert all_true(True)
 
 
-def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pieces above the thresholds (lowered here) move by contiguous collective calls of their own, the rest through a
-    file view: the bytes written and the state read are those of the one-view path, on uneven partitions too (a rank
-    without leaves makes the same calls with nothing)."""
+@pytest.mark.parametrize("hints", [None, {"romio_no_indep_rw": "true"}], ids=["independent rest", "rest through a view"])
+def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(
+    mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch, hints: dict[str, str] | None
+) -> None:
+    """Pieces above the thresholds (lowered here) move by contiguous collective calls of their own, the rest by
+    independent calls (or, where the hint romio_no_indep_rw forbids them, through a file view): the bytes written and
+    the state read are those of the one-view path, on uneven partitions too (a rank without leaves makes the same
+    calls with nothing)."""
     from amrckpt.scda import _backend, _plan
 
     w = world()
@@ -157,10 +161,10 @@ def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(mpi_tmp: 
     ok = True
     for counts in (None, [0] * (w.size - 1) + [G.N]):
         path = mpi_tmp / f"contiguous-{counts is None}.scda"
-        ac.save(G.for_rank(w, counts), path, comm=w)
+        ac.save(G.for_rank(w, counts), path, comm=w, info=hints)
         w.Barrier()
         ok &= hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(ref.read_bytes()).digest()
-        loaded = ac.load(path, Advection, comm=w)
+        loaded = ac.load(path, Advection, comm=w, info=hints)
         lo, hi = loaded.partition.local_range(w.rank)
         try:
             assert_state_equal(loaded.state, G.local(lo, hi))
