@@ -310,10 +310,11 @@ class MeshKind(FieldKind):
             except SchemaError as exc:
                 raise SchemaError(f"field {name!r}: {exc}") from exc
 
-    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool = True) -> Prepared:
+        """Check the mesh and pack its records; with ``check``, its ranges while packing (one pass over the leaves)."""
         self.check_value(name, value, None, check_values=False)
-        try:  # check the ranges while packing: one pass over the leaves
-            records = value.to_records(check=True)
+        try:
+            records = value.to_records(check=check)
         except SchemaError as exc:
             raise SchemaError(f"field {name!r}: {exc}") from exc
         return Prepared(name, self, Payload(records, level=self.level), count=len(value))

@@ -66,16 +66,18 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
     fields other than meshes are checked against their mesh's local leaf
     count first (with ``crcs``, the CRC32 of each one written as it is
     starts in the helper thread meanwhile), then every mesh is packed into
-    its records with its ranges checked and, with ``check_order``, the
-    curve order of the local leaves (p4est's ``p4est_tree_is_linear``).
+    its records and, with ``check_order``, its leaves are checked: ranges
+    while packing, then the curve order (p4est's ``p4est_tree_is_linear``).
     Errors are raised in the same order either way: meshes first.
 
     Parameters
     ----------
     state : CheckpointSchema
     check_order : bool, optional
-        Check each mesh's local curve order (unless its records are the
-        ones that passed last time).
+        Check each mesh's local leaves: their ranges and alignment while
+        packing, and their curve order (unless its records are the ones
+        that passed last time).  False: leaves valid by construction
+        (p4est's), packed as they are.
     crcs : amrckpt._crc.KnownCrcs, optional
         Where to start the CRC32 of every payload written as it is
         (uncompressed cells, arrays, hp values, mesh records), for the
@@ -113,7 +115,7 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
             crcs.start(out[name].payload.data)  # in the helper thread, while the meshes are packed
     for name, mk in meshes.items():
         mesh = getattr(state, name)
-        out[name] = mk.prepare(cls, name, mesh, None)
+        out[name] = mk.prepare(cls, name, mesh, None, check=check_order)
         records = out[name].payload.data
         if check_order or crcs is not None:
             crc = crc32(records)  # the order check's key and the records' CRC32 in the file: one pass
@@ -297,9 +299,12 @@ def save(
     sync : bool, optional
         ``fsync`` (``MPI_File_sync``) before closing.
     check_mesh : bool, optional
-        Check that each rank's leaves follow the curve without overlaps
-        (default True; vectorized, a few ns per leaf); the order across
-        ranks is always checked.  ``False`` skips the local check.
+        Check each rank's leaves: in range (trees, levels, coordinates in
+        their tree and aligned to their level) and in curve order without
+        overlaps (default True; vectorized, a few ns per leaf).  ``False``
+        skips these local checks, for leaves valid by construction (a p4est
+        forest: p4est does not check them either when it saves); the order
+        of the ranks' parts along the curve is always checked.
     info, backend, truncate : optional
         MPI-IO hints, backend choice and truncation of an existing file, as
         for :func:`amrckpt.scda.fopen_write`.

@@ -257,16 +257,17 @@ def test_inline_too_long_and_mesh_checks(tmp_path: Path) -> None:
     st.mesh.x[3] += 1  # not aligned to its level
     with pytest.raises(SchemaError, match="not aligned"):
         ac.save(st, tmp_path / "m.scda")
+    ac.save(st, tmp_path / "unchecked-ranges.scda", check_mesh=False)  # the opt-out skips the ranges too (p4est's forests)
     st = own_copy()
     st.mesh.level[[2, 5]] = st.mesh.level[[5, 2]]
     st.mesh.x[[2, 5]] = st.mesh.x[[5, 2]]
     st.mesh.y[[2, 5]] = st.mesh.y[[5, 2]]
-    ac.save(st, tmp_path / "unchecked.scda", check_mesh=False)  # the opt-out of the local order check
+    ac.save(st, tmp_path / "unchecked.scda", check_mesh=False)  # the opt-out of the local checks
     with pytest.raises(SchemaError, match=r"'mesh': Forest: not a linear forest: leaf 3 .*sfc_order, or pass check_mesh=False"):
         ac.save(st, tmp_path / "m.scda")  # checked by default
     assert not (tmp_path / "m.scda").exists()  # refused before anything was written
     st = own_copy()
-    ac.save(st, tmp_path / "ok.scda")  # checked, and remembered (issue 18: a mesh is not checked twice)
+    ac.save(st, tmp_path / "ok.scda")  # checked, and remembered: a mesh is not checked twice
     ac.save(st, tmp_path / "ok.scda")
     st.mesh.level[[2, 5]] = st.mesh.level[[5, 2]]  # changed in place after a save that passed
     st.mesh.x[[2, 5]] = st.mesh.x[[5, 2]]
