@@ -639,10 +639,11 @@ class HpHandler(FieldHandler):
         key = f"{fs.name}@{csec.entry.offset}"
 
         def local() -> int:
-            counts = raw.astype(np.int64)
-            if counts.size and (int(counts.min()) < 0 or int(counts.max()) > total):  # u8 above 2**63, or more than the file's
+            # count_dtype is unsigned: one reduction over the file's narrow integers bounds every count.
+            most = int(raw.max()) if raw.size else 0
+            if most > total:
                 raise CheckpointError(f"{src.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
-            got["counts"], got["n"] = counts, exact_sum(counts, total)
+            got["counts"], got["n"] = raw.astype(np.int64), exact_sum(raw, most)
             return int(got["n"])
 
         def then(before: int) -> None:
