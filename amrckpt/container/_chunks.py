@@ -399,9 +399,8 @@ class _Decode:
     Chunk i (the one below this rank's leaves first, if ``pdata``) holds
     ``n[i]`` values of ``E`` bytes; its values ``s[i] .. t[i] - 1`` go to
     value ``o[i]`` of each target ``(b0, b1, flat)``: bytes ``b0 .. b1 - 1``
-    of each value (all of them for an array of values, those of one field
-    for a column of mesh records), byte plane by byte plane: no decoded
-    chunk is transposed whole.  ``a[i]`` and ``b[i]`` are its leaves (for messages).
+    of each value, byte plane by byte plane (no decoded chunk is
+    transposed whole).  ``a[i]`` and ``b[i]`` are its leaves (for messages).
     """
 
     __slots__ = ("E", "a", "b", "data", "decode", "ends", "n", "name", "o", "pdata", "s", "t", "targets", "what")
@@ -474,9 +473,9 @@ def _sizes_read(got: dict[str, Any], partial: bool) -> np.ndarray:
 
 
 def plan_chunks(
-    src: FieldSource, plan: ReadPlan, sec: Section, span: Span, E: int, K: int, out: Any, what: str
+    src: FieldSource, plan: ReadPlan, sec: Section, span: Span, E: int, K: int, out: np.ndarray, what: str
 ) -> Callable[[], Deferred]:
-    """Plan the read of this rank's leaves of a chunked field into ``out``; return what decodes them.
+    """Plan the read of this rank's leaves of a chunked field into ``out`` ((span.count, ...) array); return what decodes them.
 
     The chunks that start among this rank's leaves are its own (their
     entries and bytes CRC'd here); the one chunk that starts below its
@@ -484,13 +483,6 @@ def plan_chunks(
     it).  After the plan ran, the returned function gives a
     :class:`Deferred` of one decoding task per chunk (decompress, then
     unshuffle this rank's leaves into ``out``) whose value is ``out``.
-
-    Parameters
-    ----------
-    out : numpy.ndarray or list of (int, numpy.ndarray)
-        A (span.count, ...) array of the values, or columns of them:
-        ``(b0, column)`` takes bytes ``b0 ..`` of each value, as many as
-        an item of the (span.count,) ``column`` has (a mesh record's fields).
 
     Raises
     ------
@@ -504,10 +496,7 @@ def plan_chunks(
     c0, c1 = -(-lo // K), -(-hi // K)  # the chunks that start among this rank's leaves
     partial = lo // K if lo % K and hi > lo else None
     got = plan_varray(src, plan, sec, c0, c1, what, partial=partial)
-    if isinstance(out, np.ndarray):
-        targets = [(0, E, out.reshape(-1).view(np.uint8))]
-    else:
-        targets = [(b0, b0 + col.dtype.itemsize, col.view(np.uint8)) for b0, col in out]
+    targets = [(0, E, out.reshape(-1).view(np.uint8))]
 
     def build() -> Deferred:
         job = _Decode(targets, E, got, partial is not None, what, "chunk", checked=plan.verify)

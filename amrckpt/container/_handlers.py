@@ -25,12 +25,11 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share, parse_entries
-from ..sfc import Forest, mesh_record_dtype
+from ..sfc import mesh_record_dtype
 from ._chunks import plan_chunks, plan_hp_chunks, plan_hp_counts, write_chunks, write_hp_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
 from ._registry import register, registered
 from ._sections import (
-    Deferred,
     FieldSource,
     Section,
     SectionSink,
@@ -185,10 +184,6 @@ class FieldHandler(abc.ABC):
     def plan_leaf_nbytes(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
         """Bytes per leaf of ``span``'s leaves: a constant, or what returns (count,) int64 after ``plan`` ran."""
         return 0
-
-    def plan_forest(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> Build | None:
-        """Plan a mesh whose layout decodes straight into a :class:`~amrckpt.sfc.Forest` as :meth:`plan` does; else None."""
-        return None
 
     def value_dtype(self, fs: FieldSpec, path: str) -> np.dtype[Any]:
         """Return the dtype of one value (cells, hp, array, ndarray), checked."""
@@ -453,46 +448,6 @@ class MeshHandler(ArrayHandler):
 
     def _write_nbytes(self, fs: FieldSpec, payload: Payload) -> int:
         return int(payload.data.dtype.itemsize)
-
-    def plan_forest(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> Build | None:
-        """Layout ``chunks``: plan this rank's leaves decoded straight into a Forest's arrays (no records between); else None.
-
-        Each chunk's byte planes are unshuffled into the columns ``tree``,
-        ``x``, ``y`` [, ``z``] (``<i4``) and ``level`` (``i1``) in threads,
-        with the chunks of the other fields; the build gives a
-        :class:`Deferred` of the :class:`~amrckpt.sfc.Forest` (not checked:
-        its CRC32 proved the leaves its writer checked, or the caller checks them).
-
-        Raises
-        ------
-        CheckpointError
-            As :meth:`plan`.
-        """
-        if fs.layout != "chunks":
-            return None
-        assert fs.chunk is not None
-        ms = src.manifest.mesh_of(fs)
-        assert ms is not None
-        rec = mesh_record_dtype(ms.dim)
-        what = f"{src.path!r}: field {fs.name!r}"
-        (sec,) = sections_of(src, fs, 1)
-        if span.count * rec.itemsize > MAX_INFLATE_RATIO * (src.file_size + 1):  # before allocating by the manifest's count
-            raise CheckpointError(f"{what} has {span.count} leaves: more than its chunks can hold")
-        fields = rec.fields
-        assert fields is not None
-        cols = {name: np.empty(span.count, dtype=fields[name][0]) for name in fields}
-        build = plan_chunks(src, plan, sec, span, rec.itemsize, fs.chunk, [(fields[k][1], cols[k]) for k in fields], what)
-
-        def forest() -> Deferred:
-            d = build()
-            return Deferred(
-                d.tasks,
-                lambda: Forest(
-                    cols["tree"], cols["level"], cols["x"], cols["y"], cols.get("z"), num_trees=ms.num_trees, curve=ms.curve
-                ),
-            )
-
-        return forest
 
 
 def count_dtype(max_count: int) -> str:

@@ -264,29 +264,18 @@ class CheckpointReader:
                 plan.cover(e.name, e.offset, e.end, e.crc32, sec.known if self.is_root else ())
 
     def _plan(
-        self,
-        plan: scda.ReadPlan,
-        fs: FieldSpec,
-        span: Span | None,
-        build: dict[str, Any],
-        *,
-        every_rank: bool = True,
-        forest: bool = False,
+        self, plan: scda.ReadPlan, fs: FieldSpec, span: Span | None, build: dict[str, Any], *, every_rank: bool = True
     ) -> None:
         """Let field ``fs``'s handler plan its reads; keep what builds its value.
 
         Not collective, except where a section does not fit the manifest
         (the same on every rank): then, with ``verify`` and ``every_rank``,
         the root CRCs the field's sections (one more collective, on this
-        error path only), so that damage is said as damage.  With
-        ``forest``, a mesh whose layout decodes straight into a Forest is
-        planned so (:meth:`FieldHandler.plan_forest`).
+        error path only), so that damage is said as damage.
         """
         self._cover(plan, self.sections(fs.name))
         try:
-            h = handler_for(fs.kind)
-            b = h.plan_forest(self, plan, fs, span) if forest and span is not None else None
-            build[fs.name] = b if b is not None else h.plan(self, plan, fs, span)
+            build[fs.name] = handler_for(fs.kind).plan(self, plan, fs, span)
         except AmrckptError as exc:  # a section that does not fit the manifest: the same on every rank
             if self.verify and every_rank:
                 self._explain(fs, exc)
@@ -316,7 +305,7 @@ class CheckpointReader:
 
     @collective_method("CheckpointReader.read_fields")
     def read_fields(
-        self, fields: Sequence[FieldSpec], parts: Mapping[str, Partition], *, forests: bool = True
+        self, fields: Sequence[FieldSpec], parts: Mapping[str, Partition]
     ) -> tuple[dict[str, Any], BaseException | None]:
         """Read this rank's part of many fields at once: one read plan, whatever their number and layouts. Collective.
 
@@ -332,16 +321,11 @@ class CheckpointReader:
         parts : mapping of str to Partition
             The partition of each mesh (by its field's name) and of each
             distributed array field (by its name).
-        forests : bool, optional
-            A mesh in layout ``chunks`` as a :class:`~amrckpt.sfc.Forest`,
-            its chunks decoded straight into the forest's arrays (a load);
-            else as records.
 
         Returns
         -------
         values : dict of str to object
-            By field name, what :meth:`read_field` returns (empty on a rank
-            with an error), but a Forest for a mesh in layout ``chunks`` with ``forests``.
+            By field name, what :meth:`read_field` returns (empty on a rank with an error).
         error : BaseException or None
             This rank's error, or a section's CRC32 mismatch (on every rank).
 
@@ -356,7 +340,7 @@ class CheckpointReader:
         plan = scda.ReadPlan(self.path, verify=self.verify, file_size=self.file_size)
         build: dict[str, Any] = {}
         for fs in fields:
-            self._plan(plan, fs, self._span(fs, parts), build, forest=forests)
+            self._plan(plan, fs, self._span(fs, parts), build)
         self._execute(plan)
         values: dict[str, Any] = {}
         for name, b in build.items():
@@ -400,7 +384,7 @@ class CheckpointReader:
             part = Partition.uniform(N, self.comm.size) if elem_counts is None else Partition.from_counts(list(elem_counts))
             ms = self.manifest.mesh_of(fs)
             parts[ms.field if h.per_leaf and ms is not None else fs.name] = part
-        values, err = self.read_fields([fs], parts, forests=False)
+        values, err = self.read_fields([fs], parts)
         call = current_call(self.comm)
         assert call is not None
         if err is not None:

@@ -321,10 +321,6 @@ class MeshKind(FieldKind):
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         assert ms is not None
-        if isinstance(raw, Forest):  # layout chunks: decoded straight into the forest's arrays
-            if check:
-                raw.check()
-            return raw
         return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check, copy=False)  # raw is the load's own
 
     def mesh_name(self, name: str) -> str | None:

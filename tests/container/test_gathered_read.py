@@ -29,8 +29,6 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 def same(a: Any, b: Any) -> bool:
-    if isinstance(a, ac.Forest):  # a chunked mesh, decoded straight into a Forest by the gathered read
-        return same(a.to_records(), b)
     if isinstance(a, tuple):
         return isinstance(b, tuple) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, np.ndarray):
