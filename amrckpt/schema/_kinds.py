@@ -424,8 +424,11 @@ class HpCellsKind(CellsKind):
     """A variable number of values per leaf (hp-adaptive payloads).
 
     ``shape`` is the shape of one value; leaf i holds ``counts[i]`` values.
-    Layout ``counts`` (an A section of counts, an A section of values), or
-    with ``compress`` one V section of per-leaf compressed elements.
+    Layout ``counts`` (an A section of counts, an A section of values),
+    with ``chunks`` layout ``chunks`` (the counts and the values of chunks
+    of leaves, shuffled and deflated, in two V sections), or with
+    ``compress`` (``compress="element"``) one V section of per-leaf
+    compressed elements.
     """
 
     kind: ClassVar[str] = "hp"
