@@ -190,6 +190,8 @@ class CachedBackend:
     ``nrounds`` and ``ncontiguous`` (the shared file's collective calls) do not apply.
     """
 
+    collective_io = False  # a read plan's phase in one call: each call exchanges what ranks lack
+
     def __init__(self, pieces: PieceMap, comm: Comm) -> None:
         self.comm = comm
         self.path = pieces.path

@@ -75,7 +75,11 @@ class Backend(Protocol):
     deferred writer with checksums then hands it, before
     :meth:`write_gathered`, the ``(offset, nbytes, crc32)`` of the file
     ranges of this rank whose CRC32 it computed already, so that they are
-    combined (``crc32_combine``) rather than read a second time.
+    combined (``crc32_combine``) rather than read a second time.  A
+    backend whose gathered reads make no collective file calls (a node
+    cache's pieces, in memory) may set ``collective_io = False``: a read
+    plan then reads each phase in one call, not in groups of large pieces
+    whose calls the ranks agree on.
     """
 
     comm: Comm

@@ -352,7 +352,8 @@ class GatheredExecutor:
         if self._backend is None:
             return  # nothing covered: nothing planned on any rank
         groups, nrounds, ncontig = [pieces], 1, 0
-        if plan.nbytes >= _AGREE_CALLS_NBYTES:  # large: the largest rank decides the calls (plan.nbytes is the same on every rank)
+        # Large: the largest rank decides the calls (plan.nbytes and the backend are the same on every rank).
+        if plan.nbytes >= _AGREE_CALLS_NBYTES and getattr(self._backend, "collective_io", True):
             groups = _groups(pieces)
             mine = np.array(
                 [
