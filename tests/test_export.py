@@ -467,3 +467,60 @@ def test_hp_window_slices_like_the_reader(adv: tuple[Path, Any]) -> None:
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
         assert w.read_hp("modes", 0, g.N)[0].sum() == g.counts.sum() and w.manifest is r.manifest
+
+
+# -- damage: every byte read is checked, in the one pass that reads it ---------------------------
+
+
+class Layouts(ac.CheckpointSchema, name="export-layouts", version=1):
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=2)
+    plain: ac.CellData = ac.Cells("<f8")
+    element: ac.CellData = ac.Cells("<f8", shape=(2,), compress=True)
+    chunked: ac.CellData = ac.Cells("<f4", chunks=7)
+    modes: ac.HpData = ac.HpCells("<f8")
+    packed: ac.HpData = ac.HpCells("<f4", compress=True)
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2D checkpoint with a section of every layout the export reads (A, V, chunks, hp counts and values)."""
+    lv = random_forest(11, num_trees=2, dim=2, max_level=5)
+    N = lv.num_leaves
+    rng = np.random.default_rng(11)
+    counts, packed = rng.integers(0, 4, N), rng.integers(1, 3, N)
+    state = Layouts(
+        step=3,
+        mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=2),
+        plain=rng.random(N),
+        element=rng.standard_normal((N, 2)),
+        chunked=rng.random(N).astype("<f4"),
+        modes=ac.HpData(rng.standard_normal(int(counts.sum())), counts),
+        packed=ac.HpData(rng.random(int(packed.sum())).astype("<f4"), packed),
+    )
+    path = tmp_path_factory.mktemp("layouts") / "layouts.scda"
+    ac.save(state, path)
+    return path
+
+
+@pytest.mark.parametrize("section", range(7))
+def test_a_damaged_section_is_refused_naming_it(layouts: Path, tmp_path: Path, section: int) -> None:
+    """One byte changed in the data of any section the export reads: ChecksumError naming it, and no file."""
+    need("h5py")
+    names = ("mesh", "plain", "element", "chunked", "modes", "packed")
+    entries = [e for e in ac.read_info(layouts).index.sections if e.name in names]
+    assert len(entries) == 7  # modes: its counts and its values
+    e = entries[section]
+    raw = bytearray(layouts.read_bytes())
+    raw[e.end - 1 - (e.end - e.offset) // 3] ^= 0x10  # in the data, past the header
+    bad = tmp_path / "bad.scda"
+    bad.write_bytes(bytes(raw))
+    out = tmp_path / "bad.vtkhdf"
+    for chunk in (7, ac.export.DEFAULT_CHUNK_LEAVES):
+        with pytest.raises(ac.ChecksumError, match=f"'{e.name}'") as info:
+            ac.export.to_vtkhdf(bad, out, chunk_leaves=chunk)
+        assert info.value.section == e.name and not out.exists()
+    try:  # unchecked: the damaged value is converted as it is, or its bytes do not fit (not said as damage)
+        assert ac.export.to_vtkhdf(bad, out, verify=False).num_cells
+    except ac.AmrckptError as exc:
+        assert not isinstance(exc, ac.ChecksumError) and e.name in ("element", "chunked", "modes", "packed")

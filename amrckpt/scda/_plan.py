@@ -226,6 +226,38 @@ class ReadPlan:
             out.append((c, self.try_(functools.partial(c.crc.term, c.end), 0)))
         return out
 
+    def piece_crcs(self) -> dict[int, list[tuple[int, int, int]]]:
+        """Return, by covered section (its first byte), ``(offset, nbytes, crc32)`` of each piece CRC'd.
+
+        The pieces read with ``crc=True`` (with :attr:`verify`) and the
+        ``known`` pieces given to :meth:`cover`, once the helper thread has
+        CRC'd them.  A reader of ranges keeps them to check a section it
+        reads in many plans, without reading it again.  Not collective.
+        """
+        return {off: c.crc.known() for off, c in sorted(self._covered.items())}
+
+    def compare_whole(self) -> None:
+        """Compare the CRC32 of each covered section whose pieces on this rank tile it; leave the others unchecked.
+
+        For a plan run on one rank alone (:class:`LocalExecutor`): a section
+        that the plan reads only in part cannot be checked by it (the caller
+        combines its :meth:`piece_crcs` over several plans).
+        """
+        for c in sorted(self._covered.values(), key=lambda c: c.offset):
+            pos = c.offset
+            for off, n, _ in sorted(c.crc.known()):
+                if off != pos:
+                    break
+                pos += n
+            if pos != c.end:
+                continue
+            if self.try_(functools.partial(c.crc.term, c.end), None) != c.crc32:
+                if self.error is None or isinstance(self.error, ValueError):
+                    self.error = checksum_error(c.name, c.offset, c.end, self.path)
+                return
+            if c.name not in self.checked:
+                self.checked.append(c.name)
+
     def compare(self, got: Sequence[int], someone_failed: bool) -> None:
         """Compare the combined CRC32 of each covered section with the expected one; keep the first mismatch.
 
@@ -424,7 +456,8 @@ class LocalExecutor:
 
     Not collective.  For ranges of a partitioned section that one rank
     reads by itself (a viewer streaming a file); a covered section is
-    checked only if the plan reads all of it.
+    checked only if the plan reads all of it (:meth:`ReadPlan.compare_whole`),
+    the others by the caller from :meth:`ReadPlan.piece_crcs`.
 
     Parameters
     ----------
@@ -450,7 +483,7 @@ class LocalExecutor:
                     plan.try_(functools.partial(s.then, before))
             self._phase(plan)
         if plan.verify and not plan.failed_read:
-            plan.compare([t for _, t in plan.terms()], False)
+            plan.compare_whole()
         plan.release()
 
     def _phase(self, plan: ReadPlan) -> None:
