@@ -2,24 +2,28 @@
 
 The file follows the VTKHDF specification (version 2.2; VTK's
 ``vtkHDFReader``, ParaView 5.12 and later; ParaView 5.11 reads one step
-correctly but overlays all steps of a series in one grid).  Each leaf becomes a cell with
-its own 4 (2D) or 8 (3D) corner points, so that every array is a function of
-the leaf index alone: leaves ``a .. b`` of a step fill rows ``[P + 2**dim * a,
-P + 2**dim * b)`` of ``Points`` and rows ``[C + a, C + b)`` of ``Types`` and
-the cell data, whatever else is written.  That lets the export run in
-chunks of leaves, one at a time (serial) or on each rank at once (h5py built
-with MPI), and makes the file the same for any number of processes: one
-VTK partition per step, in curve order.  The elements of Array fields of
-positions (particles) follow a step's leaves, one ``VTK_VERTEX`` cell each.
+correctly but overlays all steps of a series in one grid).  Each leaf
+becomes a cell, and every cell array is a function of the leaf index alone:
+leaves ``a .. b`` of a step fill rows ``[C + a, C + b)`` of ``Types`` and
+the cell data and rows ``[K + 2**dim a, K + 2**dim b)`` of ``Connectivity``.
+Corner points are shared within blocks of :data:`POINT_BLOCK_LEAVES`
+consecutive leaves (:func:`shared_corners`: each distinct vertex of a tree
+once per block), at global positions along the curve, so that the points
+depend neither on the chunk size nor on the number of processes: one VTK
+partition per step, in curve order.  A serial export appends each block's
+points as it goes (``Points`` grows, in HDF5 chunks); a parallel one (h5py
+built with MPI) counts each rank's points first, then every rank writes
+its blocks in place.  The elements of Array fields of positions (particles)
+follow a step's leaves, one ``VTK_VERTEX`` cell and point each.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,8 +43,9 @@ from ._arrays import (
     plan_points,
     point_values,
 )
-from ._geometry import VTK_CELL_TYPE, cell_corners, float32_exact, leaf_boxes, leaf_corners, mesh_geometry
-from ._reader import HpWindow, open_reader
+from ._geometry import VTK_CELL_TYPE, float32_exact, mesh_geometry
+from ._points import POINT_BLOCK_LEAVES, count_shared_corners, shared_corners
+from ._reader import open_reader
 
 __all__ = ["DEFAULT_CHUNK_LEAVES", "ExportResult", "to_vtkhdf"]
 
@@ -49,7 +54,9 @@ logger = logging.getLogger(__name__)
 VTK_VERTEX = 1
 """VTK cell type of a point (an element of an Array field of positions)."""
 DEFAULT_CHUNK_LEAVES = 1 << 17
-"""Leaves converted at a time: 24 MiB of 3D corner points, the largest temporary of a chunk."""
+"""Leaves converted at a time (one block of shared points, :data:`POINT_BLOCK_LEAVES`)."""
+POINTS_CHUNK_ROWS = 1 << 16
+"""Rows of an HDF5 chunk of ``Points`` when a serial export appends them (768 KiB of float32 points)."""
 
 INSTALL_H5PY = "exporting to VTKHDF needs h5py: pip install h5py (or pip install 'amrckpt[viz]')"
 
@@ -76,6 +83,9 @@ class ExportResult:
     points : tuple of str
         The Array fields exported as points (particles): VTK_VERTEX cells
         after each step's leaves (:func:`amrckpt.export.plan_points`).
+    num_points : tuple of int
+        Points of each step: the leaves' shared corner points, then one per
+        particle.
     """
 
     path: Path
@@ -86,6 +96,7 @@ class ExportResult:
     arrays: tuple[str, ...]
     series: bool
     points: tuple[str, ...] = ()
+    num_points: tuple[int, ...] = ()
 
 
 def _number(v: Any, kind: type) -> Any:
@@ -100,7 +111,7 @@ class _Step:
     step: int | None
     time: float | None
     arrays: list[CellArray]
-    float32: bool
+    float32_level: int  # the finest leaf level whose corners are all float32 (-1: none, or float64 points anyway)
     mesh: str
     length_units: str | None
     points: list[PointSet]
@@ -111,29 +122,24 @@ class _Step:
         return sum(p.count for p in self.points)
 
 
-def _float32_points(r: Any, brick: tuple[int, ...] | None, chunk: int, mesh: str) -> bool:
-    """Whether every corner of this mesh's leaves is exactly a float32 (one pass over the levels)."""
-    N = mesh_spec(r.manifest, mesh).num_leaves
-    g = mesh_geometry(r, brick, mesh)
-    if not g.boxes_exact or plan_points(r.manifest):  # leaves placed by a vertex map, or particles: float64
-        return False
-    lower, upper = g.tree_lower, g.tree_upper
-    finest = 0
-    for s in range(0, N, chunk):
-        finest = max(finest, int(r.read_mesh(s, min(chunk, N - s), mesh)["level"].max()))
-    return float32_exact(lower, upper, finest)
+def _float32_level(geometry: Any, maxlevel: int, particles: bool) -> int:
+    """Return the finest level up to which every leaf corner is exactly a float32 (:func:`float32_exact`), -1 if none.
+
+    Leaves placed by a vertex map, and steps with particles (float64
+    positions), have float64 points: -1.
+    """
+    if particles or not geometry.boxes_exact:
+        return -1
+    for level in range(maxlevel, -1, -1):
+        if float32_exact(geometry.tree_lower, geometry.tree_upper, level):
+            return level
+    return -1
 
 
 def _survey(
-    paths: Sequence[Path],
-    hp: HpSummary,
-    ranks: int | None,
-    verify: bool,
-    points: str,
-    brick: tuple[int, ...] | None,
-    chunk: int,
-    mesh: str | None,
+    paths: Sequence[Path], hp: HpSummary, ranks: int | None, verify: bool, brick: tuple[int, ...] | None, mesh: str | None
 ) -> list[_Step]:
+    """Read the metadata of every checkpoint (no field data)."""
     out = []
     for p in paths:
         with open_reader(p, verify=verify) as r:
@@ -141,6 +147,7 @@ def _survey(
             if not m.meshes:
                 raise CheckpointError(f"{os.fspath(p)!r} holds no mesh (schema {m.schema_name}): nothing to export")
             ms = mesh_spec(m, mesh)
+            particles = plan_points(m)
             out.append(
                 _Step(
                     p,
@@ -149,10 +156,10 @@ def _survey(
                     _number(m.values.get("step"), int),
                     _number(m.values.get("time"), float),
                     plan_arrays(m, hp=hp, ranks=ranks, mesh=ms.field),
-                    points == "auto" and _float32_points(r, brick, chunk, ms.field),
+                    _float32_level(mesh_geometry(r, brick, ms.field), ms.maxlevel, bool(particles)),
                     ms.field,
                     ms.geometry.units if ms.geometry is not None else None,
-                    plan_points(m),
+                    particles,
                 )
             )
     dims = {s.dim for s in out}
@@ -199,34 +206,67 @@ def _fill(dt: np.dtype[Any]) -> Any:
     return np.iinfo(dt).max if dt.kind == "u" else -1
 
 
+@dataclass
+class _Plan:
+    """The sizes of every step in the file: cells, connectivity ids, particles (points once known)."""
+
+    steps: Sequence[_Step]
+    particles: list[int]  # exported particles of each step
+    points: list[int] | None = None  # points of each step (leaves' shared corners, then particles)
+
+    @property
+    def nv(self) -> int:
+        return 1 << self.steps[0].dim
+
+    @property
+    def cells(self) -> np.ndarray:
+        return np.array([s.num_leaves + m for s, m in zip(self.steps, self.particles, strict=True)], dtype=np.int64)
+
+    @property
+    def conn_ids(self) -> np.ndarray:
+        return np.array([self.nv * s.num_leaves + m for s, m in zip(self.steps, self.particles, strict=True)], dtype=np.int64)
+
+    def before(self, sizes: Any) -> np.ndarray:
+        """Rows of a dataset before each step."""
+        return np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))[:-1]]).astype(np.int64)
+
+
 def _create(
-    h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], points: Sequence[PointSet], series: bool, units_in_names: bool
+    h5: Any,
+    plan: _Plan,
+    arrays: Sequence[CellArray],
+    points: Sequence[PointSet],
+    series: bool,
+    units_in_names: bool,
+    points_dtype: Any,
 ) -> dict[str, Any]:
-    """Create every dataset of the file at its full size (collective under MPI); return them by name."""
-    dim = steps[0].dim
-    nv = 1 << dim
-    n = np.array([s.num_leaves for s in steps], dtype=np.int64)
-    m = np.array([sum(p.count for p in s.points if p.key in {q.key for q in points}) for s in steps], dtype=np.int64)
-    cells = n + m
-    pts = nv * n + m
+    """Create every dataset of the file (collective under MPI); return them by name.
+
+    ``Points`` has its final size where the points of every step are known
+    (``plan.points``); otherwise it starts empty and grows as blocks are
+    appended, and :func:`_finish` writes the datasets that count points.
+    """
+    steps = plan.steps
+    cells, conn_ids = plan.cells, plan.conn_ids
     S = len(steps)
-    total, total_pts = int(cells.sum()), int(pts.sum())
+    total = int(cells.sum())
     root = h5.create_group("VTKHDF")
     root.attrs["Version"] = np.array([2, 2], dtype=np.int64)
     root.attrs.create("Type", np.bytes_(b"UnstructuredGrid"))
-    d: dict[str, Any] = {}
-    root.create_dataset("NumberOfPoints", data=pts)
+    d: dict[str, Any] = {"root": root}
+    if plan.points is None:
+        d["Points"] = root.create_dataset("Points", (0, 3), maxshape=(None, 3), chunks=(POINTS_CHUNK_ROWS, 3), dtype=points_dtype)
+    else:
+        d["Points"] = root.create_dataset("Points", (int(sum(plan.points)), 3), dtype=points_dtype)
     root.create_dataset("NumberOfCells", data=cells)
-    root.create_dataset("NumberOfConnectivityIds", data=pts)
-    points_dt = np.float32 if all(s.float32 for s in steps) else np.float64
-    d["Points"] = root.create_dataset("Points", (total_pts, 3), dtype=points_dt)
-    # Point ids count from each step's first point: int32 unless a step has 2**31 points (VTK widens them to vtkIdType).
-    ids = np.int32 if int(pts.max(initial=0)) < 2**31 else np.int64
-    d["Connectivity"] = root.create_dataset("Connectivity", (total_pts,), dtype=ids)
+    root.create_dataset("NumberOfConnectivityIds", data=conn_ids)
+    # Point ids count from each step's first point, offsets from its first id: int32 unless a step has 2**31 ids.
+    ids = np.int32 if int(conn_ids.max(initial=0)) < 2**31 else np.int64
+    d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids)
     d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids)
     d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8)
     cd = root.create_group("CellData")
-    mixed = bool(m.any())
+    mixed = any(plan.particles)
     everything = [("cell:", a) for a in arrays] + [(f"point:{p.field}:", a) for p in points for a in p.arrays]
     for prefix, a in everything:
         shape = (total,) if a.ncomp == 1 else (total, a.ncomp)
@@ -242,29 +282,33 @@ def _create(
     fd.create_dataset("step", data=step_v)
     fd.create_dataset("time", data=time_v)
     if series:
-        cells_before = np.concatenate([[0], np.cumsum(cells)[:-1]]).astype(np.int64)
-        pts_before = np.concatenate([[0], np.cumsum(pts)[:-1]]).astype(np.int64)
         st = root.create_group("Steps")
+        d["Steps"] = st
         st.attrs["NSteps"] = np.int64(S)
         st.create_dataset("Values", data=np.where(np.isnan(time_v), step_v.astype(np.float64), time_v))
         st.create_dataset("PartOffsets", data=np.arange(S, dtype=np.int64))
         st.create_dataset("NumberOfParts", data=np.ones(S, dtype=np.int64))
-        st.create_dataset("PointOffsets", data=pts_before)
-        st.create_dataset("CellOffsets", data=cells_before.reshape(S, 1))
-        st.create_dataset("ConnectivityIdOffsets", data=pts_before.reshape(S, 1))
+        st.create_dataset("CellOffsets", data=plan.before(cells).reshape(S, 1))
+        st.create_dataset("ConnectivityIdOffsets", data=plan.before(conn_ids).reshape(S, 1))
         cdo = st.create_group("CellDataOffsets")
         for _, a in everything:
-            cdo.create_dataset(_dataset_name(a, units_in_names), data=cells_before)
+            cdo.create_dataset(_dataset_name(a, units_in_names), data=plan.before(cells))
         st.create_group("PointDataOffsets")
         fdo = st.create_group("FieldDataOffsets")
         fds = st.create_group("FieldDataSizes")
         for name in ("step", "time"):
             fdo.create_dataset(name, data=np.arange(S, dtype=np.int64))
             fds.create_dataset(name, data=np.ones((S, 2), dtype=np.int64))
+    if plan.points is not None:
+        _finish(d, plan.points)
     meta = h5.create_group("amrckpt")  # outside /VTKHDF: ignored by VTK (spec 2.2)
     meta.attrs["sources"] = [os.fspath(s.path) for s in steps]
     meta.attrs["mesh"] = [s.mesh for s in steps]
     meta.attrs["leaf_order"] = "curve order of each checkpoint: cell i of a step is its leaf i"
+    meta.attrs["point_blocks"] = (
+        f"the corner points of leaves [k {POINT_BLOCK_LEAVES}, (k + 1) {POINT_BLOCK_LEAVES}) of a step are shared: "
+        "each distinct vertex of a tree once, ordered by tree, x, y, z"
+    )
     if mixed:
         meta.attrs["points"] = [p.field for p in points]
         meta.attrs["point_cells"] = "after the leaves of each step: one VTK_VERTEX cell per element of each point set, in order"
@@ -273,16 +317,72 @@ def _create(
     return d
 
 
-@dataclass(frozen=True)
+def _finish(d: dict[str, Any], points: Sequence[int]) -> None:
+    """Create the datasets that count each step's points (collective under MPI)."""
+    pts = np.asarray(points, dtype=np.int64)
+    d["root"].create_dataset("NumberOfPoints", data=pts)
+    if "Steps" in d:
+        d["Steps"].create_dataset("PointOffsets", data=np.concatenate([[0], np.cumsum(pts)[:-1]]).astype(np.int64))
+
+
+@dataclass
 class _Rows:
-    """Where one step starts in the file's datasets, and its sizes."""
+    """Where one step starts in the file's datasets, its sizes, and where this rank's points go."""
 
     step_index: int
     cells_before: int
-    points_before: int
+    conn_before: int
+    points_before: int  # rows of Points before the step
     num_leaves: int
-    num_points: int
-    leaf_points: int
+    num_particles: int
+    nv: int  # corners of a leaf: 4 or 8
+    next_point: int = 0  # the step's next point (this rank's first, then on), counted from the step's first
+    leaf_points: int = 0  # the step's leaf points (all ranks'), known once they are counted or written
+    grow: bool = False  # Points grows as points are appended (serial)
+
+
+class _Float64Needed(Exception):
+    """A block's finest leaf has corners that are not float32: the export starts again with float64 points."""
+
+
+@dataclass
+class _Blocks:
+    """Cuts a stream of leaf chunks into the blocks of shared points, holding the leaves of an unfinished block."""
+
+    end: int  # one past the last leaf of the range
+    pending: list[np.ndarray] = field(default_factory=list)
+
+    def feed(self, s: int, leaves: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Take leaves ``s .. s + len(leaves) - 1``; yield ``(first leaf, leaves)`` of every block they complete."""
+        e, pos = s + len(leaves), s
+        while pos < e:
+            block_end = min((pos // POINT_BLOCK_LEAVES + 1) * POINT_BLOCK_LEAVES, self.end)
+            stop = min(e, block_end)
+            self.pending.append(leaves[pos - s : stop - s])
+            pos = stop
+            if pos == block_end:
+                block = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
+                self.pending = []
+                yield block_end - len(block), block
+
+
+def _block_range(N: int, rank: int, size: int) -> tuple[int, int]:
+    """Leaves of a step that rank ``rank`` of ``size`` converts: whole blocks, split as p4est splits elements."""
+    nb = -(-N // POINT_BLOCK_LEAVES)
+    return min(N, nb * rank // size * POINT_BLOCK_LEAVES), min(N, nb * (rank + 1) // size * POINT_BLOCK_LEAVES)
+
+
+def _count_range(reader: Any, mesh: str, dim: int, maxlevel: int, a: int, b: int, chunk: int) -> tuple[int, int]:
+    """Return the shared corner points of leaves ``a .. b - 1`` (whole blocks) and their finest level (-1 if none)."""
+    blocks = _Blocks(b)
+    count, finest = 0, -1
+    for s in range(a, b, chunk):
+        leaves = reader.read_mesh(s, min(chunk, b - s), mesh)
+        if len(leaves):
+            finest = max(finest, int(leaves["level"].max()))
+        for _, block in blocks.feed(s, leaves):
+            count += count_shared_corners(block, dim, maxlevel)
+    return count, finest
 
 
 def _write_range(
@@ -297,42 +397,58 @@ def _write_range(
     chunk: int,
     prefetch: bool,
     mesh: str,
+    float32_level: int,
 ) -> None:
-    """Write leaves ``a .. b - 1`` of one step, ``chunk`` leaves at a time (not collective).
+    """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
 
-    With ``prefetch`` one worker thread reads and converts the next chunk
-    while this thread writes the current one (reads and numpy release the
-    GIL; h5py does not): serial exports only, where no MPI call is made off
-    the main thread.
+    Not collective.  With ``prefetch`` one worker thread reads and converts
+    the next chunk while this thread writes the current one (reads and numpy
+    release the GIL; h5py does not): serial exports only, where no MPI call
+    is made off the main thread.
+
+    Raises
+    ------
+    _Float64Needed
+        If the points are float32 and a leaf is finer than ``float32_level``.
     """
-    dim = geometry.dim
-    nv = 1 << dim
+    nv = 1 << geometry.dim
     num_leaves = rows.num_leaves
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
     ids = d["Connectivity"].dtype
     points_dtype = d["Points"].dtype
-    boxes = geometry.boxes_exact
+    f32 = points_dtype == np.float32
+    blocks = _Blocks(b)
+    cell_type = VTK_CELL_TYPE[geometry.dim]
 
-    def convert(s: int) -> tuple[int, int, np.ndarray, list[np.ndarray]]:
+    def convert(s: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, int, np.ndarray, np.ndarray]]]:
         e = min(s + chunk, b)
         leaves = reader.read_mesh(s, e - s, mesh)
-        if boxes:
-            lo, hi = leaf_boxes(leaves, geometry.tree_lower, geometry.tree_upper, maxlevel)
-            corners = cell_corners(lo, hi, points_dtype)
-        else:
-            corners = leaf_corners(leaves, geometry, maxlevel, points_dtype)
-        return s, e, corners, leaf_values(arrays, reader, leaves, s, num_leaves)
+        values = leaf_values(arrays, reader, leaves, s, num_leaves)
+        done = []
+        for first, block in blocks.feed(s, leaves):
+            if f32 and int(block["level"].max()) > float32_level:
+                raise _Float64Needed
+            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype)
+            conn = corners.reshape(-1).astype(ids)
+            conn += rows.next_point
+            done.append((first, rows.next_point, pts, conn))
+            rows.next_point += len(pts)
+        return s, e, values, done
 
-    def write(s: int, e: int, points: np.ndarray, values: list[np.ndarray]) -> None:
+    def write(s: int, e: int, values: list[np.ndarray], done: list[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
         c0, c1 = rows.cells_before + s, rows.cells_before + e
-        p0 = rows.points_before + nv * s
-        d["Points"][p0 : p0 + nv * (e - s)] = points
-        d["Connectivity"][p0 : p0 + nv * (e - s)] = np.arange(nv * s, nv * e, dtype=ids)
-        last = e == num_leaves and not rows.num_points
+        last = e == num_leaves and not rows.num_particles
         d["Offsets"][off0 + s : off0 + e + last] = np.arange(nv * s, nv * (e + last), nv, dtype=ids)
-        d["Types"][c0:c1] = np.full(e - s, VTK_CELL_TYPE[dim], dtype=np.uint8)
+        d["Types"][c0:c1] = np.full(e - s, cell_type, dtype=np.uint8)
         for arr, v in zip(arrays, values, strict=True):
             d["cell:" + arr.name][c0:c1] = v
+        for first, at, pts, conn in done:
+            p0 = rows.points_before + at
+            if rows.grow:
+                d["Points"].resize(p0 + len(pts), axis=0)
+            d["Points"][p0 : p0 + len(pts)] = pts
+            k0 = rows.conn_before + nv * first
+            d["Connectivity"][k0 : k0 + len(conn)] = conn
 
     starts = list(range(a, b, chunk))
     if prefetch and len(starts) > 1:
@@ -346,31 +462,39 @@ def _write_range(
     else:
         for s in starts:
             write(*convert(s))
-    if num_leaves == 0 and a == 0 and not rows.num_points:
+    if num_leaves == 0 and a == 0 and not rows.num_particles:
         d["Offsets"][off0 : off0 + 1] = np.zeros(1, dtype=ids)
 
 
 def _write_points(
     d: dict[str, Any], reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int
 ) -> None:
-    """Write this rank's share of each point set of one step, as VTK_VERTEX cells after the leaves (not collective)."""
+    """Write this rank's share of each point set of one step, as VTK_VERTEX cells after the leaves (not collective).
+
+    Particle ``k`` of the step is cell ``N + k``, connectivity id ``2**dim N
+    + k`` and point ``L + k``, ``L`` the step's leaf points
+    (``rows.leaf_points``, known by then).
+    """
     ids = d["Connectivity"].dtype
     off0 = rows.cells_before + rows.step_index
-    leaf_pts = rows.leaf_points
+    leaf_ids = rows.nv * rows.num_leaves
     before = 0
     for ps in points:
         a, b = ps.count * rank // size, ps.count * (rank + 1) // size
         for s in range(a, b, max(1, chunk)):
             e = min(s + chunk, b)
             xyz, values = point_values(ps, reader, s, e - s)
-            k0, k1 = before + s, before + e  # the step's point cells, counted after its leaves
+            k0, k1 = before + s, before + e  # the step's particles, counted after its leaves
             c0, c1 = rows.cells_before + rows.num_leaves + k0, rows.cells_before + rows.num_leaves + k1
-            p0 = rows.points_before + leaf_pts + k0
+            p0 = rows.points_before + rows.leaf_points + k0
+            if rows.grow:
+                d["Points"].resize(p0 + (e - s), axis=0)
             d["Points"][p0 : p0 + (e - s)] = xyz
-            d["Connectivity"][p0 : p0 + (e - s)] = np.arange(leaf_pts + k0, leaf_pts + k1, dtype=ids)
-            last = k1 == rows.num_points
+            q0 = rows.conn_before + leaf_ids + k0
+            d["Connectivity"][q0 : q0 + (e - s)] = np.arange(rows.leaf_points + k0, rows.leaf_points + k1, dtype=ids)
+            last = k1 == rows.num_particles
             first_row = off0 + rows.num_leaves + k0
-            d["Offsets"][first_row : first_row + (e - s) + last] = np.arange(leaf_pts + k0, leaf_pts + k1 + last, dtype=ids)
+            d["Offsets"][first_row : first_row + (e - s) + last] = np.arange(leaf_ids + k0, leaf_ids + k1 + last, dtype=ids)
             d["Types"][c0:c1] = np.full(e - s, VTK_VERTEX, dtype=np.uint8)
             for arr, v in zip(ps.arrays, values, strict=True):
                 d[f"point:{ps.field}:" + arr.name][c0:c1] = v
@@ -405,7 +529,11 @@ def to_vtkhdf(
     The file is a VTKHDF ``UnstructuredGrid`` with one cell per leaf, in
     curve order (cell ``i`` of a step is leaf ``i`` of its checkpoint): a
     ``VTK_QUAD`` (2D) or ``VTK_HEXAHEDRON`` (3D) on the leaf's box, placed by
-    the forest geometry of the checkpoint (:func:`tree_boxes`).  Cell data:
+    the forest geometry of the checkpoint (:func:`tree_boxes`).  Leaves
+    share their corner points within blocks of :data:`POINT_BLOCK_LEAVES`
+    consecutive leaves, each distinct vertex of a tree once per block
+    (:func:`shared_corners`): about one point per leaf in 2D, instead of
+    four.  Cell data:
     ``level`` and ``tree``, every ``cells`` field (vector and tensor values
     as components; units in each dataset's ``units`` attribute, and in its
     name with ``units_in_names``), every ``hp`` field as ``NAME.count`` and
@@ -417,10 +545,13 @@ def to_vtkhdf(
     with its own mesh.
 
     Leaves are converted ``chunk_leaves`` at a time, so no rank holds a whole
-    mesh.  Under MPI with an h5py built with MPI (``h5py.get_config().mpi``)
-    every rank writes its share of each step's leaves into one file opened
-    with the ``mpio`` driver; otherwise rank 0 writes the file alone, in
-    chunks.  The bytes do not depend on the number of ranks.
+    mesh, and each checkpoint is read once: every byte read is CRC'd as it
+    is read and checked against the index before the file is kept.  Under
+    MPI with an h5py built with MPI (``h5py.get_config().mpi``) every rank
+    counts the points of its blocks of each step's leaves (one more read of
+    its mesh), then writes its share into one file opened with the
+    ``mpio`` driver; otherwise rank 0 writes the file alone, in chunks.  The
+    datasets do not depend on the number of ranks nor on ``chunk_leaves``.
 
     Parameters
     ----------
@@ -444,8 +575,9 @@ def to_vtkhdf(
     points : {"auto", "float64"}, optional
         ``"auto"``: the corner points are float32 where every corner of
         every step is exactly a float32 (:func:`float32_exact`: leaves up to
-        level 20 or so of unit trees), which saves a third of the file,
-        else float64; ``"float64"``: always float64.
+        level 20 or so of unit trees), which halves them, else float64
+        (a serial export meets the first finer leaf while it writes, and
+        starts again with float64 points); ``"float64"``: always float64.
     mesh : str, optional
         The mesh whose leaves become the cells, for a checkpoint of several
         meshes (the first by default); the fields on its leaves are
@@ -453,7 +585,8 @@ def to_vtkhdf(
     prefix : str, optional
         The manager's file prefix, for a directory.
     chunk_leaves : int, optional
-        Leaves per chunk.
+        Leaves per chunk (what is read, converted and written at a time;
+        the leaves of an unfinished block of points are held until it ends).
     comm : None or mpi4py.MPI.Comm, optional
         Collective over ``comm`` when given; serial by default.
     verify : bool, optional
@@ -470,6 +603,9 @@ def to_vtkhdf(
         If h5py is not installed.
     FileNotFoundError
         If ``source`` does not exist or a directory holds no checkpoint.
+    ChecksumError
+        With ``verify``, if a byte read does not match its section's CRC32
+        (naming the section); the file is not written.
     CheckpointError
         If a checkpoint holds no mesh, cannot be read, or the checkpoints
         of a series mix 2D and 3D.
@@ -484,6 +620,8 @@ def to_vtkhdf(
     h5py = _h5py()
     if chunk_leaves < 1:
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
+    if points not in ("auto", "float64"):
+        raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
     with collective(comm, "export") as call:
         return _export(call, h5py, source, out, prefix, hp, ranks, verify, points, brick, chunk_leaves, mesh, units_in_names)
 
@@ -505,47 +643,76 @@ def _export(
 ) -> ExportResult:
     c = call.comm
     paths, series = checkpoint_paths(source, prefix)
-    if points not in ("auto", "float64"):
-        raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
 
     def survey() -> list[_Step]:
-        return _survey(paths, hp, ranks, verify, points, brick, chunk_leaves, mesh)
+        return _survey(paths, hp, ranks, verify, brick, mesh)
 
     steps = survey() if c.size == 1 else call.on_root(survey, what="export: survey")
     arrays = _common_arrays(steps)
     point_sets = _common_points(steps)
     keys = {p.key for p in point_sets}
+    particles = [sum(p.count for p in s.points if p.key in keys) for s in steps]
     out_path = Path(out)
     parallel = c.size > 1 and bool(h5py.get_config().mpi)
+    float32 = points == "auto" and all(s.float32_level >= 0 for s in steps)
 
-    def write(rank: int, size: int, h5: Any) -> None:
-        d = _create(h5, steps, arrays, point_sets, series, units_in_names)
-        cells_before = points_before = 0
+    def write(rank: int, size: int, h5: Any, plan: _Plan) -> list[int]:
+        """Write every step (this rank's blocks and particles); return the points of each step."""
+        d = _create(h5, plan, arrays, point_sets, series, units_in_names, np.float32 if float32 else np.float64)
+        nv = plan.nv
+        cells_before, conn_before, points_before = 0, 0, 0
+        totals = []
         for i, st in enumerate(steps):
-            nv = 1 << st.dim
             N = st.num_leaves
             mine = [p for p in st.points if p.key in keys]
-            rows = _Rows(i, cells_before, points_before, N, sum(p.count for p in mine), nv * N)
+            rows = _Rows(i, cells_before, conn_before, points_before, N, particles[i], nv, grow=plan.points is None)
             with open_reader(st.path, verify=verify) as r:
-                maxlevel = mesh_spec(r.manifest, st.mesh).maxlevel
+                ms = mesh_spec(r.manifest, st.mesh)
                 geometry = mesh_geometry(r, brick, st.mesh)
-                a, b = N * rank // size, N * (rank + 1) // size
-                _write_range(d, HpWindow(r), arrays, geometry, maxlevel, rows, a, b, chunk_leaves, not parallel, st.mesh)
+                a, b = _block_range(N, rank, size)
+                if plan.points is not None:  # counted: this rank's first point follows the ranks' below
+                    rows.next_point, rows.leaf_points = starts[i][rank], plan.points[i] - particles[i]
+                _write_range(d, r, arrays, geometry, ms.maxlevel, rows, a, b, chunk_leaves, not parallel, st.mesh, st.float32_level)
+                if plan.points is None:
+                    rows.leaf_points = rows.next_point
                 _write_points(d, r, mine, rows, rank, size, chunk_leaves)
-                r.check_crcs()  # every section read against the index (verify=True), before the file is kept
-            cells_before += N + rows.num_points
-            points_before += nv * N + rows.num_points
+                r.check_crcs()  # every byte read, against the index (verify=True), before the file is kept
+            totals.append(rows.leaf_points + particles[i])
+            cells_before += N + particles[i]
+            conn_before += nv * N + particles[i]
+            points_before += totals[-1]
+        if plan.points is None:
+            _finish(d, totals)
+        return totals
 
+    starts: list[np.ndarray] = []
     if parallel:
+        mine: list[int] = []
+        for st in steps:  # this rank's points of each step, and its finest leaf
+            with open_reader(st.path, verify=verify) as r:
+                a, b = _block_range(st.num_leaves, c.rank, c.size)
+                mine.extend(_count_range(r, st.mesh, st.dim, mesh_spec(r.manifest, st.mesh).maxlevel, a, b, chunk_leaves))
+        got = call.allgather_ints(mine, what="export: points of each rank").reshape(c.size, len(steps), 2)
+        counts, finest = got[:, :, 0], got[:, :, 1].max(axis=0)
+        float32 = float32 and all(int(f) <= s.float32_level for f, s in zip(finest, steps, strict=True))
+        starts = [np.concatenate([[0], np.cumsum(counts[:, i])[:-1]]) for i in range(len(steps))]
+        plan = _Plan(steps, particles, [int(counts[:, i].sum()) + particles[i] for i in range(len(steps))])
         with replacing(out_path, call) as tmp, h5py.File(tmp, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
-            write(c.rank, c.size, h5)
+            totals = write(c.rank, c.size, h5, plan)
     else:
 
-        def serial() -> None:
-            with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                write(0, 1, h5)
+        def serial() -> list[int]:
+            nonlocal float32
+            try:
+                with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
+                    return write(0, 1, h5, _Plan(steps, particles))
+            except _Float64Needed:
+                logger.info("a leaf's corners are not float32: the points are float64")
+                float32 = False
+                with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
+                    return write(0, 1, h5, _Plan(steps, particles))
 
-        serial() if c.size == 1 else call.on_root(serial, what="export: write")
+        totals = serial() if c.size == 1 else call.on_root(serial, what="export: write")
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)
     return ExportResult(
         out_path,
@@ -556,4 +723,5 @@ def _export(
         tuple(_dataset_name(a, units_in_names) for a in [*arrays, *(x for p in point_sets for x in p.arrays)]),
         series,
         tuple(p.field for p in point_sets),
+        tuple(totals),
     )

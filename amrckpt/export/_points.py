@@ -1,0 +1,288 @@
+"""Corner points shared by the leaves of a block: each distinct vertex of a tree once, found on an integer lattice.
+
+The corners of a leaf at level ``l`` with anchor ``(x, y[, z])`` (p4est's
+integer coordinates, in units of ``2**-maxlevel`` of its tree) are ``x + b
+2**(maxlevel - l)`` per axis, ``b`` in {0, 1}.  Within a block of leaves
+they all lie on the lattice of spacing ``2**(maxlevel - L)``, ``L`` the
+block's finest level; a vertex is its tree and its lattice cell, one
+integer ``key`` (tree-major, then x, y, z).  The distinct keys, in
+increasing order, are the block's points; each leaf corner is the rank of
+its key among them.  They are found in a dense table of the lattice where
+it is small (a uniform block is a dilation of its anchors by one cell per
+axis), else by sorting the keys, else (lattices of more than ``2**62``
+cells) by sorting rows: the result is the same.  Points of different trees
+are never merged (a vertex shared by two trees, where the geometry joins
+them, appears once per tree).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ._geometry import _CORNERS
+
+__all__ = ["POINT_BLOCK_LEAVES", "CornerMethod", "count_shared_corners", "shared_corners"]
+
+POINT_BLOCK_LEAVES = 1 << 17
+"""Leaves per block: leaves ``[k B, (k + 1) B)`` of a mesh share their corner points (:func:`shared_corners`).
+
+Blocks are global positions along the curve, so that the points of a step
+depend neither on the chunk size of an export nor on its number of ranks.
+A uniform block of ``2**17`` leaves has 1.6 % more points than leaves in
+2D (a 512 x 256 rectangle of quadrants: 513 x 257 points)."""
+
+DENSE_CELLS_PER_CORNER = 4
+"""A block's lattice is held as a dense table when it has at most this many cells per leaf corner."""
+
+CornerMethod = Literal["auto", "dense", "sort", "rows"]
+"""How :func:`shared_corners` finds the distinct vertices (the result is the same)."""
+
+_MAX_KEY_CELLS = 1 << 62
+
+
+@dataclass(frozen=True)
+class _Lattice:
+    """The lattice of one block: spacing ``2**shift`` (p4est units), tree ``t0 + t`` and cell ``lo + i`` per axis."""
+
+    shift: int
+    t0: int
+    lo: tuple[int, ...]
+    ext: tuple[int, ...]  # trees, then cells per axis
+    size: int
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Of the tree and of each axis in a key."""
+        out = [1]
+        for e in self.ext[:0:-1]:
+            out.append(out[-1] * e)
+        return tuple(out[::-1])
+
+
+def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, np.ndarray, Any, np.ndarray]:
+    """Return the block's lattice, its leaves' anchor keys, their sides in lattice cells (1 for a uniform block), and trees."""
+    level = np.ascontiguousarray(mesh["level"])
+    finest, coarsest = int(level.max()), int(level.min())
+    shift = maxlevel - finest
+    side: Any = 1 if coarsest == finest else np.left_shift(1, (finest - level).astype(np.int64))
+    tree = np.ascontiguousarray(mesh["tree"])
+    t0, t1 = int(tree.min()), int(tree.max())
+    cells = [np.right_shift(mesh[c], shift) for c in ("x", "y", "z")[:dim]]
+    lo = tuple(int(c.min()) for c in cells)
+    hi = tuple(int((c + side).max()) if isinstance(side, np.ndarray) else int(c.max()) + 1 for c in cells)
+    ext = (t1 - t0 + 1, *(h - low + 1 for h, low in zip(hi, lo, strict=True)))
+    lat = _Lattice(shift, t0, lo, ext, math.prod(ext))
+    wide = lat.size >= 1 << 31
+    dt = np.int64 if wide else np.int32
+    strides = lat.strides
+    key: np.ndarray = np.zeros(len(mesh), dtype=dt) if lat.ext[0] == 1 else (tree - t0).astype(dt) * strides[0]
+    for c, low, st in zip(cells, lo, strides[1:], strict=True):
+        part = c.astype(dt, copy=False) - low if low else c.astype(dt, copy=False)
+        np.add(key, part * st if st != 1 else part, out=key)
+    return lat, key, side, tree
+
+
+def _corner_keys(key: np.ndarray, side: Any, lat: _Lattice, dim: int) -> np.ndarray:
+    """Keys of every leaf corner, ``(n, 2**dim)``, in VTK order (one strided pass per corner)."""
+    offs = [sum(st for st, b in zip(lat.strides[1:], corner, strict=True) if b) for corner in _CORNERS[dim]]
+    out = np.empty((len(key), 1 << dim), dtype=key.dtype)
+    s = side.astype(key.dtype, copy=False) if isinstance(side, np.ndarray) else None
+    for c, off in enumerate(offs):
+        if not off:
+            out[:, c] = key
+        elif s is None:
+            np.add(key, off, out=out[:, c])
+        else:
+            np.multiply(s, off, out=out[:, c])
+            out[:, c] += key
+    return out
+
+
+def _table(key: np.ndarray, side: Any, keys: np.ndarray, lat: _Lattice) -> np.ndarray:
+    """Return the dense table of the lattice: True at the block's vertices."""
+    table = np.zeros(lat.size, dtype=bool)
+    if isinstance(side, np.ndarray):
+        table[keys.reshape(-1)] = True
+    else:  # a uniform block: its vertices are its anchors dilated by one cell along each axis
+        table[key] = True
+        for st in lat.strides[1:]:
+            table[st:] |= table[:-st]
+    return table
+
+
+def _dense(key: np.ndarray, side: Any, keys: np.ndarray, lat: _Lattice) -> tuple[list[np.ndarray] | None, np.ndarray]:
+    """Distinct keys by a table of the lattice: (None if every cell is a point, else tree and cells of the points), corner ranks."""
+    table = _table(key, side, keys, lat)
+    k = int(np.count_nonzero(table))
+    if k == lat.size:
+        return None, keys
+    rank = np.empty(lat.size, dtype=keys.dtype)
+    rank[table] = np.arange(k, dtype=keys.dtype)
+    return list(np.nonzero(table.reshape(lat.ext))), rank.take(keys)
+
+
+def _sort(keys: np.ndarray, lat: _Lattice) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct keys by one sort of the keys packed with their positions: point keys, corner ranks."""
+    flat = keys.reshape(-1).astype(np.int64, copy=False)
+    m = flat.size
+    idx_bits = max(1, (m - 1).bit_length())
+    if (lat.size - 1).bit_length() + idx_bits > 63:
+        u, inv = np.unique(flat, return_inverse=True)
+        return u, inv.reshape(keys.shape)
+    packed = (flat << idx_bits) | np.arange(m, dtype=np.int64)
+    packed.sort()
+    sk = packed >> idx_bits
+    new = np.empty(m, dtype=bool)
+    new[0] = True
+    np.not_equal(sk[1:], sk[:-1], out=new[1:])
+    dt = np.int64 if m >= 1 << 31 else np.int32
+    ranks = np.cumsum(new, dtype=dt)
+    np.subtract(ranks, 1, out=ranks)
+    conn = np.empty(m, dtype=dt)
+    conn[packed & ((1 << idx_bits) - 1)] = ranks
+    return sk[new], conn.reshape(keys.shape)
+
+
+def _rows(mesh: np.ndarray, side: Any, lat: _Lattice, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct vertices as rows ``(tree - t0, cell per axis)`` sorted lexicographically: rows, corner ranks."""
+    n, nv = len(mesh), 1 << dim
+    rows = np.empty((n, nv, dim + 1), dtype=np.int64)
+    rows[:, :, 0] = (np.asarray(mesh["tree"], dtype=np.int64) - lat.t0)[:, None]
+    s = np.asarray(side, dtype=np.int64)
+    for a, c in enumerate(("x", "y", "z")[:dim]):
+        cell = (np.asarray(mesh[c], dtype=np.int64) >> lat.shift) - lat.lo[a]
+        rows[:, :, a + 1] = cell[:, None] + (s[:, None] if s.ndim else s) * _CORNERS[dim][:, a].astype(np.int64)[None, :]
+    u, inv = np.unique(rows.reshape(-1, dim + 1), axis=0, return_inverse=True)
+    return u, inv.reshape(n, nv)
+
+
+def _place(cells: list[np.ndarray], trees: np.ndarray, lat: _Lattice, geometry: Any, maxlevel: int, dtype: Any) -> np.ndarray:
+    """Points ``(k, 3)`` of ``dtype`` of lattice cells (per axis, relative to ``lat.lo``) of trees ``t0 + trees``."""
+    k, dim = len(trees), len(cells)
+    out = np.zeros((k, 3), dtype=dtype)
+    one_tree = lat.ext[0] == 1
+    t = np.full(k, lat.t0, dtype=np.intp) if one_tree else trees.astype(np.intp) + lat.t0
+    unit = 2.0 ** (lat.shift - maxlevel)  # one lattice cell, in trees
+    if not geometry.boxes_exact:
+        ref = np.empty((k, dim), dtype=np.float64)
+        for a, c in enumerate(cells):
+            np.multiply(c + lat.lo[a], unit, out=ref[:, a])
+        out[:] = geometry.map_points(t, ref)
+        return out
+    lower, upper = geometry.tree_lower, geometry.tree_upper
+    for a, c in enumerate(cells):
+        ext = upper[:, a] - lower[:, a]
+        if one_tree:
+            out[:, a] = (c + lat.lo[a]) * (ext[lat.t0] * unit) + lower[lat.t0, a]
+        else:
+            out[:, a] = (c + lat.lo[a]) * (ext[t] * unit) + lower[t, a]
+    return out
+
+
+def _place_all(lat: _Lattice, geometry: Any, maxlevel: int, dtype: Any) -> np.ndarray:
+    """Points of every cell of the lattice, in key order (a block whose vertices fill it), by broadcasting."""
+    dim = len(lat.lo)
+    if not geometry.boxes_exact:
+        grids = np.indices(lat.ext).reshape(dim + 1, -1)
+        return _place(list(grids[1:]), grids[0], lat, geometry, maxlevel, dtype)
+    out = np.zeros((*lat.ext, 3), dtype=dtype)
+    trees = np.arange(lat.t0, lat.t0 + lat.ext[0])
+    unit = 2.0 ** (lat.shift - maxlevel)
+    lower, upper = geometry.tree_lower, geometry.tree_upper
+    for a in range(dim):
+        scale = (upper[trees, a] - lower[trees, a]) * unit  # (T,)
+        cell = np.arange(lat.lo[a], lat.lo[a] + lat.ext[a + 1], dtype=np.float64)  # (n_a,)
+        coord = cell[None, :] * scale[:, None] + lower[trees, a][:, None]  # (T, n_a)
+        shape = [lat.ext[0]] + [lat.ext[b + 1] if b == a else 1 for b in range(dim)]
+        out[..., a] = coord.reshape(shape)
+    return out.reshape(-1, 3)
+
+
+def _cells_of(u: np.ndarray, lat: _Lattice) -> list[np.ndarray]:
+    """Tree (relative to ``t0``), then cell per axis, of point keys ``u``."""
+    rest = u
+    cells = []
+    for e in lat.ext[:0:-1]:
+        rest, c = np.divmod(rest, e)
+        cells.append(c)
+    return [rest, *cells[::-1]]
+
+
+def shared_corners(
+    mesh: np.ndarray, geometry: Any, maxlevel: int, dtype: Any = np.float64, *, method: CornerMethod = "auto"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the distinct corner points of a block of leaves, and each leaf's corners as indices of them.
+
+    Vectorized, not collective: a handful of numpy passes over the leaves
+    (:mod:`amrckpt.export._points` says how).  A vertex that leaves of one
+    tree share (a face, an edge, a hanging node on a coarser leaf's side) is
+    one point; leaves of different trees never share one.
+
+    Parameters
+    ----------
+    mesh : (n,) numpy.ndarray of mesh records
+        Fields ``tree``, ``level``, ``x``, ``y`` [, ``z``]: integer anchor
+        coordinates in units of ``2**-maxlevel`` of a tree (p4est's).
+    geometry : amrckpt.container.Geometry
+        Where the trees lie (:func:`mesh_geometry`): boxes, or p4est's
+        vertex map (and analytic map) of a connectivity.
+    maxlevel : int
+        p4est's ``MAXLEVEL`` of the coordinates.
+    dtype : numpy dtype, optional
+        Of the points (float64, or float32 where :func:`float32_exact`).
+    method : {"auto", "dense", "sort", "rows"}, optional
+        How distinct vertices are found: a dense table of the block's
+        lattice (``"auto"`` when it has at most
+        :data:`DENSE_CELLS_PER_CORNER` cells per corner), one sort of the
+        keys, or a sort of rows (lattices of ``2**62`` cells or more, which
+        ``"auto"`` chooses then).  The result does not depend on it.
+
+    Returns
+    -------
+    points : (k, 3) numpy.ndarray of ``dtype``
+        Each distinct vertex once, ordered by tree, then x, y, z; in the
+        mesh's length units, z = 0 for a 2D mesh of boxes.
+    corners : (n, 2**dim) numpy.ndarray of int32 (int64 past ``2**31`` corners)
+        Row ``i``: the points of leaf ``i``'s corners in VTK_QUAD /
+        VTK_HEXAHEDRON order (as :func:`leaf_corners` orders them).
+    """
+    dim = geometry.dim
+    n, nv = len(mesh), 1 << dim
+    if n == 0:
+        return np.zeros((0, 3), dtype=dtype), np.zeros((0, nv), dtype=np.int32)
+    lat, key, side, _ = _anchors(mesh, dim, maxlevel)
+    if method == "auto":
+        method = "dense" if lat.size <= DENSE_CELLS_PER_CORNER * n * nv else "sort" if lat.size < _MAX_KEY_CELLS else "rows"
+    if method == "rows" or lat.size >= _MAX_KEY_CELLS:
+        rows, conn = _rows(mesh, side, lat, dim)
+        pts = _place(list(rows[:, 1:].T), rows[:, 0], lat, geometry, maxlevel, dtype)
+        return pts, conn.astype(np.int32 if len(rows) < 1 << 31 else np.int64, copy=False)
+    keys = _corner_keys(key, side, lat, dim)
+    if method == "dense":
+        where, conn = _dense(key, side, keys, lat)
+    else:
+        u, conn = _sort(keys, lat)
+        where = _cells_of(u, lat)
+    if where is None:
+        pts = _place_all(lat, geometry, maxlevel, dtype)
+    else:
+        pts = _place(where[1:], where[0], lat, geometry, maxlevel, dtype)
+    return pts, conn.astype(np.int32 if len(pts) < 1 << 31 else np.int64, copy=False)
+
+
+def count_shared_corners(mesh: np.ndarray, dim: int, maxlevel: int) -> int:
+    """Return how many points :func:`shared_corners` gives a block of leaves (without placing them). Not collective."""
+    if len(mesh) == 0:
+        return 0
+    lat, key, side, _ = _anchors(mesh, dim, maxlevel)
+    keys = _corner_keys(key, side, lat, dim)
+    if lat.size <= DENSE_CELLS_PER_CORNER * keys.size:
+        return int(np.count_nonzero(_table(key, side, keys, lat)))
+    if lat.size < _MAX_KEY_CELLS:
+        flat = np.sort(keys.reshape(-1).astype(np.int64, copy=False))
+        return int(np.count_nonzero(flat[1:] != flat[:-1])) + 1
+    return len(_rows(mesh, side, lat, dim)[0])
