@@ -180,11 +180,18 @@ class ReadPlan:
             )
         return [] if self._read_failed else pieces
 
-    def crc_read(self) -> None:
-        """CRC the pieces just read, in the helper thread (while the caller plans and reads on)."""
+    def crc_read(self, now: bool = False) -> None:
+        """CRC the pieces just read, in the helper thread (while the caller plans and reads on), or here with ``now``.
+
+        ``now`` for the last read of a plan whose caller waits for the
+        CRC32s anyway: no hand-over to the helper thread and back.
+        """
         todo, self._todo = self._todo, []
         for crc, off, mv in todo:
-            crc.add_later([(off, mv)])
+            if now:
+                crc.add(off, mv)
+            else:
+                crc.add_later([(off, mv)])
 
     def read_failed(self, exc: BaseException) -> None:
         """Record that this rank's read failed: its pieces hold nothing, the next steps are skipped."""
@@ -470,7 +477,7 @@ class LocalExecutor:
 
     def run(self, plan: ReadPlan) -> None:
         """Read every piece of ``plan`` on this rank. Not collective."""
-        self._phase(plan)
+        self._phase(plan, last=not plan.scans)
         if plan.scans:
             for s in plan.scans:
                 if plan.failed_read:
@@ -481,12 +488,12 @@ class LocalExecutor:
                 before = plan.try_(functools.partial(s.prefix, self.file.read)) if s.prefix is not None else 0
                 if before is not None:
                     plan.try_(functools.partial(s.then, before))
-            self._phase(plan)
+            self._phase(plan, last=True)
         if plan.verify and not plan.failed_read:
             plan.compare_whole()
         plan.release()
 
-    def _phase(self, plan: ReadPlan) -> None:
+    def _phase(self, plan: ReadPlan, last: bool) -> None:
         pieces = plan.take_pieces()
         if plan.failed_read:
             return
@@ -495,7 +502,7 @@ class LocalExecutor:
         except Exception as exc:  # noqa: BLE001 - kept in the plan
             plan.read_failed(exc)
             return
-        plan.crc_read()
+        plan.crc_read(now=last)  # the last read's CRC32s are waited for at once: computed on this thread
 
     def close(self) -> None:
         """Nothing to close: the file is the caller's."""
