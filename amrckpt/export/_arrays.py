@@ -234,7 +234,8 @@ def _hp_summary(counts: np.ndarray, values: np.ndarray, how: str) -> np.ndarray:
         np.cumsum(counts[:-1], out=starts[1:])
     every = n == 0 or int(counts.min()) > 0
     if how == "first" and every:  # one gather; only the first values are converted
-        return flat.take(starts, axis=0).astype(np.float64, copy=False)
+        got = flat[:, 0].take(starts)[:, None] if flat.shape[1] == 1 else flat.take(starts, axis=0)
+        return got.astype(np.float64, copy=False)
     out = np.full((n, flat.shape[1]), np.nan)
     has = counts > 0
     first = starts if every else starts[has]

@@ -239,12 +239,14 @@ def _create(
     series: bool,
     units_in_names: bool,
     points_dtype: Any,
+    raw: bool = False,
 ) -> dict[str, Any]:
     """Create every dataset of the file (collective under MPI); return them by name.
 
     ``Points`` has its final size where the points of every step are known
     (``plan.points``); otherwise it starts empty and grows as blocks are
     appended, and :func:`_finish` writes the datasets that count points.
+    With ``raw``, the datasets of cells are allocated now, for :class:`_Sink`.
     """
     steps = plan.steps
     cells, conn_ids = plan.cells, plan.conn_ids
@@ -262,15 +264,27 @@ def _create(
     root.create_dataset("NumberOfConnectivityIds", data=conn_ids)
     # Point ids count from each step's first point, offsets from its first id: int32 unless a step has 2**31 ids.
     ids = np.int32 if int(conn_ids.max(initial=0)) < 2**31 else np.int64
-    d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids)
-    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids)
-    d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8)
+    early: dict[str, Any] = {}
+    if raw:
+        import h5py
+
+        def early_dcpl() -> Any:
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            return dcpl
+
+    def allocated() -> dict[str, Any]:
+        return {"dcpl": early_dcpl()} if raw else early
+
+    d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids, **allocated())
+    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids, **allocated())
+    d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8, **allocated())
     cd = root.create_group("CellData")
     mixed = any(plan.particles)
     everything = [("cell:", a) for a in arrays] + [(f"point:{p.field}:", a) for p in points for a in p.arrays]
     for prefix, a in everything:
         shape = (total,) if a.ncomp == 1 else (total, a.ncomp)
-        fill = {"fillvalue": _fill(a.dtype)} if mixed else {}
+        fill = {"fillvalue": _fill(a.dtype)} if mixed else allocated()
         ds = cd.create_dataset(_dataset_name(a, units_in_names), shape, dtype=a.dtype, **fill)
         if a.units:
             ds.attrs.create("units", np.bytes_(a.units.encode()))
@@ -317,6 +331,81 @@ def _create(
     return d
 
 
+def _put(ds: Any, start: int, data: Any, *, grow: bool = False) -> None:
+    """Write ``data`` (the dataset's dtype and row shape) into rows ``start ..`` of ``ds``: one ``H5Dwrite``. Not collective.
+
+    h5py's slicing builds its selection in Python (about 40 us a call);
+    here the file space is selected directly.  With ``grow`` the dataset
+    (chunked, unlimited) is extended first.
+    """
+    from h5py import h5s
+
+    a = np.ascontiguousarray(data)
+    if not a.shape[0]:
+        return
+    if grow:
+        ds.id.set_extent((start + a.shape[0], *a.shape[1:]))
+    fs = ds.id.get_space()
+    fs.select_hyperslab((start,) + (0,) * (a.ndim - 1), a.shape)
+    ds.id.write(h5s.create_simple(a.shape), fs, a)
+
+
+def _pwrite(fd: int, a: np.ndarray, offset: int) -> None:
+    """Write the bytes of C-contiguous ``a`` at ``offset`` of file ``fd`` (``pwrite`` releases the GIL)."""
+    mv = memoryview(a).cast("B")
+    while mv.nbytes:
+        n = os.pwrite(fd, mv, offset)
+        mv, offset = mv[n:], offset + n
+
+
+class _Sink:
+    """Writes rows of the file's datasets (not collective; the writers of one file share it, on one thread).
+
+    With ``path`` (a serial export without particles), the contiguous
+    datasets were allocated when created (``H5D_ALLOC_TIME_EARLY``, no fill
+    value: HDF5 never writes their data itself), and their rows are written
+    with ``pwrite`` at the offset HDF5 gives each (``H5Dget_offset``),
+    without holding the GIL, so that the next chunk is read and converted
+    meanwhile.  Otherwise, and for a growing dataset (``Points``), through
+    HDF5 (``H5Dwrite``, which holds the GIL).
+
+    Parameters
+    ----------
+    d : dict of str to h5py.Dataset
+        The datasets, by name (:func:`_create`).
+    path : path, optional
+        The file, opened here once more for writing.
+    """
+
+    def __init__(self, d: dict[str, Any], path: Any = None) -> None:
+        self.d = d
+        self.fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)) if path is not None else -1
+        self._how: dict[str, tuple[np.dtype[Any], int, bool]] = {}  # dtype, byte offset (-1: through HDF5), growing
+
+    def put(self, name: str, start: int, data: Any) -> None:
+        """Write ``data`` (rows of dataset ``name``) from row ``start``."""
+        how = self._how.get(name)
+        if how is None:
+            ds = self.d[name]
+            chunked = ds.chunks is not None
+            offset = ds.id.get_offset() if self.fd >= 0 and not chunked else None
+            how = self._how[name] = (ds.dtype, -1 if offset is None else int(offset), chunked and ds.maxshape[0] is None)
+        dt, offset, grow = how
+        a = np.ascontiguousarray(data, dtype=dt)
+        if not a.shape[0]:
+            return
+        if offset < 0:
+            _put(self.d[name], start, a, grow=grow)
+        else:
+            _pwrite(self.fd, a, offset + start * (a.nbytes // a.shape[0]))
+
+    def close(self) -> None:
+        """Close the file descriptor of the raw writes (twice is a no-op)."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+
 def _finish(d: dict[str, Any], points: Sequence[int]) -> None:
     """Create the datasets that count each step's points (collective under MPI)."""
     pts = np.asarray(points, dtype=np.int64)
@@ -338,7 +427,6 @@ class _Rows:
     nv: int  # corners of a leaf: 4 or 8
     next_point: int = 0  # the step's next point (this rank's first, then on), counted from the step's first
     leaf_points: int = 0  # the step's leaf points (all ranks'), known once they are counted or written
-    grow: bool = False  # Points grows as points are appended (serial)
 
 
 class _Float64Needed(Exception):
@@ -386,7 +474,7 @@ def _count_range(reader: Any, mesh: str, dim: int, maxlevel: int, a: int, b: int
 
 
 def _write_range(
-    d: dict[str, Any],
+    sink: _Sink,
     reader: Any,
     arrays: Sequence[CellArray],
     geometry: Any,
@@ -414,8 +502,8 @@ def _write_range(
     nv = 1 << geometry.dim
     num_leaves = rows.num_leaves
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
-    ids = d["Connectivity"].dtype
-    points_dtype = d["Points"].dtype
+    ids = sink.d["Connectivity"].dtype
+    points_dtype = sink.d["Points"].dtype
     f32 = points_dtype == np.float32
     blocks = _Blocks(b)
     cell_type = VTK_CELL_TYPE[geometry.dim]
@@ -436,19 +524,15 @@ def _write_range(
         return s, e, values, done
 
     def write(s: int, e: int, values: list[np.ndarray], done: list[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
-        c0, c1 = rows.cells_before + s, rows.cells_before + e
+        c0 = rows.cells_before + s
         last = e == num_leaves and not rows.num_particles
-        d["Offsets"][off0 + s : off0 + e + last] = np.arange(nv * s, nv * (e + last), nv, dtype=ids)
-        d["Types"][c0:c1] = np.full(e - s, cell_type, dtype=np.uint8)
+        sink.put("Offsets", off0 + s, np.arange(nv * s, nv * (e + last), nv, dtype=ids))
+        sink.put("Types", c0, np.full(e - s, cell_type, dtype=np.uint8))
         for arr, v in zip(arrays, values, strict=True):
-            d["cell:" + arr.name][c0:c1] = v
+            sink.put("cell:" + arr.name, c0, v)
         for first, at, pts, conn in done:
-            p0 = rows.points_before + at
-            if rows.grow:
-                d["Points"].resize(p0 + len(pts), axis=0)
-            d["Points"][p0 : p0 + len(pts)] = pts
-            k0 = rows.conn_before + nv * first
-            d["Connectivity"][k0 : k0 + len(conn)] = conn
+            sink.put("Points", rows.points_before + at, pts)
+            sink.put("Connectivity", rows.conn_before + nv * first, conn)
 
     starts = list(range(a, b, chunk))
     if prefetch and len(starts) > 1:
@@ -463,19 +547,17 @@ def _write_range(
         for s in starts:
             write(*convert(s))
     if num_leaves == 0 and a == 0 and not rows.num_particles:
-        d["Offsets"][off0 : off0 + 1] = np.zeros(1, dtype=ids)
+        sink.put("Offsets", off0, np.zeros(1, dtype=ids))
 
 
-def _write_points(
-    d: dict[str, Any], reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int
-) -> None:
+def _write_points(sink: _Sink, reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int) -> None:
     """Write this rank's share of each point set of one step, as VTK_VERTEX cells after the leaves (not collective).
 
     Particle ``k`` of the step is cell ``N + k``, connectivity id ``2**dim N
     + k`` and point ``L + k``, ``L`` the step's leaf points
     (``rows.leaf_points``, known by then).
     """
-    ids = d["Connectivity"].dtype
+    ids = sink.d["Connectivity"].dtype
     off0 = rows.cells_before + rows.step_index
     leaf_ids = rows.nv * rows.num_leaves
     before = 0
@@ -485,19 +567,15 @@ def _write_points(
             e = min(s + chunk, b)
             xyz, values = point_values(ps, reader, s, e - s)
             k0, k1 = before + s, before + e  # the step's particles, counted after its leaves
-            c0, c1 = rows.cells_before + rows.num_leaves + k0, rows.cells_before + rows.num_leaves + k1
-            p0 = rows.points_before + rows.leaf_points + k0
-            if rows.grow:
-                d["Points"].resize(p0 + (e - s), axis=0)
-            d["Points"][p0 : p0 + (e - s)] = xyz
-            q0 = rows.conn_before + leaf_ids + k0
-            d["Connectivity"][q0 : q0 + (e - s)] = np.arange(rows.leaf_points + k0, rows.leaf_points + k1, dtype=ids)
+            c0 = rows.cells_before + rows.num_leaves + k0
+            sink.put("Points", rows.points_before + rows.leaf_points + k0, xyz)
+            point_ids = np.arange(rows.leaf_points + k0, rows.leaf_points + k1, dtype=ids)
+            sink.put("Connectivity", rows.conn_before + leaf_ids + k0, point_ids)
             last = k1 == rows.num_particles
-            first_row = off0 + rows.num_leaves + k0
-            d["Offsets"][first_row : first_row + (e - s) + last] = np.arange(leaf_ids + k0, leaf_ids + k1 + last, dtype=ids)
-            d["Types"][c0:c1] = np.full(e - s, VTK_VERTEX, dtype=np.uint8)
+            sink.put("Offsets", off0 + rows.num_leaves + k0, np.arange(leaf_ids + k0, leaf_ids + k1 + last, dtype=ids))
+            sink.put("Types", c0, np.full(e - s, VTK_VERTEX, dtype=np.uint8))
             for arr, v in zip(ps.arrays, values, strict=True):
-                d[f"point:{ps.field}:" + arr.name][c0:c1] = v
+                sink.put(f"point:{ps.field}:" + arr.name, c0, v)
         before += ps.count
 
 
@@ -656,33 +734,47 @@ def _export(
     parallel = c.size > 1 and bool(h5py.get_config().mpi)
     float32 = points == "auto" and all(s.float32_level >= 0 for s in steps)
 
-    def write(rank: int, size: int, h5: Any, plan: _Plan) -> list[int]:
-        """Write every step (this rank's blocks and particles); return the points of each step."""
-        d = _create(h5, plan, arrays, point_sets, series, units_in_names, np.float32 if float32 else np.float64)
+    def write(rank: int, size: int, h5: Any, plan: _Plan, path: Any = None) -> list[int]:
+        """Write every step (this rank's blocks and particles); return the points of each step.
+
+        With ``path`` (serial, no particles) the rows of cells are written by ``pwrite`` (:class:`_Sink`).
+        """
+        raw = path is not None and not any(particles)
+        d = _create(h5, plan, arrays, point_sets, series, units_in_names, np.float32 if float32 else np.float64, raw)
+        sink = _Sink(d, path if raw else None)
+        try:
+            totals = write_steps(rank, size, sink, plan)
+        finally:
+            sink.close()
+        if plan.points is None:
+            _finish(d, totals)
+        return totals
+
+    def write_steps(rank: int, size: int, sink: _Sink, plan: _Plan) -> list[int]:
         nv = plan.nv
         cells_before, conn_before, points_before = 0, 0, 0
         totals = []
         for i, st in enumerate(steps):
             N = st.num_leaves
             mine = [p for p in st.points if p.key in keys]
-            rows = _Rows(i, cells_before, conn_before, points_before, N, particles[i], nv, grow=plan.points is None)
+            rows = _Rows(i, cells_before, conn_before, points_before, N, particles[i], nv)
             with open_reader(st.path, verify=verify) as r:
                 ms = mesh_spec(r.manifest, st.mesh)
                 geometry = mesh_geometry(r, brick, st.mesh)
                 a, b = _block_range(N, rank, size)
                 if plan.points is not None:  # counted: this rank's first point follows the ranks' below
                     rows.next_point, rows.leaf_points = starts[i][rank], plan.points[i] - particles[i]
-                _write_range(d, r, arrays, geometry, ms.maxlevel, rows, a, b, chunk_leaves, not parallel, st.mesh, st.float32_level)
+                _write_range(
+                    sink, r, arrays, geometry, ms.maxlevel, rows, a, b, chunk_leaves, not parallel, st.mesh, st.float32_level
+                )
                 if plan.points is None:
                     rows.leaf_points = rows.next_point
-                _write_points(d, r, mine, rows, rank, size, chunk_leaves)
+                _write_points(sink, r, mine, rows, rank, size, chunk_leaves)
                 r.check_crcs()  # every byte read, against the index (verify=True), before the file is kept
             totals.append(rows.leaf_points + particles[i])
             cells_before += N + particles[i]
             conn_before += nv * N + particles[i]
             points_before += totals[-1]
-        if plan.points is None:
-            _finish(d, totals)
         return totals
 
     starts: list[np.ndarray] = []
@@ -705,12 +797,12 @@ def _export(
             nonlocal float32
             try:
                 with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                    return write(0, 1, h5, _Plan(steps, particles))
+                    return write(0, 1, h5, _Plan(steps, particles), tmp)
             except _Float64Needed:
                 logger.info("a leaf's corners are not float32: the points are float64")
                 float32 = False
                 with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                    return write(0, 1, h5, _Plan(steps, particles))
+                    return write(0, 1, h5, _Plan(steps, particles), tmp)
 
         totals = serial() if c.size == 1 else call.on_root(serial, what="export: write")
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)
