@@ -704,6 +704,107 @@ def to_vtkhdf(
         return _export(call, h5py, source, out, prefix, hp, ranks, verify, points, brick, chunk_leaves, mesh, units_in_names)
 
 
+@dataclass
+class _Writer:
+    """What every rank writes of one export: its steps, their arrays and point sets, and how.
+
+    Serial: :meth:`write` on rank 0 of 1, ``Points`` growing as blocks are
+    appended.  Parallel: every rank counts the points of its blocks
+    (:meth:`count`), :meth:`plan` sizes the file from every rank's counts,
+    and every rank writes its blocks and particles in place (:meth:`write`).
+    """
+
+    steps: list[_Step]
+    arrays: list[CellArray]
+    point_sets: list[PointSet]
+    series: bool
+    units_in_names: bool
+    verify: bool
+    brick: Any
+    chunk: int
+    float32: bool
+
+    @property
+    def particles(self) -> list[int]:
+        """Exported particles of each step."""
+        keys = {p.key for p in self.point_sets}
+        return [sum(p.count for p in s.points if p.key in keys) for s in self.steps]
+
+    def count(self, rank: int, size: int) -> list[int]:
+        """Return, for each step, the points of this rank's blocks and its finest leaf (-1 if none). Not collective."""
+        out: list[int] = []
+        for st in self.steps:
+            with open_reader(st.path, verify=self.verify) as r:
+                a, b = _block_range(st.num_leaves, rank, size)
+                out.extend(_count_range(r, st.mesh, st.dim, mesh_spec(r.manifest, st.mesh).maxlevel, a, b, self.chunk))
+        return out
+
+    def plan(self, counts: np.ndarray) -> tuple[_Plan, list[np.ndarray]]:
+        """Size the file from every rank's :meth:`count`, ``(P, 2 S)``; return it and each step's first point of each rank.
+
+        Points are float64 from here on if a leaf is too fine for float32.
+        """
+        got = np.asarray(counts, dtype=np.int64).reshape(len(counts), len(self.steps), 2)
+        points, finest = got[:, :, 0], got[:, :, 1].max(axis=0)
+        self.float32 = self.float32 and all(int(f) <= s.float32_level for f, s in zip(finest, self.steps, strict=True))
+        starts = [np.concatenate([[0], np.cumsum(points[:, i])[:-1]]).astype(np.int64) for i in range(len(self.steps))]
+        particles = self.particles
+        return _Plan(self.steps, particles, [int(points[:, i].sum()) + particles[i] for i in range(len(self.steps))]), starts
+
+    def create(self, h5: Any, plan: _Plan, path: Any = None) -> _Sink:
+        """Create the file's datasets (collective under MPI); return their sink, raw with ``path`` and no particles."""
+        raw = path is not None and not any(plan.particles)
+        points_dtype = np.float32 if self.float32 else np.float64
+        d = _create(h5, plan, self.arrays, self.point_sets, self.series, self.units_in_names, points_dtype, raw)
+        return _Sink(d, path if raw else None)
+
+    def write_steps(self, rank: int, size: int, sink: _Sink, plan: _Plan, starts: Sequence[Any], prefetch: bool) -> list[int]:
+        """Write this rank's blocks and particles of every step; return the points of each step. Not collective.
+
+        Raises
+        ------
+        _Float64Needed
+            If ``Points`` is float32 and grows (serial) and a leaf is too fine.
+        """
+        nv = plan.nv
+        particles = plan.particles
+        keys = {p.key for p in self.point_sets}
+        cells_before, conn_before, points_before = 0, 0, 0
+        totals = []
+        for i, st in enumerate(self.steps):
+            N = st.num_leaves
+            rows = _Rows(i, cells_before, conn_before, points_before, N, particles[i], nv)
+            with open_reader(st.path, verify=self.verify) as r:
+                ms = mesh_spec(r.manifest, st.mesh)
+                geometry = mesh_geometry(r, self.brick, st.mesh)
+                a, b = _block_range(N, rank, size)
+                if plan.points is not None:  # counted: this rank's first point follows the ranks' below
+                    rows.next_point, rows.leaf_points = int(starts[i][rank]), plan.points[i] - particles[i]
+                _write_range(
+                    sink, r, self.arrays, geometry, ms.maxlevel, rows, a, b, self.chunk, prefetch, st.mesh, st.float32_level
+                )
+                if plan.points is None:
+                    rows.leaf_points = rows.next_point
+                _write_points(sink, r, [p for p in st.points if p.key in keys], rows, rank, size, self.chunk)
+                r.check_crcs()  # every byte read, against the index (verify=True), before the file is kept
+            totals.append(rows.leaf_points + particles[i])
+            cells_before += N + particles[i]
+            conn_before += nv * N + particles[i]
+            points_before += totals[-1]
+        return totals
+
+    def write(self, rank: int, size: int, h5: Any, plan: _Plan, starts: Sequence[Any], path: Any = None) -> list[int]:
+        """Create the datasets, write this rank's part (prefetching when serial), count the points. Collective under MPI."""
+        sink = self.create(h5, plan, path)
+        try:
+            totals = self.write_steps(rank, size, sink, plan, starts, prefetch=size == 1)
+        finally:
+            sink.close()
+        if plan.points is None:
+            _finish(sink.d, totals)
+        return totals
+
+
 def _export(
     call: Call,
     h5py: Any,
@@ -726,83 +827,26 @@ def _export(
         return _survey(paths, hp, ranks, verify, brick, mesh)
 
     steps = survey() if c.size == 1 else call.on_root(survey, what="export: survey")
-    arrays = _common_arrays(steps)
-    point_sets = _common_points(steps)
-    keys = {p.key for p in point_sets}
-    particles = [sum(p.count for p in s.points if p.key in keys) for s in steps]
-    out_path = Path(out)
-    parallel = c.size > 1 and bool(h5py.get_config().mpi)
+    arrays, point_sets = _common_arrays(steps), _common_points(steps)
     float32 = points == "auto" and all(s.float32_level >= 0 for s in steps)
-
-    def write(rank: int, size: int, h5: Any, plan: _Plan, path: Any = None) -> list[int]:
-        """Write every step (this rank's blocks and particles); return the points of each step.
-
-        With ``path`` (serial, no particles) the rows of cells are written by ``pwrite`` (:class:`_Sink`).
-        """
-        raw = path is not None and not any(particles)
-        d = _create(h5, plan, arrays, point_sets, series, units_in_names, np.float32 if float32 else np.float64, raw)
-        sink = _Sink(d, path if raw else None)
-        try:
-            totals = write_steps(rank, size, sink, plan)
-        finally:
-            sink.close()
-        if plan.points is None:
-            _finish(d, totals)
-        return totals
-
-    def write_steps(rank: int, size: int, sink: _Sink, plan: _Plan) -> list[int]:
-        nv = plan.nv
-        cells_before, conn_before, points_before = 0, 0, 0
-        totals = []
-        for i, st in enumerate(steps):
-            N = st.num_leaves
-            mine = [p for p in st.points if p.key in keys]
-            rows = _Rows(i, cells_before, conn_before, points_before, N, particles[i], nv)
-            with open_reader(st.path, verify=verify) as r:
-                ms = mesh_spec(r.manifest, st.mesh)
-                geometry = mesh_geometry(r, brick, st.mesh)
-                a, b = _block_range(N, rank, size)
-                if plan.points is not None:  # counted: this rank's first point follows the ranks' below
-                    rows.next_point, rows.leaf_points = starts[i][rank], plan.points[i] - particles[i]
-                _write_range(
-                    sink, r, arrays, geometry, ms.maxlevel, rows, a, b, chunk_leaves, not parallel, st.mesh, st.float32_level
-                )
-                if plan.points is None:
-                    rows.leaf_points = rows.next_point
-                _write_points(sink, r, mine, rows, rank, size, chunk_leaves)
-                r.check_crcs()  # every byte read, against the index (verify=True), before the file is kept
-            totals.append(rows.leaf_points + particles[i])
-            cells_before += N + particles[i]
-            conn_before += nv * N + particles[i]
-            points_before += totals[-1]
-        return totals
-
-    starts: list[np.ndarray] = []
-    if parallel:
-        mine: list[int] = []
-        for st in steps:  # this rank's points of each step, and its finest leaf
-            with open_reader(st.path, verify=verify) as r:
-                a, b = _block_range(st.num_leaves, c.rank, c.size)
-                mine.extend(_count_range(r, st.mesh, st.dim, mesh_spec(r.manifest, st.mesh).maxlevel, a, b, chunk_leaves))
-        got = call.allgather_ints(mine, what="export: points of each rank").reshape(c.size, len(steps), 2)
-        counts, finest = got[:, :, 0], got[:, :, 1].max(axis=0)
-        float32 = float32 and all(int(f) <= s.float32_level for f, s in zip(finest, steps, strict=True))
-        starts = [np.concatenate([[0], np.cumsum(counts[:, i])[:-1]]) for i in range(len(steps))]
-        plan = _Plan(steps, particles, [int(counts[:, i].sum()) + particles[i] for i in range(len(steps))])
+    w = _Writer(steps, arrays, point_sets, series, units_in_names, verify, brick, chunk_leaves, float32)
+    out_path = Path(out)
+    if c.size > 1 and bool(h5py.get_config().mpi):
+        counts = call.allgather_ints(w.count(c.rank, c.size), what="export: points of each rank")
+        plan, starts = w.plan(counts)
         with replacing(out_path, call) as tmp, h5py.File(tmp, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
-            totals = write(c.rank, c.size, h5, plan)
+            totals = w.write(c.rank, c.size, h5, plan, starts)
     else:
 
         def serial() -> list[int]:
-            nonlocal float32
             try:
                 with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                    return write(0, 1, h5, _Plan(steps, particles), tmp)
+                    return w.write(0, 1, h5, _Plan(steps, w.particles), [], tmp)
             except _Float64Needed:
                 logger.info("a leaf's corners are not float32: the points are float64")
-                float32 = False
+                w.float32 = False
                 with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                    return write(0, 1, h5, _Plan(steps, particles), tmp)
+                    return w.write(0, 1, h5, _Plan(steps, w.particles), [], tmp)
 
         totals = serial() if c.size == 1 else call.on_root(serial, what="export: write")
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)
