@@ -63,8 +63,8 @@ class _Lattice:
         return tuple(out[::-1])
 
 
-def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, np.ndarray, Any, np.ndarray]:
-    """Return the block's lattice, its leaves' anchor keys, their sides in lattice cells (1 for a uniform block), and trees."""
+def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, np.ndarray, Any]:
+    """Return the block's lattice, its leaves' anchor keys, and their sides in lattice cells (1 for a uniform block)."""
     level = np.ascontiguousarray(mesh["level"])
     finest, coarsest = int(level.max()), int(level.min())
     shift = maxlevel - finest
@@ -76,14 +76,21 @@ def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, np.nd
     hi = tuple(int((c + side).max()) if isinstance(side, np.ndarray) else int(c.max()) + 1 for c in cells)
     ext = (t1 - t0 + 1, *(h - low + 1 for h, low in zip(hi, lo, strict=True)))
     lat = _Lattice(shift, t0, lo, ext, math.prod(ext))
-    wide = lat.size >= 1 << 31
-    dt = np.int64 if wide else np.int32
-    strides = lat.strides
-    key: np.ndarray = np.zeros(len(mesh), dtype=dt) if lat.ext[0] == 1 else (tree - t0).astype(dt) * strides[0]
-    for c, low, st in zip(cells, lo, strides[1:], strict=True):
-        part = c.astype(dt, copy=False) - low if low else c.astype(dt, copy=False)
-        np.add(key, part * st if st != 1 else part, out=key)
-    return lat, key, side, tree
+    dt = np.int64 if lat.size >= 1 << 31 else np.int32
+    st = lat.strides
+    # key = sum over axes of cell * stride (tree first), less the key of the lowest corner: one pass per axis
+    key = cells[0].astype(dt, copy=False) * st[1]
+    for c, stride in zip(cells[1:], st[2:], strict=True):
+        if stride == 1:
+            key += c
+        else:
+            key += c.astype(dt, copy=False) * stride
+    if lat.ext[0] > 1:
+        key += (tree - t0).astype(dt) * st[0]
+    low = sum(v * stride for v, stride in zip(lo, st[1:], strict=True))
+    if low:
+        key -= dt(low)
+    return lat, key, side
 
 
 def _corner_keys(key: np.ndarray, side: Any, lat: _Lattice, dim: int) -> np.ndarray:
@@ -102,10 +109,10 @@ def _corner_keys(key: np.ndarray, side: Any, lat: _Lattice, dim: int) -> np.ndar
     return out
 
 
-def _table(key: np.ndarray, side: Any, keys: np.ndarray, lat: _Lattice) -> np.ndarray:
-    """Return the dense table of the lattice: True at the block's vertices."""
+def _table(key: np.ndarray, side: Any, keys: np.ndarray | None, lat: _Lattice) -> np.ndarray:
+    """Return the dense table of the lattice: True at the block's vertices (``keys``: corners of a block not uniform)."""
     table = np.zeros(lat.size, dtype=bool)
-    if isinstance(side, np.ndarray):
+    if keys is not None:
         table[keys.reshape(-1)] = True
     else:  # a uniform block: its vertices are its anchors dilated by one cell along each axis
         table[key] = True
@@ -114,34 +121,40 @@ def _table(key: np.ndarray, side: Any, keys: np.ndarray, lat: _Lattice) -> np.nd
     return table
 
 
-def _dense(key: np.ndarray, side: Any, keys: np.ndarray, lat: _Lattice) -> tuple[list[np.ndarray] | None, np.ndarray]:
-    """Distinct keys by a table of the lattice: (None if every cell is a point, else tree and cells of the points), corner ranks."""
+def _dense(key: np.ndarray, side: Any, lat: _Lattice, dim: int, first: int, dt: Any) -> tuple[list[np.ndarray] | None, np.ndarray]:
+    """Distinct keys by a table of the lattice: (None if every cell is a point, else tree and cells of the points), corners."""
+    uniform = not isinstance(side, np.ndarray)
+    keys = None if uniform else _corner_keys(key, side, lat, dim)
     table = _table(key, side, keys, lat)
     k = int(np.count_nonzero(table))
-    if k == lat.size:
-        return None, keys
-    rank = np.empty(lat.size, dtype=keys.dtype)
-    rank[table] = np.arange(k, dtype=keys.dtype)
+    if k == lat.size:  # every cell of the lattice is a point: a corner's key is its point
+        if keys is None:
+            return None, _corner_keys(key.astype(dt, copy=False) + dt(first), side, lat, dim)
+        conn = keys.astype(dt, copy=False)
+        return None, np.add(conn, first, out=conn) if first else conn
+    rank = np.empty(lat.size, dtype=dt)
+    rank[table] = np.arange(first, first + k, dtype=dt)
+    if keys is None:
+        keys = _corner_keys(key, side, lat, dim)
     return list(np.nonzero(table.reshape(lat.ext))), rank.take(keys)
 
 
-def _sort(keys: np.ndarray, lat: _Lattice) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct keys by one sort of the keys packed with their positions: point keys, corner ranks."""
+def _sort(keys: np.ndarray, lat: _Lattice, first: int, dt: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct keys by one sort of the keys packed with their positions: point keys, corners (from ``first``)."""
     flat = keys.reshape(-1).astype(np.int64, copy=False)
     m = flat.size
     idx_bits = max(1, (m - 1).bit_length())
     if (lat.size - 1).bit_length() + idx_bits > 63:
         u, inv = np.unique(flat, return_inverse=True)
-        return u, inv.reshape(keys.shape)
+        return u, (inv.reshape(keys.shape) + first).astype(dt, copy=False)
     packed = (flat << idx_bits) | np.arange(m, dtype=np.int64)
     packed.sort()
     sk = packed >> idx_bits
     new = np.empty(m, dtype=bool)
     new[0] = True
     np.not_equal(sk[1:], sk[:-1], out=new[1:])
-    dt = np.int64 if m >= 1 << 31 else np.int32
     ranks = np.cumsum(new, dtype=dt)
-    np.subtract(ranks, 1, out=ranks)
+    np.add(ranks, first - 1, out=ranks)
     conn = np.empty(m, dtype=dt)
     conn[packed & ((1 << idx_bits) - 1)] = ranks
     return sk[new], conn.reshape(keys.shape)
@@ -213,7 +226,13 @@ def _cells_of(u: np.ndarray, lat: _Lattice) -> list[np.ndarray]:
 
 
 def shared_corners(
-    mesh: np.ndarray, geometry: Any, maxlevel: int, dtype: Any = np.float64, *, method: CornerMethod = "auto"
+    mesh: np.ndarray,
+    geometry: Any,
+    maxlevel: int,
+    dtype: Any = np.float64,
+    *,
+    first: int = 0,
+    method: CornerMethod = "auto",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return the distinct corner points of a block of leaves, and each leaf's corners as indices of them.
 
@@ -234,6 +253,9 @@ def shared_corners(
         p4est's ``MAXLEVEL`` of the coordinates.
     dtype : numpy dtype, optional
         Of the points (float64, or float32 where :func:`float32_exact`).
+    first : int, optional
+        The index of the first point: added to every corner (where the
+        block's points go in a longer list).
     method : {"auto", "dense", "sort", "rows"}, optional
         How distinct vertices are found: a dense table of the block's
         lattice (``"auto"`` when it has at most
@@ -246,43 +268,45 @@ def shared_corners(
     points : (k, 3) numpy.ndarray of ``dtype``
         Each distinct vertex once, ordered by tree, then x, y, z; in the
         mesh's length units, z = 0 for a 2D mesh of boxes.
-    corners : (n, 2**dim) numpy.ndarray of int32 (int64 past ``2**31`` corners)
-        Row ``i``: the points of leaf ``i``'s corners in VTK_QUAD /
-        VTK_HEXAHEDRON order (as :func:`leaf_corners` orders them).
+    corners : (n, 2**dim) numpy.ndarray of int32 (int64 from ``2**31``)
+        Row ``i``: the points of leaf ``i``'s corners (``first`` + their
+        index in ``points``) in VTK_QUAD / VTK_HEXAHEDRON order, as
+        :func:`leaf_corners` orders them.
     """
     dim = geometry.dim
     n, nv = len(mesh), 1 << dim
     if n == 0:
         return np.zeros((0, 3), dtype=dtype), np.zeros((0, nv), dtype=np.int32)
-    lat, key, side, _ = _anchors(mesh, dim, maxlevel)
+    lat, key, side = _anchors(mesh, dim, maxlevel)
+    dt: Any = np.int32 if first + min(lat.size, n * nv) < 1 << 31 else np.int64
     if method == "auto":
         method = "dense" if lat.size <= DENSE_CELLS_PER_CORNER * n * nv else "sort" if lat.size < _MAX_KEY_CELLS else "rows"
     if method == "rows" or lat.size >= _MAX_KEY_CELLS:
-        rows, conn = _rows(mesh, side, lat, dim)
+        rows, inv = _rows(mesh, side, lat, dim)
         pts = _place(list(rows[:, 1:].T), rows[:, 0], lat, geometry, maxlevel, dtype)
-        return pts, conn.astype(np.int32 if len(rows) < 1 << 31 else np.int64, copy=False)
-    keys = _corner_keys(key, side, lat, dim)
+        return pts, (inv + first).astype(dt, copy=False)
     if method == "dense":
-        where, conn = _dense(key, side, keys, lat)
+        where, conn = _dense(key, side, lat, dim, first, dt)
     else:
-        u, conn = _sort(keys, lat)
+        u, conn = _sort(_corner_keys(key, side, lat, dim), lat, first, dt)
         where = _cells_of(u, lat)
     if where is None:
         pts = _place_all(lat, geometry, maxlevel, dtype)
     else:
         pts = _place(where[1:], where[0], lat, geometry, maxlevel, dtype)
-    return pts, conn.astype(np.int32 if len(pts) < 1 << 31 else np.int64, copy=False)
+    return pts, conn
 
 
 def count_shared_corners(mesh: np.ndarray, dim: int, maxlevel: int) -> int:
     """Return how many points :func:`shared_corners` gives a block of leaves (without placing them). Not collective."""
     if len(mesh) == 0:
         return 0
-    lat, key, side, _ = _anchors(mesh, dim, maxlevel)
-    keys = _corner_keys(key, side, lat, dim)
-    if lat.size <= DENSE_CELLS_PER_CORNER * keys.size:
+    lat, key, side = _anchors(mesh, dim, maxlevel)
+    nv = 1 << dim
+    if lat.size <= DENSE_CELLS_PER_CORNER * len(mesh) * nv:
+        keys = None if not isinstance(side, np.ndarray) else _corner_keys(key, side, lat, dim)
         return int(np.count_nonzero(_table(key, side, keys, lat)))
     if lat.size < _MAX_KEY_CELLS:
-        flat = np.sort(keys.reshape(-1).astype(np.int64, copy=False))
+        flat = np.sort(_corner_keys(key, side, lat, dim).reshape(-1).astype(np.int64, copy=False))
         return int(np.count_nonzero(flat[1:] != flat[:-1])) + 1
     return len(_rows(mesh, side, lat, dim)[0])

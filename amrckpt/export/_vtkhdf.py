@@ -19,8 +19,10 @@ follow a step's leaves, one ``VTK_VERTEX`` cell and point each.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +57,8 @@ VTK_VERTEX = 1
 """VTK cell type of a point (an element of an Array field of positions)."""
 DEFAULT_CHUNK_LEAVES = 1 << 17
 """Leaves converted at a time (one block of shared points, :data:`POINT_BLOCK_LEAVES`)."""
+PREFETCH_CHUNKS = 2
+"""Chunks a serial export reads and converts ahead of the one it writes (each holds about 100 bytes per leaf)."""
 POINTS_CHUNK_ROWS = 1 << 16
 """Rows of an HDF5 chunk of ``Points`` when a serial export appends them (768 KiB of float32 points)."""
 
@@ -489,10 +493,11 @@ def _write_range(
 ) -> None:
     """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
 
-    Not collective.  With ``prefetch`` one worker thread reads and converts
-    the next chunk while this thread writes the current one (reads and numpy
-    release the GIL; h5py does not): serial exports only, where no MPI call
-    is made off the main thread.
+    Not collective.  With ``prefetch`` one worker thread reads the next
+    chunk and converts its values while this thread places the points of
+    the current one and writes it (reads, numpy and the sink's ``pwrite``
+    release the GIL): serial exports only, where no MPI call is made off
+    the main thread.
 
     Raises
     ------
@@ -508,40 +513,38 @@ def _write_range(
     blocks = _Blocks(b)
     cell_type = VTK_CELL_TYPE[geometry.dim]
 
-    def convert(s: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, int, np.ndarray, np.ndarray]]]:
+    def convert(s: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
+        """Read and convert leaves ``s ..`` (on the worker thread): their values, and the blocks of points they complete."""
         e = min(s + chunk, b)
         leaves = reader.read_mesh(s, e - s, mesh)
-        values = leaf_values(arrays, reader, leaves, s, num_leaves)
-        done = []
-        for first, block in blocks.feed(s, leaves):
-            if f32 and int(block["level"].max()) > float32_level:
-                raise _Float64Needed
-            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype)
-            conn = corners.reshape(-1).astype(ids)
-            conn += rows.next_point
-            done.append((first, rows.next_point, pts, conn))
-            rows.next_point += len(pts)
-        return s, e, values, done
+        return s, e, leaf_values(arrays, reader, leaves, s, num_leaves), list(blocks.feed(s, leaves))
 
-    def write(s: int, e: int, values: list[np.ndarray], done: list[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
+    def write(s: int, e: int, values: list[np.ndarray], done: list[tuple[int, np.ndarray]]) -> None:
+        """Place the points of the blocks completed and write everything (on this thread, which writes without the GIL)."""
         c0 = rows.cells_before + s
         last = e == num_leaves and not rows.num_particles
         sink.put("Offsets", off0 + s, np.arange(nv * s, nv * (e + last), nv, dtype=ids))
         sink.put("Types", c0, np.full(e - s, cell_type, dtype=np.uint8))
         for arr, v in zip(arrays, values, strict=True):
             sink.put("cell:" + arr.name, c0, v)
-        for first, at, pts, conn in done:
-            sink.put("Points", rows.points_before + at, pts)
-            sink.put("Connectivity", rows.conn_before + nv * first, conn)
+        for first, block in done:
+            if f32 and int(block["level"].max()) > float32_level:
+                raise _Float64Needed
+            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
+            sink.put("Points", rows.points_before + rows.next_point, pts)
+            sink.put("Connectivity", rows.conn_before + nv * first, corners.reshape(-1))
+            rows.next_point += len(pts)
 
     starts = list(range(a, b, chunk))
     if prefetch and len(starts) > 1:
         with ThreadPoolExecutor(1, thread_name_prefix="amrckpt-export") as pool:
-            pending = pool.submit(convert, starts[0])
-            for nxt in [*starts[1:], None]:
-                done = pending.result()
-                if nxt is not None:
-                    pending = pool.submit(convert, nxt)
+            # Two chunks queued ahead: the worker goes on to the next as soon as it ends one, not when this thread asks.
+            todo = iter(starts)
+            pending = deque(pool.submit(convert, s) for s in itertools.islice(todo, PREFETCH_CHUNKS))
+            while pending:
+                done = pending.popleft().result()
+                for s in itertools.islice(todo, 1):
+                    pending.append(pool.submit(convert, s))
                 write(*done)
     else:
         for s in starts:
