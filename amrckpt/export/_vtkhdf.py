@@ -260,26 +260,28 @@ def _create(
     root.attrs["Version"] = np.array([2, 2], dtype=np.int64)
     root.attrs.create("Type", np.bytes_(b"UnstructuredGrid"))
     d: dict[str, Any] = {"root": root}
+
+    def allocated() -> dict[str, Any]:
+        """HDF5 allocates a dataset's data when it is created or grows, and never writes it: the raw sink does."""
+        if not raw:
+            return {}
+        import h5py
+
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        return {"dcpl": dcpl}
+
     if plan.points is None:
-        d["Points"] = root.create_dataset("Points", (0, 3), maxshape=(None, 3), chunks=(POINTS_CHUNK_ROWS, 3), dtype=points_dtype)
+        d["Points"] = root.create_dataset(
+            "Points", (0, 3), maxshape=(None, 3), chunks=(POINTS_CHUNK_ROWS, 3), dtype=points_dtype, **allocated()
+        )
     else:
-        d["Points"] = root.create_dataset("Points", (int(sum(plan.points)), 3), dtype=points_dtype)
+        d["Points"] = root.create_dataset("Points", (int(sum(plan.points)), 3), dtype=points_dtype, **allocated())
     root.create_dataset("NumberOfCells", data=cells)
     root.create_dataset("NumberOfConnectivityIds", data=conn_ids)
     # Point ids count from each step's first point, offsets from its first id: int32 unless a step has 2**31 ids.
     ids = np.int32 if int(conn_ids.max(initial=0)) < 2**31 else np.int64
-    early: dict[str, Any] = {}
-    if raw:
-        import h5py
-
-        def early_dcpl() -> Any:
-            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-            return dcpl
-
-    def allocated() -> dict[str, Any]:
-        return {"dcpl": early_dcpl()} if raw else early
-
     d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids, **allocated())
     d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids, **allocated())
     d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8, **allocated())
@@ -365,13 +367,14 @@ def _pwrite(fd: int, a: np.ndarray, offset: int) -> None:
 class _Sink:
     """Writes rows of the file's datasets (not collective; the writers of one file share it, on one thread).
 
-    With ``path`` (a serial export without particles), the contiguous
-    datasets were allocated when created (``H5D_ALLOC_TIME_EARLY``, no fill
-    value: HDF5 never writes their data itself), and their rows are written
-    with ``pwrite`` at the offset HDF5 gives each (``H5Dget_offset``),
-    without holding the GIL, so that the next chunk is read and converted
-    meanwhile.  Otherwise, and for a growing dataset (``Points``), through
-    HDF5 (``H5Dwrite``, which holds the GIL).
+    With ``path`` (a serial export without particles), the datasets were
+    allocated when created or extended (``H5D_ALLOC_TIME_EARLY``,
+    ``H5D_FILL_TIME_NEVER``: HDF5 never writes their data itself), and their
+    rows are written with ``pwrite`` at the offset HDF5 gives them
+    (``H5Dget_offset``; for the chunks of the growing ``Points``,
+    ``H5Dget_chunk_info_by_coord``), without holding the GIL, so that the
+    next chunk is read and converted meanwhile.  Otherwise through HDF5
+    (``H5Dwrite``, which holds the GIL).
 
     Parameters
     ----------
@@ -384,24 +387,35 @@ class _Sink:
     def __init__(self, d: dict[str, Any], path: Any = None) -> None:
         self.d = d
         self.fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)) if path is not None else -1
-        self._how: dict[str, tuple[np.dtype[Any], int, bool]] = {}  # dtype, byte offset (-1: through HDF5), growing
+        self._how: dict[str, tuple[np.dtype[Any], int, int]] = {}  # dtype, byte offset (-1: through HDF5), chunk rows
 
     def put(self, name: str, start: int, data: Any) -> None:
         """Write ``data`` (rows of dataset ``name``) from row ``start``."""
         how = self._how.get(name)
+        ds = self.d[name]
         if how is None:
-            ds = self.d[name]
-            chunked = ds.chunks is not None
-            offset = ds.id.get_offset() if self.fd >= 0 and not chunked else None
-            how = self._how[name] = (ds.dtype, -1 if offset is None else int(offset), chunked and ds.maxshape[0] is None)
-        dt, offset, grow = how
+            rows = ds.chunks[0] if ds.chunks is not None else 0
+            offset = ds.id.get_offset() if self.fd >= 0 and not rows else None
+            how = self._how[name] = (ds.dtype, -1 if offset is None else int(offset), rows)
+        dt, offset, rows = how
         a = np.ascontiguousarray(data, dtype=dt)
-        if not a.shape[0]:
+        n = a.shape[0]
+        if not n:
             return
-        if offset < 0:
-            _put(self.d[name], start, a, grow=grow)
+        if rows:  # growing (chunked): extend, then each chunk's rows where HDF5 allocated that chunk
+            if self.fd < 0:
+                _put(ds, start, a, grow=True)
+                return
+            ds.id.set_extent((start + n, *a.shape[1:]))
+            row_nbytes = a.nbytes // n
+            for c0 in range(start - start % rows, start + n, rows):
+                lo, hi = max(start, c0), min(start + n, c0 + rows)
+                at = ds.id.get_chunk_info_by_coord((c0,) + (0,) * (a.ndim - 1)).byte_offset
+                _pwrite(self.fd, a[lo - start : hi - start], at + (lo - c0) * row_nbytes)
+        elif offset < 0:
+            _put(ds, start, a)
         else:
-            _pwrite(self.fd, a, offset + start * (a.nbytes // a.shape[0]))
+            _pwrite(self.fd, a, offset + start * (a.nbytes // n))
 
     def close(self) -> None:
         """Close the file descriptor of the raw writes (twice is a no-op)."""
