@@ -23,7 +23,7 @@ import itertools
 import logging
 import os
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -492,7 +492,7 @@ def _count_range(reader: Any, mesh: str, dim: int, maxlevel: int, a: int, b: int
 
 
 def _write_range(
-    sink: _Sink,
+    sink_of: Callable[[], _Sink],
     reader: Any,
     arrays: Sequence[CellArray],
     geometry: Any,
@@ -508,10 +508,11 @@ def _write_range(
     """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
 
     Not collective.  With ``prefetch`` one worker thread reads the next
-    chunk and converts its values while this thread places the points of
+    chunks and converts their values while this thread places the points of
     the current one and writes it (reads, numpy and the sink's ``pwrite``
     release the GIL): serial exports only, where no MPI call is made off
-    the main thread.
+    the main thread.  ``sink_of()`` gives the sink once the first chunks are
+    on their way (it may create the file meanwhile).
 
     Raises
     ------
@@ -521,15 +522,11 @@ def _write_range(
     nv = 1 << geometry.dim
     num_leaves = rows.num_leaves
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
-    ids = sink.d["Connectivity"].dtype
-    points_dtype = sink.d["Points"].dtype
-    f32 = points_dtype == np.float32
     blocks = _Blocks(b)
     cell_type = VTK_CELL_TYPE[geometry.dim]
 
-    def convert(s: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
-        """Read and convert leaves ``s ..`` (on the worker thread): their values, and the blocks of points they complete."""
-        e = min(s + chunk, b)
+    def convert(s: int, e: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
+        """Read and convert leaves ``s .. e - 1`` (on the worker thread): their values, and the blocks of points they complete."""
         leaves = reader.read_mesh(s, e - s, mesh)
         return s, e, leaf_values(arrays, reader, leaves, s, num_leaves), list(blocks.feed(s, leaves))
 
@@ -542,27 +539,31 @@ def _write_range(
         for arr, v in zip(arrays, values, strict=True):
             sink.put("cell:" + arr.name, c0, v)
         for first, block in done:
-            if f32 and int(block["level"].max()) > float32_level:
+            if points_dtype == np.float32 and int(block["level"].max()) > float32_level:
                 raise _Float64Needed
             pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
             sink.put("Points", rows.points_before + rows.next_point, pts)
             sink.put("Connectivity", rows.conn_before + nv * first, corners.reshape(-1))
             rows.next_point += len(pts)
 
-    starts = list(range(a, b, chunk))
-    if prefetch and len(starts) > 1:
+    chunks = [(s, min(s + chunk, b)) for s in range(a, b, chunk)]
+    if prefetch and len(chunks) > 1:
         with ThreadPoolExecutor(1, thread_name_prefix="amrckpt-export") as pool:
-            # Two chunks queued ahead: the worker goes on to the next as soon as it ends one, not when this thread asks.
-            todo = iter(starts)
-            pending = deque(pool.submit(convert, s) for s in itertools.islice(todo, PREFETCH_CHUNKS))
+            # Chunks queued ahead: the worker goes on to the next as soon as it ends one, not when this thread asks.
+            todo = iter(chunks)
+            pending = deque(pool.submit(convert, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
+            sink = sink_of()
+            ids, points_dtype = sink.d["Connectivity"].dtype, sink.d["Points"].dtype
             while pending:
                 done = pending.popleft().result()
-                for s in itertools.islice(todo, 1):
-                    pending.append(pool.submit(convert, s))
+                for c in itertools.islice(todo, 1):
+                    pending.append(pool.submit(convert, *c))
                 write(*done)
     else:
-        for s in starts:
-            write(*convert(s))
+        sink = sink_of()
+        ids, points_dtype = sink.d["Connectivity"].dtype, sink.d["Points"].dtype
+        for c in chunks:
+            write(*convert(*c))
     if num_leaves == 0 and a == 0 and not rows.num_particles:
         sink.put("Offsets", off0, np.zeros(1, dtype=ids))
 
@@ -775,8 +776,13 @@ class _Writer:
         d = _create(h5, plan, self.arrays, self.point_sets, self.series, self.units_in_names, points_dtype, raw)
         return _Sink(d, path if raw else None)
 
-    def write_steps(self, rank: int, size: int, sink: _Sink, plan: _Plan, starts: Sequence[Any], prefetch: bool) -> list[int]:
-        """Write this rank's blocks and particles of every step; return the points of each step. Not collective.
+    def write_steps(
+        self, rank: int, size: int, sink: _Sink | Callable[[], _Sink], plan: _Plan, starts: Sequence[Any], prefetch: bool
+    ) -> list[int]:
+        """Write this rank's blocks and particles of every step; return the points of each step.
+
+        Not collective (except ``sink()``, which may create the file: the
+        same on every rank, before the first step's first write).
 
         Raises
         ------
@@ -786,6 +792,7 @@ class _Writer:
         nv = plan.nv
         particles = plan.particles
         keys = {p.key for p in self.point_sets}
+        sink_of = sink if callable(sink) else lambda: sink
         cells_before, conn_before, points_before = 0, 0, 0
         totals = []
         for i, st in enumerate(self.steps):
@@ -798,11 +805,11 @@ class _Writer:
                 if plan.points is not None:  # counted: this rank's first point follows the ranks' below
                     rows.next_point, rows.leaf_points = int(starts[i][rank]), plan.points[i] - particles[i]
                 _write_range(
-                    sink, r, self.arrays, geometry, ms.maxlevel, rows, a, b, self.chunk, prefetch, st.mesh, st.float32_level
+                    sink_of, r, self.arrays, geometry, ms.maxlevel, rows, a, b, self.chunk, prefetch, st.mesh, st.float32_level
                 )
                 if plan.points is None:
                     rows.leaf_points = rows.next_point
-                _write_points(sink, r, [p for p in st.points if p.key in keys], rows, rank, size, self.chunk)
+                _write_points(sink_of(), r, [p for p in st.points if p.key in keys], rows, rank, size, self.chunk)
                 r.check_crcs()  # every byte read, against the index (verify=True), before the file is kept
             totals.append(rows.leaf_points + particles[i])
             cells_before += N + particles[i]
@@ -811,14 +818,24 @@ class _Writer:
         return totals
 
     def write(self, rank: int, size: int, h5: Any, plan: _Plan, starts: Sequence[Any], path: Any = None) -> list[int]:
-        """Create the datasets, write this rank's part (prefetching when serial), count the points. Collective under MPI."""
-        sink = self.create(h5, plan, path)
+        """Create the datasets, write this rank's part (prefetching when serial), count the points. Collective under MPI.
+
+        The datasets are created while the first chunk is read.
+        """
+        made: list[_Sink] = []
+
+        def sink() -> _Sink:
+            if not made:
+                made.append(self.create(h5, plan, path))
+            return made[0]
+
         try:
             totals = self.write_steps(rank, size, sink, plan, starts, prefetch=size == 1)
         finally:
-            sink.close()
+            for m in made:
+                m.close()
         if plan.points is None:
-            _finish(sink.d, totals)
+            _finish(sink().d, totals)
         return totals
 
 
