@@ -560,6 +560,9 @@ def test_shared_corners_are_each_leafs_corners(dim: int, trees: int, seed: int) 
         np.testing.assert_array_equal(pts, got["auto", start][0], err_msg=method)
         np.testing.assert_array_equal(corners, got["auto", start][1], err_msg=method)
     pts, corners = got["auto", None]
+    for method in ("dense", "sort", "rows"):  # where the block's points go in a longer list
+        moved = shared_corners(rec, g, L, method=method, first=1000)[1]
+        np.testing.assert_array_equal(moved, corners + 1000, err_msg=method)
     for t in range(trees):  # within a tree, no point twice; every point used
         used = np.unique(corners[lv.tree == t])
         assert len(np.unique(pts[used], axis=0)) == len(used)
