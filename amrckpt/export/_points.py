@@ -236,10 +236,14 @@ def shared_corners(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return the distinct corner points of a block of leaves, and each leaf's corners as indices of them.
 
-    Vectorized, not collective: a handful of numpy passes over the leaves
-    (:mod:`amrckpt.export._points` says how).  A vertex that leaves of one
-    tree share (a face, an edge, a hanging node on a coarser leaf's side) is
-    one point; leaves of different trees never share one.
+    Vectorized, not collective: a handful of numpy passes over the leaves.
+    Every corner lies on the lattice of the block's finest leaves (spacing
+    ``2**(maxlevel - L)``, ``L`` their level); a vertex is its tree and its
+    lattice cell, one integer key, and the block's points are its distinct
+    keys in increasing order.  A vertex that leaves of one tree share (a
+    face, an edge, a hanging node on a coarser leaf's side) is one point;
+    leaves of different trees never share one, even where the geometry
+    joins their trees.
 
     Parameters
     ----------
@@ -257,11 +261,12 @@ def shared_corners(
         The index of the first point: added to every corner (where the
         block's points go in a longer list).
     method : {"auto", "dense", "sort", "rows"}, optional
-        How distinct vertices are found: a dense table of the block's
-        lattice (``"auto"`` when it has at most
-        :data:`DENSE_CELLS_PER_CORNER` cells per corner), one sort of the
-        keys, or a sort of rows (lattices of ``2**62`` cells or more, which
-        ``"auto"`` chooses then).  The result does not depend on it.
+        How distinct keys are found: a table of the block's whole lattice
+        (``"auto"`` where it has at most 4 cells per leaf corner; a uniform
+        block's vertices are its anchors dilated by one cell per axis), one
+        sort of the keys packed with their positions, or a sort of rows
+        (``"auto"`` for lattices of ``2**62`` cells or more).  The result
+        does not depend on it.
 
     Returns
     -------
