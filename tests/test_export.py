@@ -696,3 +696,33 @@ def test_the_export_reads_each_byte_once(tmp_path: Path, monkeypatch: pytest.Mon
     ac.export.to_vtkhdf(path, tmp_path / "b.vtkhdf", chunk_leaves=4096)
     size = path.stat().st_size
     assert size <= read[0] <= size + 64 * 1024, (read[0], size)  # the metadata, read when each reader opens
+
+
+def test_ranges_in_any_order_are_checked_without_a_second_pass(layouts: Path, tmp_path: Path) -> None:
+    """Ranges read twice, overlapping, out of order or leaving gaps: check_crcs reads only what no range read."""
+    from amrckpt.container import CheckpointReader
+
+    N = ac.read_info(layouts).manifest.meshes[0].num_leaves
+    ranges = [(0, 7), (0, 7), (3, 20), (50, 10), (40, 15), (N - 9, 9)]
+    with CheckpointReader(layouts) as r:
+        for start, count in ranges:
+            r.read_cells("plain", start, count)
+            r.read_hp("modes", start, count)
+            r.read_cells("chunked", start, count)
+        assert {"plain", "modes", "chunked"} <= set(r.check_crcs())
+    with CheckpointReader(layouts) as r:
+        r.read_cells("plain", 0, 1)
+        data = r.sections("plain")[0].raw.data_offset  # leaf i's value at data + 8 i
+    raw = bytearray(layouts.read_bytes())
+    for at in (data + 8 * (N - 5) + 3, data + 8 * 30 + 1):  # a byte a range read, and one no range read
+        bad = bytearray(raw)
+        bad[at] ^= 0x04
+        (tmp_path / "bad.scda").write_bytes(bytes(bad))
+        with CheckpointReader(tmp_path / "bad.scda") as r:
+            for start, count in ranges:
+                r.read_cells("plain", start, count)
+            with pytest.raises(ac.ChecksumError, match="'plain'"):
+                r.check_crcs()
+    with CheckpointReader(layouts) as r:  # a range that holds the whole field: checked as it is read
+        r.read_cells("plain", 0, N)
+        assert "plain" in r.check_crcs()
