@@ -19,7 +19,6 @@ follow a step's leaves, one ``VTK_VERTEX`` cell and point each.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
@@ -389,26 +388,6 @@ class _Sink:
         self.d = d
         self.fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)) if path is not None else -1
         self._how: dict[str, tuple[np.dtype[Any], int, int]] = {}  # dtype, byte offset (-1: through HDF5), chunk rows
-        if self.fd >= 0:
-            self._allocate()
-
-    def _allocate(self) -> None:
-        """Allocate the file's blocks under the contiguous datasets at once (``posix_fallocate``), where the system can.
-
-        Done while the first chunks are read: the writes then only copy
-        (on a tmpfs, page by page allocation costs a fifth of a write).
-        """
-        spans = []
-        for ds in self.d.values():
-            if getattr(ds, "chunks", 1) is None and ds.size:
-                at = ds.id.get_offset()
-                if at is not None:
-                    spans.append((int(at), int(at) + ds.id.get_storage_size()))
-        fallocate = getattr(os, "posix_fallocate", None)
-        if spans and fallocate is not None:
-            lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
-            with contextlib.suppress(OSError):  # not supported here: the writes allocate
-                fallocate(self.fd, lo, hi - lo)
 
     def put(self, name: str, start: int, data: Any) -> None:
         """Write ``data`` (rows of dataset ``name``) from row ``start``."""
