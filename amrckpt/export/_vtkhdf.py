@@ -230,6 +230,11 @@ class _Plan:
     def conn_ids(self) -> np.ndarray:
         return np.array([self.nv * s.num_leaves + m for s, m in zip(self.steps, self.particles, strict=True)], dtype=np.int64)
 
+    @property
+    def ids(self) -> Any:
+        """The dtype of point ids and offsets: int32 unless a step has ``2**31`` connectivity ids."""
+        return np.int32 if int(self.conn_ids.max(initial=0)) < 2**31 else np.int64
+
     def before(self, sizes: Any) -> np.ndarray:
         """Rows of a dataset before each step."""
         return np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))[:-1]]).astype(np.int64)
@@ -280,8 +285,7 @@ def _create(
         d["Points"] = root.create_dataset("Points", (int(sum(plan.points)), 3), dtype=points_dtype, **allocated())
     root.create_dataset("NumberOfCells", data=cells)
     root.create_dataset("NumberOfConnectivityIds", data=conn_ids)
-    # Point ids count from each step's first point, offsets from its first id: int32 unless a step has 2**31 ids.
-    ids = np.int32 if int(conn_ids.max(initial=0)) < 2**31 else np.int64
+    ids = plan.ids  # point ids count from each step's first point, offsets from its first id
     d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids, **allocated())
     d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids, **allocated())
     d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8, **allocated())
@@ -504,6 +508,7 @@ def _write_range(
     prefetch: bool,
     mesh: str,
     float32_level: int,
+    ids: Any,
 ) -> None:
     """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
 
@@ -526,16 +531,22 @@ def _write_range(
     cell_type = VTK_CELL_TYPE[geometry.dim]
 
     def convert(s: int, e: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
-        """Read and convert leaves ``s .. e - 1`` (on the worker thread): their values, and the blocks of points they complete."""
+        """Read and convert leaves ``s .. e - 1`` (on the worker thread): their rows of cells, and the blocks they complete."""
         leaves = reader.read_mesh(s, e - s, mesh)
-        return s, e, leaf_values(arrays, reader, leaves, s, num_leaves), list(blocks.feed(s, leaves))
+        last = e == num_leaves and not rows.num_particles
+        cells = [
+            np.arange(nv * s, nv * (e + last), nv, dtype=ids),
+            np.full(e - s, cell_type, dtype=np.uint8),
+            *(np.ascontiguousarray(v) for v in leaf_values(arrays, reader, leaves, s, num_leaves)),
+        ]
+        return s, e, cells, list(blocks.feed(s, leaves))
 
-    def write(s: int, e: int, values: list[np.ndarray], done: list[tuple[int, np.ndarray]]) -> None:
+    def write(s: int, e: int, cells: list[np.ndarray], done: list[tuple[int, np.ndarray]]) -> None:
         """Place the points of the blocks completed and write everything (on this thread, which writes without the GIL)."""
         c0 = rows.cells_before + s
-        last = e == num_leaves and not rows.num_particles
-        sink.put("Offsets", off0 + s, np.arange(nv * s, nv * (e + last), nv, dtype=ids))
-        sink.put("Types", c0, np.full(e - s, cell_type, dtype=np.uint8))
+        offsets, types, *values = cells
+        sink.put("Offsets", off0 + s, offsets)
+        sink.put("Types", c0, types)
         for arr, v in zip(arrays, values, strict=True):
             sink.put("cell:" + arr.name, c0, v)
         for first, block in done:
@@ -553,7 +564,7 @@ def _write_range(
             todo = iter(chunks)
             pending = deque(pool.submit(convert, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
             sink = sink_of()
-            ids, points_dtype = sink.d["Connectivity"].dtype, sink.d["Points"].dtype
+            points_dtype = sink.d["Points"].dtype
             while pending:
                 done = pending.popleft().result()
                 for c in itertools.islice(todo, 1):
@@ -561,7 +572,7 @@ def _write_range(
                 write(*done)
     else:
         sink = sink_of()
-        ids, points_dtype = sink.d["Connectivity"].dtype, sink.d["Points"].dtype
+        points_dtype = sink.d["Points"].dtype
         for c in chunks:
             write(*convert(*c))
     if num_leaves == 0 and a == 0 and not rows.num_particles:
@@ -805,7 +816,19 @@ class _Writer:
                 if plan.points is not None:  # counted: this rank's first point follows the ranks' below
                     rows.next_point, rows.leaf_points = int(starts[i][rank]), plan.points[i] - particles[i]
                 _write_range(
-                    sink_of, r, self.arrays, geometry, ms.maxlevel, rows, a, b, self.chunk, prefetch, st.mesh, st.float32_level
+                    sink_of,
+                    r,
+                    self.arrays,
+                    geometry,
+                    ms.maxlevel,
+                    rows,
+                    a,
+                    b,
+                    self.chunk,
+                    prefetch,
+                    st.mesh,
+                    st.float32_level,
+                    plan.ids,
                 )
                 if plan.points is None:
                     rows.leaf_points = rows.next_point
