@@ -176,7 +176,7 @@ def _rows(mesh: np.ndarray, side: Any, lat: _Lattice, dim: int) -> tuple[np.ndar
 def _place(cells: list[np.ndarray], trees: np.ndarray, lat: _Lattice, geometry: Any, maxlevel: int, dtype: Any) -> np.ndarray:
     """Points ``(k, 3)`` of ``dtype`` of lattice cells (per axis, relative to ``lat.lo``) of trees ``t0 + trees``."""
     k, dim = len(trees), len(cells)
-    out = np.zeros((k, 3), dtype=dtype)
+    out = np.empty((k, 3), dtype=dtype)
     one_tree = lat.ext[0] == 1
     t = np.full(k, lat.t0, dtype=np.intp) if one_tree else trees.astype(np.intp) + lat.t0
     unit = 2.0 ** (lat.shift - maxlevel)  # one lattice cell, in trees
@@ -187,6 +187,7 @@ def _place(cells: list[np.ndarray], trees: np.ndarray, lat: _Lattice, geometry: 
         out[:] = geometry.map_points(t, ref)
         return out
     lower, upper = geometry.tree_lower, geometry.tree_upper
+    out[:, dim:] = 0.0
     for a, c in enumerate(cells):
         ext = upper[:, a] - lower[:, a]
         if one_tree:
@@ -202,7 +203,8 @@ def _place_all(lat: _Lattice, geometry: Any, maxlevel: int, dtype: Any) -> np.nd
     if not geometry.boxes_exact:
         grids = np.indices(lat.ext).reshape(dim + 1, -1)
         return _place(list(grids[1:]), grids[0], lat, geometry, maxlevel, dtype)
-    out = np.zeros((*lat.ext, 3), dtype=dtype)
+    out = np.empty((*lat.ext, 3), dtype=dtype)
+    out[..., dim:] = 0.0
     trees = np.arange(lat.t0, lat.t0 + lat.ext[0])
     unit = 2.0 ** (lat.shift - maxlevel)
     lower, upper = geometry.tree_lower, geometry.tree_upper
