@@ -18,6 +18,7 @@ them, appears once per tree).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,17 +95,35 @@ def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, np.nd
 
 
 def _corner_keys(key: np.ndarray, side: Any, lat: _Lattice, dim: int) -> np.ndarray:
-    """Keys of every leaf corner, ``(n, 2**dim)``, in VTK order (one strided pass per corner)."""
+    """Keys of every leaf corner, ``(n, 2**dim)``, in VTK order: one strided pass per corner, or per two.
+
+    Keys of int32 (lattices below ``2**31`` cells) are written two at a
+    time, as the int64 ``key (2**32 + 1) + side (o_0 + o_1 2**32)`` that
+    holds both on a little-endian machine (no carry: each half is a key).
+    """
     offs = [sum(st for st, b in zip(lat.strides[1:], corner, strict=True) if b) for corner in _CORNERS[dim]]
-    out = np.empty((len(key), 1 << dim), dtype=key.dtype)
-    s = side.astype(key.dtype, copy=False) if isinstance(side, np.ndarray) else None
+    n, nv = len(key), 1 << dim
+    out = np.empty((n, nv), dtype=key.dtype)
+    s = side if isinstance(side, np.ndarray) else None
+    if key.dtype == np.int32 and sys.byteorder == "little":
+        k2 = key.astype(np.int64) * np.int64(0x100000001)
+        pairs = out.view(np.int64)  # (n, nv // 2): corners 2 j and 2 j + 1 in column j
+        for j in range(nv // 2):
+            both = np.int64(offs[2 * j] + (offs[2 * j + 1] << 32))
+            if s is None:
+                np.add(k2, both, out=pairs[:, j])
+            else:
+                np.multiply(s, both, out=pairs[:, j], casting="unsafe")
+                pairs[:, j] += k2
+        return out
+    t = s.astype(key.dtype, copy=False) if s is not None else None
     for c, off in enumerate(offs):
         if not off:
             out[:, c] = key
-        elif s is None:
+        elif t is None:
             np.add(key, off, out=out[:, c])
         else:
-            np.multiply(s, off, out=out[:, c])
+            np.multiply(t, off, out=out[:, c])
             out[:, c] += key
     return out
 
