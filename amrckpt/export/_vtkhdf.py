@@ -120,11 +120,6 @@ class _Step:
     length_units: str | None
     points: list[PointSet]
 
-    @property
-    def num_points(self) -> int:
-        """Elements of the step's point sets (particles), exported as VTK_VERTEX cells after the leaves."""
-        return sum(p.count for p in self.points)
-
 
 def _float32_level(geometry: Any, maxlevel: int, particles: bool) -> int:
     """Return the finest level up to which every leaf corner is exactly a float32 (:func:`float32_exact`), -1 if none.
@@ -220,14 +215,17 @@ class _Plan:
 
     @property
     def nv(self) -> int:
+        """Corners of a leaf: 4 or 8."""
         return 1 << self.steps[0].dim
 
     @property
     def cells(self) -> np.ndarray:
+        """Cells of each step: its leaves, then its particles."""
         return np.array([s.num_leaves + m for s, m in zip(self.steps, self.particles, strict=True)], dtype=np.int64)
 
     @property
     def conn_ids(self) -> np.ndarray:
+        """Connectivity ids of each step: ``2**dim`` per leaf, one per particle."""
         return np.array([self.nv * s.num_leaves + m for s, m in zip(self.steps, self.particles, strict=True)], dtype=np.int64)
 
     @property
@@ -255,7 +253,9 @@ def _create(
     ``Points`` has its final size where the points of every step are known
     (``plan.points``); otherwise it starts empty and grows as blocks are
     appended, and :func:`_finish` writes the datasets that count points.
-    With ``raw``, the datasets of cells are allocated now, for :class:`_Sink`.
+    With ``raw``, HDF5 allocates the data of every dataset the sink writes
+    (cells, connectivity, points) when it creates or extends it, and never
+    writes it itself: :class:`_Sink` does, with ``pwrite``.
     """
     steps = plan.steps
     cells, conn_ids = plan.cells, plan.conn_ids
