@@ -9,8 +9,8 @@ integer ``key`` (tree-major, then x, y, z).  The distinct keys, in
 increasing order, are the block's points; each leaf corner is the rank of
 its key among them.  They are found in a dense table of the lattice where
 it is small (a uniform block is a dilation of its anchors by one cell per
-axis), else by sorting the keys, else (lattices of more than ``2**62``
-cells) by sorting rows: the result is the same.  Points of different trees
+axis), else by sorting the keys, else (lattices of ``2**62`` cells or
+more) by sorting rows: the result is the same.  Points of different trees
 are never merged (a vertex shared by two trees, where the geometry joins
 them, appears once per tree).
 """
@@ -33,8 +33,8 @@ POINT_BLOCK_LEAVES = 1 << 17
 
 Blocks are global positions along the curve, so that the points of a step
 depend neither on the chunk size of an export nor on its number of ranks.
-A uniform block of ``2**17`` leaves has 1.6 % more points than leaves in
-2D (a 512 x 256 rectangle of quadrants: 513 x 257 points)."""
+A uniform block of ``2**17`` quadrants is a 512 x 256 rectangle of them:
+513 x 257 points, 0.6 % more than leaves."""
 
 DENSE_CELLS_PER_CORNER = 4
 """A block's lattice is held as a dense table when it has at most this many cells per leaf corner."""
