@@ -9,8 +9,9 @@ integer ``key`` (tree-major, then x, y, z).  The distinct keys, in
 increasing order, are the block's points; each leaf corner is the rank of
 its key among them.  They are found in a dense table of the lattice where
 it is small (a uniform block is a dilation of its anchors by one cell per
-axis), else by sorting the keys, else (lattices of ``2**62`` cells or
-more) by sorting rows: the result is the same.  Points of different trees
+axis), else by sorting the keys (each axis in bits of its own, decoded by
+shifts), else (keys of more than 62 bits) by sorting rows: the result is
+the same.  Points of different trees
 are never merged (a vertex shared by two trees, where the geometry joins
 them, appears once per tree).
 """
@@ -42,7 +43,7 @@ DENSE_CELLS_PER_CORNER = 4
 CornerMethod = Literal["auto", "dense", "sort", "rows"]
 """How :func:`shared_corners` finds the distinct vertices (the result is the same)."""
 
-_MAX_KEY_CELLS = 1 << 62
+_MAX_KEY_BITS = 62
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,26 @@ class _Lattice:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Of the tree and of each axis in a key."""
+        """Of the tree and of each axis in a key of the dense table (keys ``0 .. size - 1``)."""
         out = [1]
         for e in self.ext[:0:-1]:
             out.append(out[-1] * e)
         return tuple(out[::-1])
 
+    @property
+    def bits(self) -> tuple[int, ...]:
+        """Bits of the tree and of each axis in a key to sort (each its own bits: decoded by shifts)."""
+        return tuple((e - 1).bit_length() for e in self.ext)
 
-def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, np.ndarray, Any]:
-    """Return the block's lattice, its leaves' anchor keys, and their sides in lattice cells (1 for a uniform block)."""
+    @property
+    def bit_strides(self) -> tuple[int, ...]:
+        """Of the tree and of each axis in a key to sort: powers of two."""
+        b = self.bits
+        return tuple(1 << sum(b[i + 1 :]) for i in range(len(b)))
+
+
+def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, list[np.ndarray], Any, np.ndarray]:
+    """Return the block's lattice, its leaves' anchor cells per axis, their sides in cells (1: uniform), and trees."""
     level = np.ascontiguousarray(mesh["level"])
     finest, coarsest = int(level.max()), int(level.min())
     shift = maxlevel - finest
@@ -76,32 +88,33 @@ def _anchors(mesh: np.ndarray, dim: int, maxlevel: int) -> tuple[_Lattice, np.nd
     lo = tuple(int(c.min()) for c in cells)
     hi = tuple(int((c + side).max()) if isinstance(side, np.ndarray) else int(c.max()) + 1 for c in cells)
     ext = (t1 - t0 + 1, *(h - low + 1 for h, low in zip(hi, lo, strict=True)))
-    lat = _Lattice(shift, t0, lo, ext, math.prod(ext))
-    dt = np.int64 if lat.size >= 1 << 31 else np.int32
-    st = lat.strides
-    # key = sum over axes of cell * stride (tree first), less the key of the lowest corner: one pass per axis
-    key = cells[0].astype(dt, copy=False) * st[1]
-    for c, stride in zip(cells[1:], st[2:], strict=True):
+    return _Lattice(shift, t0, lo, ext, math.prod(ext)), cells, side, tree
+
+
+def _key(lat: _Lattice, cells: list[np.ndarray], tree: np.ndarray, strides: tuple[int, ...], dt: Any) -> np.ndarray:
+    """Anchor keys: the sum over the tree and the axes of (value - lowest) * stride, in one pass per axis."""
+    key: np.ndarray = cells[0].astype(dt, copy=False) * dt(strides[1])
+    for c, stride in zip(cells[1:], strides[2:], strict=True):
         if stride == 1:
             key += c
         else:
-            key += c.astype(dt, copy=False) * stride
+            key += c.astype(dt, copy=False) * dt(stride)
     if lat.ext[0] > 1:
-        key += (tree - t0).astype(dt) * st[0]
-    low = sum(v * stride for v, stride in zip(lo, st[1:], strict=True))
+        key += (tree - lat.t0).astype(dt) * dt(strides[0])
+    low = sum(v * stride for v, stride in zip(lat.lo, strides[1:], strict=True))
     if low:
         key -= dt(low)
-    return lat, key, side
+    return key
 
 
-def _corner_keys(key: np.ndarray, side: Any, lat: _Lattice, dim: int) -> np.ndarray:
+def _corner_keys(key: np.ndarray, side: Any, strides: tuple[int, ...], dim: int) -> np.ndarray:
     """Keys of every leaf corner, ``(n, 2**dim)``, in VTK order: one strided pass per corner, or per two.
 
     Keys of int32 (lattices below ``2**31`` cells) are written two at a
     time, as the int64 ``key (2**32 + 1) + side (o_0 + o_1 2**32)`` that
     holds both on a little-endian machine (no carry: each half is a key).
     """
-    offs = [sum(st for st, b in zip(lat.strides[1:], corner, strict=True) if b) for corner in _CORNERS[dim]]
+    offs = [sum(st for st, b in zip(strides[1:], corner, strict=True) if b) for corner in _CORNERS[dim]]
     n, nv = len(key), 1 << dim
     out = np.empty((n, nv), dtype=key.dtype)
     s = side if isinstance(side, np.ndarray) else None
@@ -143,30 +156,33 @@ def _table(key: np.ndarray, side: Any, keys: np.ndarray | None, lat: _Lattice) -
 def _dense(key: np.ndarray, side: Any, lat: _Lattice, dim: int, first: int, dt: Any) -> tuple[list[np.ndarray] | None, np.ndarray]:
     """Distinct keys by a table of the lattice: (None if every cell is a point, else tree and cells of the points), corners."""
     uniform = not isinstance(side, np.ndarray)
-    keys = None if uniform else _corner_keys(key, side, lat, dim)
+    keys = None if uniform else _corner_keys(key, side, lat.strides, dim)
     table = _table(key, side, keys, lat)
     k = int(np.count_nonzero(table))
     if k == lat.size:  # every cell of the lattice is a point: a corner's key is its point
         if keys is None:
-            return None, _corner_keys(key.astype(dt, copy=False) + dt(first), side, lat, dim)
+            return None, _corner_keys(key.astype(dt, copy=False) + dt(first), side, lat.strides, dim)
         conn = keys.astype(dt, copy=False)
         return None, np.add(conn, first, out=conn) if first else conn
     rank = np.empty(lat.size, dtype=dt)
     rank[table] = np.arange(first, first + k, dtype=dt)
     if keys is None:
-        keys = _corner_keys(key, side, lat, dim)
+        keys = _corner_keys(key, side, lat.strides, dim)
     return list(np.nonzero(table.reshape(lat.ext))), rank.take(keys)
 
 
-def _sort(keys: np.ndarray, lat: _Lattice, first: int, dt: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct keys by one sort of the keys packed with their positions: point keys, corners (from ``first``)."""
-    flat = keys.reshape(-1).astype(np.int64, copy=False)
-    m = flat.size
+def _sort(keys: np.ndarray, lat: _Lattice, first: int, dt: Any) -> tuple[list[np.ndarray], np.ndarray]:
+    """Distinct keys (of :attr:`_Lattice.bit_strides`) by one sort of the keys packed with their positions.
+
+    Returns the tree and cells of the points, and the corners (from ``first``).
+    """
+    m = keys.size
     idx_bits = max(1, (m - 1).bit_length())
-    if (lat.size - 1).bit_length() + idx_bits > 63:
-        u, inv = np.unique(flat, return_inverse=True)
-        return u, (inv.reshape(keys.shape) + first).astype(dt, copy=False)
-    packed = (flat << idx_bits) | np.arange(m, dtype=np.int64)
+    if sum(lat.bits) + idx_bits > 63:
+        u, inv = np.unique(keys.reshape(-1).astype(np.int64, copy=False), return_inverse=True)
+        return _cells_of(u, lat), (inv.reshape(keys.shape) + first).astype(dt, copy=False)
+    packed = np.left_shift(keys.reshape(-1), idx_bits, dtype=np.int64)
+    packed |= np.arange(m, dtype=np.int64)
     packed.sort()
     sk = packed >> idx_bits
     new = np.empty(m, dtype=bool)
@@ -176,17 +192,17 @@ def _sort(keys: np.ndarray, lat: _Lattice, first: int, dt: Any) -> tuple[np.ndar
     np.add(ranks, first - 1, out=ranks)
     conn = np.empty(m, dtype=dt)
     conn[packed & ((1 << idx_bits) - 1)] = ranks
-    return sk[new], conn.reshape(keys.shape)
+    return _cells_of(sk[np.flatnonzero(new)], lat), conn.reshape(keys.shape)
 
 
-def _rows(mesh: np.ndarray, side: Any, lat: _Lattice, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct vertices as rows ``(tree - t0, cell per axis)`` sorted lexicographically: rows, corner ranks."""
-    n, nv = len(mesh), 1 << dim
+def _rows(cells: list[np.ndarray], tree: np.ndarray, side: Any, lat: _Lattice, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct vertices as rows ``(tree - t0, cell per axis - lo)`` sorted lexicographically: rows, corner ranks."""
+    n, nv = len(tree), 1 << dim
     rows = np.empty((n, nv, dim + 1), dtype=np.int64)
-    rows[:, :, 0] = (np.asarray(mesh["tree"], dtype=np.int64) - lat.t0)[:, None]
+    rows[:, :, 0] = (tree.astype(np.int64) - lat.t0)[:, None]
     s = np.asarray(side, dtype=np.int64)
-    for a, c in enumerate(("x", "y", "z")[:dim]):
-        cell = (np.asarray(mesh[c], dtype=np.int64) >> lat.shift) - lat.lo[a]
+    for a, c in enumerate(cells):
+        cell = c.astype(np.int64) - lat.lo[a]
         rows[:, :, a + 1] = cell[:, None] + (s[:, None] if s.ndim else s) * _CORNERS[dim][:, a].astype(np.int64)[None, :]
     u, inv = np.unique(rows.reshape(-1, dim + 1), axis=0, return_inverse=True)
     return u, inv.reshape(n, nv)
@@ -237,13 +253,14 @@ def _place_all(lat: _Lattice, geometry: Any, maxlevel: int, dtype: Any) -> np.nd
 
 
 def _cells_of(u: np.ndarray, lat: _Lattice) -> list[np.ndarray]:
-    """Tree (relative to ``t0``), then cell per axis, of point keys ``u``."""
-    rest = u
-    cells = []
-    for e in lat.ext[:0:-1]:
-        rest, c = np.divmod(rest, e)
-        cells.append(c)
-    return [rest, *cells[::-1]]
+    """Tree (relative to ``t0``), then cell per axis (relative to ``lo``), of sort keys ``u`` (shifts and masks)."""
+    bits = lat.bits
+    out = []
+    for i, b in enumerate(bits):
+        below = sum(bits[i + 1 :])
+        part = u >> below if below else u
+        out.append(part & ((1 << b) - 1) if i else part)
+    return out
 
 
 def shared_corners(
@@ -286,7 +303,7 @@ def shared_corners(
         (``"auto"`` where it has at most 4 cells per leaf corner; a uniform
         block's vertices are its anchors dilated by one cell per axis), one
         sort of the keys packed with their positions, or a sort of rows
-        (``"auto"`` for lattices of ``2**62`` cells or more).  The result
+        (``"auto"`` for keys of more than 62 bits).  The result
         does not depend on it.
 
     Returns
@@ -303,19 +320,21 @@ def shared_corners(
     n, nv = len(mesh), 1 << dim
     if n == 0:
         return np.zeros((0, 3), dtype=dtype), np.zeros((0, nv), dtype=np.int32)
-    lat, key, side = _anchors(mesh, dim, maxlevel)
+    lat, cells, side, tree = _anchors(mesh, dim, maxlevel)
     dt: Any = np.int32 if first + min(lat.size, n * nv) < 1 << 31 else np.int64
     if method == "auto":
-        method = "dense" if lat.size <= DENSE_CELLS_PER_CORNER * n * nv else "sort" if lat.size < _MAX_KEY_CELLS else "rows"
-    if method == "rows" or lat.size >= _MAX_KEY_CELLS:
-        rows, inv = _rows(mesh, side, lat, dim)
+        method = "dense" if lat.size <= DENSE_CELLS_PER_CORNER * n * nv else "sort"
+    if method == "rows" or sum(lat.bits) > _MAX_KEY_BITS:
+        rows, inv = _rows(cells, tree, side, lat, dim)
         pts = _place(list(rows[:, 1:].T), rows[:, 0], lat, geometry, maxlevel, dtype)
         return pts, (inv + first).astype(dt, copy=False)
     if method == "dense":
+        key = _key(lat, cells, tree, lat.strides, np.int64 if lat.size >= 1 << 31 else np.int32)
         where, conn = _dense(key, side, lat, dim, first, dt)
     else:
-        u, conn = _sort(_corner_keys(key, side, lat, dim), lat, first, dt)
-        where = _cells_of(u, lat)
+        kdt = np.int64 if sum(lat.bits) >= 31 else np.int32
+        key = _key(lat, cells, tree, lat.bit_strides, kdt)
+        where, conn = _sort(_corner_keys(key, side, lat.bit_strides, dim), lat, first, dt)
     if where is None:
         pts = _place_all(lat, geometry, maxlevel, dtype)
     else:
@@ -327,12 +346,14 @@ def count_shared_corners(mesh: np.ndarray, dim: int, maxlevel: int) -> int:
     """Return how many points :func:`shared_corners` gives a block of leaves (without placing them). Not collective."""
     if len(mesh) == 0:
         return 0
-    lat, key, side = _anchors(mesh, dim, maxlevel)
+    lat, cells, side, tree = _anchors(mesh, dim, maxlevel)
     nv = 1 << dim
+    if sum(lat.bits) > _MAX_KEY_BITS:
+        return len(_rows(cells, tree, side, lat, dim)[0])
     if lat.size <= DENSE_CELLS_PER_CORNER * len(mesh) * nv:
-        keys = None if not isinstance(side, np.ndarray) else _corner_keys(key, side, lat, dim)
+        key = _key(lat, cells, tree, lat.strides, np.int64 if lat.size >= 1 << 31 else np.int32)
+        keys = None if not isinstance(side, np.ndarray) else _corner_keys(key, side, lat.strides, dim)
         return int(np.count_nonzero(_table(key, side, keys, lat)))
-    if lat.size < _MAX_KEY_CELLS:
-        flat = np.sort(_corner_keys(key, side, lat, dim).reshape(-1).astype(np.int64, copy=False))
-        return int(np.count_nonzero(flat[1:] != flat[:-1])) + 1
-    return len(_rows(mesh, side, lat, dim)[0])
+    key = _key(lat, cells, tree, lat.bit_strides, np.int64 if sum(lat.bits) >= 31 else np.int32)
+    flat = np.sort(_corner_keys(key, side, lat.bit_strides, dim).reshape(-1).astype(np.int64, copy=False))
+    return int(np.count_nonzero(flat[1:] != flat[:-1])) + 1
