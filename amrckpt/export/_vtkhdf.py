@@ -509,15 +509,16 @@ def _write_range(
     mesh: str,
     float32_level: int,
     ids: Any,
+    points_dtype: Any,
 ) -> None:
     """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
 
     Not collective.  With ``prefetch`` one worker thread reads the next
-    chunks and converts their values while this thread places the points of
-    the current one and writes it (reads, numpy and the sink's ``pwrite``
-    release the GIL): serial exports only, where no MPI call is made off
-    the main thread.  ``sink_of()`` gives the sink once the first chunks are
-    on their way (it may create the file meanwhile).
+    chunks and converts their values, a second places the points of each
+    block completed, and this thread writes (reads, numpy and the sink's
+    ``pwrite`` release the GIL): serial exports only, where no MPI call is
+    made off the main thread.  ``sink_of()`` gives the sink once the first
+    chunks are on their way (it may create the file meanwhile).
 
     Raises
     ------
@@ -541,40 +542,58 @@ def _write_range(
         ]
         return s, e, cells, list(blocks.feed(s, leaves))
 
-    def write(s: int, e: int, cells: list[np.ndarray], done: list[tuple[int, np.ndarray]]) -> None:
-        """Place the points of the blocks completed and write everything (on this thread, which writes without the GIL)."""
+    def place(done: list[tuple[int, np.ndarray]]) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        """Place the points of the blocks completed (on the placing thread, in order): where they go, points, corners."""
+        out = []
+        for first, block in done:
+            if np.dtype(points_dtype) == np.float32 and int(block["level"].max()) > float32_level:
+                raise _Float64Needed
+            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
+            out.append((first, rows.next_point, pts, corners.reshape(-1)))
+            rows.next_point += len(pts)
+        return out
+
+    def write_cells(s: int, e: int, cells: list[np.ndarray]) -> None:
         c0 = rows.cells_before + s
         offsets, types, *values = cells
         sink.put("Offsets", off0 + s, offsets)
         sink.put("Types", c0, types)
         for arr, v in zip(arrays, values, strict=True):
             sink.put("cell:" + arr.name, c0, v)
-        for first, block in done:
-            if points_dtype == np.float32 and int(block["level"].max()) > float32_level:
-                raise _Float64Needed
-            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
-            sink.put("Points", rows.points_before + rows.next_point, pts)
-            sink.put("Connectivity", rows.conn_before + nv * first, corners.reshape(-1))
-            rows.next_point += len(pts)
+
+    def write_points(placed: list[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
+        for first, at, pts, corners in placed:
+            sink.put("Points", rows.points_before + at, pts)
+            sink.put("Connectivity", rows.conn_before + nv * first, corners)
 
     chunks = [(s, min(s + chunk, b)) for s in range(a, b, chunk)]
     if prefetch and len(chunks) > 1:
-        with ThreadPoolExecutor(1, thread_name_prefix="amrckpt-export") as pool:
-            # Chunks queued ahead: the worker goes on to the next as soon as it ends one, not when this thread asks.
+        # Three stages on three threads: read and convert (chunks queued ahead, so that the worker goes on as soon
+        # as it ends one), place the points of each block completed, write (this thread, without the GIL).
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="amrckpt-export") as reading,
+            ThreadPoolExecutor(1, thread_name_prefix="amrckpt-points") as placing,
+        ):
             todo = iter(chunks)
-            pending = deque(pool.submit(convert, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
+            reads = deque(reading.submit(convert, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
+            places: deque[Any] = deque()
             sink = sink_of()
-            points_dtype = sink.d["Points"].dtype
-            while pending:
-                done = pending.popleft().result()
+            while reads:
+                s, e, cells, done = reads.popleft().result()
                 for c in itertools.islice(todo, 1):
-                    pending.append(pool.submit(convert, *c))
-                write(*done)
+                    reads.append(reading.submit(convert, *c))
+                places.append(placing.submit(place, done))
+                write_cells(s, e, cells)
+                while len(places) > 1 or (places and places[0].done()):
+                    write_points(places.popleft().result())
+            while places:
+                write_points(places.popleft().result())
     else:
         sink = sink_of()
-        points_dtype = sink.d["Points"].dtype
         for c in chunks:
-            write(*convert(*c))
+            s, e, cells, done = convert(*c)
+            write_cells(s, e, cells)
+            write_points(place(done))
     if num_leaves == 0 and a == 0 and not rows.num_particles:
         sink.put("Offsets", off0, np.zeros(1, dtype=ids))
 
@@ -829,6 +848,7 @@ class _Writer:
                     st.mesh,
                     st.float32_level,
                     plan.ids,
+                    np.float32 if self.float32 else np.float64,
                 )
                 if plan.points is None:
                     rows.leaf_points = rows.next_point
