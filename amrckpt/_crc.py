@@ -20,11 +20,12 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 from zlib_ng import zlib_ng
 
 _combine = zlib_ng.crc32_combine
 
-__all__ = ["SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
+__all__ = ["KnownCrcs", "SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
 
 _POOL: ThreadPoolExecutor | None = None
 
@@ -65,6 +66,53 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     return int(_combine(crc1, crc2, len2))
 
 
+def _address(data: Any) -> tuple[int, int]:
+    """``(address of the first byte, nbytes)`` of a contiguous buffer: what identifies it while it lives."""
+    if isinstance(data, np.ndarray):
+        return (int(data.__array_interface__["data"][0]), data.nbytes) if data.nbytes else (0, 0)
+    view = memoryview(data)
+    if view.nbytes == 0:
+        return (0, 0)
+    return (int(np.frombuffer(view, np.uint8).__array_interface__["data"][0]), view.nbytes)
+
+
+class KnownCrcs:
+    """CRC32s of whole buffers, started before the buffers are handed to a writer; found again by address. Not collective.
+
+    A save knows its payloads (cell values, packed mesh records) before it
+    knows where they go in the file: :meth:`start` CRCs a buffer in the
+    helper thread at once (while the caller packs the next one), and a
+    writer given this object (:func:`amrckpt.scda.fopen_write`
+    ``known_crcs=``) takes the CRC32 of a piece that is exactly such a
+    buffer from here instead of reading its bytes again.  A CRC32 does not
+    depend on where the bytes go (:class:`SectionCrc` shifts it into
+    place).  The buffers must stay unchanged and alive until the writer has
+    waited for the CRC32s (its ``settle``).
+    """
+
+    __slots__ = ("_by_address",)
+
+    def __init__(self) -> None:
+        self._by_address: dict[tuple[int, int], int | Future[int]] = {}
+
+    def start(self, data: Any) -> None:
+        """CRC ``data`` (a contiguous buffer) in the helper thread, or here if it is small (:data:`INLINE_NBYTES`)."""
+        key = _address(data)
+        if key[1] == 0 or key in self._by_address:
+            return
+        self._by_address[key] = crc32(data) if key[1] < INLINE_NBYTES else pool().submit(crc32, data)
+
+    def put(self, data: Any, crc: int) -> None:
+        """Record the CRC32 ``crc`` of ``data``, computed by the caller."""
+        key = _address(data)
+        if key[1]:
+            self._by_address[key] = crc
+
+    def get(self, data: Any) -> int | Future[int] | None:
+        """Return the CRC32 (or its future) of exactly the bytes of ``data``, or None if it was not started."""
+        return self._by_address.get(_address(data))
+
+
 class SectionCrc:
     """The pieces of one section that this rank holds, for a combined CRC32.
 
@@ -73,12 +121,13 @@ class SectionCrc:
     must partition the section exactly (no gaps, no overlaps).
     """
 
-    __slots__ = ("complete", "futures", "pieces")
+    __slots__ = ("complete", "futures", "pending", "pieces")
 
     def __init__(self) -> None:
         self.pieces: list[tuple[int, int, int]] = []  # (end offset of the piece, its crc, its bytes)
         self.complete = True
         self.futures: list[Future[None]] = []
+        self.pending: list[tuple[int, int, Future[int]]] = []  # (end offset, its bytes, its crc to come)
 
     def add(self, offset: int, data: Any) -> None:
         """Add the piece ``data`` that starts at file byte ``offset``."""
@@ -110,10 +159,17 @@ class SectionCrc:
         futures, self.futures = self.futures, []
         for f in futures:
             f.result()
+        pending, self.pending = self.pending, []
+        for stop, n, crc in pending:
+            self.pieces.append((stop, crc.result(), n))
 
-    def add_crc(self, offset: int, nbytes: int, crc: int) -> None:
-        """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is already known."""
-        if nbytes:
+    def add_crc(self, offset: int, nbytes: int, crc: int | Future[int]) -> None:
+        """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is known, or being computed (a future)."""
+        if not nbytes:
+            return
+        if isinstance(crc, Future):
+            self.pending.append((offset + nbytes, nbytes, crc))
+        else:
             self.pieces.append((offset + nbytes, crc, nbytes))
 
     def known(self) -> list[tuple[int, int, int]]:

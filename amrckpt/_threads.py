@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-__all__ = ["default_threads", "pool"]
+__all__ = ["default_threads", "map_shared", "pool"]
 
 _LOCAL_RANKS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 _POOL: ThreadPoolExecutor | None = None
@@ -48,3 +50,43 @@ def pool(threads: int) -> ThreadPoolExecutor:
             if old is not None:
                 old.shutdown(wait=False)
         return _POOL
+
+
+def map_shared(fn: Callable[[Any], Any], items: Sequence[Any], threads: int) -> list[Any]:
+    """Return ``[fn(x) for x in items]`` computed by ``threads`` threads, the calling one among them.
+
+    Each thread takes the next item not yet taken (one shared iterator:
+    uneven items balance themselves, and a thread starts once, not once per
+    item).  After an exception no item is started; every thread is waited
+    for, then the first exception is raised.  Serially for one thread or
+    one item.
+
+    Raises
+    ------
+    BaseException
+        The first exception raised by ``fn``.
+    """
+    n = min(len(items), threads)
+    if n <= 1:
+        return [fn(x) for x in items]
+    out: list[Any] = [None] * len(items)
+    todo = iter(range(len(items)))  # next() on a range iterator is atomic under the GIL
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        for i in todo:
+            if failed:
+                return
+            try:
+                out[i] = fn(items[i])
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller after every thread stopped
+                failed.append(exc)
+                return
+
+    helpers = [pool(n - 1).submit(work) for _ in range(n - 1)]
+    work()
+    for h in helpers:
+        h.result()
+    if failed:
+        raise failed[0]
+    return out

@@ -20,7 +20,9 @@ slowest rank counts):
   which writes them (P >= 2);
 * ``raw``: each rank writes a buffer of its pieces file's size into a new
   file in the cache directory with ``os.write``, ``fsync`` and ``close``:
-  what the node-local storage alone costs;
+  what the node-local storage alone costs (the file two writes back is
+  unlinked in a thread, as the cache's retention frees the pages of the
+  steps beyond ``keep`` in a thread);
 * ``direct``: :meth:`CheckpointManager.save` without a cache into
   ``--shared`` (default: a directory on the machine's disk);
 * ``restart from cache``: a new manager's ``restore_latest`` of the newest
@@ -40,6 +42,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +138,12 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     raw_dir = cache_root / "raw"
     raw_dir.mkdir(exist_ok=True)
     count = [0]
+    unlinking: list[threading.Thread] = []
 
     def raw() -> None:
+        for t in unlinking:  # as the cache waits for its last retention
+            t.join()
+        unlinking.clear()
         count[0] += 1
         path = raw_dir / f"r{rank}-{count[0]}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -145,9 +152,10 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
             view = view[os.write(fd, view) :]
         os.fsync(fd)
         os.close(fd)
-        old = raw_dir / f"r{rank}-{count[0] - 2}"  # two kept, as KeepLast(2) and keep=2 keep
+        old = raw_dir / f"r{rank}-{count[0] - 2}"  # two kept, as KeepLast(2) and keep=2 keep; unlinked in a thread, as the cache's
         if old.exists():
-            old.unlink()
+            unlinking.append(threading.Thread(target=old.unlink))
+            unlinking[-1].start()
 
     ops = {name: saver(name) for name in mgrs} | {"raw": raw}
     try:

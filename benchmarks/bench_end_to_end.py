@@ -25,7 +25,11 @@ Run::
    datasets with h5py's shuffle + gzip(1), chunks of the same size;
    interleaved, medians.  Also ``compress="element"`` (the scda paper's
    per-element convention) once, for its size.  MiB/s of uncompressed
-   data, file sizes over the uncompressed bytes.
+   data, file sizes over the uncompressed bytes.  Then an hp field the
+   same way (``hp``): the mesh and 1, 4 or 9 smooth float64 per leaf,
+   ``HpCells(compress=True)`` (the counts and values of each chunk of
+   leaves) against h5py's datasets of the counts (uint8) and the values
+   in chunks of ``DEFAULT_CHUNK`` elements.
 """
 
 from __future__ import annotations
@@ -188,6 +192,29 @@ class Compressed(ac.CheckpointSchema, name="compressed", version=1):
     p: ac.CellData = ac.Cells("<f8", compress=True)
 
 
+class HpCompressed(ac.CheckpointSchema, name="compressed-hp", version=1):
+    """The mesh and an hp field of 1, 4 or 9 smooth float64 per leaf, ``compress=True`` (counts and values in chunks)."""
+
+    mesh: ac.Forest = ac.Mesh(dim=3, compress=True)
+    modes: ac.HpData = ac.HpCells("<f8", compress=True)
+
+
+class HpPerElement(ac.CheckpointSchema, name="compressed-hp", version=1):
+    """The same, ``compress="element"`` (the scda paper's convention: every leaf's values by themselves)."""
+
+    mesh: ac.Forest = ac.Mesh(dim=3, compress="element", level=1)
+    modes: ac.HpData = ac.HpCells("<f8", compress="element", level=1)
+
+
+def smooth_modes(n: int) -> ac.HpData:
+    """1, 4 or 9 modal coefficients per leaf (blocks of 64 leaves of one degree), decaying with the mode, smooth along the curve."""
+    counts = np.array([1, 4, 9])[(np.arange(n) // 64) % 3]
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    mode = np.arange(int(counts.sum())) - first
+    s = np.repeat(np.linspace(0.0, 1.0, n), counts)
+    return ac.HpData((1.0 + 0.2 * np.sin(6 * np.pi * s + mode)) * 0.5**mode, counts)
+
+
 class PerElement(ac.CheckpointSchema, name="compressed", version=1):
     """The same, ``compress="element"`` (the scda paper's convention: every leaf's value by itself)."""
 
@@ -250,6 +277,7 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
         Path(p).unlink(missing_ok=True)
     mw = {k: statistics.median(v) for k, v in t_w.items()}
     mr = {k: statistics.median(v) for k, v in t_r.items()}
+    hp = compression_hp(a, mesh, records)
     return {
         "leaves": n,
         "uncompressed_bytes": nbytes,
@@ -267,6 +295,63 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
         "file_bytes": sizes,
         "file_ratio": {k: v / nbytes for k, v in sizes.items()},
         "per_element_write_s": per_elem_s,
+        "hp": hp,
+    }
+
+
+def compression_hp(a: argparse.Namespace, mesh: ac.Forest, records: np.ndarray) -> dict[str, Any]:
+    """``HpCells(compress=True)`` and the mesh against h5py's shuffle+gzip(1) of the records, the counts and the values."""
+    import h5py
+
+    K = DEFAULT_CHUNK
+    modes = smooth_modes(len(mesh))
+    arrays = {"mesh": records, "counts": modes.counts.astype(np.uint8), "values": modes.values}
+    nbytes = sum(x.nbytes for x in arrays.values())
+    st = HpCompressed(mesh=mesh, modes=modes)
+    d = Path(a.dir)
+    paths = {k: str(d / f"amrckpt-end-to-end-comp-hp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "element")}
+
+    def h5_write() -> None:
+        with h5py.File(paths["h5py"], "w") as h:
+            for k, x in arrays.items():
+                h.create_dataset(k, data=x, chunks=(min(K, len(x)),), shuffle=True, compression="gzip", compression_opts=1)
+
+    def h5_read() -> None:
+        with h5py.File(paths["h5py"], "r") as h:
+            for k in arrays:
+                h[k][...]
+
+    def remove(name: str) -> None:
+        Path(paths[name]).unlink(missing_ok=True)
+
+    import _common
+
+    saved = _common.comm
+    _common.comm = MPI.COMM_SELF
+    try:
+        t_w = interleaved({"amrckpt": lambda: ac.save(st, paths["amrckpt"]), "h5py": h5_write}, a.reps, before=remove)
+        t_r = interleaved({"amrckpt": lambda: ac.load(paths["amrckpt"], HpCompressed), "h5py": h5_read}, a.reps)
+        ac.save(HpPerElement(mesh=mesh, modes=modes), paths["element"])
+    finally:
+        _common.comm = saved
+    back = ac.load(paths["amrckpt"], HpCompressed).state
+    assert np.array_equal(back.modes.values, modes.values) and np.array_equal(back.modes.counts, modes.counts)
+    sizes = {k: os.path.getsize(p) for k, p in paths.items()}
+    for p in paths.values():
+        Path(p).unlink(missing_ok=True)
+    mw = {k: statistics.median(v) for k, v in t_w.items()}
+    mr = {k: statistics.median(v) for k, v in t_r.items()}
+    return {
+        "values": int(modes.values.shape[0]),
+        "uncompressed_bytes": nbytes,
+        "write_s": {k: stats(v) for k, v in t_w.items()},
+        "read_s": {k: stats(v) for k, v in t_r.items()},
+        "write_mib_s": {k: nbytes / 2**20 / v for k, v in mw.items()},
+        "read_mib_s": {k: nbytes / 2**20 / v for k, v in mr.items()},
+        "write_ratio": mw["h5py"] / mw["amrckpt"],
+        "read_ratio": mr["h5py"] / mr["amrckpt"],
+        "file_bytes": sizes,
+        "file_ratio": {k: v / nbytes for k, v in sizes.items()},
     }
 
 
@@ -319,6 +404,15 @@ def main() -> None:
                 f"  file / uncompressed: amrckpt {fr['amrckpt']:.3f} h5py {fr['h5py']:.3f} "
                 f"compress='element' {fr['element']:.3f} (its save {c['per_element_write_s']:.2f} s)"
             )
+            h = c["hp"]
+            w, rd, fr = h["write_mib_s"], h["read_mib_s"], h["file_ratio"]
+            say(
+                f"hp: the mesh and 1, 4 or 9 float64 per leaf ({h['uncompressed_bytes'] / 2**20:.1f} MiB), HpCells(compress=True); "
+                "h5py: records, counts and values, shuffle+gzip(1)"
+            )
+            say(f"  write MiB/s amrckpt {w['amrckpt']:.0f} h5py {w['h5py']:.0f} ratio {h['write_ratio']:.2f}")
+            say(f"  read  MiB/s amrckpt {rd['amrckpt']:.0f} h5py {rd['h5py']:.0f} ratio {h['read_ratio']:.2f}")
+            say(f"  file / uncompressed: amrckpt {fr['amrckpt']:.3f} h5py {fr['h5py']:.3f} compress='element' {fr['element']:.3f}")
     result["load_after"] = os.getloadavg()
     write_json(a.json, f"bench-results/end-to-end-P{P}.json", result)
 

@@ -405,6 +405,14 @@ def f_peers(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     return ["perf-peers.png"]
 
 
+def _compression(d: dict[str, dict[int, Result]]) -> Result | None:
+    """The compression comparison of ``compression-P1.json`` (a run with ``--skip hp nohp``), else of the end-to-end run."""
+    c: Result | None = d.get("compression", {}).get(1, {}).get("compression") or d.get("end-to-end", {}).get(1, {}).get(
+        "compression"
+    )
+    return c
+
+
 def _round_rows(d: dict[str, dict[int, Result]]) -> list[tuple[str, float, float, bool]]:
     """The ratios of the end-to-end benchmarks: (label, measured, target, higher is better)."""
     rows: list[tuple[str, float, float, bool]] = []
@@ -416,7 +424,7 @@ def _round_rows(d: dict[str, dict[int, Result]]) -> list[tuple[str, float, float
         for op in ("save new", "save warm", "load"):
             if "hp" in r:
                 rows.append((f"{op}, {r['hp']['leaves']} leaves, P = {P}", r["hp"][op]["ratio"], 1 / 3, True))
-    c = d.get("end-to-end", {}).get(1, {}).get("compression")
+    c = _compression(d)
     if c:
         rows += [
             ("compress=True write / h5py", c["write_ratio"], 2.0, True),
@@ -517,7 +525,7 @@ def t_end_to_end(d: dict[str, dict[int, Result]]) -> str:
     """The end-to-end targets, each with its measured ratio and the run it comes from."""
     out = []
     runs = []
-    for name in ("end-to-end", "end-to-end-small"):
+    for name in ("end-to-end", "end-to-end-small", "compression"):
         for P, r in sorted(d.get(name, {}).items()):
             m = r.get("machine", {})
             runs.append(
@@ -566,7 +574,7 @@ def t_end_to_end(d: dict[str, dict[int, Result]]) -> str:
                 )
     if detail:
         out.append(table(["case (payload in the file)", "amrckpt", "raw MPI-IO, same bytes", "ratio"], detail))
-    c = d.get("end-to-end", {}).get(1, {}).get("compression")
+    c = _compression(d)
     if c:
         fr, wm, rm = c["file_ratio"], c["write_mib_s"], c["read_mib_s"]
         out.append(
@@ -584,6 +592,24 @@ def t_end_to_end(d: dict[str, dict[int, Result]]) -> str:
                 ],
             )
         )
+        h = c.get("hp")
+        if h:
+            fr, wm, rm = h["file_ratio"], h["write_mib_s"], h["read_mib_s"]
+            out.append(
+                f"The same mesh and an hp field of 1, 4 or 9 smooth float64 per leaf ({h['values']} values, "
+                f"{h['uncompressed_bytes'] / 2**20:.1f} MiB), `HpCells(compress=True)` (counts and values in chunks of "
+                f"{c['chunk']} leaves) against h5py's records, counts (uint8) and values, shuffle+gzip(1) in chunks of "
+                f"{c['chunk']} elements:\n\n"
+                + table(
+                    ["", "amrckpt", "h5py", "ratio"],
+                    [
+                        ["write MiB/s", f"{wm['amrckpt']:.0f}", f"{wm['h5py']:.0f}", f"{h['write_ratio']:.2f}"],
+                        ["read MiB/s", f"{rm['amrckpt']:.0f}", f"{rm['h5py']:.0f}", f"{h['read_ratio']:.2f}"],
+                        ["file / uncompressed", f"{fr['amrckpt']:.3f}", f"{fr['h5py']:.3f}", f"{fr['amrckpt'] / fr['h5py']:.2f}"],
+                        ['`compress="element"` file / uncompressed', f"{fr['element']:.3f}", "-", "-"],
+                    ],
+                )
+            )
     if e:
         out.append(
             f"Export, serial: {e['leaves']} leaves (2D), checkpoint {e['checkpoint_nbytes'] / 2**20:.0f} MiB, VTKHDF "

@@ -84,3 +84,72 @@ def assert_state_equal(got: Advection, want: Advection) -> None:
     assert got.rho.dtype == want.rho.dtype and np.array_equal(got.rho, want.rho)
     assert np.array_equal(got.vel, want.vel)
     assert got.modes == want.modes
+
+
+class Packed(ac.CheckpointSchema, name="packed", version=1):
+    """``compress=True`` on every kind with bulk data: the mesh, cells and hp fields in shuffled, deflated chunks."""
+
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=2, compress=True, chunks=7)
+    rho: ac.CellData = ac.Cells("<f8", compress=True, chunks=7)
+    modes: ac.HpData = ac.HpCells("<f8", compress=True, chunks=7)  # u1 counts; chunks straddle every partition
+    pairs: ac.HpData = ac.HpCells("<i2", shape=(2,), compress=True, chunks=5)  # u2 counts (300 values on some leaves)
+    wide: ac.HpData = ac.HpCells("<f4", compress=True)  # DEFAULT_CHUNK leaves: one chunk holds every leaf
+
+
+@dataclass
+class PackedState:
+    """All leaves and values of :class:`Packed` in global order; ``local(lo, hi)`` is a rank's part."""
+
+    leaves: Any
+    rho: np.ndarray
+    hp: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (values, counts)
+
+    @property
+    def N(self) -> int:
+        return int(self.rho.shape[0])
+
+    def local(self, lo: int, hi: int) -> Packed:
+        lv = self.leaves
+        hp = {}
+        for name, (values, counts) in self.hp.items():
+            off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            hp[name] = ac.HpData(values[off[lo] : off[hi]], counts[lo:hi])
+        mesh = ac.Forest(lv.tree[lo:hi], lv.level[lo:hi], lv.x[lo:hi], lv.y[lo:hi], num_trees=2)
+        return Packed(step=7, mesh=mesh, rho=self.rho[lo:hi], **hp)
+
+    def for_rank(self, comm: Any, counts: list[int] | None = None) -> Packed:
+        P, r = comm.size, comm.rank
+        counts = counts or [self.N * (p + 1) // P - self.N * p // P for p in range(P)]
+        lo = sum(counts[:r])
+        return self.local(lo, lo + counts[r])
+
+
+def packed_state(seed: int = 5, max_level: int = 5) -> PackedState:
+    """A random 2D forest of two trees; hp counts with runs of empty leaves (whole chunks without values)."""
+    rng = np.random.default_rng(seed)
+    lv = random_forest(seed, num_trees=2, dim=2, max_level=max_level)
+    N = lv.num_leaves
+    i = np.arange(N)
+    modes_c = np.where((i // 9) % 4 == 1, 0, (i % 3 + 1) ** 2).astype(np.int64)  # 9 empty leaves in a row: empty chunks
+    pairs_c = np.where(i % 13 == 0, 300, i % 3).astype(np.int64)
+    wide_c = (i % 5).astype(np.int64)
+    s = np.linspace(0.0, 1.0, int(modes_c.sum()))
+    return PackedState(
+        lv,
+        np.sin(7 * np.linspace(0.0, 1.0, N)),
+        {
+            "modes": (np.cos(9 * s) + 1e-3 * rng.standard_normal(s.size), modes_c),
+            "pairs": (rng.integers(-999, 999, (int(pairs_c.sum()), 2)).astype("<i2"), pairs_c),
+            "wide": (rng.standard_normal(int(wide_c.sum())).astype("<f4"), wide_c),
+        },
+    )
+
+
+def assert_packed_equal(got: Packed, want: Packed) -> None:
+    """Equal leaves and values, field by field."""
+    assert np.array_equal(got.mesh.to_records(), want.mesh.to_records())
+    assert np.array_equal(got.rho, want.rho)
+    for name in ("modes", "pairs", "wide"):
+        g, w = getattr(got, name), getattr(want, name)
+        assert g.values.dtype == w.values.dtype and np.array_equal(g.counts, w.counts) and np.array_equal(g.values, w.values)

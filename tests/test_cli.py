@@ -197,6 +197,21 @@ def test_inspect_checkpoint_shows_the_manifest(capsys: pytest.CaptureFixture[str
     }
 
 
+def test_inspect_shows_hp_fields_in_chunks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """HpCells(compress=True): two V sections (the counts' chunks, then the values'), shown as one field."""
+    from checkpoint_cases import packed_state
+
+    path = tmp_path / "packed.scda"
+    st = packed_state()
+    ac.save(st.local(0, st.N), path)
+    code, out, _ = run(capsys, "inspect", path)
+    assert code == 0
+    assert "modes  hp      V+V      <f8    -      -      chunks of 7" in out
+    assert "wide   hp      V+V      <f4    -      -      chunks of 16384" in out
+    code, out, _ = run(capsys, "verify", path)
+    assert code == 0
+
+
 def test_inspect_truncated_checkpoint_lists_what_is_there(capsys: pytest.CaptureFixture[str], copy: Path) -> None:
     vel = ac.read_info(copy).index.entry("vel")
     with open(copy, "r+b") as fh:

@@ -503,14 +503,17 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("section", range(7))
-def test_a_damaged_section_is_refused_naming_it(layouts: Path, tmp_path: Path, section: int) -> None:
+SECTIONS = [("mesh", 0), ("plain", 0), ("element", 0), ("chunked", 0), ("modes", 0), ("modes", 1), ("packed", 0), ("packed", 1)]
+"""The sections of ``layouts`` (hp fields have two: counts and values, or their chunks)."""
+
+
+@pytest.mark.parametrize(("name", "k"), SECTIONS)
+def test_a_damaged_section_is_refused_naming_it(layouts: Path, tmp_path: Path, name: str, k: int) -> None:
     """One byte changed in the data of any section the export reads: ChecksumError naming it, and no file."""
     need("h5py")
-    names = ("mesh", "plain", "element", "chunked", "modes", "packed")
-    entries = [e for e in ac.read_info(layouts).index.sections if e.name in names]
-    assert len(entries) == 7  # modes: its counts and its values
-    e = entries[section]
+    entries = [e for e in ac.read_info(layouts).index.sections if e.name in {n for n, _ in SECTIONS}]
+    assert [(e.name, [x.name for x in entries[:i]].count(e.name)) for i, e in enumerate(entries)] == SECTIONS  # all, in order
+    e = [x for x in entries if x.name == name][k]
     raw = bytearray(layouts.read_bytes())
     raw[e.end - 1 - (e.end - e.offset) // 3] ^= 0x10  # in the data, past the header
     bad = tmp_path / "bad.scda"
@@ -523,7 +526,7 @@ def test_a_damaged_section_is_refused_naming_it(layouts: Path, tmp_path: Path, s
     try:  # unchecked: the damaged value is converted as it is, or its bytes do not fit (not said as damage)
         assert ac.export.to_vtkhdf(bad, out, verify=False).num_cells
     except ac.AmrckptError as exc:
-        assert not isinstance(exc, ac.ChecksumError) and e.name in ("element", "chunked", "modes", "packed")
+        assert not isinstance(exc, ac.ChecksumError) and name in ("element", "chunked", "modes", "packed")
 
 
 # -- shared corner points ---------------------------------------------------------------

@@ -201,7 +201,7 @@ def _print_inspect(doc: dict[str, Any], sections: bool) -> None:
     for f in ck["fields"]:
         shape = "(" + ", ".join(str(d) for d in f["shape"]) + ("," if len(f["shape"]) == 1 else "") + ")" if f["shape"] else "-"
         comp = "yes" if f["compressed"] else f"chunks of {f['chunk']}" if f.get("layout") == "chunks" else "no"
-        section = f["section"] + "+A" if f.get("layout") == "counts" else f["section"]
+        section = f["section"] + {"counts": "+A", "chunks": "+V" if f["kind"] == "hp" else ""}.get(f.get("layout") or "", "")
         rows.append((f["name"], f["kind"], section, f["dtype"], shape, f["units"] or "-", comp))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     _say("  fields")

@@ -1,14 +1,28 @@
-"""Layout ``chunks``: fixed-size values compressed per chunk of K consecutive leaves (shuffle, then deflate).
+"""Layout ``chunks``: values compressed per chunk of K consecutive leaves (shuffle, then deflate).
 
-The field is one V section of ceil(N / K) elements: element j is a zlib
-stream (RFC 1950, readable by any zlib) of the values of leaves
-``j K .. min((j + 1) K, N) - 1`` after HDF5's byte shuffle (byte b of every
-value, then byte b + 1, ...: for an (n, E) array of bytes, its transpose).
+Cells, arrays and meshes: the field is one V section of ceil(N / K)
+elements; element j is a zlib stream (RFC 1950, readable by any zlib) of
+the values of leaves ``j K .. min((j + 1) K, N) - 1`` after HDF5's byte
+shuffle (byte b of every value, then byte b + 1, ...: for an (n, E) array
+of bytes, its transpose).
+
+hp fields: two V sections of ceil(N / K) elements, both with the field's
+name as user string.  Element j of the first is the counts of leaves
+``j K .. min((j + 1) K, N) - 1`` (``count_dtype``, shuffled, deflated);
+element j of the second is the values of the same leaves, leaf after
+leaf (shuffled by value, deflated).  The values' chunks follow the leaves'
+chunks, so a reader finds every chunk it needs from its leaves alone:
+both sections are read in the two phases of a read plan (size entries,
+one exscan, data), as one section of cells is.
+
 Chunk boundaries are global, so the file does not depend on the number of
 writing processes; a reader decompresses only the chunks that overlap its
 leaves.  Writers encode their chunks in threads, with libdeflate
-(``deflate``) or ISA-L (``isal``) where installed, else zlib-ng; the bytes of
-a chunk depend on that choice and on the level, not on the partition.
+(``deflate``) or ISA-L (``isal``) where installed, else zlib-ng; the bytes
+of a chunk depend on that choice and on the level, not on the partition.
+Readers decode the chunks of every field of a load in one pass of the
+threads (:class:`~amrckpt.container._sections.Deferred`), each chunk
+decompressed, then unshuffled straight into the array returned.
 """
 
 from __future__ import annotations
@@ -20,17 +34,27 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zlib_ng import zlib_ng
 
-from .._threads import default_threads, pool
-from ..comm import collective
+from .._threads import default_threads, map_shared
+from ..comm import Call, collective
 from ..errors import CheckpointError, ScdaArgumentError
-from ..scda import ReadPlan, Share
-from ._sections import FieldSource, Section, Span
+from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share
+from ._sections import Deferred, FieldSource, Section, Span, resolve
 from ._varray import plan_varray
 
 if TYPE_CHECKING:
     from ._sections import SectionSink
 
-__all__ = ["DEFAULT_CHUNK", "deflate_name", "plan_chunks", "shuffle", "unshuffle", "write_chunks"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "deflate_name",
+    "plan_chunks",
+    "plan_hp_chunks",
+    "plan_hp_counts",
+    "shuffle",
+    "unshuffle",
+    "write_chunks",
+    "write_hp_chunks",
+]
 
 DEFAULT_CHUNK = 16384
 """Leaves per chunk unless the schema says otherwise (128 KiB of float64: a chunk stays in the cache while it is shuffled)."""
@@ -41,20 +65,13 @@ def threads() -> int:
     return default_threads()
 
 
-def _map(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    """``list(map(fn, items))`` in the shared pool of :func:`threads` threads (serially for one item or one thread)."""
-    n = min(len(items), threads())
-    return list(pool(n).map(fn, items)) if n > 1 else [fn(x) for x in items]
-
-
 @functools.cache
 def _compressor() -> tuple[str, Callable[[Any, int], Any]]:
     """Return the fastest deflate installed that writes zlib streams no larger than zlib's: libdeflate, ISA-L, else zlib-ng.
 
     libdeflate's level 1 is ~4x zlib's level 1 and its streams are smaller;
     ISA-L's is faster still but its streams ~10% larger than zlib's on
-    shuffled float64 (measured for issue 18), so it comes second.  All
-    three release the GIL.
+    shuffled float64, so it comes second.  All three release the GIL.
     """
     try:
         import deflate
@@ -73,18 +90,35 @@ def _compressor() -> tuple[str, Callable[[Any, int], Any]]:
 
 
 @functools.cache
-def _decompressor() -> Callable[[Any, int], Any]:
+def _decompressor(checked: bool = False) -> Callable[[Any, int], Any]:
     """Return a zlib-stream decoder given the decoded size: libdeflate where installed (fastest), else zlib-ng.
 
-    The streams and the decoded bytes are bytes-like objects (``bytes`` or
+    ``checked``: the stream's bytes matched the CRC32 of their section, so
+    its Adler-32 proves nothing more: the deflate data between the 2-byte
+    header and the Adler-32 are decoded raw (about 8% faster), after the
+    header is checked (a deflate stream without a preset dictionary).  The
+    streams and the decoded bytes are bytes-like objects (``bytes`` or
     ``bytearray``), used as they come: no copy.
     """
+    zlib: Callable[[Any, int], Any]
+    raw: Callable[[Any, int], Any]
     try:
         import deflate
 
-        return lambda data, n: deflate.zlib_decompress(data, n)
+        zlib, raw = deflate.zlib_decompress, deflate.deflate_decompress
     except ImportError:
-        return lambda data, n: bytes(zlib_ng.decompress(data, bufsize=max(n, 1)))
+        zlib = lambda data, n: bytes(zlib_ng.decompress(data, bufsize=max(n, 1)))  # noqa: E731
+        raw = lambda data, n: bytes(zlib_ng.decompress(data, wbits=-15, bufsize=max(n, 1)))  # noqa: E731
+    if not checked:
+        return zlib
+
+    def decode(data: Any, n: int) -> Any:
+        mv = memoryview(data)
+        if len(mv) < 6 or mv[0] & 0x0F != 8 or mv[1] & 0x20 or (mv[0] << 8 | mv[1]) % 31:
+            return zlib(data, n)  # not a zlib stream of deflate data: zlib says why
+        return raw(mv[2:-4], n)
+
+    return decode
 
 
 def deflate_name() -> str:
@@ -110,6 +144,64 @@ def _encode(data: Any, E: int, level: int) -> Any:
     return _compressor()[1](shuffle(data, E), level)
 
 
+def _bytes_of(data: Any) -> np.ndarray:
+    """Return the bytes of a contiguous array or buffer as (nbytes,) uint8 (a view)."""
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    return np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+
+
+# -- writing ---------------------------------------------------------------------------------------------
+
+
+def _relay(call: Call, lo: int, hi: int, N: int, K: int, head: bytes | None) -> bytes | None:
+    """Pass each rank's head (its leaves before its first chunk start) to the rank below; return what this rank got.
+
+    Rank q sends if its first leaf is inside a chunk; it receives the next
+    ranks' heads if its last chunk runs past its leaves (hi = lo of rank
+    q + 1: the two agree); a rank whose leaves all lie inside one chunk that
+    started below forwards what it received after its own.  None stands for
+    a failed rank.
+    """
+    send, receive = lo % K != 0 and lo < N, hi % K != 0 and hi < N
+    forward = send and receive and min(hi, -(-lo // K) * K) == hi
+    return call.relay_down(head, send=send, receive=receive, forward=forward)
+
+
+def _write_streams(
+    sink: SectionSink, call: Call, lo: int, hi: int, N: int, K: int, streams: list[tuple[list[Any], int, bytes]], level: int
+) -> None:
+    """Encode this rank's chunks of each stream in threads, then write each stream as a V section. Collective.
+
+    ``streams``: ``(chunks, E, user_string)``, the chunks that start among
+    this rank's leaves (the same number in every stream).  One exclusive
+    scan of every stream's compressed bytes (this rank's offsets) and one
+    allreduce that agrees on errors and gives the totals, whatever the
+    number of streams.
+    """
+    r = call.rank
+    jobs = [(c, E) for chunks, E, _ in streams for c in chunks]
+    enc: list[Any] = call.run(map_shared, lambda job: _encode(job[0], job[1], level), jobs, threads()) or []
+    per: list[tuple[list[Any], np.ndarray, int]] = []
+    at = 0
+    for chunks, _, _ in streams:
+        e = enc[at : at + len(chunks)]
+        at += len(chunks)
+        sizes = np.fromiter((len(x) for x in e), dtype=np.uint64, count=len(e))
+        per.append((e, sizes, int(sizes.sum()) if sizes.size else 0))
+    below = call.exscan(sums=[nb for _, _, nb in per]).sums
+    c0, nck = -(-lo // K), -(-hi // K) - -(-lo // K)  # this rank's chunks: those that start among its leaves
+    # Totals by maxima: the largest inclusive prefix is the total; the largest count; the last rank with any.
+    maxima: list[int] = []
+    for (_, _, nb), b in zip(per, below, strict=True):
+        maxima += [b + nb, nb, r if nb else 0]
+    got = call.allreduce(maxima=[*maxima, nck, r if nck else 0], what="fwrite_varray").maxima
+    cmost, clast = got[-2], got[-1]
+    for j, ((e, sizes, nb), b, (_, _, ustr)) in enumerate(zip(per, below, streams, strict=True)):
+        total, most, last = got[3 * j : 3 * j + 3]
+        sink.fwrite_varray(b"".join(e), Share(nck, c0, -(-N // K), cmost, clast), sizes, Share(nb, b, total, most, last), ustr)
+
+
 def write_chunks(sink: SectionSink, data: Any, elem_counts: Share, E: int, K: int, user_string: bytes, *, level: int = 1) -> None:
     """Write leaves of ``E`` bytes as a V section of shuffled, deflated chunks of ``K`` leaves. Collective.
 
@@ -118,10 +210,9 @@ def write_chunks(sink: SectionSink, data: Any, elem_counts: Share, E: int, K: in
     neighbour to neighbour (:func:`amrckpt.comm.relay_down`: point-to-point,
     each rank sends at most K E bytes to the rank below; a rank whose leaves
     all lie inside one chunk forwards what it received with its own), so
-    nothing of size P is sent or allocated.  Collectives: the relay (only
-    if some rank's first leaf is inside a chunk: known from a counts list,
-    else from ``relay``), one exclusive scan of the compressed sizes (this rank's offset)
-    and one allreduce that agrees on errors and gives the totals.
+    nothing of size P is sent or allocated.  Collectives: the relay (with
+    more than one rank), one exclusive scan of the compressed sizes (this
+    rank's offset) and one allreduce that agrees on errors and gives the totals.
 
     Parameters
     ----------
@@ -148,11 +239,10 @@ def write_chunks(sink: SectionSink, data: Any, elem_counts: Share, E: int, K: in
     comm = sink.comm
     r, P = comm.rank, comm.size
     lo, hi, N = elem_counts.offset, elem_counts.offset + elem_counts.count, elem_counts.total
-    relay = P > 1
     first = min(hi, -(-lo // K) * K)  # the first leaf of this rank that starts a chunk (hi if none does)
 
     def local_view() -> np.ndarray:
-        view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8) if hi > lo else np.zeros(0, np.uint8)
+        view = _bytes_of(data) if hi > lo else np.zeros(0, np.uint8)
         if view.nbytes != (hi - lo) * E:
             raise ScdaArgumentError(f"chunked data of rank {r}: {view.nbytes} bytes, not {hi - lo} leaves of {E} bytes")
         return view
@@ -173,63 +263,232 @@ def write_chunks(sink: SectionSink, data: Any, elem_counts: Share, E: int, K: in
 
     with collective(comm, "write chunks") as call:
         view = call.run(local_view)
-        # The relay: rank q sends its leaves before its first chunk start to q - 1 if its first leaf is inside a chunk;
-        # it receives the next ranks' if its last chunk runs past its leaves (hi = lo of rank q + 1: the two agree).
-        send, receive = lo % K != 0 and lo < N, hi % K != 0 and hi < N
-        forward = send and receive and first == hi  # all its leaves lie inside one chunk that started below
-        got: bytes | None = None
-        if relay:
-            head = None if view is None else view[: (first - lo) * E].tobytes()
-            got = call.relay_down(head, send=send, receive=receive, forward=forward)
+        got = None
+        if P > 1:
+            got = _relay(call, lo, hi, N, K, None if view is None else view[: (first - lo) * E].tobytes())
         chunks = call.run(local_chunks, view, got) or []
-        enc: list[Any] = call.run(_map, lambda c: _encode(c, E, level), chunks) or []
-        sizes = np.fromiter((len(e) for e in enc), dtype=np.uint64, count=len(enc))
-        nbytes = int(sizes.sum()) if sizes.size else 0
-        below = call.exscan(sums=[nbytes]).sums[0]
-        c0, nck = -(-lo // K), -(-hi // K) - -(-lo // K)  # this rank's chunks: those that start among its leaves
-        # Totals by maxima: the largest inclusive prefix is the total; the largest count; the last rank with any.
-        total, most, last, cmost, clast = call.allreduce(
-            maxima=[below + nbytes, nbytes, r if nbytes else 0, nck, r if nck else 0], what="fwrite_varray"
-        ).maxima
-        sink.fwrite_varray(
-            b"".join(enc),
-            Share(nck, c0, -(-N // K), cmost, clast),
-            sizes,
-            Share(nbytes, below, total, most, last),
-            user_string,
-        )
+        _write_streams(sink, call, lo, hi, N, K, [(chunks, E, user_string)], level)
 
 
-def _decode_into(out: np.ndarray, c: Any, a: int, b: int, lo: int, hi: int, E: int, what: str) -> None:
-    """Decompress chunk of leaves [a, b) and copy its leaves inside [lo, hi) into ``out`` ((hi - lo) * E bytes)."""
-    try:
-        raw = _decompressor()(c, (b - a) * E)
-    except Exception as exc:  # zlib_ng.error: not a (complete) zlib stream
-        raise CheckpointError(f"{what}: the chunk of leaves {a}..{b} is not a zlib stream: {exc}") from exc
-    if len(raw) != (b - a) * E:
-        raise CheckpointError(f"{what}: the chunk of leaves {a}..{b} holds {len(raw)} bytes, not {(b - a) * E}")
-    s, t = max(a, lo), min(b, hi)
-    dst = out.reshape(-1, E)[s - lo : t - lo]
-    planes = np.frombuffer(raw, dtype=np.uint8).reshape(E, -1)[:, s - a : t - a]
-    for k in range(E):  # byte plane by byte plane (E copies of t - s bytes): faster than one transposing copy
-        dst[:, k] = planes[k]
+def _segments(got: bytes, nleaves: int, cdt: np.dtype[Any], E: int, rank: int) -> tuple[bytes, bytes]:
+    """Split what the next ranks relayed (each a segment: 8-byte leaf count, counts, values) into counts and values."""
+    counts, values = [], []
+    pos = n = 0
+    while pos < len(got):
+        k = int.from_bytes(got[pos : pos + 8], "little")
+        c = got[pos + 8 : pos + 8 + k * cdt.itemsize]
+        nv = int(np.frombuffer(c, dtype=cdt).sum(dtype=np.uint64)) * E
+        pos += 8 + len(c)
+        counts.append(c)
+        values.append(got[pos : pos + nv])
+        pos += nv
+        n += k
+    if n != nleaves or pos != len(got):
+        raise AssertionError(f"hp chunks: rank {rank} received {n} leaves in {len(got)} bytes, not {nleaves} leaves")
+    return b"".join(counts), b"".join(values)
+
+
+def write_hp_chunks(
+    sink: SectionSink,
+    counts: Any,
+    values: Any,
+    elem_counts: Share,
+    count_dtype: Any,
+    E: int,
+    K: int,
+    user_string: bytes,
+    *,
+    level: int = 1,
+) -> None:
+    r"""Write an hp field as two V sections of chunks of ``K`` leaves: their counts, then their values. Collective.
+
+    Chunk j of either section is of leaves ``j K .. min((j + 1) K, N) - 1``,
+    encoded by the rank that holds its first leaf: the counts as
+    ``count_dtype`` and the values of ``E`` bytes, each shuffled and
+    deflated.  The leaves of a chunk that the next ranks hold (at most
+    K - 1, with their values) reach it from neighbour to neighbour, as in
+    :func:`write_chunks`.  Collectives: the relay (with more than one
+    rank), one exclusive scan and one allreduce for both sections.
+
+    Parameters
+    ----------
+    sink : SectionSink
+        The scda writer (collective over ``sink.comm``).
+    counts : (N_p,) array_like of int
+        Values of each of this rank's leaves.
+    values : (sum(counts), \\*shape) numpy.ndarray or bytes-like
+        Their values, leaf after leaf, sum(counts) * E bytes.
+    elem_counts : amrckpt.scda.Share
+        This rank's share of the leaves.
+    count_dtype : numpy.dtype or str
+        The unsigned integer of a count in the file (``u1``, ``<u2``, ``<u4``, ``<u8``).
+    E : int
+        Bytes of one value.
+    K : int
+        Leaves per chunk.
+    user_string : bytes
+    level : int, optional
+        zlib level, as for :func:`write_chunks`.
+
+    Raises
+    ------
+    ScdaError
+        On every rank, as :meth:`ScdaWriter.fwrite_varray`, or the error of
+        any rank whose counts are not N_p or whose values are not sum(counts) * E bytes.
+    """
+    comm = sink.comm
+    r, P = comm.rank, comm.size
+    lo, hi, N = elem_counts.offset, elem_counts.offset + elem_counts.count, elem_counts.total
+    cdt = np.dtype(count_dtype)
+    cs = cdt.itemsize
+    first = min(hi, -(-lo // K) * K)
+
+    def local_views() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        c = np.asarray(counts).reshape(-1)
+        if c.shape[0] != hi - lo:
+            raise ScdaArgumentError(f"hp chunks of rank {r}: {c.shape[0]} counts, not {hi - lo} leaves")
+        offs = np.zeros(hi - lo + 1, dtype=np.int64)
+        np.cumsum(c, out=offs[1:])
+        offs *= E
+        v = _bytes_of(values) if offs[-1] else np.zeros(0, np.uint8)
+        if v.nbytes != offs[-1]:
+            raise ScdaArgumentError(f"hp chunks of rank {r}: {v.nbytes} bytes of values, not {offs[-1] // E} values of {E} bytes")
+        return np.ascontiguousarray(c.astype(cdt, copy=False)).view(np.uint8), v, offs
+
+    def head(views: tuple[np.ndarray, np.ndarray, np.ndarray]) -> bytes:
+        cb, v, offs = views
+        n = first - lo
+        return b"".join([n.to_bytes(8, "little"), cb[: n * cs].tobytes(), v[: offs[n]].tobytes()]) if n else b""
+
+    def local_chunks(views: tuple[np.ndarray, np.ndarray, np.ndarray], got: bytes | None) -> tuple[list[Any], list[Any]]:
+        cb, v, offs = views
+        cchunks: list[Any] = []
+        vchunks: list[Any] = []
+        for a in range(first, hi, K):
+            b = min(a + K, N)
+            if b <= hi:
+                cchunks.append(cb[(a - lo) * cs : (b - lo) * cs])
+                vchunks.append(v[offs[a - lo] : offs[b - lo]])
+            elif got is not None:  # the last chunk runs into the next ranks' leaves
+                rc, rv = _segments(got, b - hi, cdt, E, r)
+                cchunks.append(b"".join([cb[(a - lo) * cs :].tobytes(), rc]))
+                vchunks.append(b"".join([v[offs[a - lo] :].tobytes(), rv]))
+            else:  # a sender failed: its error is agreed on below
+                break
+        return cchunks, vchunks
+
+    with collective(comm, "write hp chunks") as call:
+        views = call.run(local_views)
+        got = None
+        if P > 1:
+            got = _relay(call, lo, hi, N, K, None if views is None else head(views))
+        cchunks, vchunks = call.run(local_chunks, views, got) or ([], [])
+        _write_streams(sink, call, lo, hi, N, K, [(cchunks, cs, user_string), (vchunks, E, user_string)], level)
+
+
+# -- reading ---------------------------------------------------------------------------------------------
+
+
+_Targets = list[tuple[int, int, np.ndarray]]
+"""Where decoded values go: ``(b0, b1, flat)``, bytes ``b0 .. b1 - 1`` of each value into ``flat`` ((n (b1 - b0),) uint8)."""
+
+
+class _Decode:
+    """Chunks to decompress and unshuffle into ``targets``: a callable of the chunk's position ``i``.
+
+    Chunk i (the one below this rank's leaves first, if ``pdata``) holds
+    ``n[i]`` values of ``E`` bytes; its values ``s[i] .. t[i] - 1`` go to
+    value ``o[i]`` of each target ``(b0, b1, flat)``: bytes ``b0 .. b1 - 1``
+    of each value, byte plane by byte plane (no decoded chunk is
+    transposed whole).  ``a[i]`` and ``b[i]`` are its leaves (for messages).
+    """
+
+    __slots__ = ("E", "a", "b", "data", "decode", "ends", "n", "name", "o", "pdata", "s", "t", "targets", "what")
+
+    def __init__(
+        self, targets: _Targets, E: int, got: dict[str, Any], partial: bool, what: str, name: str, *, checked: bool
+    ) -> None:
+        self.targets, self.E, self.what, self.name = targets, E, what, name
+        self.decode = _decompressor(checked)
+        self.data: np.ndarray = got["data"]
+        self.pdata: Any = got["pdata"] if partial else None
+        sizes = got["sizes"]
+        self.ends = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.ends[1:])
+        empty = np.zeros(0, dtype=np.int64)
+        self.n = self.s = self.t = self.o = self.a = self.b = empty
+
+    def __call__(self, i: int) -> None:
+        if self.pdata is not None:
+            c = self.pdata if i == 0 else self.data[self.ends[i - 1] : self.ends[i]]
+        else:
+            c = self.data[self.ends[i] : self.ends[i + 1]]
+        E, n = self.E, int(self.n[i])
+        try:
+            raw = self.decode(c, n * E)
+        except Exception as exc:  # deflate.DeflateError, zlib_ng.error: not a (complete) zlib stream
+            raise CheckpointError(
+                f"{self.what}: the {self.name} of leaves {self.a[i]}..{self.b[i]} is not a zlib stream: {exc}"
+            ) from exc
+        if len(raw) != n * E:
+            raise CheckpointError(
+                f"{self.what}: the {self.name} of leaves {self.a[i]}..{self.b[i]} holds {len(raw)} bytes, not {n * E}"
+            )
+        s, t, o = int(self.s[i]), int(self.t[i]), int(self.o[i])
+        if t <= s:
+            return
+        planes = np.frombuffer(raw, dtype=np.uint8).reshape(E, n)
+        for b0, b1, flat in self.targets:
+            # One ufunc call per target unshuffles without the GIL, byte plane by byte plane (the planes'
+            # contiguous order): faster than numpy's transposing copy, which runs value by value.
+            w = b1 - b0
+            np.positive(planes[b0:b1, s:t], out=flat[o * w : (o + t - s) * w].reshape(-1, w).T)
+
+    def check(self, sizes: np.ndarray) -> None:
+        """Refuse, before anything is decoded, a chunk whose stream of ``sizes`` bytes cannot hold its values.
+
+        Deflate expands at most ``MAX_INFLATE_RATIO``-fold: nothing is
+        allocated for decoded data that the file cannot hold.
+        """
+        bad = self.n.astype(np.float64) * self.E > MAX_INFLATE_RATIO * (sizes.astype(np.float64) + 16)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise CheckpointError(
+                f"{self.what}: the {self.name} of leaves {self.a[i]}..{self.b[i]} has {int(sizes[i])} bytes, "
+                f"too few for {int(self.n[i])} values of {self.E} bytes"
+            )
+
+
+def _chunk_leaves(c0: int, c1: int, partial: int | None, K: int, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and end leaves of the chunks a rank reads: the partial one (if any), then ``c0 .. c1 - 1`` ((n,) int64 each)."""
+    idx = np.arange(c0 - (partial is not None), c1, dtype=np.int64)
+    a = idx * K
+    return a, np.minimum(a + K, N)
+
+
+def _sizes_read(got: dict[str, Any], partial: bool) -> np.ndarray:
+    """Return the compressed sizes of the chunks a rank reads, the partial one first ((n,) uint64)."""
+    sizes: np.ndarray = got["sizes"]
+    return np.concatenate([np.array([got["psize"]], dtype=np.uint64), sizes]) if partial else sizes
 
 
 def plan_chunks(
     src: FieldSource, plan: ReadPlan, sec: Section, span: Span, E: int, K: int, out: np.ndarray, what: str
-) -> Callable[[], np.ndarray]:
+) -> Callable[[], Deferred]:
     """Plan the read of this rank's leaves of a chunked field into ``out`` ((span.count, ...) array); return what decodes them.
 
     The chunks that start among this rank's leaves are its own (their
     entries and bytes CRC'd here); the one chunk that starts below its
     first leaf, if any, is read too, without its CRC (the rank below covers
-    it).  After the plan ran, the returned function decodes the chunks in
-    threads and copies this rank's leaves.
+    it).  After the plan ran, the returned function gives a
+    :class:`Deferred` of one decoding task per chunk (decompress, then
+    unshuffle this rank's leaves into ``out``) whose value is ``out``.
 
     Raises
     ------
     CheckpointError
-        If the section does not hold the chunks the manifest describes.
+        If the section does not hold the chunks the manifest describes
+        (now), or a chunk is not a zlib stream of its leaves (when decoded).
     """
     lo, hi, N = span.offset, span.end, span.N
     if sec.raw.elem_count != -(-N // K):
@@ -237,19 +496,158 @@ def plan_chunks(
     c0, c1 = -(-lo // K), -(-hi // K)  # the chunks that start among this rank's leaves
     partial = lo // K if lo % K and hi > lo else None
     got = plan_varray(src, plan, sec, c0, c1, what, partial=partial)
+    targets = [(0, E, out.reshape(-1).view(np.uint8))]
+
+    def build() -> Deferred:
+        job = _Decode(targets, E, got, partial is not None, what, "chunk", checked=plan.verify)
+        job.a, job.b = _chunk_leaves(c0, c1, partial, K, N)
+        job.n = job.b - job.a
+        job.s = np.maximum(job.a, lo) - job.a
+        job.t = np.minimum(job.b, hi) - job.a
+        job.o = np.maximum(job.a, lo) - lo
+        job.check(_sizes_read(got, partial is not None))
+        return Deferred([(job, job.a.size)], lambda: out)
+
+    return build
+
+
+def _check_hp_sections(csec: Section, vsec: Section, N: int, K: int, what: str) -> None:
+    """Check that both V sections of an hp field hold ceil(N / K) chunks, before anything is planned by them."""
+    for sec in (csec, vsec):
+        if sec.raw.elem_count != -(-N // K):
+            raise CheckpointError(f"{what}: the section at byte {sec.entry.offset} is not the chunks the manifest describes")
+
+
+def _plan_counts(
+    src: FieldSource, plan: ReadPlan, csec: Section, span: Span, cdt: np.dtype[Any], K: int, what: str
+) -> tuple[Callable[[], Deferred], np.ndarray, int, int | None]:
+    """Plan this rank's chunks of hp counts; return (decoding, the counts decoded into, their first leaf, partial).
+
+    The decoded counts (of ``cdt``, unchecked) are those of every leaf of
+    the chunks read: from the first leaf of the first chunk read (returned)
+    to the end of the last.
+    """
+    lo, hi, N = span.offset, span.end, span.N
+    c0, c1 = -(-lo // K), -(-hi // K)
+    partial = lo // K if lo % K and hi > lo else None
+    got = plan_varray(src, plan, csec, c0, c1, what, partial=partial)
+    a, b = _chunk_leaves(c0, c1, partial, K, N)
+    base = int(a[0]) if a.size else lo
+    raw = np.empty(int(b[-1]) - base if b.size else 0, dtype=cdt)
+
+    def decoding() -> Deferred:
+        job = _Decode(
+            [(0, cdt.itemsize, raw.view(np.uint8))], cdt.itemsize, got, partial is not None, what, "counts", checked=plan.verify
+        )
+        job.a, job.b = a, b
+        job.n = job.t = b - a
+        job.s = np.zeros_like(a)
+        job.o = a - base
+        job.check(_sizes_read(got, partial is not None))
+        return Deferred([(job, a.size)], lambda: None)
+
+    return decoding, raw, base, partial
+
+
+def _as_counts(raw: np.ndarray, what: str) -> np.ndarray:
+    """Return decoded counts as int64, refusing those of ``<u8`` above 2**63 (no file holds that many values)."""
+    c = raw.astype(np.int64)
+    if c.size and int(c.min()) < 0:
+        raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
+    return c
+
+
+def plan_hp_counts(
+    src: FieldSource, plan: ReadPlan, csec: Section, vsec: Section, span: Span, cdt: np.dtype[Any], K: int, what: str
+) -> Callable[[], np.ndarray]:
+    """Plan the counts of this rank's leaves of a chunked hp field; return what decodes them ((span.count,) int64).
+
+    For leaf weights: the values are not read.
+
+    Raises
+    ------
+    CheckpointError
+        If the sections do not hold the chunks the manifest describes, or a chunk does not decode.
+    """
+    _check_hp_sections(csec, vsec, span.N, K, what)
+    decoding, raw, base, _ = _plan_counts(src, plan, csec, span, cdt, K, what)
 
     def build() -> np.ndarray:
-        sizes, data = got["sizes"], got["data"]
-        jobs: list[tuple[Any, int, int]] = []
-        if partial is not None:
-            jobs.append((got["pdata"], partial * K, min(partial * K + K, N)))
-        ends = np.zeros(sizes.size + 1, dtype=np.int64)
-        np.cumsum(sizes, out=ends[1:])
-        for i in range(sizes.size):
-            a = (c0 + i) * K
-            jobs.append((data[ends[i] : ends[i + 1]], a, min(a + K, N)))
-        flat = out.reshape(-1).view(np.uint8)
-        _map(lambda job: _decode_into(flat, job[0], job[1], job[2], lo, hi, E, what), jobs)
-        return out
+        d: dict[str, Any] = {"counts": decoding()}
+        resolve(d)
+        return _as_counts(raw[span.offset - base : span.end - base], what)
+
+    return build
+
+
+def plan_hp_chunks(
+    src: FieldSource,
+    plan: ReadPlan,
+    csec: Section,
+    vsec: Section,
+    span: Span,
+    cdt: np.dtype[Any],
+    dt: np.dtype[Any],
+    shape: tuple[int, ...],
+    K: int,
+    what: str,
+) -> Callable[[], Deferred]:
+    r"""Plan the read of this rank's leaves of a chunked hp field; return what decodes ``(values, counts)``.
+
+    Both sections are planned now, for the plan's two phases: the size
+    entries of this rank's chunks of counts and of values (the chunks that
+    start among its leaves, and the one below its first leaf), then, after
+    one exscan, their bytes.  The returned function gives a
+    :class:`Deferred` of two stages: the counts' chunks (early: in a pass
+    before the other fields'), then (their sums giving each values chunk's
+    size and this rank's values) the values' chunks, with the other fields'
+    chunks, unshuffled straight into the array returned.
+
+    Returns
+    -------
+    callable
+        Returns a Deferred of ``(values, counts)``: (sum(counts), \\*shape)
+        of ``dt`` and (span.count,) int64.
+
+    Raises
+    ------
+    CheckpointError
+        If the sections do not hold the chunks the manifest describes
+        (now), or when decoded: a chunk is not a zlib stream of its
+        leaves' counts or values, or holds more than its stream can.
+    """
+    lo, hi = span.offset, span.end
+    E = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+    _check_hp_sections(csec, vsec, span.N, K, what)
+    decoding, raw, base, partial = _plan_counts(src, plan, csec, span, cdt, K, what)
+    gv = plan_varray(src, plan, vsec, -(-lo // K), -(-hi // K), what, partial=partial)
+
+    def values_pass() -> Deferred:
+        vsizes = _sizes_read(gv, partial is not None)
+        job = _Decode([], E, gv, partial is not None, what, "values", checked=plan.verify)
+        a, b = _chunk_leaves(-(-lo // K), -(-hi // K), partial, K, span.N)
+        job.a, job.b = a, b
+        most = int(raw.max()) if raw.size else 0
+        if most * E > MAX_INFLATE_RATIO * (int(vsizes.max()) + 16 if vsizes.size else 0):  # no chunk holds that leaf's values
+            raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
+        if raw.size * most >= 2**62:  # sums that int64 may not hold: their float sum must fit the values section first
+            if float(raw.sum(dtype=np.float64)) * E > MAX_INFLATE_RATIO * (float(vsizes.sum(dtype=np.float64)) + 16 * vsizes.size):
+                raise CheckpointError(f"{what} has more values than its values section can hold")
+        cum = np.zeros(raw.size + 1, dtype=np.int64)
+        np.cumsum(raw, dtype=np.int64, out=cum[1:])
+        job.n = cum[b - base] - cum[a - base]
+        job.check(vsizes)
+        first = np.maximum(a, lo) - base
+        job.s = cum[first] - cum[a - base]
+        job.t = cum[np.minimum(b, hi) - base] - cum[a - base]
+        job.o = cum[first] - cum[lo - base]
+        values = np.empty((int(cum[hi - base] - cum[lo - base]), *shape), dtype=dt)
+        job.targets = [(0, E, values.reshape(-1).view(np.uint8))]
+        mine = raw[lo - base : hi - base].astype(np.int64)
+        return Deferred([(job, a.size)], lambda: (values, mine))
+
+    def build() -> Deferred:
+        first = decoding()
+        return Deferred(first.tasks, values_pass, early=True)
 
     return build

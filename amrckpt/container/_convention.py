@@ -109,10 +109,14 @@ class FieldSpec(_Model):
         None,
         description="how the field is laid out, if not as one section of its kind (absent: one section): "
         "'counts' (hp): an A section of the values per leaf (count_dtype), then an A section of all values; "
-        "'chunks' (cells, array, mesh): a V section of zlib streams, each the byte-shuffled values of `chunk` consecutive leaves",
+        "'chunks' (cells, array, mesh): a V section of zlib streams, each the byte-shuffled values of `chunk` consecutive leaves; "
+        "(hp): a V section of zlib streams, each the byte-shuffled counts (count_dtype) of `chunk` consecutive leaves, "
+        "then a V section of zlib streams, each the byte-shuffled values of the same leaves",
     )
     count_dtype: Literal["u1", "<u2", "<u4", "<u8"] | None = Field(
-        None, description="layout 'counts': the unsigned integer of one leaf's value count, the narrowest for the largest count"
+        None,
+        description="layouts 'counts' and 'chunks' (hp): the unsigned integer of one leaf's value count, "
+        "the narrowest for the largest count",
     )
     chunk: int | None = Field(None, ge=1, description="layout 'chunks': leaves (elements) per chunk; the last chunk holds the rest")
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import CheckpointError
 from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share, parse_entries
 from ..sfc import mesh_record_dtype
-from ._chunks import plan_chunks, write_chunks
+from ._chunks import plan_chunks, plan_hp_chunks, plan_hp_counts, write_chunks, write_hp_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
 from ._registry import register, registered
 from ._sections import (
@@ -460,16 +460,20 @@ def count_dtype(max_count: int) -> str:
 
 @register
 class HpHandler(FieldHandler):
-    """A run of fixed-size values per leaf (hp-adaptive payloads), in one of two layouts.
+    """A run of fixed-size values per leaf (hp-adaptive payloads), in one of three layouts.
 
     Layout ``counts``: an ``A`` section of the values per leaf (N elements
     of ``count_dtype``: 1, 2, 4 or 8 bytes, the narrowest for the largest
     count), then an ``A`` section of all values (sum(counts) elements of one
     value's bytes), both with the field's name as user string.  A reader
     reads its leaves' counts, and its values' partition follows from them by
-    a prefix sum over the ranks.  Layout None (format 2 as first written,
-    and ``compress=True``): one ``V`` section, a leaf's bytes as one element
-    (a 32-byte size entry per leaf; compressed by the scda paper's convention, 3.4).
+    a prefix sum over the ranks.  Layout ``chunks`` (``compress=True``): two
+    ``V`` sections of ceil(N / K) elements, the counts (``count_dtype``) and
+    the values of each chunk of K leaves, shuffled and deflated
+    (:mod:`._chunks`).  Layout None (format 2 as first written, and
+    ``compress="element"``): one ``V`` section, a leaf's bytes as one
+    element (a 32-byte size entry per leaf; compressed by the scda paper's
+    convention, 3.4).
     """
 
     kind = "hp"
@@ -478,11 +482,16 @@ class HpHandler(FieldHandler):
     reads_as = "runs"
 
     def _section_of(self, decl: Mapping[str, Any]) -> str:
-        return "V" if decl.get("compress") else "A"
+        return "V" if decl.get("compress") or decl.get("chunks") is not None else "A"
 
     def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
         out = _array_decl(super().describe(decl), decl, mesh=decl.get("mesh"))
-        if not decl.get("compress"):  # the counts' dtype follows from the largest count of every rank
+        K = decl.get("chunks")
+        if K is not None:  # the counts' dtype follows from the largest count of every rank
+            out = out.model_copy(
+                update={"layout": "chunks", "chunk": K, "compressed": False, "count_dtype": count_dtype(max_count)}
+            )
+        elif not decl.get("compress"):
             out = out.model_copy(update={"layout": "counts", "count_dtype": count_dtype(max_count)})
         return out
 
@@ -494,6 +503,9 @@ class HpHandler(FieldHandler):
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
         if fs.layout == "counts":
             if fs.section != "A" or fs.count_dtype is None or fs.compressed or any(d < 0 for d in fs.shape):
+                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
+        elif fs.layout == "chunks":
+            if fs.section != "V" or fs.count_dtype is None or fs.chunk is None or fs.compressed or any(d < 0 for d in fs.shape):
                 raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
         elif fs.layout is None:
             if fs.section != "V" or any(d < 0 for d in fs.shape):
@@ -528,6 +540,10 @@ class HpHandler(FieldHandler):
             ps = nbytes  # every rank's bytes are whole values (checked by the schema)
             sink.fwrite_array(payload.data, Share(ps.count // E, ps.offset // E, ps.total // E, ps.max // E, ps.last), E, ustr)
             return
+        if fs.layout == "chunks":
+            assert fs.count_dtype is not None and fs.chunk is not None
+            write_hp_chunks(sink, c, payload.data, counts, fs.count_dtype, E, fs.chunk, ustr, level=payload.level)
+            return
         sink.fwrite_varray(payload.data, counts, _sizes(c, E), nbytes, ustr, encode=fs.compressed, level=payload.level)
 
     def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
@@ -538,6 +554,10 @@ class HpHandler(FieldHandler):
         what = f"{src.path!r}: field {fs.name!r}"
         if fs.layout == "counts":
             return self._plan_counts(src, plan, fs, span, dt, E)
+        if fs.layout == "chunks":
+            assert fs.count_dtype is not None and fs.chunk is not None
+            csec, vsec = sections_of(src, fs, 2)
+            return plan_hp_chunks(src, plan, csec, vsec, span, np.dtype(fs.count_dtype), dt, tuple(fs.shape), fs.chunk, what)
         (sec,) = sections_of(src, fs, 1)
         if sec.raw.elem_count != span.N:
             raise CheckpointError(f"{what} has {sec.raw.elem_count} leaves in the file, the manifest {span.N}")
@@ -574,10 +594,11 @@ class HpHandler(FieldHandler):
         key = f"{fs.name}@{csec.entry.offset}"
 
         def local() -> int:
-            counts = raw.astype(np.int64)
-            if counts.size and (int(counts.min()) < 0 or int(counts.max()) > total):  # u8 above 2**63, or more than the file's
+            # count_dtype is unsigned: one reduction over the file's narrow integers bounds every count.
+            most = int(raw.max()) if raw.size else 0
+            if most > total:
                 raise CheckpointError(f"{src.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
-            got["counts"], got["n"] = counts, exact_sum(counts, total)
+            got["counts"], got["n"] = raw.astype(np.int64), exact_sum(raw, most)
             return int(got["n"])
 
         def then(before: int) -> None:
@@ -613,6 +634,13 @@ class HpHandler(FieldHandler):
                 return counts * E
 
             return from_counts
+        if fs.layout == "chunks":
+            assert fs.count_dtype is not None and fs.chunk is not None
+            csec, vsec = sections_of(src, fs, 2)
+            counts = plan_hp_counts(
+                src, plan, csec, vsec, span, np.dtype(fs.count_dtype), fs.chunk, f"{src.path!r}: field {fs.name!r}"
+            )
+            return lambda: counts() * E
         (sec,) = sections_of(src, fs, 1)
         v = sec.raw
         if v.elem_count != span.N:

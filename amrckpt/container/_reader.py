@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ from ._metadata import (
     read_sections,
     writer_partition_of,
 )
-from ._sections import Section, Span
+from ._sections import Section, Span, resolve
 
 __all__ = [
     "CheckpointInfo",
@@ -346,6 +347,8 @@ class CheckpointReader:
         for name, b in build.items():
             if plan.error is None:
                 values[name] = plan.try_(b)
+        if plan.error is None:  # the chunks of every field decoded in one pass of the threads
+            plan.try_(functools.partial(resolve, values))
         self._checked.extend(plan.checked)
         error = plan.error
         return (values if error is None else {}), error
@@ -552,7 +555,9 @@ class CheckpointReader:
         build: dict[str, Any] = {}
         self._plan(plan, fs, Span(count, start, N), build, every_rank=False)
         scda.LocalExecutor(f).run(plan)
-        out = plan.try_(build[name]) if plan.error is None else None
+        out = {name: plan.try_(build[name])} if plan.error is None else {}
+        if plan.error is None:
+            plan.try_(functools.partial(resolve, out))
         if plan.error is not None:
             if self.verify and isinstance(plan.error, AmrckptError):  # bytes that do not decode: damage says where
                 for e in self.entries(name):
@@ -561,7 +566,7 @@ class CheckpointReader:
         if self.verify:
             for off, pieces in plan.piece_crcs().items():
                 self._range_crcs.setdefault(off, set()).update(pieces)
-        return out
+        return out[name]
 
     def read_mesh(self, start: int, count: int, mesh: str | None = None) -> np.ndarray:
         """Leaves ``start .. start + count - 1`` of a mesh (the first by default), on this rank alone. Not collective.

@@ -14,12 +14,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .._threads import default_threads, map_shared
 from ..comm import Comm
 from ..errors import CheckpointError
 from ..scda import RawSection, SectionHeader, parse_entries
 from ._convention import FieldSpec, IndexEntry, Manifest
 
 __all__ = [
+    "Deferred",
     "FieldSource",
     "Section",
     "SectionSink",
@@ -30,6 +32,7 @@ __all__ = [
     "exact_sum",
     "not_multiples",
     "parse_sizes",
+    "resolve",
     "sections_of",
 ]
 
@@ -257,3 +260,59 @@ def parse_sizes(
     if sizes.size and int(sizes.max()) > room:
         raise CheckpointError(f"{what} has an element of more bytes than its section holds")
     return sizes
+
+
+class Deferred:
+    """A field's value still to be decoded: ``tasks`` to run in threads, then ``then()`` builds it.
+
+    What a handler's build returns when its work is CPU-bound and splits
+    (chunks to decompress): :func:`resolve` runs the tasks of every field
+    of a read in one pass of the threads, so that no field waits for its
+    own while threads are idle.  ``then()`` returns the value, or another
+    Deferred for a later pass (hp values, whose sizes come from their
+    decoded counts).
+
+    Parameters
+    ----------
+    tasks : list of (callable, int)
+        ``(fn, n)``: ``fn(i)`` for ``i`` in ``range(n)``, each returning
+        nothing; all run in any order, at the same time.
+    then : callable
+        Called once every task has run.
+    early : bool, optional
+        A small first stage (hp counts) that the Deferred its ``then``
+        returns depends on: the early tasks of all fields run in a pass of
+        their own, before the others', so that what they lead to joins the
+        others' pass.
+    """
+
+    __slots__ = ("early", "tasks", "then")
+
+    def __init__(self, tasks: list[tuple[Callable[[int], None], int]], then: Callable[[], Any], *, early: bool = False) -> None:
+        self.tasks = tasks
+        self.then = then
+        self.early = early
+
+
+def resolve(values: dict[str, Any]) -> None:
+    """Replace every :class:`Deferred` in ``values`` by what it builds, in place; the tasks of all in one pass per stage.
+
+    Not collective.  The early tasks (:class:`Deferred`) first, in a pass
+    of their own; then the tasks of every field at once.  Runs on
+    :func:`amrckpt._threads.default_threads` threads (this one among
+    them), each taking the next ``fn(i)`` not yet taken.
+
+    Raises
+    ------
+    Exception
+        The first raised by a task or a ``then`` (after every task of the
+        pass has stopped).
+    """
+    pending = [k for k, v in values.items() if isinstance(v, Deferred)]
+    while pending:
+        now = [k for k in pending if values[k].early] or pending
+        items = [(fn, i) for k in now for fn, n in values[k].tasks for i in range(n)]
+        map_shared(lambda item: item[0](item[1]), items, default_threads())
+        for k in now:
+            values[k] = values[k].then()
+        pending = [k for k in pending if isinstance(values[k], Deferred)]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import scda
+from .._crc import KnownCrcs
 from .._files import write_atomic
 from .._version import __version__
 from ..comm import Comm, as_comm
@@ -94,6 +95,10 @@ class CheckpointWriter:
         on every rank before a byte is written), combines the CRC32s, adds
         the index and footer and writes everything.  Block payloads are
         then needed on every rank (as :func:`amrckpt.save` has them).
+    known_crcs : amrckpt._crc.KnownCrcs, optional
+        With ``defer``: CRC32s of payloads that the caller started before
+        writing them (:func:`amrckpt.scda.fopen_write`); they are not
+        CRC'd again.
 
     Raises
     ------
@@ -109,6 +114,7 @@ class CheckpointWriter:
         comm: Any = None,
         access: scda.FileAccess | None = None,
         defer: bool = False,
+        known_crcs: KnownCrcs | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.defer = bool(defer)
@@ -126,6 +132,7 @@ class CheckpointWriter:
             checksum=True,
             defer=self.defer,
             access=self.access,
+            known_crcs=known_crcs,
         )
         self._roles = ["file header"]
         try:

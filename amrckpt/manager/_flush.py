@@ -96,12 +96,17 @@ def cache_step(
     keep: int,
     protect: set[int],
     log: RankLogger,
+    retire: Callable[[Callable[[], None]], None] | None = None,
 ) -> Cached:
     """Save ``state`` as the cached ``step`` on every node, with its partner copies; then the cache's retention. Collective.
 
     ``records(result, t0, seconds)`` gives the step's record files (run
     record, step record) by suffix, kept in the cached step's
     ``step.json`` until its flush publishes them beside the shared file.
+    The retention (each rank unlinks its own files of the steps beyond
+    ``keep``, then the node's first rank removes their directories) runs
+    here, or is handed to ``retire`` to run later (in a thread: it makes no
+    collective call and never raises; the steps it removes are listed now).
 
     Raises
     ------
@@ -146,11 +151,19 @@ def cache_step(
         rank = comm.rank
         held = (layout.held(rank, k) for k in range(1, layout.partners + 1))
         mine = [pieces_name(r) for r in (rank, *held) if r is not None]
-        level.retire_own(level.retired(keep, protect | {step}), mine)  # every rank its own files, at once
-        if first:
-            gone = level.retain(keep, protect | {step})
-            if gone:
-                log.info("cache retention: removed the cached steps %s of this node", gone)
+        retired = level.retired(keep, protect | {step})
+
+        def retention() -> None:
+            level.retire_own(retired, mine)  # every rank its own files, at once
+            if first:
+                gone = level.retain(keep, protect | {step})
+                if gone:
+                    log.info("cache retention: removed the cached steps %s of this node", gone)
+
+        if retire is None:
+            retention()
+        else:
+            retire(retention)
     return Cached(step, result.nbytes, seconds)
 
 

@@ -70,6 +70,7 @@ class NodeLevel:
         self.cached: int | None = None  # the newest step cached by this manager
         self._last_flush_time = time.time()
         self._thread: threading.Thread | None = None
+        self._retiring: threading.Thread | None = None  # the cache's retention after the last cached save
         self._flushing: int | None = None
         self._error: BaseException | None = None
         self._comm: Comm | None = None
@@ -101,7 +102,14 @@ class NodeLevel:
         save_kwargs: dict[str, Any],
         records: Callable[[Any, float, float], Mapping[str, bytes]],
     ) -> Cached:
-        """Save ``state`` into the node caches (:func:`~amrckpt.manager._flush.cache_step`). Collective on ``comm``."""
+        """Save ``state`` into the node caches (:func:`~amrckpt.manager._flush.cache_step`). Collective on ``comm``.
+
+        The save blocks for writing and committing the step; the cache's
+        retention (freeing the pages of the steps beyond ``keep``: a few ms
+        per 100 MB on a tmpfs) then runs in a thread, waited for by the next
+        call that uses the cache.
+        """
+        self.wait_retention()
         protect = {self._flushing} if self._flushing is not None else set()
         done = cache_step(
             comm,
@@ -114,9 +122,21 @@ class NodeLevel:
             keep=self.cache.keep,
             protect=protect,
             log=self.log,
+            retire=self._retire_later,
         )
         self.cached = step
         return done
+
+    def _retire_later(self, retention: Callable[[], None]) -> None:
+        """Run the cache's retention in a thread (no collective call: it only unlinks this node's files)."""
+        self._retiring = threading.Thread(target=retention, name="amrckpt-cache-retention", daemon=True)
+        self._retiring.start()
+
+    def wait_retention(self) -> None:
+        """Wait for the retention of the last cached save. Not collective."""
+        thread, self._retiring = self._retiring, None
+        if thread is not None:
+            thread.join()
 
     def save_and_flush(
         self,
@@ -197,7 +217,8 @@ class NodeLevel:
         self._thread.start()
 
     def wait(self) -> None:
-        """Wait for the flush in progress; raise its error (the same on every rank). Collective-safe."""
+        """Wait for the flush in progress and the cache's retention; raise the flush's error (on every rank). Collective-safe."""
+        self.wait_retention()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()
@@ -242,6 +263,7 @@ class NodeLevel:
             step was flushed to be loaded from the shared directory;
             ``(None, None)`` if no cached step newer than ``than`` is complete.
         """
+        self.wait_retention()
         below: int | None = None
         while True:
             step = newest_cached(call, self.level, self.layout, below)
@@ -286,6 +308,7 @@ class NodeLevel:
 
     def close(self) -> None:
         """Free the duplicated communicator and release the node's lock (after :meth:`wait`). Collective."""
+        self.wait_retention()
         stop = getattr(self.flush_policy, "stop", None)
         if stop is not None:
             stop()

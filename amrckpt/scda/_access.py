@@ -137,9 +137,10 @@ def open_backend(
         Hints, backend and truncation; ``info``, ``backend`` and
         ``truncate`` override it (:meth:`FileAccess.of`).
     defer : bool, optional
-        MPI-IO: the caller does no independent I/O (hint
-        ``romio_no_indep_rw``); ``"w"``: keep an error of truncating for the
-        writer's single agreement instead of agreeing on it at once.
+        MPI-IO: the caller does no independent I/O (it may then hint
+        ``romio_no_indep_rw``, :class:`MPIIOBackend`); ``"w"``: keep an error
+        of truncating for the writer's single agreement instead of agreeing
+        on it at once.
 
     Raises
     ------

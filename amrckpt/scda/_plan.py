@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._crc import SectionCrc
+from .._crc import CHUNK_NBYTES, SectionCrc
 from ..comm import Call, Comm, current_call
 from ..errors import AmrckptError, ChecksumError, ScdaCountError
 from . import _backend
@@ -112,7 +112,7 @@ class ReadPlan:
     _pieces: list[tuple[int, memoryview]] = field(default_factory=list)
     _covered: dict[int, _Covered] = field(default_factory=dict)
     _scans: list[_Scan] = field(default_factory=list)
-    _todo: list[tuple[SectionCrc, int, memoryview]] = field(default_factory=list)
+    _todo: dict[int, tuple[SectionCrc, memoryview]] = field(default_factory=dict)  # by file offset
     _read_failed: bool = False
 
     # -- planning (not collective) ----------------------------------------------------------------------
@@ -149,9 +149,19 @@ class ReadPlan:
         mv = byte_view(buf, "buffer")
         if not mv.nbytes:
             return
-        self._pieces.append((offset, mv))
-        if self.verify and crc:
-            self._todo.append((self._covered[section].crc, offset, mv))
+        check = self.verify and crc
+        step = CHUNK_NBYTES
+        # A large piece is read (and CRC'd) in parts: the helper thread CRCs one while the next is read.
+        parts = (
+            [(offset + k, mv[k : k + step]) for k in range(0, mv.nbytes, step)]
+            if check and mv.nbytes > 2 * step
+            else [(offset, mv)]
+        )
+        self._pieces.extend(parts)
+        if check:
+            c = self._covered[section].crc
+            for off, part in parts:
+                self._todo[off] = (c, part)
 
     def scan(self, local: Callable[[], int], then: Callable[[int], None], prefix: Callable[[Read], int] | None = None) -> None:
         """After the first read: ``local()`` gives this rank's sum (of sizes, of counts); ``then(before)`` plans the second read.
@@ -180,14 +190,18 @@ class ReadPlan:
             )
         return [] if self._read_failed else pieces
 
-    def crc_read(self, now: bool = False) -> None:
-        """CRC the pieces just read, in the helper thread (while the caller plans and reads on), or here with ``now``.
+    def crc_read(self, pieces: Sequence[tuple[int, memoryview]] | None = None, *, now: bool = False) -> None:
+        """CRC pieces just read in the helper thread (while the caller plans and reads on): ``pieces``, or all read so far.
 
-        ``now`` for the last read of a plan whose caller waits for the
-        CRC32s anyway: no hand-over to the helper thread and back.
+        With ``now``, here instead: for the last read of a plan whose caller
+        waits for the CRC32s at once (no hand-over to the helper thread and back).
         """
-        todo, self._todo = self._todo, []
-        for crc, off, mv in todo:
+        if pieces is None:
+            todo, self._todo = self._todo, {}
+            items = list(todo.items())
+        else:
+            items = [(off, got) for off, _ in pieces if (got := self._todo.pop(off, None)) is not None]
+        for off, (crc, mv) in items:
             if now:
                 crc.add(off, mv)
             else:
@@ -197,7 +211,7 @@ class ReadPlan:
         """Record that this rank's read failed: its pieces hold nothing, the next steps are skipped."""
         self.fail(exc)
         self._read_failed = True
-        self._todo = []
+        self._todo = {}
 
     @property
     def failed_read(self) -> bool:
@@ -309,9 +323,9 @@ one call through a file view, with no exchange."""
 class GatheredExecutor:
     """Runs read plans on every rank of a communicator: two collective reads around one exscan, one CRC32 allreduce.
 
-    The file is opened (``MPI_File_open`` with ``romio_no_indep_rw``: only
-    collective reads) by the first :meth:`run` that reads anything, and
-    closed by :meth:`close`.  Every method is collective and runs inside a
+    The file is opened (``MPI_File_open``; only collective reads follow)
+    by the first :meth:`run` that reads anything, and closed by
+    :meth:`close`.  Every method is collective and runs inside a
     collective call (:func:`amrckpt.comm.collective`); every rank makes the
     same collective calls whatever its errors, since the sections covered
     and their sizes are the same on every rank.
@@ -363,30 +377,62 @@ class GatheredExecutor:
         plan.release()
 
     def _phase(self, plan: ReadPlan) -> None:
-        """One collective read of the pieces planned so far."""
+        """Read the pieces planned so far: in one collective read, or (a large plan) one per large piece.
+
+        A plan of :data:`_AGREE_CALLS_NBYTES` or more is read in groups,
+        each of small pieces and at most one large one (a part of at most
+        :data:`amrckpt._crc.CHUNK_NBYTES` of a large piece), as many groups
+        on every rank as on the rank with the most (one allreduce agrees);
+        the helper thread CRCs each group while the next is read.
+        """
         pieces = plan.take_pieces()
         if self._backend is None:
             return  # nothing covered: nothing planned on any rank
-        nrounds, ncontig = 1, 0
+        groups, nrounds, ncontig = [pieces], 1, 0
         if plan.nbytes >= _AGREE_CALLS_NBYTES:  # large: the largest rank decides the calls (plan.nbytes is the same on every rank)
-            mine = np.array([sum(b.nbytes for _, b in pieces), _backend.contiguous_calls(pieces)], dtype=np.int64)
+            groups = _groups(pieces)
+            mine = np.array(
+                [
+                    max((sum(b.nbytes for _, b in g) for g in groups), default=0),
+                    len(groups),
+                    max((_backend.contiguous_calls(g) for g in groups), default=0),
+                ],
+                dtype=np.int64,
+            )
             most = self._call().allreduce_array(mine, "max")
-            nrounds, ncontig = max(1, -(-int(most[0]) // _backend.MAX_CALL_NBYTES)), int(most[1])
-        try:
-            if ncontig:
-                self._backend.read_gathered(pieces, nrounds, ncontig)
-            else:
-                self._backend.read_gathered(pieces, nrounds)
-        except Exception as exc:  # noqa: BLE001 - agreed on by the caller
-            plan.read_failed(exc)
-            return
-        plan.crc_read()
+            nrounds, ncontig = max(1, -(-int(most[0]) // _backend.MAX_CALL_NBYTES)), int(most[2])
+            groups += [[] for _ in range(int(most[1]) - len(groups))]
+        for group in groups:
+            todo = [] if plan.failed_read else group  # after a failed read, this rank joins the others' calls with nothing
+            try:
+                if ncontig:
+                    self._backend.read_gathered(todo, nrounds, ncontig)
+                else:
+                    self._backend.read_gathered(todo, nrounds)
+            except Exception as exc:  # noqa: BLE001 - agreed on by the caller
+                plan.read_failed(exc)
+                continue
+            plan.crc_read(todo)
 
     def close(self) -> None:
         """Close the file if a plan opened it; its errors are kept by the open collective call. Collective."""
         backend, self._backend = self._backend, None
         if backend is not None:
             backend.close()
+
+
+def _groups(pieces: Sequence[tuple[int, memoryview]]) -> list[list[tuple[int, memoryview]]]:
+    """Split pieces, in file order, into groups that each end with the next piece of :data:`CONTIGUOUS_NBYTES` or more."""
+    out: list[list[tuple[int, memoryview]]] = []
+    cur: list[tuple[int, memoryview]] = []
+    for off, b in sorted(pieces, key=lambda p: p[0]):
+        cur.append((off, b))
+        if b.nbytes >= _backend.CONTIGUOUS_NBYTES:
+            out.append(cur)
+            cur = []
+    if cur or not out:
+        out.append(cur)
+    return out
 
 
 class LocalFile:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import _crc
-from .._crc import SectionCrc
+from .._crc import KnownCrcs, SectionCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from . import _backend
@@ -144,10 +144,12 @@ class ScdaWriter:
         checksum: bool = False,
         defer: bool = False,
         access: FileAccess | None = None,
+        known_crcs: KnownCrcs | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
         self._defer = bool(defer)
+        self._known_crcs = known_crcs
         self._pending: BaseException | None = None
         self._digest = 0
         self._queue: list[tuple[int, memoryview]] = []
@@ -324,7 +326,14 @@ class ScdaWriter:
             allp = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
             self._queue.extend(allp)
             if self._cur is not None and allp:
-                self._cur.add_later(allp)
+                rest = allp
+                if self._known_crcs is not None and bulk is not None and bulk[1].nbytes:
+                    known = self._known_crcs.get(bulk[1])  # the caller's buffer, CRC'd before it got here
+                    if known is not None:
+                        self._cur.add_crc(bulk[0], bulk[1].nbytes, known)
+                        rest = [p for p in allp if p is not bulk]
+                if rest:
+                    self._cur.add_later(rest)
             return
         assert self._backend is not None
         if self._cur is not None and max_bulk > 2 * _crc.CHUNK_NBYTES:
@@ -887,6 +896,7 @@ def fopen_write(
     truncate: bool = True,
     defer: bool = False,
     access: FileAccess | None = None,
+    known_crcs: KnownCrcs | None = None,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -932,6 +942,11 @@ def fopen_write(
         ``style``, ``info``, ``backend`` and ``truncate`` as one value (the
         keyword arguments given override it); its ``sync`` is the caller's
         (:meth:`ScdaWriter.sync`).
+    known_crcs : amrckpt._crc.KnownCrcs, optional
+        With ``checksum`` and ``defer``: CRC32s of buffers that the caller
+        started before passing them (a save CRCs its payloads while it packs
+        the mesh); an array's data that is exactly such a buffer is not
+        CRC'd again.  Not collective; the bytes written are the same.
 
     Returns
     -------
@@ -947,4 +962,4 @@ def fopen_write(
         a permission problem).
     """
     a = FileAccess.of(access, style=style, info=info, backend=backend, truncate=truncate)
-    return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a)
+    return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a, known_crcs=known_crcs)

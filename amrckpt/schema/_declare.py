@@ -308,8 +308,9 @@ def HpCells(
     units: str | None = None,
     description: str | None = None,
     compress: Compress = False,
-    level: int = 9,
+    level: int | None = None,
     mesh: str | None = None,
+    chunks: int | None = None,
 ) -> Any:
     """Declare a variable number of values per leaf: its counts and its values in two arrays (scda A, paper 2.5).
 
@@ -317,10 +318,12 @@ def HpCells(
     a degree-p leaf, whose degree varies from leaf to leaf.  In the file
     (layout ``counts``): an A section of the counts (1, 2, 4 or 8 bytes per
     leaf, the narrowest for the largest count) and an A section of the
-    values.  With ``compress`` (``True`` or ``"element"``): one
-    variable-size array (scda V, paper 2.6) of per-leaf compressed elements
-    (paper 3.4), for large values per leaf; hp fields have no chunked
-    layout yet, so ``True`` means the per-element convention here.
+    values.  With ``compress=True`` (layout ``chunks``): two V sections,
+    the counts and the values of each chunk of ``chunks`` consecutive
+    leaves, byte shuffled and deflated (as :func:`Cells`).  With
+    ``compress="element"``: one variable-size array (scda V, paper 2.6) of
+    per-leaf compressed elements (paper 3.4), for values of kilobytes per
+    leaf that a tool reads leaf by leaf.
 
     Parameters
     ----------
@@ -328,19 +331,30 @@ def HpCells(
         Type of one value, as for :func:`Cells`.
     shape : tuple of int, optional
         Shape of one value.
-    units, description, compress, level, mesh : optional
-        As for :func:`Cells` (paper 3.4 for ``compress``).
+    units, description, compress, level, mesh, chunks : optional
+        As for :func:`Cells` (paper 3.4 for ``compress="element"``).  A
+        chunk holds the values of ``chunks`` leaves, however many they are:
+        for many values per leaf, fewer leaves per chunk keep a chunk in
+        the cache (16384 leaves of 27 float64 are 3.4 MiB).
 
     Returns
     -------
     pydantic.fields.FieldInfo
+
+    Raises
+    ------
+    SchemaError
+        As :func:`Cells`, or if a value has no bytes.
     """
     dt, native = _dtype_spec(dtype, "HpCells")
     shape = _shape(shape)
     if math.prod(shape) == 0:
         raise SchemaError(f"HpCells: values of shape {shape} have no bytes, so the file could not carry their counts")
-    element = _element(compress) or bool(compress)  # no chunked layout for hp values: True is per element
-    kind = HpCellsKind(**_common(units, description, element, level), dtype=dt, native=native, shape=shape, mesh=mesh)
+    element, chunks = _layout(compress, chunks)
+    level = level if level is not None else 1 if chunks is not None else 9
+    kind = HpCellsKind(
+        **_common(units, description, element, level), dtype=dt, native=native, shape=shape, mesh=mesh, chunks=chunks
+    )
     return _field(kind, PydanticUndefined)
 
 

@@ -193,8 +193,12 @@ class FieldKind(abc.ABC):
             Naming the field.
         """
         to_native = getattr(self, "to_native", None)
-        if to_native is not None:
-            value = HpData(to_native(value.values), value.counts) if isinstance(value, HpData) else to_native(value)
+        if to_native is not None and isinstance(value, HpData):
+            native = to_native(value.values)
+            if native is not value.values:  # the counts are as the container checked them
+                value = HpData._checked(native, value.counts)
+        elif to_native is not None:
+            value = to_native(value)
         self.check_value(name, value, n, check_values=check)
         return value
 
@@ -306,17 +310,18 @@ class MeshKind(FieldKind):
             except SchemaError as exc:
                 raise SchemaError(f"field {name!r}: {exc}") from exc
 
-    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None) -> Prepared:
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool = True) -> Prepared:
+        """Check the mesh and pack its records; with ``check``, its ranges while packing (one pass over the leaves)."""
         self.check_value(name, value, None, check_values=False)
-        try:  # check the ranges while packing: one pass over the leaves
-            records = value.to_records(check=True)
+        try:
+            records = value.to_records(check=check)
         except SchemaError as exc:
             raise SchemaError(f"field {name!r}: {exc}") from exc
         return Prepared(name, self, Payload(records, level=self.level), count=len(value))
 
     def from_file(self, raw: Any, fs: FieldSpec, ms: MeshSpec | None, check: bool) -> Any:
         assert ms is not None
-        return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check)
+        return Forest.from_records(raw, num_trees=ms.num_trees, curve=ms.curve, check=check, copy=False)  # raw is the load's own
 
     def mesh_name(self, name: str) -> str | None:
         return name
@@ -419,8 +424,11 @@ class HpCellsKind(CellsKind):
     """A variable number of values per leaf (hp-adaptive payloads).
 
     ``shape`` is the shape of one value; leaf i holds ``counts[i]`` values.
-    Layout ``counts`` (an A section of counts, an A section of values), or
-    with ``compress`` one V section of per-leaf compressed elements.
+    Layout ``counts`` (an A section of counts, an A section of values),
+    with ``chunks`` layout ``chunks`` (the counts and the values of chunks
+    of leaves, shuffled and deflated, in two V sections), or with
+    ``compress`` (``compress="element"``) one V section of per-leaf
+    compressed elements.
     """
 
     kind: ClassVar[str] = "hp"

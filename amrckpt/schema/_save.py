@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import scda, sfc
-from .._crc import crc32
+from .._crc import KnownCrcs, crc32
 from .._version import __version__
 from ..comm import NONE, Call, Comm, collective, digest_of
 from ..container import (
@@ -59,13 +59,29 @@ class SaveResult(WriteResult):
     partition: Partition | None = None
 
 
-def check_local(state: CheckpointSchema, *, check_order: bool = True) -> list[Prepared]:
+def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: KnownCrcs | None = None) -> list[Prepared]:
     """Validate this rank's state against its schema; prepare every field for writing.
 
-    Not collective: :func:`save` agrees on the outcome on all ranks.  Meshes
-    are checked first (ranges while packing; with ``check_order`` the curve
-    order of the local leaves, p4est's ``p4est_tree_is_linear``), then every
-    other field against its mesh's local leaf count.
+    Not collective: :func:`save` agrees on the outcome on all ranks.  The
+    fields other than meshes are checked against their mesh's local leaf
+    count first (with ``crcs``, the CRC32 of each one written as it is
+    starts in the helper thread meanwhile), then every mesh is packed into
+    its records and, with ``check_order``, its leaves are checked: ranges
+    while packing, then the curve order (p4est's ``p4est_tree_is_linear``).
+    Errors are raised in the same order either way: meshes first.
+
+    Parameters
+    ----------
+    state : CheckpointSchema
+    check_order : bool, optional
+        Check each mesh's local leaves: their ranges and alignment while
+        packing, and their curve order (unless its records are the ones
+        that passed last time).  False: leaves valid by construction
+        (p4est's), packed as they are.
+    crcs : amrckpt._crc.KnownCrcs, optional
+        Where to start the CRC32 of every payload written as it is
+        (uncompressed cells, arrays, hp values, mesh records), for the
+        save's writer.
 
     Returns
     -------
@@ -81,36 +97,50 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True) -> list[Pr
     """
     cls = type(state)
     kinds: dict[str, FieldKind] = cls.__amrckpt_fields__
+    meshes = {name: kind for name, kind in kinds.items() if isinstance(kind, MeshKind)}
+    for name, mk in meshes.items():
+        mk.check_value(name, getattr(state, name), None, check_values=False)
     out: dict[str, Prepared] = {}
-    n_of: dict[str, int] = {}
+    later: SchemaError | None = None  # a field's error, raised after the meshes' own
     for name, kind in kinds.items():
-        if isinstance(kind, MeshKind):
-            mesh = getattr(state, name)
-            out[name] = kind.prepare(cls, name, mesh, None)
-            # The order check costs ~70% of a save of a 2M-leaf 3D mesh (issue 18's profile); meshes
-            # change at adaptation, not at every checkpoint: a mesh whose records have the CRC32 and
-            # length of the ones last checked (a 10 ms pass) is not checked again.
-            seen = _records_key(out[name].payload.data, mesh) if check_order else None
-            if check_order and getattr(mesh, "_ordered", None) != seen:
-                try:
-                    mesh.check_order()
-                    mesh._ordered = seen
-                except SchemaError as exc:
-                    raise SchemaError(
-                        f"field {name!r}: {exc} (leaves must follow the space-filling curve within each rank; "
-                        "sort them with amrckpt.sfc.sfc_order, or pass check_mesh=False to skip this check)"
-                    ) from exc
-            n_of[name] = out[name].count
-    for name, kind in kinds.items():
-        if name not in out:
-            n = n_of[kind.mesh] if kind.per_leaf and isinstance(kind, CellsKind) and kind.mesh is not None else None
-            out[name] = kind.prepare(cls, name, getattr(state, name), n)
+        if name in meshes:
+            continue
+        mesh = kind.mesh if kind.per_leaf and isinstance(kind, CellsKind) else None
+        try:
+            out[name] = kind.prepare(cls, name, getattr(state, name), len(getattr(state, mesh)) if mesh is not None else None)
+        except SchemaError as exc:
+            later = later or exc
+            continue
+        if crcs is not None and isinstance(out[name].payload.data, np.ndarray) and _verbatim(kind):
+            crcs.start(out[name].payload.data)  # in the helper thread, while the meshes are packed
+    for name, mk in meshes.items():
+        mesh = getattr(state, name)
+        out[name] = mk.prepare(cls, name, mesh, None, check=check_order)
+        records = out[name].payload.data
+        if check_order or crcs is not None:
+            crc = crc32(records)  # the order check's key and the records' CRC32 in the file: one pass
+            if crcs is not None and _verbatim(mk):
+                crcs.put(records, crc)
+        # The order check costs most of a save of a 2M-leaf 3D mesh; meshes change at adaptation, not at every
+        # checkpoint: a mesh whose records have the CRC32 and length of the ones last checked is not checked again.
+        seen = (crc, len(records), mesh.curve, mesh.num_trees) if check_order else None
+        if check_order and getattr(mesh, "_ordered", None) != seen:
+            try:
+                mesh.check_order()
+                mesh._ordered = seen
+            except SchemaError as exc:
+                raise SchemaError(
+                    f"field {name!r}: {exc} (leaves must follow the space-filling curve within each rank; "
+                    "sort them with amrckpt.sfc.sfc_order, or pass check_mesh=False to skip this check)"
+                ) from exc
+    if later is not None:
+        raise later
     return [out[name] for name in kinds]
 
 
-def _records_key(records: Any, mesh: Forest) -> tuple[int, int, str, int]:
-    """Return what the order check of a mesh depends on: CRC32 and length of its records, curve, number of trees."""
-    return (crc32(records), len(records), mesh.curve, mesh.num_trees)
+def _verbatim(kind: FieldKind) -> bool:
+    """Whether a field's payload goes into the file as it is (not compressed, not in chunks)."""
+    return not getattr(kind, "compress", False) and getattr(kind, "chunks", None) is None
 
 
 def _boundary(mesh: Forest) -> tuple[int, int, int, int] | None:
@@ -269,9 +299,12 @@ def save(
     sync : bool, optional
         ``fsync`` (``MPI_File_sync``) before closing.
     check_mesh : bool, optional
-        Check that each rank's leaves follow the curve without overlaps
-        (default True; vectorized, a few ns per leaf); the order across
-        ranks is always checked.  ``False`` skips the local check.
+        Check each rank's leaves: in range (trees, levels, coordinates in
+        their tree and aligned to their level) and in curve order without
+        overlaps (default True; vectorized, a few ns per leaf).  ``False``
+        skips these local checks, for leaves valid by construction (a p4est
+        forest: p4est does not check them either when it saves); the order
+        of the ranks' parts along the curve is always checked.
     info, backend, truncate : optional
         MPI-IO hints, backend choice and truncation of an existing file, as
         for :func:`amrckpt.scda.fopen_write`.
@@ -328,13 +361,14 @@ def _save(
     def check() -> list[Prepared]:
         if not isinstance(state, CheckpointSchema):
             raise SchemaError(f"save: expected an instance of a CheckpointSchema, got {type(state).__name__}")
-        return check_local(state, check_order=check_mesh)
+        return check_local(state, check_order=check_mesh, crcs=crcs)
 
+    crcs = KnownCrcs()
     prepared = call.run(check)
     agreed = _agree_report(call, state, prepared)
     assert prepared is not None  # else the agreement raised
     manifest = _manifest(type(state), state, prepared, agreed)
-    with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True) as w:
+    with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True, known_crcs=crcs) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             w.write_field(fs, p.payload, agreed.counts[j], agreed.nbytes[j])
     return w.close(), manifest, prepared

@@ -258,18 +258,21 @@ class Forest:
         return rec
 
     @classmethod
-    def _viewing(cls, rec: np.ndarray, *, num_trees: int) -> Forest:
-        """Build a Morton forest whose arrays are the fields of ``rec`` (:func:`mesh_record_dtype`), not copied.
+    def _viewing(cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton") -> Forest:
+        """Build a forest whose arrays are the fields of ``rec`` (:func:`mesh_record_dtype`), not copied.
 
         Not collective, no check: :meth:`from_p4est` packs p4est's quadrants
-        into ``rec`` and checks them.  :meth:`to_records` then returns ``rec``
-        itself; the arrays are strided views (17 or 13 bytes apart).
+        into ``rec`` and checks them, :meth:`from_records` checks them after.
+        :meth:`to_records` then returns ``rec`` itself; the arrays are
+        strided views (17 or 13 bytes apart).
         """
+        if curve not in CURVES:
+            raise SchemaError(f"Forest: curve must be one of {CURVES}, not {curve!r}")
         out = cls.__new__(cls)
         out.tree, out.level, out.x, out.y = rec["tree"], rec["level"], rec["x"], rec["y"]
         out.z = rec["z"] if "z" in (rec.dtype.names or ()) else None
         out.num_trees = operator.index(num_trees)
-        out.curve = "morton"
+        out.curve = curve
         out._ordered = None
         out._records = _Records(rec)
         if out.num_trees < 1:
@@ -277,7 +280,9 @@ class Forest:
         return out
 
     @classmethod
-    def from_records(cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton", check: bool = False) -> Forest:
+    def from_records(
+        cls, rec: np.ndarray, *, num_trees: int, curve: str = "morton", check: bool = False, copy: bool = True
+    ) -> Forest:
         """Build from packed records as :meth:`to_records` gives them.
 
         Not collective.  With ``check=True`` the leaves are checked as
@@ -289,6 +294,14 @@ class Forest:
         num_trees : int
         curve : {"morton", "hilbert"}, optional
         check : bool, optional
+        copy : bool, optional
+            True (default): the forest's arrays are contiguous arrays of
+            their own.  False: they are views of the fields of ``rec`` (no
+            pass over the leaves; strided, 17 or 13 bytes apart, as p4est's
+            quadrant array is), which the forest keeps alive and
+            :meth:`to_records` returns without packing; ``rec`` must then be
+            the caller's to give away.  Records of another byte order are
+            copied either way.
 
         Raises
         ------
@@ -298,6 +311,18 @@ class Forest:
         names = rec.dtype.names or ()
         if "tree" not in names or "level" not in names:
             raise SchemaError(f"Forest.from_records: records {rec.dtype} are not mesh records")
+        layout = rec.dtype.fields
+        assert layout is not None
+        if (
+            not copy
+            and rec.ndim == 1
+            and all(f[0].isnative for f in layout.values())
+            and rec.dtype == mesh_record_dtype(3 if "z" in names else 2)
+        ):
+            out = cls._viewing(rec, num_trees=num_trees, curve=curve)
+            if check:
+                out.check()
+            return out
         n = rec.shape[0]
         dim = 3 if "z" in names else 2
         out = cls(

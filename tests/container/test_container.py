@@ -431,7 +431,8 @@ class Layouts(ac.CheckpointSchema, name="layouts", version=1):
     vel: ac.CellData = ac.Cells("<f4", shape=(3,), chunks=1000, level=6)
     modes: ac.HpData = ac.HpCells("<f8")  # layout "counts", u1
     wide: ac.HpData = ac.HpCells("<i2")  # counts above 255: u2
-    big: ac.HpData = ac.HpCells("u1", compress=True)  # per-element compression: one V section
+    big: ac.HpData = ac.HpCells("u1", compress="element")  # per-element compression: one V section
+    packed: ac.HpData = ac.HpCells("<i2", compress=True, chunks=7)  # counts and values in chunks of 7 leaves: two V sections
     particles: ac.CellData = ac.Array("<i8", chunks=5)
 
 
@@ -474,6 +475,7 @@ def _layouts_rank(comm: Any, counts: list[int] | None = None) -> Layouts:
         modes=st.modes,
         wide=hp("wide", LG["wide_counts"]),
         big=hp("big", LG["big_counts"]),
+        packed=hp("wide", LG["wide_counts"]),
         particles=LG["particles"][plo:phi],
     )
 
@@ -495,6 +497,7 @@ def test_layouts_one_sha256_on_any_P_and_read_on_any_Q(tmp_path: Path) -> None:
         ("vel", "V", "chunks", None, 1000),
         ("modes", "A", "counts", "u1", None),
         ("wide", "A", "counts", "<u2", None),
+        ("packed", "V", "chunks", "<u2", 7),
         ("particles", "V", "chunks", None, 5),
     ]
     assert m.field("big").layout is None and m.field("big").section == "V"
@@ -504,20 +507,21 @@ def test_layouts_one_sha256_on_any_P_and_read_on_any_Q(tmp_path: Path) -> None:
         assert np.array_equal(np.concatenate([g.rho for g in got]), LG["rho"])
         assert np.array_equal(np.concatenate([g.vel for g in got]), LG["vel"])
         assert np.array_equal(np.concatenate([g.particles for g in got]), LG["particles"])
-        for name in ("wide", "big"):
-            assert np.array_equal(np.concatenate([getattr(g, name).values for g in got]), LG[name])
-            assert np.array_equal(np.concatenate([getattr(g, name).counts for g in got]), LG[f"{name}_counts"])
+        for name, want in (("wide", "wide"), ("big", "big"), ("packed", "wide")):
+            assert np.array_equal(np.concatenate([getattr(g, name).values for g in got]), LG[want])
+            assert np.array_equal(np.concatenate([getattr(g, name).counts for g in got]), LG[f"{want}_counts"])
         assert np.array_equal(np.concatenate([g.modes.values for g in got]), G.modes)
     assert ac.verify(path).ok
     with CheckpointReader(path) as r:
         for lo, n in ((0, G.N), (3, 17), (G.N - 5, 5), (G.N, 0), (6, 1)):
             assert np.array_equal(r.read_cells("rho", lo, n), LG["rho"][lo : lo + n])
             assert np.array_equal(r.read_cells("vel", lo, n), LG["vel"][lo : lo + n])
-            counts, values = r.read_hp("wide", lo, n)
             off = np.concatenate([[0], np.cumsum(LG["wide_counts"])])
-            assert np.array_equal(counts, LG["wide_counts"][lo : lo + n]) and np.array_equal(
-                values, LG["wide"][off[lo] : off[lo + n]]
-            )
+            for name in ("wide", "packed"):
+                counts, values = r.read_hp(name, lo, n)
+                assert np.array_equal(counts, LG["wide_counts"][lo : lo + n]) and np.array_equal(
+                    values, LG["wide"][off[lo] : off[lo + n]]
+                )
 
 
 def test_layouts_survive_convert(tmp_path: Path) -> None:
@@ -634,7 +638,10 @@ def test_compress_element_writes_the_bytes_of_the_per_element_convention(tmp_pat
     assert np.array_equal(back.rho, st.rho) and np.array_equal(back.modes.values, st.modes.values)
 
 
-@pytest.mark.parametrize(("field", "part", "Q"), [("rho", 0, 1), ("rho", 0, 3), ("wide", 0, 2), ("wide", 1, 1), ("modes", 0, 2)])
+@pytest.mark.parametrize(
+    ("field", "part", "Q"),
+    [("rho", 0, 1), ("rho", 0, 3), ("wide", 0, 2), ("wide", 1, 1), ("modes", 0, 2), ("packed", 0, 2), ("packed", 1, 3)],
+)
 def test_a_damaged_layout_section_is_a_checksum_error_on_every_rank(tmp_path: Path, field: str, part: int, Q: int) -> None:
     """A byte flipped in a chunk, in hp counts or in hp values: ChecksumError on every rank, naming the field."""
     from amrckpt.errors import ChecksumError

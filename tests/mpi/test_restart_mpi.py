@@ -143,10 +143,14 @@ def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.Monke
     assert all_true(True)
 
 
-def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pieces above the thresholds (lowered here) move by contiguous collective calls of their own, the rest through a
-    file view: the bytes written and the state read are those of the one-view path, on uneven partitions too (a rank
-    without leaves makes the same calls with nothing)."""
+@pytest.mark.parametrize("hints", [None, {"romio_no_indep_rw": "true"}], ids=["independent rest", "rest through a view"])
+def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(
+    mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch, hints: dict[str, str] | None
+) -> None:
+    """Pieces above the thresholds (lowered here) move by contiguous collective calls of their own, the rest by
+    independent calls (or, where the hint romio_no_indep_rw forbids them, through a file view): the bytes written and
+    the state read are those of the one-view path, on uneven partitions too (a rank without leaves makes the same
+    calls with nothing)."""
     from amrckpt.scda import _backend, _plan
 
     w = world()
@@ -154,16 +158,51 @@ def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(mpi_tmp: 
     ac.save(G.for_rank(w), ref, comm=w)
     monkeypatch.setattr(_backend, "CONTIGUOUS_NBYTES", 64)
     monkeypatch.setattr(_plan, "_AGREE_CALLS_NBYTES", 0)
+    monkeypatch.setattr(_plan, "CHUNK_NBYTES", 256)  # large pieces read in parts, one collective read each
     ok = True
     for counts in (None, [0] * (w.size - 1) + [G.N]):
         path = mpi_tmp / f"contiguous-{counts is None}.scda"
-        ac.save(G.for_rank(w, counts), path, comm=w)
+        ac.save(G.for_rank(w, counts), path, comm=w, info=hints)
         w.Barrier()
         ok &= hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(ref.read_bytes()).digest()
-        loaded = ac.load(path, Advection, comm=w)
+        loaded = ac.load(path, Advection, comm=w, info=hints)
         lo, hi = loaded.partition.local_range(w.rank)
         try:
             assert_state_equal(loaded.state, G.local(lo, hi))
         except AssertionError:
             ok = False
+    assert all_true(ok)
+
+
+def test_a_read_that_fails_in_a_plan_read_in_groups_fails_the_load_on_every_rank(
+    mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large plan is read in groups (one collective read per large piece, in parts): EIO in the first read of any
+    non-empty subset of ranks, rank 0 included, is the ScdaIOError of every rank; the failing ranks join the other
+    groups' reads with nothing, so none waits."""
+    import errno
+    import itertools
+
+    from amrckpt.scda import _backend, _plan
+    from amrckpt.testing import FaultyBackend, inject_faults
+
+    w = world()
+    path = mpi_tmp / "groups.scda"
+    ac.save(G.for_rank(w), path, comm=w)
+    monkeypatch.setattr(_backend, "CONTIGUOUS_NBYTES", 64)
+    monkeypatch.setattr(_plan, "_AGREE_CALLS_NBYTES", 0)
+    monkeypatch.setattr(_plan, "CHUNK_NBYTES", 256)
+    ok = True
+    for k in range(1, w.size + 1):
+        for ranks in itertools.combinations(range(w.size), k):
+            got = "loaded"
+            with inject_faults(1, ranks=ranks, kinds={"read"}, errno=errno.EIO, limit=1):
+                try:
+                    ac.load(path, Advection, comm=w, backend=FaultyBackend)
+                except ac.AmrckptError as exc:
+                    got = f"{type(exc).__name__} {getattr(exc, 'errno', None)}"
+            ok &= got == f"ScdaIOError {errno.EIO}"
+    loaded = ac.load(path, Advection, comm=w)  # and without faults, the same file loads
+    lo, hi = loaded.partition.local_range(w.rank)
+    assert_state_equal(loaded.state, G.local(lo, hi))
     assert all_true(ok)

@@ -138,3 +138,36 @@ def test_section_crcs_in_rounds(tmp_path_factory: Any, specs: Any, P: int, Q: in
         for decode in (True, False):
             read = run_threads(Q, _read_crcs, d / "f.scda", rparts, decode)[0]
             assert [c for _, _, c in read] == [zlib.crc32(blob[a:b]) for a, b, _ in read]
+
+
+def test_known_crcs_are_found_by_the_buffer_and_taken_by_the_writer(tmp_path: Path) -> None:
+    """KnownCrcs finds a buffer's CRC32 by its address and length only; a deferred writer takes it for an array's data
+    instead of CRCing the bytes (a planted wrong value shows up in section_crcs), and CRCs every other piece itself."""
+    import numpy as np
+
+    data = np.arange(100_000, dtype="<f8")  # above INLINE_NBYTES: CRC'd in the helper thread
+    known = _crc.KnownCrcs()
+    known.start(data)
+    got = known.get(data)
+    assert got is not None and (got if isinstance(got, int) else got.result()) == zlib.crc32(data.tobytes())
+    assert known.get(data[1:]) is None and known.get(data[:-1]) is None and known.get(data.copy()) is None
+    small = np.arange(10, dtype="<i4")
+    known.start(small)
+    assert known.get(memoryview(small)) == zlib.crc32(small.tobytes())  # found through a view of the same bytes
+
+    def crcs_of(known_crcs: _crc.KnownCrcs | None) -> list[int]:
+        path = tmp_path / "k.scda"
+        with scda.fopen_write(path, b"k", checksum=True, defer=True, known_crcs=known_crcs) as f:
+            f.fwrite_array(data, [data.size], 8, b"data")
+            f.fwrite_array(small, [small.size], 4, b"small")
+            out = f.settle()
+        whole = path.read_bytes()
+        assert out == [zlib.crc32(whole[r.offset : r.end]) for r in f.records] or known_crcs is not None
+        return out
+
+    honest = crcs_of(None)
+    assert crcs_of(known) == honest
+    planted = _crc.KnownCrcs()
+    planted.put(data, zlib.crc32(b"not the data"))
+    lied = crcs_of(planted)
+    assert lied[1] != honest[1] and lied[0] == honest[0] and lied[2] == honest[2]

@@ -257,16 +257,17 @@ def test_inline_too_long_and_mesh_checks(tmp_path: Path) -> None:
     st.mesh.x[3] += 1  # not aligned to its level
     with pytest.raises(SchemaError, match="not aligned"):
         ac.save(st, tmp_path / "m.scda")
+    ac.save(st, tmp_path / "unchecked-ranges.scda", check_mesh=False)  # the opt-out skips the ranges too (p4est's forests)
     st = own_copy()
     st.mesh.level[[2, 5]] = st.mesh.level[[5, 2]]
     st.mesh.x[[2, 5]] = st.mesh.x[[5, 2]]
     st.mesh.y[[2, 5]] = st.mesh.y[[5, 2]]
-    ac.save(st, tmp_path / "unchecked.scda", check_mesh=False)  # the opt-out of the local order check
+    ac.save(st, tmp_path / "unchecked.scda", check_mesh=False)  # the opt-out of the local checks
     with pytest.raises(SchemaError, match=r"'mesh': Forest: not a linear forest: leaf 3 .*sfc_order, or pass check_mesh=False"):
         ac.save(st, tmp_path / "m.scda")  # checked by default
     assert not (tmp_path / "m.scda").exists()  # refused before anything was written
     st = own_copy()
-    ac.save(st, tmp_path / "ok.scda")  # checked, and remembered (issue 18: a mesh is not checked twice)
+    ac.save(st, tmp_path / "ok.scda")  # checked, and remembered: a mesh is not checked twice
     ac.save(st, tmp_path / "ok.scda")
     st.mesh.level[[2, 5]] = st.mesh.level[[5, 2]]  # changed in place after a save that passed
     st.mesh.x[[2, 5]] = st.mesh.x[[5, 2]]
@@ -421,3 +422,29 @@ def test_json_schemas_in_the_repository_are_current() -> None:
         path = REPO / "schemas" / name
         assert path.exists(), f"{path} is missing: run python -m amrckpt.schema.jsonschema"
         assert json.loads(path.read_text()) == schema, f"{path} is stale: run python -m amrckpt.schema.jsonschema"
+
+
+def test_a_save_crcs_every_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CRC32s of the payloads written as they are (mesh records, rho, the hp values) are started while the mesh is
+    packed and taken by the writer; the records' CRC32 also keys the order check: no byte is CRC'd twice."""
+    from amrckpt import _crc
+    from amrckpt.schema import _save
+
+    crcd = [0]
+    real = _crc.crc32
+
+    def counting(data: Any, value: int = 0) -> int:
+        crcd[0] += memoryview(data).nbytes
+        return real(data, value)
+
+    monkeypatch.setattr(_crc, "crc32", counting)
+    monkeypatch.setattr(_save, "crc32", counting)
+    state = G.local(0, G.N)
+    path = tmp_path / "once.scda"
+    ac.save(state, path)
+    size = path.stat().st_size
+    assert crcd[0] <= size, (crcd[0], size)  # every byte of the file at most once (vel is compressed: its chunks only)
+    crcd[0] = 0
+    ac.save(state, path, check_mesh=False)
+    assert crcd[0] <= size
+    assert_state_equal(ac.load(path, Advection).state, state)
