@@ -246,15 +246,7 @@ def _hp_summary(counts: np.ndarray, values: np.ndarray, how: str) -> np.ndarray:
     return out
 
 
-def leaf_values(
-    arrays: Sequence[CellArray],
-    reader: Any,
-    mesh: np.ndarray,
-    start: int,
-    num_leaves: int,
-    *,
-    fields: dict[str, Any] | None = None,
-) -> list[np.ndarray]:
+def leaf_values(arrays: Sequence[CellArray], reader: Any, mesh: np.ndarray, start: int, num_leaves: int) -> list[np.ndarray]:
     """Return the values of each planned array for leaves ``start .. start + len(mesh) - 1``.
 
     Parameters
@@ -269,10 +261,6 @@ def leaf_values(
         Global index of the first leaf.
     num_leaves : int
         Global number of leaves (for ``rank``).
-    fields : dict, optional
-        What was read of each field for this range, by name: filled here
-        and used again, so that calls for some arrays of a range, then for
-        others (on another thread), read each field once.
 
     Returns
     -------
@@ -281,7 +269,8 @@ def leaf_values(
         ``(count, ncomp)``, of the array's dtype.
     """
     count = len(mesh)
-    got: dict[str, Any] = {} if fields is None else fields  # cells: the values; hp: (counts, values)
+    cells: dict[str, np.ndarray] = {}
+    hps: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     out = []
     for a in arrays:
         if a.source == "level":
@@ -293,14 +282,14 @@ def leaf_values(
             v = Partition.uniform(num_leaves, a.ranks).owner(np.arange(start, start + count, dtype=np.int64))
         elif a.source == "cells":
             assert a.field is not None and a.pick is not None
-            if a.field not in got:
-                got[a.field] = reader.read_cells(a.field, start, count)
-            v = a.pick(got[a.field])
+            if a.field not in cells:
+                cells[a.field] = reader.read_cells(a.field, start, count)
+            v = a.pick(cells[a.field])
         else:
             assert a.field is not None
-            if a.field not in got:
-                got[a.field] = reader.read_hp(a.field, start, count)
-            counts, values = got[a.field]
+            if a.field not in hps:
+                hps[a.field] = reader.read_hp(a.field, start, count)
+            counts, values = hps[a.field]
             v = counts if a.source == "hp.count" else _hp_summary(counts, values, a.source[3:])
         v = np.asarray(v).astype(a.dtype, copy=False)
         out.append(v.reshape(count) if a.ncomp == 1 else v.reshape(count, a.ncomp))

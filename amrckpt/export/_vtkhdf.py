@@ -514,8 +514,8 @@ def _write_range(
     """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
 
     Not collective.  With ``prefetch`` one worker thread reads the next
-    chunks and converts their values, a second summarizes their hp fields
-    and places the points of each block completed, and this thread writes (reads, numpy and the sink's
+    chunks and converts their values, a second places the points of each
+    block completed, and this thread writes (reads, numpy and the sink's
     ``pwrite`` release the GIL): serial exports only, where no MPI call is
     made off the main thread.  ``sink_of()`` gives the sink once the first
     chunks are on their way (it may create the file meanwhile).
@@ -530,26 +530,20 @@ def _write_range(
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
     blocks = _Blocks(b)
     cell_type = VTK_CELL_TYPE[geometry.dim]
-    # The summaries of hp fields (a gather over all values) are made on the placing thread, the rest on the reading one.
-    late = [a for a in arrays if a.source in ("hp.first", "hp.mean")]
-    early = [a for a in arrays if a not in late]
 
-    def convert(s: int, e: int) -> tuple[int, int, list[np.ndarray], Any]:
-        """Read and convert leaves ``s .. e - 1`` (on the worker thread): their rows of cells, and what the placer needs."""
+    def convert(s: int, e: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
+        """Read and convert leaves ``s .. e - 1`` (on the worker thread): their rows of cells, and the blocks they complete."""
         leaves = reader.read_mesh(s, e - s, mesh)
         last = e == num_leaves and not rows.num_particles
-        fields: dict[str, Any] = {}
         cells = [
             np.arange(nv * s, nv * (e + last), nv, dtype=ids),
             np.full(e - s, cell_type, dtype=np.uint8),
-            *(np.ascontiguousarray(v) for v in leaf_values(early, reader, leaves, s, num_leaves, fields=fields)),
+            *(np.ascontiguousarray(v) for v in leaf_values(arrays, reader, leaves, s, num_leaves)),
         ]
-        return s, e, cells, (leaves, fields, list(blocks.feed(s, leaves)))
+        return s, e, cells, list(blocks.feed(s, leaves))
 
-    def place(s: int, later: Any) -> tuple[int, list[np.ndarray], list[tuple[int, int, np.ndarray, np.ndarray]]]:
-        """Summarize hp fields and place the points of the blocks completed (on the placing thread, in order)."""
-        leaves, fields, done = later
-        summaries = [np.ascontiguousarray(v) for v in leaf_values(late, None, leaves, s, num_leaves, fields=fields)]
+    def place(done: list[tuple[int, np.ndarray]]) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        """Place the points of the blocks completed (on the placing thread, in order): where they go, points, corners."""
         out = []
         for first, block in done:
             if np.dtype(points_dtype) == np.float32 and int(block["level"].max()) > float32_level:
@@ -557,19 +551,17 @@ def _write_range(
             pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
             out.append((first, rows.next_point, pts, corners.reshape(-1)))
             rows.next_point += len(pts)
-        return s, summaries, out
+        return out
 
     def write_cells(s: int, e: int, cells: list[np.ndarray]) -> None:
         c0 = rows.cells_before + s
         offsets, types, *values = cells
         sink.put("Offsets", off0 + s, offsets)
         sink.put("Types", c0, types)
-        for arr, v in zip(early, values, strict=True):
+        for arr, v in zip(arrays, values, strict=True):
             sink.put("cell:" + arr.name, c0, v)
 
-    def write_points(s: int, summaries: list[np.ndarray], placed: list[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
-        for arr, v in zip(late, summaries, strict=True):
-            sink.put("cell:" + arr.name, rows.cells_before + s, v)
+    def write_points(placed: list[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
         for first, at, pts, corners in placed:
             sink.put("Points", rows.points_before + at, pts)
             sink.put("Connectivity", rows.conn_before + nv * first, corners)
@@ -587,21 +579,21 @@ def _write_range(
             places: deque[Any] = deque()
             sink = sink_of()
             while reads:
-                s, e, cells, later = reads.popleft().result()
+                s, e, cells, done = reads.popleft().result()
                 for c in itertools.islice(todo, 1):
                     reads.append(reading.submit(convert, *c))
-                places.append(placing.submit(place, s, later))
+                places.append(placing.submit(place, done))
                 write_cells(s, e, cells)
                 while len(places) > 1 or (places and places[0].done()):
-                    write_points(*places.popleft().result())
+                    write_points(places.popleft().result())
             while places:
-                write_points(*places.popleft().result())
+                write_points(places.popleft().result())
     else:
         sink = sink_of()
         for c in chunks:
-            s, e, cells, later = convert(*c)
+            s, e, cells, done = convert(*c)
             write_cells(s, e, cells)
-            write_points(*place(s, later))
+            write_points(place(done))
     if num_leaves == 0 and a == 0 and not rows.num_particles:
         sink.put("Offsets", off0, np.zeros(1, dtype=ids))
 
