@@ -467,3 +467,265 @@ def test_hp_window_slices_like_the_reader(adv: tuple[Path, Any]) -> None:
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
         assert w.read_hp("modes", 0, g.N)[0].sum() == g.counts.sum() and w.manifest is r.manifest
+
+
+# -- damage: every byte read is checked, in the one pass that reads it ---------------------------
+
+
+class Layouts(ac.CheckpointSchema, name="export-layouts", version=1):
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=2)
+    plain: ac.CellData = ac.Cells("<f8")
+    element: ac.CellData = ac.Cells("<f8", shape=(2,), compress=True)
+    chunked: ac.CellData = ac.Cells("<f4", chunks=7)
+    modes: ac.HpData = ac.HpCells("<f8")
+    packed: ac.HpData = ac.HpCells("<f4", compress=True)
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2D checkpoint with a section of every layout the export reads (A, V, chunks, hp counts and values)."""
+    lv = random_forest(11, num_trees=2, dim=2, max_level=5)
+    N = lv.num_leaves
+    rng = np.random.default_rng(11)
+    counts, packed = rng.integers(0, 4, N), rng.integers(1, 3, N)
+    state = Layouts(
+        step=3,
+        mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=2),
+        plain=rng.random(N),
+        element=rng.standard_normal((N, 2)),
+        chunked=rng.random(N).astype("<f4"),
+        modes=ac.HpData(rng.standard_normal(int(counts.sum())), counts),
+        packed=ac.HpData(rng.random(int(packed.sum())).astype("<f4"), packed),
+    )
+    path = tmp_path_factory.mktemp("layouts") / "layouts.scda"
+    ac.save(state, path)
+    return path
+
+
+SECTIONS = [("mesh", 0), ("plain", 0), ("element", 0), ("chunked", 0), ("modes", 0), ("modes", 1), ("packed", 0), ("packed", 1)]
+"""The sections of ``layouts`` (hp fields have two: counts and values, or their chunks)."""
+
+
+@pytest.mark.parametrize(("name", "k"), SECTIONS)
+def test_a_damaged_section_is_refused_naming_it(layouts: Path, tmp_path: Path, name: str, k: int) -> None:
+    """One byte changed in the data of any section the export reads: ChecksumError naming it, and no file."""
+    need("h5py")
+    entries = [e for e in ac.read_info(layouts).index.sections if e.name in {n for n, _ in SECTIONS}]
+    assert [(e.name, [x.name for x in entries[:i]].count(e.name)) for i, e in enumerate(entries)] == SECTIONS  # all, in order
+    e = [x for x in entries if x.name == name][k]
+    raw = bytearray(layouts.read_bytes())
+    raw[e.end - 1 - (e.end - e.offset) // 3] ^= 0x10  # in the data, past the header
+    bad = tmp_path / "bad.scda"
+    bad.write_bytes(bytes(raw))
+    out = tmp_path / "bad.vtkhdf"
+    for chunk in (7, ac.export.DEFAULT_CHUNK_LEAVES):
+        with pytest.raises(ac.ChecksumError, match=f"'{e.name}'") as info:
+            ac.export.to_vtkhdf(bad, out, chunk_leaves=chunk)
+        assert info.value.section == e.name and not out.exists()
+    try:  # unchecked: the damaged value is converted as it is, or its bytes do not fit (not said as damage)
+        assert ac.export.to_vtkhdf(bad, out, verify=False).num_cells
+    except ac.AmrckptError as exc:
+        assert not isinstance(exc, ac.ChecksumError) and name in ("element", "chunked", "modes", "packed")
+
+
+# -- shared corner points ---------------------------------------------------------------
+
+
+def records(lv: Any) -> np.ndarray:
+    """The leaves as mesh records (what ``read_mesh`` returns)."""
+    rec = np.zeros(lv.num_leaves, dtype=sfc.mesh_record_dtype(lv.dim))
+    rec["tree"], rec["level"], rec["x"], rec["y"] = lv.tree, lv.level, lv.x, lv.y
+    if lv.dim == 3:
+        rec["z"] = lv.z
+    return rec
+
+
+@pytest.mark.parametrize(("dim", "trees", "seed"), [(2, 1, 0), (2, 3, 1), (3, 1, 2), (3, 2, 3)])
+def test_shared_corners_are_each_leafs_corners(dim: int, trees: int, seed: int) -> None:
+    """pts[corners] is every leaf's own corners (leaf_corners, the per-leaf layout); a tree's points are distinct."""
+    from amrckpt.container import Geometry
+    from amrckpt.export import leaf_corners, shared_corners
+    from amrckpt.export._points import count_shared_corners
+
+    lv = random_forest(seed, num_trees=trees, dim=dim, max_level=6 if dim == 2 else 4)
+    rec, L = records(lv), sfc.MAXLEVEL[dim]
+    g = Geometry.brick_of((trees, *([1] * (dim - 1))), trees, dim, upper=(3.0 * trees, *([0.75] * (dim - 1))))
+    want = leaf_corners(rec, g, L).reshape(lv.num_leaves, 1 << dim, 3)
+    got = {}
+    for method in ("auto", "dense", "sort", "rows"):
+        for part in (slice(None), slice(5, lv.num_leaves - 3)):  # unaligned blocks too
+            pts, corners = shared_corners(rec[part], g, L, method=method)
+            assert corners.dtype == np.int32 and corners.shape == (len(rec[part]), 1 << dim)
+            np.testing.assert_array_equal(pts[corners], want[part], err_msg=f"{method} {part}")
+            got[method, part.start] = (pts, corners)
+    for (method, start), (pts, corners) in got.items():  # the same points, in the same order, whatever the method
+        np.testing.assert_array_equal(pts, got["auto", start][0], err_msg=method)
+        np.testing.assert_array_equal(corners, got["auto", start][1], err_msg=method)
+    pts, corners = got["auto", None]
+    for method in ("dense", "sort", "rows"):  # where the block's points go in a longer list
+        moved = shared_corners(rec, g, L, method=method, first=1000)[1]
+        np.testing.assert_array_equal(moved, corners + 1000, err_msg=method)
+    for t in range(trees):  # within a tree, no point twice; every point used
+        used = np.unique(corners[lv.tree == t])
+        assert len(np.unique(pts[used], axis=0)) == len(used)
+    assert np.array_equal(np.unique(corners), np.arange(len(pts)))
+    assert count_shared_corners(rec, dim, L) == len(pts) < lv.num_leaves * (1 << dim) // 2
+
+
+def test_a_uniform_block_is_a_lattice_of_points() -> None:
+    """A uniform block of 4**k quadrants has (2**k + 1)**2 points in x-major order; the float32 points are exact."""
+    from amrckpt.container import Geometry
+    from amrckpt.export import shared_corners
+
+    lv = sfc.uniform_leaves(4, num_trees=2, dim=2)
+    g = Geometry.brick_of((2, 1), 2, 2)
+    pts, corners = shared_corners(records(lv), g, sfc.MAXLEVEL[2], np.float32)
+    assert pts.dtype == np.float32 and len(pts) == 2 * 17**2  # two trees: their common side twice
+    side = np.arange(17, dtype=np.float32) / 16
+    np.testing.assert_array_equal(pts[: 17**2, 0], np.repeat(side, 17))
+    np.testing.assert_array_equal(pts[: 17**2, 1], np.tile(side, 17))
+    assert (pts[:, 2] == 0).all() and (corners[lv.tree == 1] >= 17**2).all()
+
+
+def _datasets(path: Path) -> dict[str, np.ndarray]:
+    h5py = need("h5py")
+    with h5py.File(path) as f:
+        names: list[str] = []
+        f["VTKHDF"].visit(lambda n: names.append(n) if isinstance(f["VTKHDF"][n], h5py.Dataset) else None)
+        return {n: f["VTKHDF"][n][()] for n in names}
+
+
+def test_export_cells_are_the_per_leaf_corners(adv: tuple[Path, Any], cube: tuple[Path, Heat3D, Any], tmp_path: Path) -> None:
+    """Each cell of the shared-point output is exactly the leaf's corners as the per-leaf layout wrote them."""
+    from amrckpt.container import CheckpointReader
+    from amrckpt.export import leaf_corners, mesh_geometry
+
+    for path in (adv[0], cube[0]):
+        res = ac.export.to_vtkhdf(path, tmp_path / "x.vtkhdf")
+        with CheckpointReader(path) as r:
+            ms = r.manifest.meshes[0]
+            rec = r.read_mesh(0, ms.num_leaves)
+            per_leaf = leaf_corners(rec, mesh_geometry(r), ms.maxlevel)
+        _, grid = read_vtk(res.path)
+        from vtkmodules.util.numpy_support import vtk_to_numpy
+
+        pts = vtk_to_numpy(grid.GetPoints().GetData())
+        conn = vtk_to_numpy(grid.GetCells().GetConnectivityArray())
+        nv = 1 << ms.dim
+        np.testing.assert_array_equal(pts[conn], per_leaf.astype(pts.dtype))
+        assert res.num_points == (len(pts),) and len(pts) < nv * ms.num_leaves // 2
+
+
+def test_points_do_not_depend_on_chunks_or_ranks(adv: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Blocks of 64 leaves: chunks that cut them, and every rank's part of a parallel export, give the same file."""
+    from amrckpt.export import _vtkhdf
+
+    monkeypatch.setattr(_vtkhdf, "POINT_BLOCK_LEAVES", 64)
+    path, g = adv
+    want = _datasets(ac.export.to_vtkhdf(path, tmp_path / "a.vtkhdf", ranks=3, chunk_leaves=g.N).path)
+    for chunk in (1, 7, 100):
+        got = _datasets(ac.export.to_vtkhdf(path, tmp_path / "b.vtkhdf", ranks=3, chunk_leaves=chunk).path)
+        for n in want:
+            np.testing.assert_array_equal(got[n], want[n], err_msg=f"{n} (chunks of {chunk})")
+    assert len(want["Points"]) < 4 * g.N // 2
+    h5py = need("h5py")
+    steps = _vtkhdf._survey([path], "first", 3, True, None, None)
+    w = _vtkhdf._Writer(steps, steps[0].arrays, [], False, False, True, None, 30, True)
+    for P in (2, 3, 5):  # what each rank of a parallel export writes, on one file: the serial export's datasets
+        plan, starts = w.plan(np.array([w.count(r, P) for r in range(P)]))
+        with h5py.File(tmp_path / f"p{P}.vtkhdf", "w") as h5:
+            sink = w.create(h5, plan)
+            totals = [w.write_steps(r, P, sink, plan, starts, prefetch=False) for r in range(P)]
+        assert all(t == [len(want["Points"])] for t in totals)
+        got = _datasets(tmp_path / f"p{P}.vtkhdf")
+        assert sorted(got) == sorted(want)
+        for n in want:
+            np.testing.assert_array_equal(got[n], want[n], err_msg=f"{n} on {P} ranks")
+
+
+def test_a_leaf_too_fine_for_float32_makes_float64_points(tmp_path: Path) -> None:
+    """Unit trees: leaves of level 23 have float32 corners, one of level 24 makes every point float64 (found while writing)."""
+    h5py = need("h5py")
+
+    class Fine(ac.CheckpointSchema, name="fine", version=1):
+        mesh: ac.Forest = ac.Mesh(dim=2)
+
+    L = sfc.MAXLEVEL[2]
+    for deepest, dtype in ((23, np.float32), (24, np.float64)):
+        # a chain of refinements down to the deepest level, in the corner at the origin: 3 leaves per level
+        levels = np.arange(1, deepest + 1)
+        leaves = [(lev, (c & 1) << (L - lev), (c >> 1) << (L - lev)) for lev in levels[::-1] for c in (1, 2, 3)]
+        leaves = [(deepest, 0, 0), *leaves]
+        lev, x, y = (np.array(v) for v in zip(*leaves, strict=True))
+        order = sfc.sfc_order(np.zeros(len(lev), dtype=np.int32), lev.astype(np.int8), x.astype(np.int32), y.astype(np.int32))
+        mesh = ac.Forest(np.zeros(len(lev), dtype=np.int32), lev[order], x[order], y[order], num_trees=1)
+        ac.save(Fine(mesh=mesh), tmp_path / "fine.scda")
+        res = ac.export.to_vtkhdf(tmp_path / "fine.scda", tmp_path / "fine.vtkhdf", chunk_leaves=5)
+        with h5py.File(res.path) as f:
+            assert f["VTKHDF/Points"].dtype == dtype
+        _, grid = read_vtk(res.path)
+        lo, hi, _ = cell_bounds(grid)
+        np.testing.assert_array_equal(lo[:, 0], x[order] / 2.0**L)
+        np.testing.assert_array_equal(hi[:, 1] - lo[:, 1], 0.5 ** lev[order].astype(np.float64))
+
+
+def test_the_export_reads_each_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every byte of the checkpoint is read (and CRC'd) once: no second pass to check the CRC32s, none for the levels."""
+    need("h5py")
+    from amrckpt import scda
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from bench_export import build
+    finally:
+        sys.path.pop(0)
+    state, _ = build(20000, 2)
+    path = tmp_path / "b.scda"
+    ac.save(state, path)
+    read = [0]
+    plain, vectored = scda.LocalFile.read, scda.LocalFile.readv
+
+    def counted_read(self: Any, offset: int, nbytes: int) -> bytes:
+        read[0] += nbytes
+        return plain(self, offset, nbytes)
+
+    def counted_readv(self: Any, pieces: Any) -> None:
+        read[0] += sum(b.nbytes for _, b in pieces)
+        vectored(self, pieces)
+
+    monkeypatch.setattr(scda.LocalFile, "read", counted_read)
+    monkeypatch.setattr(scda.LocalFile, "readv", counted_readv)
+    ac.export.to_vtkhdf(path, tmp_path / "b.vtkhdf", chunk_leaves=4096)
+    size = path.stat().st_size
+    assert size <= read[0] <= size + 64 * 1024, (read[0], size)  # the metadata, read when each reader opens
+
+
+def test_ranges_in_any_order_are_checked_without_a_second_pass(layouts: Path, tmp_path: Path) -> None:
+    """Ranges read twice, overlapping, out of order or leaving gaps: check_crcs reads only what no range read."""
+    from amrckpt.container import CheckpointReader
+
+    N = ac.read_info(layouts).manifest.meshes[0].num_leaves
+    ranges = [(0, 7), (0, 7), (3, 20), (50, 10), (40, 15), (N - 9, 9)]
+    with CheckpointReader(layouts) as r:
+        for start, count in ranges:
+            r.read_cells("plain", start, count)
+            r.read_hp("modes", start, count)
+            r.read_cells("chunked", start, count)
+        assert {"plain", "modes", "chunked"} <= set(r.check_crcs())
+    with CheckpointReader(layouts) as r:
+        r.read_cells("plain", 0, 1)
+        data = r.sections("plain")[0].raw.data_offset  # leaf i's value at data + 8 i
+    raw = bytearray(layouts.read_bytes())
+    for at in (data + 8 * (N - 5) + 3, data + 8 * 30 + 1):  # a byte a range read, and one no range read
+        bad = bytearray(raw)
+        bad[at] ^= 0x04
+        (tmp_path / "bad.scda").write_bytes(bytes(bad))
+        with CheckpointReader(tmp_path / "bad.scda") as r:
+            for start, count in ranges:
+                r.read_cells("plain", start, count)
+            with pytest.raises(ac.ChecksumError, match="'plain'"):
+                r.check_crcs()
+    with CheckpointReader(layouts) as r:  # a range that holds the whole field: checked as it is read
+        r.read_cells("plain", 0, N)
+        assert "plain" in r.check_crcs()

@@ -201,3 +201,46 @@ def test_plot_slices_a_shell_into_an_annulus(tmp_path: Path, capsys: pytest.Capt
     png = tmp_path / "shell.png"
     assert main(["plot", os.fspath(path), "--field", "q", "--slice", "z", "--output", os.fspath(png)]) == 0
     assert "cut by z = 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("which", ["star", "shell", "periodic brick"])
+def test_shared_points_stay_in_their_tree(which: str, tmp_path: Path) -> None:
+    """A vertex that trees share (the star's centre, the shell's seams) is a point of each tree; within a tree, one point."""
+    need("h5py")
+    if which == "star":
+        path, lv, parts = _star(tmp_path)
+        place, M = sfc.Connectivity.star().map_points, len(parts)
+    elif which == "shell":
+        geo = ac.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=SHELL_MAP)
+
+        class Shell(ac.CheckpointSchema, name="shell", version=1):
+            mesh: ac.Forest = ac.Mesh(dim=3, geometry=geo)
+
+        lv = random_forest(3, 24, seed=5, level=1, rounds=1)
+        path = tmp_path / "shell.scda"
+        ac.save(Shell(mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, lv.z, num_trees=24)), path)
+        shell = sfc.Connectivity.shell()
+        place, M = (lambda t, ref: sfc.shell_map(shell, t, ref, 1.0, 2.0)), 0
+    else:
+
+        class Brick(ac.CheckpointSchema, name="pbrick", version=1):
+            mesh: ac.Forest = ac.Mesh(dim=2, brick=(3, 2), periodic=(True, True), lower=(0, 0), upper=(6, 2))
+
+        lv = random_forest(2, 6, seed=6, level=1, rounds=2)
+        path = tmp_path / "brick.scda"
+        ac.save(Brick(mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=6)), path)
+        place, M = sfc.Connectivity.brick((3, 2), (True, True)).scaled((0, 0), (6, 2), (3, 2)).map_points, 0
+    res = ac.export.to_vtkhdf(path, tmp_path / "out.vtkhdf", chunk_leaves=13)
+    pts, _, conn = cells(read_vtk(res.path))
+    N, nv = lv.num_leaves, 1 << lv.dim
+    ids = conn[: nv * N].reshape(N, nv)
+    assert np.allclose(pts[ids], expected_corners(lv, place), rtol=0, atol=1e-12)
+    assert len(pts) == res.num_points[0] and len(pts) - M < nv * N // 2  # shared: far fewer than the per-leaf 2**dim
+    owner = np.full(len(pts), -1)
+    for t in range(int(lv.tree.max()) + 1):
+        mine = np.unique(ids[lv.tree == t])
+        assert (owner[mine] == -1).all()  # no point is used by two trees
+        owner[mine] = t
+        assert len(np.unique(np.round(pts[mine], 9), axis=0)) == len(mine)  # nor twice within one
+    where = {tuple(p) for p in np.round(pts[: len(pts) - M], 9)}
+    assert len(where) < len(pts) - M  # trees meet: some positions are points of several trees

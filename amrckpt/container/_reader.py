@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import scda
-from .._crc import crc32
+from .._crc import crc32, crc32_combine
 from ..comm import Comm, as_comm, collective, collective_method, current_call
 from ..errors import AmrckptError, CheckpointError, IncompleteCheckpointError, ScdaIOError
 from ..partition import Partition
@@ -115,6 +115,7 @@ class CheckpointReader:
         self._opened = False  # a plan opened the file for collective reads (the same on every rank)
         self._closed = False
         self._ranged: set[str] = set()  # fields read by ranges: their CRC32s checked by check_crcs
+        self._range_crcs: dict[int, set[tuple[int, int, int]]] = {}  # by section offset: (offset, nbytes, crc32) read
         self._checked: list[str] = []  # sections whose CRC32 matched
         self._agree_on_close = False  # read_fields ran: close agrees (with the caller's error)
         self._local_sections: dict[str, list[Section]] = {}  # found by this rank for its range reads
@@ -460,8 +461,11 @@ class CheckpointReader:
         """Return the sections read in full whose CRC32 matched the index; check the fields read by ranges. Collective.
 
         Fields read by leaf ranges (:meth:`read_mesh`, :meth:`read_cells`,
-        :meth:`read_hp`) are checked here, each by one more pass over its
-        sections on the calling rank (from the page cache, usually).
+        :meth:`read_hp`) are checked here, on the calling rank: the CRC32s of
+        the pieces its range reads took are combined (``crc32_combine``), and
+        only the bytes no range read (headers, paddings, leaves not read) are
+        read and CRC'd now.  Ranges that cover a field in order, as a
+        streaming tool reads it, leave nothing to read.
 
         Returns
         -------
@@ -477,19 +481,42 @@ class CheckpointReader:
         if not self.verify:
             return ()
         done = list(self._checked)
-        for name in sorted(self._ranged - set(done)):  # read by ranges on this rank: one pass over each section
+        for name in sorted(self._ranged - set(done)):  # read by ranges on this rank
             for e in self.entries(name):  # two for an hp field of layout "counts"
-                read, crc = self._local().read, 0
-                if not 0 <= e.offset <= e.end <= self.file_size:
-                    raise checksum_error(name, e.offset, e.end, self.path)
-                for off in range(e.offset, e.end, 16 << 20):
-                    crc = crc32(read(off, min(16 << 20, e.end - off)), crc)
-                if crc != e.crc32:
+                if not 0 <= e.offset <= e.end <= self.file_size or self._range_crc(e) != e.crc32:
                     raise checksum_error(name, e.offset, e.end, self.path)
             done.append(name)
         done = list(dict.fromkeys(done))
         # The index and the manifest were checked by rank 0 when opening.
         return tuple(n for n in ("amrckpt manifest", "amrckpt index") if n not in done) + tuple(done)
+
+    def _range_crc(self, e: IndexEntry) -> int:
+        """CRC32 of the bytes of index entry ``e``: the pieces range reads CRC'd, combined; the bytes between them read now.
+
+        A piece inside bytes already combined (a range read twice) is
+        skipped; one that overlaps them is read again from where they end.
+        Not collective.
+        """
+        read = self._local().read
+        crc, pos = 0, e.offset
+
+        def upto(stop: int) -> None:
+            nonlocal crc, pos
+            for off in range(pos, stop, 16 << 20):
+                crc = crc32(read(off, min(16 << 20, stop - off)), crc)
+            pos = max(pos, stop)
+
+        for off, n, c in sorted(self._range_crcs.get(e.offset, ())):
+            end = off + n
+            if end <= pos:
+                continue
+            if off < pos or end > e.end:  # overlaps what is combined, or not of this section: read the bytes
+                upto(min(end, e.end))
+                continue
+            upto(off)
+            crc, pos = crc32_combine(crc, c, n), end
+        upto(e.end)
+        return crc
 
     # -- ranges of leaves, on one rank -------------------------------------------------------------------
 
@@ -497,13 +524,19 @@ class CheckpointReader:
         """Elements ``start .. start + count - 1`` of a partitioned field, on this rank alone: its handler's plan over that range.
 
         Not collective.  What the handler's plan builds (as :meth:`read_field`
-        for ``count`` elements); the field's sections are checked against
-        the index by :meth:`check_crcs`.
+        for ``count`` elements).  With ``verify`` the bytes read are CRC'd as
+        they are read (in the helper thread, before this returns): a range
+        that holds a whole section is checked here, the others by
+        :meth:`check_crcs`, from the CRC32s kept.
 
         Raises
         ------
         ValueError
             If the range is not inside the field, or the field is not partitioned.
+        ChecksumError
+            With ``verify``: the range holds a whole section that does not
+            match its CRC32, or what it read does not decode and a section
+            of the field does not match.
         CheckpointError, ScdaError
             If the file is damaged or cannot be read.
         """
@@ -518,7 +551,7 @@ class CheckpointReader:
         f = self._local()
         if name not in self._sections and name not in self._local_sections:
             self._local_sections.update(read_sections(f.read, self.file_size, self.index, self.manifest, [name], False, self.path))
-        plan = scda.ReadPlan(self.path, verify=False, file_size=self.file_size)
+        plan = scda.ReadPlan(self.path, verify=self.verify, file_size=self.file_size)
         build: dict[str, Any] = {}
         self._plan(plan, fs, Span(count, start, N), build, every_rank=False)
         scda.LocalExecutor(f).run(plan)
@@ -526,7 +559,13 @@ class CheckpointReader:
         if plan.error is None:
             plan.try_(functools.partial(resolve, out))
         if plan.error is not None:
+            if self.verify and isinstance(plan.error, AmrckptError):  # bytes that do not decode: damage says where
+                for e in self.entries(name):
+                    explain(f.read, self.file_size, e, True, self.path, plan.error)
             raise plan.error
+        if self.verify:
+            for off, pieces in plan.piece_crcs().items():
+                self._range_crcs.setdefault(off, set()).update(pieces)
         return out[name]
 
     def read_mesh(self, start: int, count: int, mesh: str | None = None) -> np.ndarray:

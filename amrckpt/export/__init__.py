@@ -5,7 +5,8 @@
 - :func:`to_yt`: a checkpoint as a yt dataset.
 - :func:`mesh_geometry`, :func:`leaf_corners`, :func:`tree_boxes`,
   :func:`leaf_boxes`: where trees and leaves lie (p4est's vertex map of a
-  connectivity, or boxes).
+  connectivity, or boxes); :func:`shared_corners`: the distinct corner
+  points of a block of leaves, as the VTKHDF export writes them.
 
 ``import amrckpt.export`` imports neither h5py nor yt nor VTK: each is
 imported by the function that needs it (``pip install 'amrckpt[viz]'``).
@@ -25,11 +26,13 @@ from ._arrays import (
     point_values,
 )
 from ._geometry import cell_corners, float32_exact, leaf_boxes, leaf_corners, mesh_geometry, tree_boxes
+from ._points import POINT_BLOCK_LEAVES, shared_corners
 from ._vtkhdf import DEFAULT_CHUNK_LEAVES, ExportResult, to_vtkhdf
 from ._yt import to_yt
 
 __all__ = [
     "DEFAULT_CHUNK_LEAVES",
+    "POINT_BLOCK_LEAVES",
     "POSITION_NAMES",
     "CellArray",
     "ExportResult",
@@ -45,6 +48,7 @@ __all__ = [
     "plan_arrays",
     "plan_points",
     "point_values",
+    "shared_corners",
     "to_vtkhdf",
     "to_yt",
     "tree_boxes",

@@ -229,13 +229,20 @@ def _hp_summary(counts: np.ndarray, values: np.ndarray, how: str) -> np.ndarray:
     """Per-leaf first value or mean of hp values, ``(count, ncomp)`` float64, NaN for empty leaves."""
     n = len(counts)
     flat = values.reshape(values.shape[0], math.prod(values.shape[1:]))
+    starts = np.zeros(n, dtype=np.int64)  # where each leaf's values begin
+    if n > 1:
+        np.cumsum(counts[:-1], out=starts[1:])
+    every = n == 0 or int(counts.min()) > 0
+    if how == "first" and every:  # one gather; only the first values are converted
+        got = flat[:, 0].take(starts)[:, None] if flat.shape[1] == 1 else flat.take(starts, axis=0)
+        return got.astype(np.float64, copy=False)
     out = np.full((n, flat.shape[1]), np.nan)
     has = counts > 0
-    starts = (np.cumsum(counts) - counts)[has]
+    first = starts if every else starts[has]
     if how == "first":
-        out[has] = flat[starts]  # only the first values are converted
-    elif len(starts):
-        out[has] = np.add.reduceat(flat.astype(np.float64), starts, axis=0) / counts[has, None]
+        out[has] = flat.take(first, axis=0)
+    elif len(first):
+        out[has] = np.add.reduceat(flat.astype(np.float64, copy=False), first, axis=0) / counts[has, None]
     return out
 
 

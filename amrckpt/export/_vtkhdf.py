@@ -2,24 +2,30 @@
 
 The file follows the VTKHDF specification (version 2.2; VTK's
 ``vtkHDFReader``, ParaView 5.12 and later; ParaView 5.11 reads one step
-correctly but overlays all steps of a series in one grid).  Each leaf becomes a cell with
-its own 4 (2D) or 8 (3D) corner points, so that every array is a function of
-the leaf index alone: leaves ``a .. b`` of a step fill rows ``[P + 2**dim * a,
-P + 2**dim * b)`` of ``Points`` and rows ``[C + a, C + b)`` of ``Types`` and
-the cell data, whatever else is written.  That lets the export run in
-chunks of leaves, one at a time (serial) or on each rank at once (h5py built
-with MPI), and makes the file the same for any number of processes: one
-VTK partition per step, in curve order.  The elements of Array fields of
-positions (particles) follow a step's leaves, one ``VTK_VERTEX`` cell each.
+correctly but overlays all steps of a series in one grid).  Each leaf
+becomes a cell, and every cell array is a function of the leaf index alone:
+leaves ``a .. b`` of a step fill rows ``[C + a, C + b)`` of ``Types`` and
+the cell data and rows ``[K + 2**dim a, K + 2**dim b)`` of ``Connectivity``.
+Corner points are shared within blocks of :data:`POINT_BLOCK_LEAVES`
+consecutive leaves (:func:`shared_corners`: each distinct vertex of a tree
+once per block), at global positions along the curve, so that the points
+depend neither on the chunk size nor on the number of processes: one VTK
+partition per step, in curve order.  A serial export appends each block's
+points as it goes (``Points`` grows, in HDF5 chunks); a parallel one (h5py
+built with MPI) counts each rank's points first, then every rank writes
+its blocks in place.  The elements of Array fields of positions (particles)
+follow a step's leaves, one ``VTK_VERTEX`` cell and point each.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,8 +45,9 @@ from ._arrays import (
     plan_points,
     point_values,
 )
-from ._geometry import VTK_CELL_TYPE, cell_corners, float32_exact, leaf_boxes, leaf_corners, mesh_geometry
-from ._reader import HpWindow, open_reader
+from ._geometry import VTK_CELL_TYPE, float32_exact, mesh_geometry
+from ._points import POINT_BLOCK_LEAVES, count_shared_corners, shared_corners
+from ._reader import open_reader
 
 __all__ = ["DEFAULT_CHUNK_LEAVES", "ExportResult", "to_vtkhdf"]
 
@@ -49,7 +56,11 @@ logger = logging.getLogger(__name__)
 VTK_VERTEX = 1
 """VTK cell type of a point (an element of an Array field of positions)."""
 DEFAULT_CHUNK_LEAVES = 1 << 17
-"""Leaves converted at a time: 24 MiB of 3D corner points, the largest temporary of a chunk."""
+"""Leaves converted at a time (one block of shared points, :data:`POINT_BLOCK_LEAVES`)."""
+PREFETCH_CHUNKS = 2
+"""Chunks a serial export reads and converts ahead of the one it writes (each holds about 100 bytes per leaf)."""
+POINTS_CHUNK_ROWS = 1 << 16
+"""Rows of an HDF5 chunk of ``Points`` when a serial export appends them (768 KiB of float32 points)."""
 
 INSTALL_H5PY = "exporting to VTKHDF needs h5py: pip install h5py (or pip install 'amrckpt[viz]')"
 
@@ -76,6 +87,9 @@ class ExportResult:
     points : tuple of str
         The Array fields exported as points (particles): VTK_VERTEX cells
         after each step's leaves (:func:`amrckpt.export.plan_points`).
+    num_points : tuple of int
+        Points of each step: the leaves' shared corner points, then one per
+        particle.
     """
 
     path: Path
@@ -86,6 +100,7 @@ class ExportResult:
     arrays: tuple[str, ...]
     series: bool
     points: tuple[str, ...] = ()
+    num_points: tuple[int, ...] = ()
 
 
 def _number(v: Any, kind: type) -> Any:
@@ -100,40 +115,30 @@ class _Step:
     step: int | None
     time: float | None
     arrays: list[CellArray]
-    float32: bool
+    float32_level: int  # the finest leaf level whose corners are all float32 (-1: none, or float64 points anyway)
     mesh: str
     length_units: str | None
     points: list[PointSet]
 
-    @property
-    def num_points(self) -> int:
-        """Elements of the step's point sets (particles), exported as VTK_VERTEX cells after the leaves."""
-        return sum(p.count for p in self.points)
 
+def _float32_level(geometry: Any, maxlevel: int, particles: bool) -> int:
+    """Return the finest level up to which every leaf corner is exactly a float32 (:func:`float32_exact`), -1 if none.
 
-def _float32_points(r: Any, brick: tuple[int, ...] | None, chunk: int, mesh: str) -> bool:
-    """Whether every corner of this mesh's leaves is exactly a float32 (one pass over the levels)."""
-    N = mesh_spec(r.manifest, mesh).num_leaves
-    g = mesh_geometry(r, brick, mesh)
-    if not g.boxes_exact or plan_points(r.manifest):  # leaves placed by a vertex map, or particles: float64
-        return False
-    lower, upper = g.tree_lower, g.tree_upper
-    finest = 0
-    for s in range(0, N, chunk):
-        finest = max(finest, int(r.read_mesh(s, min(chunk, N - s), mesh)["level"].max()))
-    return float32_exact(lower, upper, finest)
+    Leaves placed by a vertex map, and steps with particles (float64
+    positions), have float64 points: -1.
+    """
+    if particles or not geometry.boxes_exact:
+        return -1
+    for level in range(maxlevel, -1, -1):
+        if float32_exact(geometry.tree_lower, geometry.tree_upper, level):
+            return level
+    return -1
 
 
 def _survey(
-    paths: Sequence[Path],
-    hp: HpSummary,
-    ranks: int | None,
-    verify: bool,
-    points: str,
-    brick: tuple[int, ...] | None,
-    chunk: int,
-    mesh: str | None,
+    paths: Sequence[Path], hp: HpSummary, ranks: int | None, verify: bool, brick: tuple[int, ...] | None, mesh: str | None
 ) -> list[_Step]:
+    """Read the metadata of every checkpoint (no field data)."""
     out = []
     for p in paths:
         with open_reader(p, verify=verify) as r:
@@ -141,6 +146,7 @@ def _survey(
             if not m.meshes:
                 raise CheckpointError(f"{os.fspath(p)!r} holds no mesh (schema {m.schema_name}): nothing to export")
             ms = mesh_spec(m, mesh)
+            particles = plan_points(m)
             out.append(
                 _Step(
                     p,
@@ -149,10 +155,10 @@ def _survey(
                     _number(m.values.get("step"), int),
                     _number(m.values.get("time"), float),
                     plan_arrays(m, hp=hp, ranks=ranks, mesh=ms.field),
-                    points == "auto" and _float32_points(r, brick, chunk, ms.field),
+                    _float32_level(mesh_geometry(r, brick, ms.field), ms.maxlevel, bool(particles)),
                     ms.field,
                     ms.geometry.units if ms.geometry is not None else None,
-                    plan_points(m),
+                    particles,
                 )
             )
     dims = {s.dim for s in out}
@@ -199,38 +205,96 @@ def _fill(dt: np.dtype[Any]) -> Any:
     return np.iinfo(dt).max if dt.kind == "u" else -1
 
 
+@dataclass
+class _Plan:
+    """The sizes of every step in the file: cells, connectivity ids, particles (points once known)."""
+
+    steps: Sequence[_Step]
+    particles: list[int]  # exported particles of each step
+    points: list[int] | None = None  # points of each step (leaves' shared corners, then particles)
+
+    @property
+    def nv(self) -> int:
+        """Corners of a leaf: 4 or 8."""
+        return 1 << self.steps[0].dim
+
+    @property
+    def cells(self) -> np.ndarray:
+        """Cells of each step: its leaves, then its particles."""
+        return np.array([s.num_leaves + m for s, m in zip(self.steps, self.particles, strict=True)], dtype=np.int64)
+
+    @property
+    def conn_ids(self) -> np.ndarray:
+        """Connectivity ids of each step: ``2**dim`` per leaf, one per particle."""
+        return np.array([self.nv * s.num_leaves + m for s, m in zip(self.steps, self.particles, strict=True)], dtype=np.int64)
+
+    @property
+    def ids(self) -> Any:
+        """The dtype of point ids and offsets: int32 unless a step has ``2**31`` connectivity ids."""
+        return np.int32 if int(self.conn_ids.max(initial=0)) < 2**31 else np.int64
+
+    def before(self, sizes: Any) -> np.ndarray:
+        """Rows of a dataset before each step."""
+        return np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))[:-1]]).astype(np.int64)
+
+
 def _create(
-    h5: Any, steps: Sequence[_Step], arrays: Sequence[CellArray], points: Sequence[PointSet], series: bool, units_in_names: bool
+    h5: Any,
+    plan: _Plan,
+    arrays: Sequence[CellArray],
+    points: Sequence[PointSet],
+    series: bool,
+    units_in_names: bool,
+    points_dtype: Any,
+    raw: bool = False,
 ) -> dict[str, Any]:
-    """Create every dataset of the file at its full size (collective under MPI); return them by name."""
-    dim = steps[0].dim
-    nv = 1 << dim
-    n = np.array([s.num_leaves for s in steps], dtype=np.int64)
-    m = np.array([sum(p.count for p in s.points if p.key in {q.key for q in points}) for s in steps], dtype=np.int64)
-    cells = n + m
-    pts = nv * n + m
+    """Create every dataset of the file (collective under MPI); return them by name.
+
+    ``Points`` has its final size where the points of every step are known
+    (``plan.points``); otherwise it starts empty and grows as blocks are
+    appended, and :func:`_finish` writes the datasets that count points.
+    With ``raw``, HDF5 allocates the data of every dataset the sink writes
+    (cells, connectivity, points) when it creates or extends it, and never
+    writes it itself: :class:`_Sink` does, with ``pwrite``.
+    """
+    steps = plan.steps
+    cells, conn_ids = plan.cells, plan.conn_ids
     S = len(steps)
-    total, total_pts = int(cells.sum()), int(pts.sum())
+    total = int(cells.sum())
     root = h5.create_group("VTKHDF")
     root.attrs["Version"] = np.array([2, 2], dtype=np.int64)
     root.attrs.create("Type", np.bytes_(b"UnstructuredGrid"))
-    d: dict[str, Any] = {}
-    root.create_dataset("NumberOfPoints", data=pts)
+    d: dict[str, Any] = {"root": root}
+
+    def allocated() -> dict[str, Any]:
+        """HDF5 allocates a dataset's data when it is created or grows, and never writes it: the raw sink does."""
+        if not raw:
+            return {}
+        import h5py
+
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        return {"dcpl": dcpl}
+
+    if plan.points is None:
+        d["Points"] = root.create_dataset(
+            "Points", (0, 3), maxshape=(None, 3), chunks=(POINTS_CHUNK_ROWS, 3), dtype=points_dtype, **allocated()
+        )
+    else:
+        d["Points"] = root.create_dataset("Points", (int(sum(plan.points)), 3), dtype=points_dtype, **allocated())
     root.create_dataset("NumberOfCells", data=cells)
-    root.create_dataset("NumberOfConnectivityIds", data=pts)
-    points_dt = np.float32 if all(s.float32 for s in steps) else np.float64
-    d["Points"] = root.create_dataset("Points", (total_pts, 3), dtype=points_dt)
-    # Point ids count from each step's first point: int32 unless a step has 2**31 points (VTK widens them to vtkIdType).
-    ids = np.int32 if int(pts.max(initial=0)) < 2**31 else np.int64
-    d["Connectivity"] = root.create_dataset("Connectivity", (total_pts,), dtype=ids)
-    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids)
-    d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8)
+    root.create_dataset("NumberOfConnectivityIds", data=conn_ids)
+    ids = plan.ids  # point ids count from each step's first point, offsets from its first id
+    d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids, **allocated())
+    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids, **allocated())
+    d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8, **allocated())
     cd = root.create_group("CellData")
-    mixed = bool(m.any())
+    mixed = any(plan.particles)
     everything = [("cell:", a) for a in arrays] + [(f"point:{p.field}:", a) for p in points for a in p.arrays]
     for prefix, a in everything:
         shape = (total,) if a.ncomp == 1 else (total, a.ncomp)
-        fill = {"fillvalue": _fill(a.dtype)} if mixed else {}
+        fill = {"fillvalue": _fill(a.dtype)} if mixed else allocated()
         ds = cd.create_dataset(_dataset_name(a, units_in_names), shape, dtype=a.dtype, **fill)
         if a.units:
             ds.attrs.create("units", np.bytes_(a.units.encode()))
@@ -242,29 +306,33 @@ def _create(
     fd.create_dataset("step", data=step_v)
     fd.create_dataset("time", data=time_v)
     if series:
-        cells_before = np.concatenate([[0], np.cumsum(cells)[:-1]]).astype(np.int64)
-        pts_before = np.concatenate([[0], np.cumsum(pts)[:-1]]).astype(np.int64)
         st = root.create_group("Steps")
+        d["Steps"] = st
         st.attrs["NSteps"] = np.int64(S)
         st.create_dataset("Values", data=np.where(np.isnan(time_v), step_v.astype(np.float64), time_v))
         st.create_dataset("PartOffsets", data=np.arange(S, dtype=np.int64))
         st.create_dataset("NumberOfParts", data=np.ones(S, dtype=np.int64))
-        st.create_dataset("PointOffsets", data=pts_before)
-        st.create_dataset("CellOffsets", data=cells_before.reshape(S, 1))
-        st.create_dataset("ConnectivityIdOffsets", data=pts_before.reshape(S, 1))
+        st.create_dataset("CellOffsets", data=plan.before(cells).reshape(S, 1))
+        st.create_dataset("ConnectivityIdOffsets", data=plan.before(conn_ids).reshape(S, 1))
         cdo = st.create_group("CellDataOffsets")
         for _, a in everything:
-            cdo.create_dataset(_dataset_name(a, units_in_names), data=cells_before)
+            cdo.create_dataset(_dataset_name(a, units_in_names), data=plan.before(cells))
         st.create_group("PointDataOffsets")
         fdo = st.create_group("FieldDataOffsets")
         fds = st.create_group("FieldDataSizes")
         for name in ("step", "time"):
             fdo.create_dataset(name, data=np.arange(S, dtype=np.int64))
             fds.create_dataset(name, data=np.ones((S, 2), dtype=np.int64))
+    if plan.points is not None:
+        _finish(d, plan.points)
     meta = h5.create_group("amrckpt")  # outside /VTKHDF: ignored by VTK (spec 2.2)
     meta.attrs["sources"] = [os.fspath(s.path) for s in steps]
     meta.attrs["mesh"] = [s.mesh for s in steps]
     meta.attrs["leaf_order"] = "curve order of each checkpoint: cell i of a step is its leaf i"
+    meta.attrs["point_blocks"] = (
+        f"the corner points of leaves [k {POINT_BLOCK_LEAVES}, (k + 1) {POINT_BLOCK_LEAVES}) of a step are shared: "
+        "each distinct vertex of a tree once, ordered by tree, x, y, z"
+    )
     if mixed:
         meta.attrs["points"] = [p.field for p in points]
         meta.attrs["point_cells"] = "after the leaves of each step: one VTK_VERTEX cell per element of each point set, in order"
@@ -273,20 +341,162 @@ def _create(
     return d
 
 
-@dataclass(frozen=True)
+def _put(ds: Any, start: int, data: Any, *, grow: bool = False) -> None:
+    """Write ``data`` (the dataset's dtype and row shape) into rows ``start ..`` of ``ds``: one ``H5Dwrite``. Not collective.
+
+    h5py's slicing builds its selection in Python (about 40 us a call);
+    here the file space is selected directly.  With ``grow`` the dataset
+    (chunked, unlimited) is extended first.
+    """
+    from h5py import h5s
+
+    a = np.ascontiguousarray(data)
+    if not a.shape[0]:
+        return
+    if grow:
+        ds.id.set_extent((start + a.shape[0], *a.shape[1:]))
+    fs = ds.id.get_space()
+    fs.select_hyperslab((start,) + (0,) * (a.ndim - 1), a.shape)
+    ds.id.write(h5s.create_simple(a.shape), fs, a)
+
+
+def _pwrite(fd: int, a: np.ndarray, offset: int) -> None:
+    """Write the bytes of C-contiguous ``a`` at ``offset`` of file ``fd`` (``pwrite`` releases the GIL)."""
+    mv = memoryview(a).cast("B")
+    while mv.nbytes:
+        n = os.pwrite(fd, mv, offset)
+        mv, offset = mv[n:], offset + n
+
+
+class _Sink:
+    """Writes rows of the file's datasets (not collective; the writers of one file share it, on one thread).
+
+    With ``path`` (a serial export without particles), the datasets were
+    allocated when created or extended (``H5D_ALLOC_TIME_EARLY``,
+    ``H5D_FILL_TIME_NEVER``: HDF5 never writes their data itself), and their
+    rows are written with ``pwrite`` at the offset HDF5 gives them
+    (``H5Dget_offset``; for the chunks of the growing ``Points``,
+    ``H5Dget_chunk_info_by_coord``), without holding the GIL, so that the
+    next chunk is read and converted meanwhile.  Otherwise through HDF5
+    (``H5Dwrite``, which holds the GIL).
+
+    Parameters
+    ----------
+    d : dict of str to h5py.Dataset
+        The datasets, by name (:func:`_create`).
+    path : path, optional
+        The file, opened here once more for writing.
+    """
+
+    def __init__(self, d: dict[str, Any], path: Any = None) -> None:
+        self.d = d
+        self.fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)) if path is not None else -1
+        self._how: dict[str, tuple[np.dtype[Any], int, int]] = {}  # dtype, byte offset (-1: through HDF5), chunk rows
+
+    def put(self, name: str, start: int, data: Any) -> None:
+        """Write ``data`` (rows of dataset ``name``) from row ``start``."""
+        how = self._how.get(name)
+        ds = self.d[name]
+        if how is None:
+            rows = ds.chunks[0] if ds.chunks is not None else 0
+            offset = ds.id.get_offset() if self.fd >= 0 and not rows else None
+            how = self._how[name] = (ds.dtype, -1 if offset is None else int(offset), rows)
+        dt, offset, rows = how
+        a = np.ascontiguousarray(data, dtype=dt)
+        n = a.shape[0]
+        if not n:
+            return
+        if rows:  # growing (chunked): extend, then each chunk's rows where HDF5 allocated that chunk
+            if self.fd < 0:
+                _put(ds, start, a, grow=True)
+                return
+            ds.id.set_extent((start + n, *a.shape[1:]))
+            row_nbytes = a.nbytes // n
+            for c0 in range(start - start % rows, start + n, rows):
+                lo, hi = max(start, c0), min(start + n, c0 + rows)
+                at = ds.id.get_chunk_info_by_coord((c0,) + (0,) * (a.ndim - 1)).byte_offset
+                _pwrite(self.fd, a[lo - start : hi - start], at + (lo - c0) * row_nbytes)
+        elif offset < 0:
+            _put(ds, start, a)
+        else:
+            _pwrite(self.fd, a, offset + start * (a.nbytes // n))
+
+    def close(self) -> None:
+        """Close the file descriptor of the raw writes (twice is a no-op)."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+
+def _finish(d: dict[str, Any], points: Sequence[int]) -> None:
+    """Create the datasets that count each step's points (collective under MPI)."""
+    pts = np.asarray(points, dtype=np.int64)
+    d["root"].create_dataset("NumberOfPoints", data=pts)
+    if "Steps" in d:
+        d["Steps"].create_dataset("PointOffsets", data=np.concatenate([[0], np.cumsum(pts)[:-1]]).astype(np.int64))
+
+
+@dataclass
 class _Rows:
-    """Where one step starts in the file's datasets, and its sizes."""
+    """Where one step starts in the file's datasets, its sizes, and where this rank's points go."""
 
     step_index: int
     cells_before: int
-    points_before: int
+    conn_before: int
+    points_before: int  # rows of Points before the step
     num_leaves: int
-    num_points: int
-    leaf_points: int
+    num_particles: int
+    nv: int  # corners of a leaf: 4 or 8
+    next_point: int = 0  # the step's next point (this rank's first, then on), counted from the step's first
+    leaf_points: int = 0  # the step's leaf points (all ranks'), known once they are counted or written
+
+
+class _Float64Needed(Exception):
+    """A block's finest leaf has corners that are not float32: the export starts again with float64 points."""
+
+
+@dataclass
+class _Blocks:
+    """Cuts a stream of leaf chunks into the blocks of shared points, holding the leaves of an unfinished block."""
+
+    end: int  # one past the last leaf of the range
+    pending: list[np.ndarray] = field(default_factory=list)
+
+    def feed(self, s: int, leaves: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Take leaves ``s .. s + len(leaves) - 1``; yield ``(first leaf, leaves)`` of every block they complete."""
+        e, pos = s + len(leaves), s
+        while pos < e:
+            block_end = min((pos // POINT_BLOCK_LEAVES + 1) * POINT_BLOCK_LEAVES, self.end)
+            stop = min(e, block_end)
+            self.pending.append(leaves[pos - s : stop - s])
+            pos = stop
+            if pos == block_end:
+                block = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
+                self.pending = []
+                yield block_end - len(block), block
+
+
+def _block_range(N: int, rank: int, size: int) -> tuple[int, int]:
+    """Leaves of a step that rank ``rank`` of ``size`` converts: whole blocks, split as p4est splits elements."""
+    nb = -(-N // POINT_BLOCK_LEAVES)
+    return min(N, nb * rank // size * POINT_BLOCK_LEAVES), min(N, nb * (rank + 1) // size * POINT_BLOCK_LEAVES)
+
+
+def _count_range(reader: Any, mesh: str, dim: int, maxlevel: int, a: int, b: int, chunk: int) -> tuple[int, int]:
+    """Return the shared corner points of leaves ``a .. b - 1`` (whole blocks) and their finest level (-1 if none)."""
+    blocks = _Blocks(b)
+    count, finest = 0, -1
+    for s in range(a, b, chunk):
+        leaves = reader.read_mesh(s, min(chunk, b - s), mesh)
+        if len(leaves):
+            finest = max(finest, int(leaves["level"].max()))
+        for _, block in blocks.feed(s, leaves):
+            count += count_shared_corners(block, dim, maxlevel)
+    return count, finest
 
 
 def _write_range(
-    d: dict[str, Any],
+    sink_of: Callable[[], _Sink],
     reader: Any,
     arrays: Sequence[CellArray],
     geometry: Any,
@@ -297,83 +507,123 @@ def _write_range(
     chunk: int,
     prefetch: bool,
     mesh: str,
+    float32_level: int,
+    ids: Any,
+    points_dtype: Any,
 ) -> None:
-    """Write leaves ``a .. b - 1`` of one step, ``chunk`` leaves at a time (not collective).
+    """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
 
-    With ``prefetch`` one worker thread reads and converts the next chunk
-    while this thread writes the current one (reads and numpy release the
-    GIL; h5py does not): serial exports only, where no MPI call is made off
-    the main thread.
+    Not collective.  With ``prefetch`` one worker thread reads the next
+    chunks and converts their values, a second places the points of each
+    block completed, and this thread writes (reads, numpy and the sink's
+    ``pwrite`` release the GIL): serial exports only, where no MPI call is
+    made off the main thread.  ``sink_of()`` gives the sink once the first
+    chunks are on their way (it may create the file meanwhile).
+
+    Raises
+    ------
+    _Float64Needed
+        If the points are float32 and a leaf is finer than ``float32_level``.
     """
-    dim = geometry.dim
-    nv = 1 << dim
+    nv = 1 << geometry.dim
     num_leaves = rows.num_leaves
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
-    ids = d["Connectivity"].dtype
-    points_dtype = d["Points"].dtype
-    boxes = geometry.boxes_exact
+    blocks = _Blocks(b)
+    cell_type = VTK_CELL_TYPE[geometry.dim]
 
-    def convert(s: int) -> tuple[int, int, np.ndarray, list[np.ndarray]]:
-        e = min(s + chunk, b)
+    def convert(s: int, e: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
+        """Read and convert leaves ``s .. e - 1`` (on the worker thread): their rows of cells, and the blocks they complete."""
         leaves = reader.read_mesh(s, e - s, mesh)
-        if boxes:
-            lo, hi = leaf_boxes(leaves, geometry.tree_lower, geometry.tree_upper, maxlevel)
-            corners = cell_corners(lo, hi, points_dtype)
-        else:
-            corners = leaf_corners(leaves, geometry, maxlevel, points_dtype)
-        return s, e, corners, leaf_values(arrays, reader, leaves, s, num_leaves)
+        last = e == num_leaves and not rows.num_particles
+        cells = [
+            np.arange(nv * s, nv * (e + last), nv, dtype=ids),
+            np.full(e - s, cell_type, dtype=np.uint8),
+            *(np.ascontiguousarray(v) for v in leaf_values(arrays, reader, leaves, s, num_leaves)),
+        ]
+        return s, e, cells, list(blocks.feed(s, leaves))
 
-    def write(s: int, e: int, points: np.ndarray, values: list[np.ndarray]) -> None:
-        c0, c1 = rows.cells_before + s, rows.cells_before + e
-        p0 = rows.points_before + nv * s
-        d["Points"][p0 : p0 + nv * (e - s)] = points
-        d["Connectivity"][p0 : p0 + nv * (e - s)] = np.arange(nv * s, nv * e, dtype=ids)
-        last = e == num_leaves and not rows.num_points
-        d["Offsets"][off0 + s : off0 + e + last] = np.arange(nv * s, nv * (e + last), nv, dtype=ids)
-        d["Types"][c0:c1] = np.full(e - s, VTK_CELL_TYPE[dim], dtype=np.uint8)
+    def place(done: list[tuple[int, np.ndarray]]) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        """Place the points of the blocks completed (on the placing thread, in order): where they go, points, corners."""
+        out = []
+        for first, block in done:
+            if np.dtype(points_dtype) == np.float32 and int(block["level"].max()) > float32_level:
+                raise _Float64Needed
+            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
+            out.append((first, rows.next_point, pts, corners.reshape(-1)))
+            rows.next_point += len(pts)
+        return out
+
+    def write_cells(s: int, e: int, cells: list[np.ndarray]) -> None:
+        c0 = rows.cells_before + s
+        offsets, types, *values = cells
+        sink.put("Offsets", off0 + s, offsets)
+        sink.put("Types", c0, types)
         for arr, v in zip(arrays, values, strict=True):
-            d["cell:" + arr.name][c0:c1] = v
+            sink.put("cell:" + arr.name, c0, v)
 
-    starts = list(range(a, b, chunk))
-    if prefetch and len(starts) > 1:
-        with ThreadPoolExecutor(1, thread_name_prefix="amrckpt-export") as pool:
-            pending = pool.submit(convert, starts[0])
-            for nxt in [*starts[1:], None]:
-                done = pending.result()
-                if nxt is not None:
-                    pending = pool.submit(convert, nxt)
-                write(*done)
+    def write_points(placed: list[tuple[int, int, np.ndarray, np.ndarray]]) -> None:
+        for first, at, pts, corners in placed:
+            sink.put("Points", rows.points_before + at, pts)
+            sink.put("Connectivity", rows.conn_before + nv * first, corners)
+
+    chunks = [(s, min(s + chunk, b)) for s in range(a, b, chunk)]
+    if prefetch and len(chunks) > 1:
+        # Three stages on three threads: read and convert (chunks queued ahead, so that the worker goes on as soon
+        # as it ends one), place the points of each block completed, write (this thread, without the GIL).
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="amrckpt-export") as reading,
+            ThreadPoolExecutor(1, thread_name_prefix="amrckpt-points") as placing,
+        ):
+            todo = iter(chunks)
+            reads = deque(reading.submit(convert, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
+            places: deque[Any] = deque()
+            sink = sink_of()
+            while reads:
+                s, e, cells, done = reads.popleft().result()
+                for c in itertools.islice(todo, 1):
+                    reads.append(reading.submit(convert, *c))
+                places.append(placing.submit(place, done))
+                write_cells(s, e, cells)
+                while len(places) > 1 or (places and places[0].done()):
+                    write_points(places.popleft().result())
+            while places:
+                write_points(places.popleft().result())
     else:
-        for s in starts:
-            write(*convert(s))
-    if num_leaves == 0 and a == 0 and not rows.num_points:
-        d["Offsets"][off0 : off0 + 1] = np.zeros(1, dtype=ids)
+        sink = sink_of()
+        for c in chunks:
+            s, e, cells, done = convert(*c)
+            write_cells(s, e, cells)
+            write_points(place(done))
+    if num_leaves == 0 and a == 0 and not rows.num_particles:
+        sink.put("Offsets", off0, np.zeros(1, dtype=ids))
 
 
-def _write_points(
-    d: dict[str, Any], reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int
-) -> None:
-    """Write this rank's share of each point set of one step, as VTK_VERTEX cells after the leaves (not collective)."""
-    ids = d["Connectivity"].dtype
+def _write_points(sink: _Sink, reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int) -> None:
+    """Write this rank's share of each point set of one step, as VTK_VERTEX cells after the leaves (not collective).
+
+    Particle ``k`` of the step is cell ``N + k``, connectivity id ``2**dim N
+    + k`` and point ``L + k``, ``L`` the step's leaf points
+    (``rows.leaf_points``, known by then).
+    """
+    ids = sink.d["Connectivity"].dtype
     off0 = rows.cells_before + rows.step_index
-    leaf_pts = rows.leaf_points
+    leaf_ids = rows.nv * rows.num_leaves
     before = 0
     for ps in points:
         a, b = ps.count * rank // size, ps.count * (rank + 1) // size
         for s in range(a, b, max(1, chunk)):
             e = min(s + chunk, b)
             xyz, values = point_values(ps, reader, s, e - s)
-            k0, k1 = before + s, before + e  # the step's point cells, counted after its leaves
-            c0, c1 = rows.cells_before + rows.num_leaves + k0, rows.cells_before + rows.num_leaves + k1
-            p0 = rows.points_before + leaf_pts + k0
-            d["Points"][p0 : p0 + (e - s)] = xyz
-            d["Connectivity"][p0 : p0 + (e - s)] = np.arange(leaf_pts + k0, leaf_pts + k1, dtype=ids)
-            last = k1 == rows.num_points
-            first_row = off0 + rows.num_leaves + k0
-            d["Offsets"][first_row : first_row + (e - s) + last] = np.arange(leaf_pts + k0, leaf_pts + k1 + last, dtype=ids)
-            d["Types"][c0:c1] = np.full(e - s, VTK_VERTEX, dtype=np.uint8)
+            k0, k1 = before + s, before + e  # the step's particles, counted after its leaves
+            c0 = rows.cells_before + rows.num_leaves + k0
+            sink.put("Points", rows.points_before + rows.leaf_points + k0, xyz)
+            point_ids = np.arange(rows.leaf_points + k0, rows.leaf_points + k1, dtype=ids)
+            sink.put("Connectivity", rows.conn_before + leaf_ids + k0, point_ids)
+            last = k1 == rows.num_particles
+            sink.put("Offsets", off0 + rows.num_leaves + k0, np.arange(leaf_ids + k0, leaf_ids + k1 + last, dtype=ids))
+            sink.put("Types", c0, np.full(e - s, VTK_VERTEX, dtype=np.uint8))
             for arr, v in zip(ps.arrays, values, strict=True):
-                d[f"point:{ps.field}:" + arr.name][c0:c1] = v
+                sink.put(f"point:{ps.field}:" + arr.name, c0, v)
         before += ps.count
 
 
@@ -405,7 +655,11 @@ def to_vtkhdf(
     The file is a VTKHDF ``UnstructuredGrid`` with one cell per leaf, in
     curve order (cell ``i`` of a step is leaf ``i`` of its checkpoint): a
     ``VTK_QUAD`` (2D) or ``VTK_HEXAHEDRON`` (3D) on the leaf's box, placed by
-    the forest geometry of the checkpoint (:func:`tree_boxes`).  Cell data:
+    the forest geometry of the checkpoint (:func:`tree_boxes`).  Leaves
+    share their corner points within blocks of :data:`POINT_BLOCK_LEAVES`
+    consecutive leaves, each distinct vertex of a tree once per block
+    (:func:`shared_corners`): about one point per leaf in 2D, instead of
+    four.  Cell data:
     ``level`` and ``tree``, every ``cells`` field (vector and tensor values
     as components; units in each dataset's ``units`` attribute, and in its
     name with ``units_in_names``), every ``hp`` field as ``NAME.count`` and
@@ -417,10 +671,13 @@ def to_vtkhdf(
     with its own mesh.
 
     Leaves are converted ``chunk_leaves`` at a time, so no rank holds a whole
-    mesh.  Under MPI with an h5py built with MPI (``h5py.get_config().mpi``)
-    every rank writes its share of each step's leaves into one file opened
-    with the ``mpio`` driver; otherwise rank 0 writes the file alone, in
-    chunks.  The bytes do not depend on the number of ranks.
+    mesh, and each checkpoint is read once: every byte read is CRC'd as it
+    is read and checked against the index before the file is kept.  Under
+    MPI with an h5py built with MPI (``h5py.get_config().mpi``) every rank
+    counts the points of its blocks of each step's leaves (one more read of
+    its mesh), then writes its share into one file opened with the
+    ``mpio`` driver; otherwise rank 0 writes the file alone, in chunks.  The
+    datasets do not depend on the number of ranks nor on ``chunk_leaves``.
 
     Parameters
     ----------
@@ -444,8 +701,9 @@ def to_vtkhdf(
     points : {"auto", "float64"}, optional
         ``"auto"``: the corner points are float32 where every corner of
         every step is exactly a float32 (:func:`float32_exact`: leaves up to
-        level 20 or so of unit trees), which saves a third of the file,
-        else float64; ``"float64"``: always float64.
+        level 20 or so of unit trees), which halves them, else float64
+        (a serial export meets the first finer leaf while it writes, and
+        starts again with float64 points); ``"float64"``: always float64.
     mesh : str, optional
         The mesh whose leaves become the cells, for a checkpoint of several
         meshes (the first by default); the fields on its leaves are
@@ -453,7 +711,8 @@ def to_vtkhdf(
     prefix : str, optional
         The manager's file prefix, for a directory.
     chunk_leaves : int, optional
-        Leaves per chunk.
+        Leaves per chunk (what is read, converted and written at a time;
+        the leaves of an unfinished block of points are held until it ends).
     comm : None or mpi4py.MPI.Comm, optional
         Collective over ``comm`` when given; serial by default.
     verify : bool, optional
@@ -470,6 +729,9 @@ def to_vtkhdf(
         If h5py is not installed.
     FileNotFoundError
         If ``source`` does not exist or a directory holds no checkpoint.
+    ChecksumError
+        With ``verify``, if a byte read does not match its section's CRC32
+        (naming the section); the file is not written.
     CheckpointError
         If a checkpoint holds no mesh, cannot be read, or the checkpoints
         of a series mix 2D and 3D.
@@ -484,8 +746,140 @@ def to_vtkhdf(
     h5py = _h5py()
     if chunk_leaves < 1:
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
+    if points not in ("auto", "float64"):
+        raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
     with collective(comm, "export") as call:
         return _export(call, h5py, source, out, prefix, hp, ranks, verify, points, brick, chunk_leaves, mesh, units_in_names)
+
+
+@dataclass
+class _Writer:
+    """What every rank writes of one export: its steps, their arrays and point sets, and how.
+
+    Serial: :meth:`write` on rank 0 of 1, ``Points`` growing as blocks are
+    appended.  Parallel: every rank counts the points of its blocks
+    (:meth:`count`), :meth:`plan` sizes the file from every rank's counts,
+    and every rank writes its blocks and particles in place (:meth:`write`).
+    """
+
+    steps: list[_Step]
+    arrays: list[CellArray]
+    point_sets: list[PointSet]
+    series: bool
+    units_in_names: bool
+    verify: bool
+    brick: Any
+    chunk: int
+    float32: bool
+
+    @property
+    def particles(self) -> list[int]:
+        """Exported particles of each step."""
+        keys = {p.key for p in self.point_sets}
+        return [sum(p.count for p in s.points if p.key in keys) for s in self.steps]
+
+    def count(self, rank: int, size: int) -> list[int]:
+        """Return, for each step, the points of this rank's blocks and its finest leaf (-1 if none). Not collective."""
+        out: list[int] = []
+        for st in self.steps:
+            with open_reader(st.path, verify=self.verify) as r:
+                a, b = _block_range(st.num_leaves, rank, size)
+                out.extend(_count_range(r, st.mesh, st.dim, mesh_spec(r.manifest, st.mesh).maxlevel, a, b, self.chunk))
+        return out
+
+    def plan(self, counts: np.ndarray) -> tuple[_Plan, list[np.ndarray]]:
+        """Size the file from every rank's :meth:`count`, ``(P, 2 S)``; return it and each step's first point of each rank.
+
+        Points are float64 from here on if a leaf is too fine for float32.
+        """
+        got = np.asarray(counts, dtype=np.int64).reshape(len(counts), len(self.steps), 2)
+        points, finest = got[:, :, 0], got[:, :, 1].max(axis=0)
+        self.float32 = self.float32 and all(int(f) <= s.float32_level for f, s in zip(finest, self.steps, strict=True))
+        starts = [np.concatenate([[0], np.cumsum(points[:, i])[:-1]]).astype(np.int64) for i in range(len(self.steps))]
+        particles = self.particles
+        return _Plan(self.steps, particles, [int(points[:, i].sum()) + particles[i] for i in range(len(self.steps))]), starts
+
+    def create(self, h5: Any, plan: _Plan, path: Any = None) -> _Sink:
+        """Create the file's datasets (collective under MPI); return their sink, raw with ``path`` and no particles."""
+        raw = path is not None and not any(plan.particles)
+        points_dtype = np.float32 if self.float32 else np.float64
+        d = _create(h5, plan, self.arrays, self.point_sets, self.series, self.units_in_names, points_dtype, raw)
+        return _Sink(d, path if raw else None)
+
+    def write_steps(
+        self, rank: int, size: int, sink: _Sink | Callable[[], _Sink], plan: _Plan, starts: Sequence[Any], prefetch: bool
+    ) -> list[int]:
+        """Write this rank's blocks and particles of every step; return the points of each step.
+
+        Not collective (except ``sink()``, which may create the file: the
+        same on every rank, before the first step's first write).
+
+        Raises
+        ------
+        _Float64Needed
+            If ``Points`` is float32 and grows (serial) and a leaf is too fine.
+        """
+        nv = plan.nv
+        particles = plan.particles
+        keys = {p.key for p in self.point_sets}
+        sink_of = sink if callable(sink) else lambda: sink
+        cells_before, conn_before, points_before = 0, 0, 0
+        totals = []
+        for i, st in enumerate(self.steps):
+            N = st.num_leaves
+            rows = _Rows(i, cells_before, conn_before, points_before, N, particles[i], nv)
+            with open_reader(st.path, verify=self.verify) as r:
+                ms = mesh_spec(r.manifest, st.mesh)
+                geometry = mesh_geometry(r, self.brick, st.mesh)
+                a, b = _block_range(N, rank, size)
+                if plan.points is not None:  # counted: this rank's first point follows the ranks' below
+                    rows.next_point, rows.leaf_points = int(starts[i][rank]), plan.points[i] - particles[i]
+                _write_range(
+                    sink_of,
+                    r,
+                    self.arrays,
+                    geometry,
+                    ms.maxlevel,
+                    rows,
+                    a,
+                    b,
+                    self.chunk,
+                    prefetch,
+                    st.mesh,
+                    st.float32_level,
+                    plan.ids,
+                    np.float32 if self.float32 else np.float64,
+                )
+                if plan.points is None:
+                    rows.leaf_points = rows.next_point
+                _write_points(sink_of(), r, [p for p in st.points if p.key in keys], rows, rank, size, self.chunk)
+                r.check_crcs()  # every byte read, against the index (verify=True), before the file is kept
+            totals.append(rows.leaf_points + particles[i])
+            cells_before += N + particles[i]
+            conn_before += nv * N + particles[i]
+            points_before += totals[-1]
+        return totals
+
+    def write(self, rank: int, size: int, h5: Any, plan: _Plan, starts: Sequence[Any], path: Any = None) -> list[int]:
+        """Create the datasets, write this rank's part (prefetching when serial), count the points. Collective under MPI.
+
+        The datasets are created while the first chunk is read.
+        """
+        made: list[_Sink] = []
+
+        def sink() -> _Sink:
+            if not made:
+                made.append(self.create(h5, plan, path))
+            return made[0]
+
+        try:
+            totals = self.write_steps(rank, size, sink, plan, starts, prefetch=size == 1)
+        finally:
+            for m in made:
+                m.close()
+        if plan.points is None:
+            _finish(sink().d, totals)
+        return totals
 
 
 def _export(
@@ -505,47 +899,33 @@ def _export(
 ) -> ExportResult:
     c = call.comm
     paths, series = checkpoint_paths(source, prefix)
-    if points not in ("auto", "float64"):
-        raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
 
     def survey() -> list[_Step]:
-        return _survey(paths, hp, ranks, verify, points, brick, chunk_leaves, mesh)
+        return _survey(paths, hp, ranks, verify, brick, mesh)
 
     steps = survey() if c.size == 1 else call.on_root(survey, what="export: survey")
-    arrays = _common_arrays(steps)
-    point_sets = _common_points(steps)
-    keys = {p.key for p in point_sets}
+    arrays, point_sets = _common_arrays(steps), _common_points(steps)
+    float32 = points == "auto" and all(s.float32_level >= 0 for s in steps)
+    w = _Writer(steps, arrays, point_sets, series, units_in_names, verify, brick, chunk_leaves, float32)
     out_path = Path(out)
-    parallel = c.size > 1 and bool(h5py.get_config().mpi)
-
-    def write(rank: int, size: int, h5: Any) -> None:
-        d = _create(h5, steps, arrays, point_sets, series, units_in_names)
-        cells_before = points_before = 0
-        for i, st in enumerate(steps):
-            nv = 1 << st.dim
-            N = st.num_leaves
-            mine = [p for p in st.points if p.key in keys]
-            rows = _Rows(i, cells_before, points_before, N, sum(p.count for p in mine), nv * N)
-            with open_reader(st.path, verify=verify) as r:
-                maxlevel = mesh_spec(r.manifest, st.mesh).maxlevel
-                geometry = mesh_geometry(r, brick, st.mesh)
-                a, b = N * rank // size, N * (rank + 1) // size
-                _write_range(d, HpWindow(r), arrays, geometry, maxlevel, rows, a, b, chunk_leaves, not parallel, st.mesh)
-                _write_points(d, r, mine, rows, rank, size, chunk_leaves)
-                r.check_crcs()  # every section read against the index (verify=True), before the file is kept
-            cells_before += N + rows.num_points
-            points_before += nv * N + rows.num_points
-
-    if parallel:
+    if c.size > 1 and bool(h5py.get_config().mpi):
+        counts = call.allgather_ints(w.count(c.rank, c.size), what="export: points of each rank")
+        plan, starts = w.plan(counts)
         with replacing(out_path, call) as tmp, h5py.File(tmp, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
-            write(c.rank, c.size, h5)
+            totals = w.write(c.rank, c.size, h5, plan, starts)
     else:
 
-        def serial() -> None:
-            with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                write(0, 1, h5)
+        def serial() -> list[int]:
+            try:
+                with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
+                    return w.write(0, 1, h5, _Plan(steps, w.particles), [], tmp)
+            except _Float64Needed:
+                logger.info("a leaf's corners are not float32: the points are float64")
+                w.float32 = False
+                with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
+                    return w.write(0, 1, h5, _Plan(steps, w.particles), [], tmp)
 
-        serial() if c.size == 1 else call.on_root(serial, what="export: write")
+        totals = serial() if c.size == 1 else call.on_root(serial, what="export: write")
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)
     return ExportResult(
         out_path,
@@ -556,4 +936,5 @@ def _export(
         tuple(_dataset_name(a, units_in_names) for a in [*arrays, *(x for p in point_sets for x in p.arrays)]),
         series,
         tuple(p.field for p in point_sets),
+        tuple(totals),
     )

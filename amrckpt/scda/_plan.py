@@ -190,17 +190,22 @@ class ReadPlan:
             )
         return [] if self._read_failed else pieces
 
-    def crc_read(self, pieces: Sequence[tuple[int, memoryview]] | None = None) -> None:
-        """CRC pieces just read in the helper thread (while the caller plans and reads on): ``pieces``, or all read so far."""
+    def crc_read(self, pieces: Sequence[tuple[int, memoryview]] | None = None, *, now: bool = False) -> None:
+        """CRC pieces just read in the helper thread (while the caller plans and reads on): ``pieces``, or all read so far.
+
+        With ``now``, here instead: for the last read of a plan whose caller
+        waits for the CRC32s at once (no hand-over to the helper thread and back).
+        """
         if pieces is None:
             todo, self._todo = self._todo, {}
-            for off, (crc, mv) in todo.items():
+            items = list(todo.items())
+        else:
+            items = [(off, got) for off, _ in pieces if (got := self._todo.pop(off, None)) is not None]
+        for off, (crc, mv) in items:
+            if now:
+                crc.add(off, mv)
+            else:
                 crc.add_later([(off, mv)])
-            return
-        for off, _ in pieces:
-            got = self._todo.pop(off, None)
-            if got is not None:
-                got[0].add_later([(off, got[1])])
 
     def read_failed(self, exc: BaseException) -> None:
         """Record that this rank's read failed: its pieces hold nothing, the next steps are skipped."""
@@ -241,6 +246,38 @@ class ReadPlan:
         for c in sorted(self._covered.values(), key=lambda c: c.offset):
             out.append((c, self.try_(functools.partial(c.crc.term, c.end), 0)))
         return out
+
+    def piece_crcs(self) -> dict[int, list[tuple[int, int, int]]]:
+        """Return, by covered section (its first byte), ``(offset, nbytes, crc32)`` of each piece CRC'd.
+
+        The pieces read with ``crc=True`` (with :attr:`verify`) and the
+        ``known`` pieces given to :meth:`cover`, once the helper thread has
+        CRC'd them.  A reader of ranges keeps them to check a section it
+        reads in many plans, without reading it again.  Not collective.
+        """
+        return {off: c.crc.known() for off, c in sorted(self._covered.items())}
+
+    def compare_whole(self) -> None:
+        """Compare the CRC32 of each covered section whose pieces on this rank tile it; leave the others unchecked.
+
+        For a plan run on one rank alone (:class:`LocalExecutor`): a section
+        that the plan reads only in part cannot be checked by it (the caller
+        combines its :meth:`piece_crcs` over several plans).
+        """
+        for c in sorted(self._covered.values(), key=lambda c: c.offset):
+            pos = c.offset
+            for off, n, _ in sorted(c.crc.known()):
+                if off != pos:
+                    break
+                pos += n
+            if pos != c.end:
+                continue
+            if self.try_(functools.partial(c.crc.term, c.end), None) != c.crc32:
+                if self.error is None or isinstance(self.error, ValueError):
+                    self.error = checksum_error(c.name, c.offset, c.end, self.path)
+                return
+            if c.name not in self.checked:
+                self.checked.append(c.name)
 
     def compare(self, got: Sequence[int], someone_failed: bool) -> None:
         """Compare the combined CRC32 of each covered section with the expected one; keep the first mismatch.
@@ -473,7 +510,8 @@ class LocalExecutor:
 
     Not collective.  For ranges of a partitioned section that one rank
     reads by itself (a viewer streaming a file); a covered section is
-    checked only if the plan reads all of it.
+    checked only if the plan reads all of it (:meth:`ReadPlan.compare_whole`),
+    the others by the caller from :meth:`ReadPlan.piece_crcs`.
 
     Parameters
     ----------
@@ -486,7 +524,7 @@ class LocalExecutor:
 
     def run(self, plan: ReadPlan) -> None:
         """Read every piece of ``plan`` on this rank. Not collective."""
-        self._phase(plan)
+        self._phase(plan, last=not plan.scans)
         if plan.scans:
             for s in plan.scans:
                 if plan.failed_read:
@@ -497,12 +535,12 @@ class LocalExecutor:
                 before = plan.try_(functools.partial(s.prefix, self.file.read)) if s.prefix is not None else 0
                 if before is not None:
                     plan.try_(functools.partial(s.then, before))
-            self._phase(plan)
+            self._phase(plan, last=True)
         if plan.verify and not plan.failed_read:
-            plan.compare([t for _, t in plan.terms()], False)
+            plan.compare_whole()
         plan.release()
 
-    def _phase(self, plan: ReadPlan) -> None:
+    def _phase(self, plan: ReadPlan, last: bool) -> None:
         pieces = plan.take_pieces()
         if plan.failed_read:
             return
@@ -511,7 +549,7 @@ class LocalExecutor:
         except Exception as exc:  # noqa: BLE001 - kept in the plan
             plan.read_failed(exc)
             return
-        plan.crc_read()
+        plan.crc_read(now=last)  # the last read's CRC32s are waited for at once: computed on this thread
 
     def close(self) -> None:
         """Nothing to close: the file is the caller's."""
