@@ -415,6 +415,9 @@ class _Sink:
             for c0 in range(start - start % rows, start + n, rows):
                 lo, hi = max(start, c0), min(start + n, c0 + rows)
                 at = ds.id.get_chunk_info_by_coord((c0,) + (0,) * (a.ndim - 1)).byte_offset
+                if at is None:  # a chunk HDF5 did not allocate (h5py's None for HADDR_UNDEF): through HDF5
+                    _put(ds, lo, a[lo - start : hi - start])
+                    continue
                 _pwrite(self.fd, a[lo - start : hi - start], at + (lo - c0) * row_nbytes)
         elif offset < 0:
             _put(ds, start, a)
