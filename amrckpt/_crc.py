@@ -69,7 +69,7 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
 def _address(data: Any) -> tuple[int, int]:
     """``(address of the first byte, nbytes)`` of a contiguous buffer: what identifies it while it lives."""
     if isinstance(data, np.ndarray):
-        return (int(data.__array_interface__["data"][0]), data.nbytes) if data.nbytes else (0, 0)
+        return (int(data.ctypes.data), data.nbytes) if data.nbytes else (0, 0)
     view = memoryview(data)
     if view.nbytes == 0:
         return (0, 0)

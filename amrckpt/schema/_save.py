@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,10 +118,12 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
         mesh = getattr(state, name)
         out[name] = mk.prepare(cls, name, mesh, None, check=check_order)
         records = out[name].payload.data
-        if check_order or crcs is not None:
+        if check_order:
             crc = crc32(records)  # the order check's key and the records' CRC32 in the file: one pass
             if crcs is not None and _verbatim(mk):
                 crcs.put(records, crc)
+        elif crcs is not None and _verbatim(mk):
+            crcs.start(records)  # no key needed: in the helper thread
         # The order check costs most of a save of a 2M-leaf 3D mesh; meshes change at adaptation, not at every
         # checkpoint: a mesh whose records have the CRC32 and length of the ones last checked is not checked again.
         seen = (crc, len(records), mesh.curve, mesh.num_trees) if check_order else None
@@ -422,7 +425,13 @@ def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: li
     )
 
 
+_DIGESTS: weakref.WeakKeyDictionary[type, int] = weakref.WeakKeyDictionary()
+
+
 def _schema_digest(cls: type[CheckpointSchema]) -> int:
-    """Identify a schema: name, version, and every field's name and kind."""
-    fields = [(n, type(k).__name__, repr(k)) for n, k in cls.__amrckpt_fields__.items()]
-    return digest(repr((cls.__amrckpt_name__, cls.__amrckpt_version__, fields)).encode())
+    """Identify a schema: name, version, and every field's name and kind (once per class: a geometry's repr is long)."""
+    got = _DIGESTS.get(cls)
+    if got is None:
+        fields = [(n, type(k).__name__, repr(k)) for n, k in cls.__amrckpt_fields__.items()]
+        got = _DIGESTS[cls] = digest(repr((cls.__amrckpt_name__, cls.__amrckpt_version__, fields)).encode())
+    return got

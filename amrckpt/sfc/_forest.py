@@ -245,7 +245,7 @@ class Forest:
         assert fields is not None
         if (self.z is None) != ("z" not in fields):
             return None
-        start = rec.__array_interface__["data"][0]
+        start = rec.ctypes.data  # (a structured array's __array_interface__ builds its descr: slower)
         for name, field in fields.items():
             dtype, offset = field[0], field[1]
             a = getattr(self, name)
