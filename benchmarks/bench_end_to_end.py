@@ -227,7 +227,6 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
     """``compress=True`` on a 3D mesh and two smooth cell fields against h5py's chunked shuffle+gzip(1) of the same arrays."""
     import h5py
 
-    K = DEFAULT_CHUNK
     level = 1
     while 8**level < a.comp_leaves:
         level += 1
@@ -238,11 +237,54 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
     f = smooth_fields(n)
     records = mesh.to_records()
     arrays = {"mesh": records, **f}
-    nbytes = sum(x.nbytes for x in arrays.values())
-    st = Compressed(mesh=mesh, **f)
+    out = against_h5py(a, "comp", arrays, Compressed(mesh=mesh, **f), Compressed, PerElement(mesh=mesh, **f))
+    path = out.pop("path")
+    back = ac.load(path, Compressed).state
+    assert all(np.array_equal(getattr(back, k), x) for k, x in f.items())
+    assert np.array_equal(back.mesh.to_records(), records)
+    Path(path).unlink(missing_ok=True)
+    modes = smooth_modes(n)
+    hp_arrays = {"mesh": records, "counts": modes.counts.astype(np.uint8), "values": modes.values}
+    hp = against_h5py(
+        a, "comp-hp", hp_arrays, HpCompressed(mesh=mesh, modes=modes), HpCompressed, HpPerElement(mesh=mesh, modes=modes)
+    )
+    path = hp.pop("path")
+    back_hp = ac.load(path, HpCompressed).state
+    assert np.array_equal(back_hp.modes.values, modes.values) and np.array_equal(back_hp.modes.counts, modes.counts)
+    Path(path).unlink(missing_ok=True)
+    hp["values"] = int(modes.values.shape[0])
+    hp.pop("per_element_write_s")
+    return {
+        "leaves": n,
+        "chunk": DEFAULT_CHUNK,
+        "deflate": deflate_name(),
+        "threads": threads(),
+        "h5py": h5py.__version__,
+        "hdf5": h5py.version.hdf5_version,
+        **out,
+        "hp": hp,
+    }
 
+
+def against_h5py(
+    a: argparse.Namespace,
+    tag: str,
+    arrays: dict[str, np.ndarray],
+    st: ac.CheckpointSchema,
+    schema: type[ac.CheckpointSchema],
+    element: ac.CheckpointSchema,
+) -> dict[str, Any]:
+    """Save and load ``st`` (``compress=True``) against h5py's chunked shuffle+gzip(1) of ``arrays``, interleaved.
+
+    Also saves ``element`` (``compress="element"``) once, for its size.  The
+    returned ``path`` is amrckpt's file, left for the caller to check and remove.
+    """
+    import h5py
+
+    K = DEFAULT_CHUNK
+    nbytes = sum(x.nbytes for x in arrays.values())
     d = Path(a.dir)
-    paths = {k: str(d / f"amrckpt-end-to-end-comp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "element")}
+    paths = {k: str(d / f"amrckpt-end-to-end-{tag}-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "element")}
 
     def h5_write() -> None:
         with h5py.File(paths["h5py"], "w") as h:
@@ -263,29 +305,20 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
     _common.comm = MPI.COMM_SELF  # interleaved times on this rank alone
     try:
         t_w = interleaved({"amrckpt": lambda: ac.save(st, paths["amrckpt"]), "h5py": h5_write}, a.reps, before=remove)
-        t_r = interleaved({"amrckpt": lambda: ac.load(paths["amrckpt"], Compressed), "h5py": h5_read}, a.reps)
+        t_r = interleaved({"amrckpt": lambda: ac.load(paths["amrckpt"], schema), "h5py": h5_read}, a.reps)
         t0 = time.perf_counter()
-        ac.save(PerElement(mesh=mesh, **f), paths["element"])
+        ac.save(element, paths["element"])
         per_elem_s = time.perf_counter() - t0
     finally:
         _common.comm = saved
-    back = ac.load(paths["amrckpt"], Compressed).state
-    assert all(np.array_equal(getattr(back, k), x) for k, x in f.items())
-    assert np.array_equal(back.mesh.to_records(), records)
     sizes = {k: os.path.getsize(p) for k, p in paths.items()}
-    for p in paths.values():
-        Path(p).unlink(missing_ok=True)
+    remove("h5py")
+    remove("element")
     mw = {k: statistics.median(v) for k, v in t_w.items()}
     mr = {k: statistics.median(v) for k, v in t_r.items()}
-    hp = compression_hp(a, mesh, records)
     return {
-        "leaves": n,
+        "path": paths["amrckpt"],
         "uncompressed_bytes": nbytes,
-        "chunk": K,
-        "deflate": deflate_name(),
-        "threads": threads(),
-        "h5py": h5py.__version__,
-        "hdf5": h5py.version.hdf5_version,
         "write_s": {k: stats(v) for k, v in t_w.items()},
         "read_s": {k: stats(v) for k, v in t_r.items()},
         "write_mib_s": {k: nbytes / 2**20 / v for k, v in mw.items()},
@@ -295,63 +328,6 @@ def compression(a: argparse.Namespace) -> dict[str, Any]:
         "file_bytes": sizes,
         "file_ratio": {k: v / nbytes for k, v in sizes.items()},
         "per_element_write_s": per_elem_s,
-        "hp": hp,
-    }
-
-
-def compression_hp(a: argparse.Namespace, mesh: ac.Forest, records: np.ndarray) -> dict[str, Any]:
-    """``HpCells(compress=True)`` and the mesh against h5py's shuffle+gzip(1) of the records, the counts and the values."""
-    import h5py
-
-    K = DEFAULT_CHUNK
-    modes = smooth_modes(len(mesh))
-    arrays = {"mesh": records, "counts": modes.counts.astype(np.uint8), "values": modes.values}
-    nbytes = sum(x.nbytes for x in arrays.values())
-    st = HpCompressed(mesh=mesh, modes=modes)
-    d = Path(a.dir)
-    paths = {k: str(d / f"amrckpt-end-to-end-comp-hp-{k}-{os.getpid()}") for k in ("amrckpt", "h5py", "element")}
-
-    def h5_write() -> None:
-        with h5py.File(paths["h5py"], "w") as h:
-            for k, x in arrays.items():
-                h.create_dataset(k, data=x, chunks=(min(K, len(x)),), shuffle=True, compression="gzip", compression_opts=1)
-
-    def h5_read() -> None:
-        with h5py.File(paths["h5py"], "r") as h:
-            for k in arrays:
-                h[k][...]
-
-    def remove(name: str) -> None:
-        Path(paths[name]).unlink(missing_ok=True)
-
-    import _common
-
-    saved = _common.comm
-    _common.comm = MPI.COMM_SELF
-    try:
-        t_w = interleaved({"amrckpt": lambda: ac.save(st, paths["amrckpt"]), "h5py": h5_write}, a.reps, before=remove)
-        t_r = interleaved({"amrckpt": lambda: ac.load(paths["amrckpt"], HpCompressed), "h5py": h5_read}, a.reps)
-        ac.save(HpPerElement(mesh=mesh, modes=modes), paths["element"])
-    finally:
-        _common.comm = saved
-    back = ac.load(paths["amrckpt"], HpCompressed).state
-    assert np.array_equal(back.modes.values, modes.values) and np.array_equal(back.modes.counts, modes.counts)
-    sizes = {k: os.path.getsize(p) for k, p in paths.items()}
-    for p in paths.values():
-        Path(p).unlink(missing_ok=True)
-    mw = {k: statistics.median(v) for k, v in t_w.items()}
-    mr = {k: statistics.median(v) for k, v in t_r.items()}
-    return {
-        "values": int(modes.values.shape[0]),
-        "uncompressed_bytes": nbytes,
-        "write_s": {k: stats(v) for k, v in t_w.items()},
-        "read_s": {k: stats(v) for k, v in t_r.items()},
-        "write_mib_s": {k: nbytes / 2**20 / v for k, v in mw.items()},
-        "read_mib_s": {k: nbytes / 2**20 / v for k, v in mr.items()},
-        "write_ratio": mw["h5py"] / mw["amrckpt"],
-        "read_ratio": mr["h5py"] / mr["amrckpt"],
-        "file_bytes": sizes,
-        "file_ratio": {k: v / nbytes for k, v in sizes.items()},
     }
 
 
