@@ -405,6 +405,20 @@ def f_peers(d: dict[str, dict[int, Result]], img: Path) -> list[str]:
     return ["perf-peers.png"]
 
 
+def _against_h5py_table(c: dict[str, Any]) -> str:
+    """The table of a compression comparison with h5py (``bench_end_to_end.against_h5py``'s result)."""
+    fr, wm, rm = c["file_ratio"], c["write_mib_s"], c["read_mib_s"]
+    return table(
+        ["", "amrckpt", "h5py", "ratio"],
+        [
+            ["write MiB/s", f"{wm['amrckpt']:.0f}", f"{wm['h5py']:.0f}", f"{c['write_ratio']:.2f}"],
+            ["read MiB/s", f"{rm['amrckpt']:.0f}", f"{rm['h5py']:.0f}", f"{c['read_ratio']:.2f}"],
+            ["file / uncompressed", f"{fr['amrckpt']:.3f}", f"{fr['h5py']:.3f}", f"{fr['amrckpt'] / fr['h5py']:.2f}"],
+            ['`compress="element"` file / uncompressed', f"{fr['element']:.3f}", "-", "-"],
+        ],
+    )
+
+
 def _compression(d: dict[str, dict[int, Result]]) -> Result | None:
     """The compression comparison of ``compression-P1.json`` (a run with ``--skip hp nohp``), else of the end-to-end run."""
     c: Result | None = d.get("compression", {}).get(1, {}).get("compression") or d.get("end-to-end", {}).get(1, {}).get(
@@ -576,39 +590,19 @@ def t_end_to_end(d: dict[str, dict[int, Result]]) -> str:
         out.append(table(["case (payload in the file)", "amrckpt", "raw MPI-IO, same bytes", "ratio"], detail))
     c = _compression(d)
     if c:
-        fr, wm, rm = c["file_ratio"], c["write_mib_s"], c["read_mib_s"]
         out.append(
             f"Compression, P = 1: a 3D mesh and two smooth float64 cell fields, {c['leaves']} leaves "
             f"({c['uncompressed_bytes'] / 2**20:.1f} MiB), `compress=True` (chunks of {c['chunk']} leaves, {c['deflate']}, "
             f"{c['threads']} threads) against h5py {c['h5py']} / HDF5 {c['hdf5']} shuffle+gzip(1) of the same arrays in chunks "
-            "of the same size:\n\n"
-            + table(
-                ["", "amrckpt", "h5py", "ratio"],
-                [
-                    ["write MiB/s", f"{wm['amrckpt']:.0f}", f"{wm['h5py']:.0f}", f"{c['write_ratio']:.2f}"],
-                    ["read MiB/s", f"{rm['amrckpt']:.0f}", f"{rm['h5py']:.0f}", f"{c['read_ratio']:.2f}"],
-                    ["file / uncompressed", f"{fr['amrckpt']:.3f}", f"{fr['h5py']:.3f}", f"{fr['amrckpt'] / fr['h5py']:.2f}"],
-                    ['`compress="element"` file / uncompressed', f"{fr['element']:.3f}", "-", "-"],
-                ],
-            )
+            "of the same size:\n\n" + _against_h5py_table(c)
         )
         h = c.get("hp")
         if h:
-            fr, wm, rm = h["file_ratio"], h["write_mib_s"], h["read_mib_s"]
             out.append(
                 f"The same mesh and an hp field of 1, 4 or 9 smooth float64 per leaf ({h['values']} values, "
                 f"{h['uncompressed_bytes'] / 2**20:.1f} MiB), `HpCells(compress=True)` (counts and values in chunks of "
                 f"{c['chunk']} leaves) against h5py's records, counts (uint8) and values, shuffle+gzip(1) in chunks of "
-                f"{c['chunk']} elements:\n\n"
-                + table(
-                    ["", "amrckpt", "h5py", "ratio"],
-                    [
-                        ["write MiB/s", f"{wm['amrckpt']:.0f}", f"{wm['h5py']:.0f}", f"{h['write_ratio']:.2f}"],
-                        ["read MiB/s", f"{rm['amrckpt']:.0f}", f"{rm['h5py']:.0f}", f"{h['read_ratio']:.2f}"],
-                        ["file / uncompressed", f"{fr['amrckpt']:.3f}", f"{fr['h5py']:.3f}", f"{fr['amrckpt'] / fr['h5py']:.2f}"],
-                        ['`compress="element"` file / uncompressed', f"{fr['element']:.3f}", "-", "-"],
-                    ],
-                )
+                f"{c['chunk']} elements:\n\n" + _against_h5py_table(h)
             )
     if e:
         out.append(
