@@ -25,7 +25,7 @@ from zlib_ng import zlib_ng
 
 _combine = zlib_ng.crc32_combine
 
-__all__ = ["KnownCrcs", "SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
+__all__ = ["KnownCrcs", "LaterCrc", "SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
 
 _POOL: ThreadPoolExecutor | None = None
 
@@ -76,6 +76,28 @@ def _address(data: Any) -> tuple[int, int]:
     return (int(np.frombuffer(view, np.uint8).__array_interface__["data"][0]), view.nbytes)
 
 
+class LaterCrc:
+    """The CRC32 of a buffer handed to the helper thread; whoever needs it first and finds it not started computes it.
+
+    :meth:`result` cancels the helper's task if it has not started (then
+    CRCs the bytes in the calling thread, which would only have waited) or
+    waits for it: with one helper thread, a caller waiting for several
+    CRC32s works on the next while the helper finishes the current one.
+    """
+
+    __slots__ = ("data", "future")
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+        self.future: Future[int] = pool().submit(crc32, data)
+
+    def result(self) -> int:
+        """Return the CRC32 (from the helper thread, or computed here if it had not started)."""
+        if self.future.cancel():
+            return crc32(self.data)
+        return self.future.result()
+
+
 class KnownCrcs:
     """CRC32s of whole buffers, started before the buffers are handed to a writer; found again by address. Not collective.
 
@@ -93,14 +115,14 @@ class KnownCrcs:
     __slots__ = ("_by_address",)
 
     def __init__(self) -> None:
-        self._by_address: dict[tuple[int, int], int | Future[int]] = {}
+        self._by_address: dict[tuple[int, int], int | LaterCrc] = {}
 
     def start(self, data: Any) -> None:
         """CRC ``data`` (a contiguous buffer) in the helper thread, or here if it is small (:data:`INLINE_NBYTES`)."""
         key = _address(data)
         if key[1] == 0 or key in self._by_address:
             return
-        self._by_address[key] = crc32(data) if key[1] < INLINE_NBYTES else pool().submit(crc32, data)
+        self._by_address[key] = crc32(data) if key[1] < INLINE_NBYTES else LaterCrc(data)
 
     def put(self, data: Any, crc: int) -> None:
         """Record the CRC32 ``crc`` of ``data``, computed by the caller."""
@@ -108,8 +130,8 @@ class KnownCrcs:
         if key[1]:
             self._by_address[key] = crc
 
-    def get(self, data: Any) -> int | Future[int] | None:
-        """Return the CRC32 (or its future) of exactly the bytes of ``data``, or None if it was not started."""
+    def get(self, data: Any) -> int | LaterCrc | None:
+        """Return the CRC32 (or the CRC32 to come) of exactly the bytes of ``data``, or None if it was not started."""
         return self._by_address.get(_address(data))
 
 
@@ -127,7 +149,7 @@ class SectionCrc:
         self.pieces: list[tuple[int, int, int]] = []  # (end offset of the piece, its crc, its bytes)
         self.complete = True
         self.futures: list[Future[None]] = []
-        self.pending: list[tuple[int, int, Future[int]]] = []  # (end offset, its bytes, its crc to come)
+        self.pending: list[tuple[int, int, LaterCrc]] = []  # (end offset, its bytes, its crc to come)
 
     def add(self, offset: int, data: Any) -> None:
         """Add the piece ``data`` that starts at file byte ``offset``."""
@@ -163,11 +185,11 @@ class SectionCrc:
         for stop, n, crc in pending:
             self.pieces.append((stop, crc.result(), n))
 
-    def add_crc(self, offset: int, nbytes: int, crc: int | Future[int]) -> None:
-        """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is known, or being computed (a future)."""
+    def add_crc(self, offset: int, nbytes: int, crc: int | LaterCrc) -> None:
+        """Add a piece of ``nbytes`` at ``offset`` whose CRC32 is known, or to come (:class:`LaterCrc`)."""
         if not nbytes:
             return
-        if isinstance(crc, Future):
+        if isinstance(crc, LaterCrc):
             self.pending.append((offset + nbytes, nbytes, crc))
         else:
             self.pieces.append((offset + nbytes, crc, nbytes))
