@@ -128,10 +128,15 @@ class FieldKind(abc.ABC):
         Write by the compression convention (scda paper, section 3).
     level : int
         zlib level for ``compress``.
+    distributed : bool
+        Class attribute: each rank holds and writes its own part of the
+        field (mesh, cells, hp, arrays); False for values that are the same
+        on every rank and written once (inline, block, ndarray).
     """
 
     kind: ClassVar[str] = ""
     per_leaf: ClassVar[bool] = False
+    distributed: ClassVar[bool] = False
     units: str | None = None
     description: str | None = None
     compress: bool = False
@@ -287,6 +292,7 @@ class MeshKind(FieldKind):
 
     kind: ClassVar[str] = "mesh"
     per_leaf: ClassVar[bool] = True
+    distributed: ClassVar[bool] = True
     dim: int = 2
     curve: str = "morton"
     geometry: GeometrySpec | None = None
@@ -360,6 +366,7 @@ class CellsKind(FieldKind):
 
     kind: ClassVar[str] = "cells"
     per_leaf: ClassVar[bool] = True
+    distributed: ClassVar[bool] = True
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype("<f8"))
     native: bool = False
     shape: tuple[int, ...] = ()
@@ -484,6 +491,7 @@ class NDArrayKind(CellsKind):
 
     kind: ClassVar[str] = "ndarray"
     per_leaf: ClassVar[bool] = False
+    distributed: ClassVar[bool] = False
     any_shape: bool = False
 
     def check_value(self, name: str, value: Any, n: int | None, *, check_values: bool = True) -> None:

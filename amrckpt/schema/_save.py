@@ -142,8 +142,8 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
 
 
 def _verbatim(kind: FieldKind) -> bool:
-    """Whether a field's payload goes into the file as it is (not compressed, not in chunks)."""
-    return not getattr(kind, "compress", False) and getattr(kind, "chunks", None) is None
+    """Whether this rank writes a field's payload into the file as it is (its own part; not compressed, not in chunks)."""
+    return kind.distributed and not kind.compress and getattr(kind, "chunks", None) is None
 
 
 def _boundary(mesh: Forest) -> tuple[int, int, int, int] | None:
