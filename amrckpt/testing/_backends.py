@@ -74,6 +74,10 @@ class WrapperBackend:
 class CountingBackend(WrapperBackend):
     """Counts this rank's file operations (open, write, write_gathered, read, read_gathered, file_size, sync, close).
 
+    ``contiguous`` counts the contiguous calls of large pieces that the
+    gathered writes and reads are asked for (see
+    :meth:`amrckpt.scda.MPIIOBackend.write_gathered`).
+
     Every call is passed on unchanged.  ``CountingBackend.over(counts)``
     is the :class:`~amrckpt.scda.BackendOpener` that opens through the
     default backend (or ``backend``) and adds each call of this rank to
@@ -105,8 +109,10 @@ class CountingBackend(WrapperBackend):
         super().write(pieces, bulk, max_bulk_nbytes)
 
     def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
-        """Count, then write. Collective."""
+        """Count (and the contiguous calls it is asked for, as ``contiguous``), then write. Collective."""
         self.counts["write_gathered"] += 1
+        if ncontiguous:
+            self.counts["contiguous"] += ncontiguous
         super().write_gathered(pieces, nrounds, ncontiguous)
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
@@ -115,8 +121,10 @@ class CountingBackend(WrapperBackend):
         super().read(pieces, bulk, max_bulk_nbytes)
 
     def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
-        """Count, then read. Collective."""
+        """Count (and the contiguous calls it is asked for, as ``contiguous``), then read. Collective."""
         self.counts["read_gathered"] += 1
+        if ncontiguous:
+            self.counts["contiguous"] += ncontiguous
         super().read_gathered(pieces, nrounds, ncontiguous)
 
     def file_size(self) -> int:
