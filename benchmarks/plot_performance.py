@@ -71,7 +71,7 @@ def mark(ok: bool) -> str:
 
 def t_runs(d: dict[str, dict[int, Result]]) -> str:
     rows = []
-    for name in ("scda", "scda-A-rerun", "peers", "schema", "manager", "scaling", "scaling-large"):
+    for name in ("scda", "scda-A-rerun", "peers", "schema", "manager", "scaling", "scaling-large", "ranks"):
         for p, r in sorted(d.get(name, {}).items()):
             m = r.get("machine", {})
             rows.append(
@@ -242,6 +242,42 @@ def t_scaling(d: dict[str, dict[int, Result]]) -> str:
                         ]
                     )
     head = ["P", "leaves", "op", "s: median (min-max)", "ns/leaf", "x raw", "wall s by rank", "CPU s by rank"]
+    return table(head, rows) if rows else "(no results)"
+
+
+def t_ranks(d: dict[str, dict[int, Result]]) -> str:
+    """Per P: collectives and MPI-IO calls per save and per load, time over raw MPI-IO, peak Python memory, medians in ms."""
+    rows = []
+    for p, r in sorted(d.get("ranks", {}).items()):
+        cs, cl = r["counts"]["save"], r["counts"]["load"]
+        med = {k: v["median"] * 1e3 for k, v in r["ops"].items()}
+        mem = r.get("tracemalloc", {})
+        rows.append(
+            [
+                p,
+                cs["comm_collectives"],
+                f"{cs['mpiio_collective']}+{cs.get('mpiio_independent_max', cs['mpiio_independent_rank0'])}",
+                cl["comm_collectives"],
+                cl["mpiio_calls_max_rank"],
+                f"{r['over_raw']['save']:.2f}",
+                f"{r['over_raw']['load']:.2f}",
+                f"{mem['save']['peak_max'] / 1e3:.1f}" if mem else "-",
+                f"{mem['load']['peak_max'] / 1e3:.1f}" if mem else "-",
+                " / ".join(f"{med[k]:.1f}" for k in ("save", "raw write", "load", "raw read")),
+            ]
+        )
+    head = [
+        "P",
+        "Comm collectives per save",
+        "MPI-IO per save: collective + independent (busiest rank)",
+        "Comm collectives per load",
+        "MPI-IO calls per load (busiest rank)",
+        "save / raw write (time)",
+        "load / raw read (time)",
+        "save peak kB",
+        "load peak kB",
+        "ms: save / raw write / load / raw read",
+    ]
     return table(head, rows) if rows else "(no results)"
 
 
@@ -650,6 +686,7 @@ def main() -> None:
         "manager": t_manager(d),
         "scaling": t_scaling(d),
         "end-to-end": t_end_to_end(d),
+        "ranks": t_ranks(d),
     }
     for name, body in tables.items():
         doc = replace(doc, name, body)
