@@ -256,7 +256,7 @@ def main() -> None:
     for what, c in (("save", counts_save), ("load", counts_load)):
         say(
             f"  {what}: {c['comm_collectives']} Comm collectives, {c['mpiio_collective']} collective MPI-IO calls, "
-            f"{c['mpiio_calls_max_rank']} MPI-IO calls on the busiest rank ({c['mpiio_independent_max']} independent on the busiest rank)"
+            f"{c['mpiio_calls_max_rank']} MPI-IO calls on the busiest rank ({c['mpiio_independent_max']} independent)"
         )
         say(f"        rank 0: {dict(sorted(c['rank0'].items()))}")
     if mem:
