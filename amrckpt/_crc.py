@@ -10,7 +10,8 @@ piece it holds, XORs them, and one ``MPI_Allreduce(MPI_BXOR)`` gives the CRC of
 every section: O(1) numbers per rank and section, independent of how the
 bytes are partitioned.  The polynomial arithmetic is zlib-ng's ``crc32_combine``
 (in C, ~100x the hand-written GF(2) arithmetic it replaced, identical results);
-the CRC of a piece is zlib-ng's (SIMD).
+the CRC of a piece is ISA-L's where ``isal`` is installed (the ``fast`` extra),
+else zlib-ng's (both SIMD, both the same CRC-32).
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from typing import Any
 
 import numpy as np
 from zlib_ng import zlib_ng
+
+try:  # ISA-L's CRC32 (the `fast` extra): the same CRC, 1.4 x zlib-ng's speed here; both release the GIL
+    from isal import isal_zlib as _isal
+
+    _crc32 = _isal.crc32
+    CRC32_LIBRARY = "isal"
+except ImportError:  # pragma: no cover - without the extra
+    _crc32 = zlib_ng.crc32
+    CRC32_LIBRARY = "zlib-ng"
 
 _combine = zlib_ng.crc32_combine
 
@@ -47,8 +57,8 @@ def pool() -> ThreadPoolExecutor:
 
 
 def crc32(data: Any, value: int = 0) -> int:
-    """CRC32 of a buffer (zlib-ng), continuing from ``value``. Not collective."""
-    return int(zlib_ng.crc32(data, value)) & 0xFFFFFFFF
+    """CRC32 of a buffer (ISA-L's where ``isal`` is installed, else zlib-ng's), continuing from ``value``. Not collective."""
+    return int(_crc32(data, value)) & 0xFFFFFFFF
 
 
 def shift(crc: int, nbytes: int) -> int:
