@@ -49,7 +49,7 @@ INLINE_NBYTES = 64 << 10
 
 
 def pool() -> ThreadPoolExecutor:
-    """Return the helper thread that CRCs bytes while the caller moves more bytes (zlib-ng releases the GIL)."""
+    """Return the helper thread that CRCs bytes while the caller moves more bytes (ISA-L and zlib-ng release the GIL)."""
     global _POOL
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amrckpt-crc")

@@ -21,6 +21,32 @@ def test_crc32_combine_matches_zlib(a: bytes, b: bytes) -> None:
     assert _crc.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
+@given(st.binary(max_size=5000), st.integers(0, 2**32 - 1), st.integers(0, 64))
+def test_crc32_of_every_library_matches_zlib(data: bytes, value: int, skip: int) -> None:
+    """_crc.crc32 (ISA-L's where isal is installed, as with the test extra) and zlib-ng's fallback are zlib's CRC-32,
+    continued from any value, on bytes, numpy arrays and memoryview slices alike."""
+    import numpy as np
+    from zlib_ng import zlib_ng
+
+    a = np.frombuffer(data, np.uint8)
+    mv = memoryview(data)[skip:]
+    want = zlib.crc32(data[skip:], value)
+    for crc in (_crc.crc32, lambda d, v=0: zlib_ng.crc32(d, v) & 0xFFFFFFFF):
+        assert crc(mv, value) == want
+        assert crc(a, value) == zlib.crc32(data, value)
+        assert crc(data) == zlib.crc32(data)
+
+
+def test_crc32_library_is_isal_where_installed() -> None:
+    """The test extra installs the fast extra: CI checks ISA-L's CRC32 (zlib-ng's is checked above either way)."""
+    try:
+        import isal.isal_zlib  # noqa: F401
+    except ImportError:
+        assert _crc.CRC32_LIBRARY == "zlib-ng"
+    else:
+        assert _crc.CRC32_LIBRARY == "isal"
+
+
 @given(st.data())
 def test_crc32_of_pieces_reuses_known_crcs_and_equals_zlib(data: st.DataObject) -> None:
     """A pieces file's CRC32 from the save's known CRC32s (combined) equals zlib's CRC of the bytes."""
