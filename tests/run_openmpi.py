@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +82,13 @@ def main() -> int:
             differ = sorted((set(a) | set(b)) - set(same))
             print(f"MPICH vs Open MPI at P=3: {len(same)} files byte-identical, {len(differ)} differ {differ}", flush=True)
             if differ or not same:
+                # Compressed chunks' bytes depend on the deflate library: say which each side had.
+                ask = "from amrckpt.container._chunks import deflate_name; print(deflate_name())"
+                libs = [
+                    subprocess.run([exe, "-c", ask], capture_output=True, text=True, check=False).stdout.strip()
+                    for exe in (sys.executable, str(py))
+                ]
+                print(f"deflate library: MPICH's venv {libs[0]!r}, Open MPI's venv {libs[1]!r}", flush=True)
                 failures.append("two MPIs: files differ")
 
     print(f"Open MPI job: {time.monotonic() - t0:.0f} s", flush=True)
