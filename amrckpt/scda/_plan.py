@@ -319,7 +319,7 @@ _AGREE_CALLS_NBYTES = _backend.CONTIGUOUS_NBYTES
 per read), so that large pieces move by contiguous calls of their own
 (:data:`amrckpt.scda._backend.CONTIGUOUS_NBYTES`); smaller plans read in one call through a file view, with no
 exchange.  A large piece read through a file view costs ROMIO several times a contiguous read (a load of 1e6 leaves,
-21 MB: 36 ms against 10 ms at P = 1, 26 ms against 4 ms at P = 2, when this bound was 64 MiB)."""
+21 MB: 36 ms through one view against 10 ms by contiguous calls at P = 1, 26 ms against 4 ms at P = 2)."""
 
 
 class GatheredExecutor:
