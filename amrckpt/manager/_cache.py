@@ -300,10 +300,17 @@ class Pieces:
 def parse_pieces(raw: Any, what: str, verify: bool = True) -> Pieces:
     """Parse a pieces file's bytes (``raw``: bytes or an mmap); check its CRC32s. Not collective.
 
+    The header's CRC32 is always checked, and that the table describes the
+    data (pieces that do not overlap in the file, adding up to it).  ``verify=False``
+    skips the CRC32 of the table and the data (one pass over every byte):
+    for a reader that checks every byte it uses by other CRC32s, as a load
+    in place does by the file's own (the sections' CRC32s in its index).
+
     Raises
     ------
     ManagerError
-        If it is not a pieces file, is cut short, or a CRC32 differs.
+        If it is not a pieces file, is cut short, its table is damaged, or
+        (``verify``) the CRC32 of its table and data differs.
     """
     view = memoryview(raw)
     if view.nbytes < _HEAD.size:
@@ -317,6 +324,15 @@ def parse_pieces(raw: Any, what: str, verify: bool = True) -> Pieces:
     table = np.frombuffer(view[_HEAD.size : tend], dtype="<u8").reshape(-1, 2)
     if verify and crc32(view[_HEAD.size :]) != crc:
         raise ManagerError(f"{what}: the CRC32 of its pieces differs: damaged")
+    # Unverified, the table must still describe the data (pieces not overlapping in the file, adding up
+    # to the data): what is read through it is then checked by the load's CRC32s of the sections.
+    by_offset = table[np.argsort(table[:, 0], kind="stable")].astype(np.int64) if n and int(table.max()) < 1 << 62 else None
+    if (
+        int(table[:, 1].sum(dtype=np.uint64)) != nbytes
+        or (n and by_offset is None)
+        or (by_offset is not None and bool(np.any(by_offset[1:, 0] < by_offset[:-1, 0] + by_offset[:-1, 1])))
+    ):
+        raise ManagerError(f"{what}: its table of pieces is damaged")
     ends = tend + np.cumsum(table[:, 1], dtype=np.int64)
     starts = ends - table[:, 1].astype(np.int64)
     pieces = [(int(o), view[int(s) : int(e)]) for o, s, e in zip(table[:, 0].tolist(), starts.tolist(), ends.tolist(), strict=True)]
@@ -324,7 +340,7 @@ def parse_pieces(raw: Any, what: str, verify: bool = True) -> Pieces:
 
 
 def read_pieces(path: Path, verify: bool = True) -> Pieces:
-    """Map a pieces file and parse it (:func:`parse_pieces`). Not collective.
+    """Map a pieces file and parse it (:func:`parse_pieces`; ``verify``: CRC32 its table and data). Not collective.
 
     Raises
     ------

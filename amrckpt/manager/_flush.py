@@ -189,7 +189,7 @@ def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool)
     call.run(keep)
 
 
-def _own(level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int) -> tuple[Pieces | None, str]:
+def _own(level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int, verify: bool) -> tuple[Pieces | None, str]:
     """Read this rank's pieces of the cached ``step`` from its node (None and why not, if it cannot)."""
     info = level.info(step)
     if info is None:
@@ -197,13 +197,24 @@ def _own(level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int)
     if info.get("size") != size or info.get("layout") != layout.digest:
         return None, f"the cached step {step} was written by another process count or node layout"
     try:
-        return read_pieces(level.step_path(step) / pieces_name(rank)), ""
+        got = read_pieces(level.step_path(step) / pieces_name(rank), verify)
     except ManagerError as exc:
         return None, str(exc)
+    nbytes = info.get("nbytes")
+    if not isinstance(nbytes, int) or got.end > nbytes:
+        got.close()
+        return None, f"the pieces of rank {rank} reach beyond the {nbytes} bytes of the cached step {step}: damaged"
+    return got, ""
 
 
-def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int) -> Pieces:
+def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, *, verify: bool = True) -> Pieces:
     """Return this rank's pieces of ``step``: its node's copy, else a partner's (SCR's rebuild). Collective, agreeing.
+
+    ``verify=False`` skips the CRC32 of this node's pieces files' tables
+    and data (:func:`~amrckpt.manager._cache.parse_pieces`; a partner's
+    copy is always checked): for a load in place, which checks every byte
+    it uses by the file's own CRC32s; a damaged copy is then found by that
+    load, not here.
 
     Raises
     ------
@@ -211,7 +222,7 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int) 
         On every rank, if some rank's pieces are on no node (or damaged on every node).
     """
     rank, P = call.comm.rank, call.comm.size
-    mine, why = _own(level, layout, step, rank, P)
+    mine, why = _own(level, layout, step, rank, P, verify)
     needs = call.allgather_ints([int(mine is None)], what="flush: find the pieces")
     for k in range(1, layout.partners + 1):
         if not needs.any():
@@ -227,7 +238,7 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int) 
                 raw.close()
         if mine is None and got is not None:
             try:
-                mine = parse_pieces(got, f"the partner copy of rank {rank}'s pieces")
+                mine = parse_pieces(got, f"the partner copy of rank {rank}'s pieces")  # always verified: a rare path
             except ManagerError as exc:
                 why = str(exc)
         needs = call.allgather_ints([int(mine is None)], what="flush: find the pieces")

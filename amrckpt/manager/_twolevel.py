@@ -20,8 +20,8 @@ from ..comm import Call, Comm, current_call
 from ..errors import AmrckptError, ManagerError
 from ..scda import FileAccess
 from ..schema import CheckpointSchema
-from ._cache import CacheLevel, NodeCache, NodeLayout
-from ._cache_read import pieces_access, root_extra
+from ._cache import CacheLevel, NodeCache, NodeLayout, Pieces
+from ._cache_read import NotInPiecesError, pieces_access, root_extra
 from ._directory import CheckpointDirectory
 from ._flush import Cached, cache_step, flush_step, gather_pieces, newest_cached
 from ._policies import Moment, Never, SavePolicy, shared_decision
@@ -250,11 +250,15 @@ class NodeLevel:
         ``load_cached(path, access)`` loads the step through ``access``,
         which serves every read from this rank's pieces
         (:mod:`~amrckpt.manager._cache_read`): SCR's restart
-        from the cache, with no shared file.  If the load needs bytes that a
-        rank does not hold (a partition other than the save's) or fails, the
-        step is flushed into ``directory`` instead (the caller loads it from
-        there).  A step incomplete or damaged on every copy is skipped
-        (logged) and the next older one is tried.
+        from the cache, with no shared file.  The load checks every byte it
+        uses by the file's CRC32s, so the pieces files' own CRC32s are not
+        computed first (each byte is CRC'd once); if the load fails, they
+        are, a damaged copy is replaced by a partner's, and the load is
+        tried once more.  If the load needs bytes that a rank does not hold
+        (a partition other than the save's) or still fails, the step is
+        flushed into ``directory`` from checked pieces instead (the caller
+        loads it from there).  A step incomplete or damaged on every copy is
+        skipped (logged) and the next older one is tried.
 
         Returns
         -------
@@ -269,42 +273,59 @@ class NodeLevel:
             step = newest_cached(call, self.level, self.layout, below)
             if step is None or (than is not None and step <= than):
                 return None, None
+            verified = False
             try:
-                pieces = gather_pieces(call, self.level, self.layout, step)
+                pieces = gather_pieces(call, self.level, self.layout, step, verify=False)
             except AmrckptError as exc:
                 self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
                 below = step
                 continue
             try:
-                size, extra = root_extra(call, pieces)
-                path = str(self.level.step_path(step))
-                try:
-                    loaded = load_cached(path, pieces_access(pieces, size, path, call.comm.rank, extra))
-                except AmrckptError as exc:  # raised on every rank: the load agrees
-                    self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, exc)
-                else:
-                    self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
-                    return step, loaded
-                try:
-                    flush_step(
-                        call.comm,
-                        self.level,
-                        self.layout,
-                        directory,
-                        step,
-                        access=access,
-                        keep_policy=keep_policy,
-                        log=self.log,
-                        pieces=pieces,
-                    )
-                except AmrckptError as exc:
-                    self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
-                    below = step
-                    continue
-                self.flushed = step
-                return step, None
+                while True:
+                    loaded, err = self._load_in_place(call, step, pieces, load_cached)
+                    if err is None:
+                        self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
+                        return step, loaded
+                    if verified or isinstance(err, NotInPiecesError):
+                        break
+                    self.log.warning("the cached step %d cannot be read in place (%s); checking its pieces", step, err)
+                    pieces.close()
+                    pieces = gather_pieces(call, self.level, self.layout, step)  # CRC32s checked, partners' copies
+                    verified = True
+                self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, err)
+                if not verified:
+                    pieces.close()
+                    pieces = gather_pieces(call, self.level, self.layout, step)  # a flush writes checked pieces only
+                flush_step(
+                    call.comm,
+                    self.level,
+                    self.layout,
+                    directory,
+                    step,
+                    access=access,
+                    keep_policy=keep_policy,
+                    log=self.log,
+                    pieces=pieces,
+                )
+            except AmrckptError as exc:
+                self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
+                below = step
+                continue
             finally:
                 pieces.close()
+            self.flushed = step
+            return step, None
+
+    def _load_in_place(
+        self, call: Call, step: int, pieces: Pieces, load_cached: Callable[[str, FileAccess], Any]
+    ) -> tuple[Any, AmrckptError | None]:
+        """Load the cached ``step`` from this rank's ``pieces``; return what it gave, or the error (agreed). Collective."""
+        size, extra = root_extra(call, pieces)
+        path = str(self.level.step_path(step))
+        try:
+            return load_cached(path, pieces_access(pieces, size, path, call.comm.rank, extra)), None
+        except AmrckptError as exc:  # raised on every rank: the load agrees
+            return None, exc
 
     def close(self) -> None:
         """Free the duplicated communicator and release the node's lock (after :meth:`wait`). Collective."""

@@ -102,6 +102,42 @@ def test_a_restart_from_the_cache_reads_no_shared_file(tmp_path: Path) -> None:
     assert_flushed_is_the_direct_save(tmp_path, 1)
 
 
+def test_a_restart_from_the_cache_crcs_every_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load in place checks every byte it uses by the file's CRC32s: the pieces files' own are not computed too."""
+    from amrckpt import _crc
+
+    cache = cache_one_step(tmp_path)
+    nbytes = json.loads(next((tmp_path / "cache").glob("node-0/ckpt-*.cache/step.json")).read_text())["nbytes"]
+    crcd = [0]
+    real = _crc._crc32
+
+    def counting(data: Any, value: int = 0) -> int:
+        crcd[0] += memoryview(data).nbytes
+        return real(data, value)
+
+    monkeypatch.setattr(_crc, "_crc32", counting)
+    with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
+        loaded = mgr.restore_latest()
+        assert (mgr.restored_step, mgr.restored_from) == (1, "cache")
+        # Every byte once, and a few headers again (the pieces file's, the root's metadata): not the data twice.
+        assert 0 < crcd[0] <= nbytes + 1024, (crcd[0], nbytes)
+        mgr.close(flush=False)
+    assert_state_equal(loaded.state, state(1))
+
+
+def test_a_damaged_byte_found_by_the_load_in_place_is_checked_and_skipped(tmp_path: Path) -> None:
+    """A byte of the cells damaged in the only copy: the load fails, the pieces' CRC32 names it, the step is skipped."""
+    cache = cache_one_step(tmp_path)
+    f = next((tmp_path / "cache").glob("node-0/ckpt-*.cache/rank-000000.pieces"))
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x40  # in the middle of the data, a byte every load reads
+    f.write_bytes(bytes(data))
+    with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
+        assert mgr.restore_latest() is None
+        assert mgr.all_steps() == []  # never flushed: a flush writes checked pieces only
+        mgr.close(flush=False)
+
+
 @pytest.mark.parametrize("how", ["uneven", "writer"])
 def test_a_restart_with_another_partition(tmp_path: Path, how: str) -> None:
     """Another partition reads in place (the ranks send each other what they lack); "writer" needs the flushed file."""
