@@ -25,6 +25,9 @@ slowest rank counts):
   steps beyond ``keep`` in a thread);
 * ``direct``: :meth:`CheckpointManager.save` without a cache into
   ``--shared`` (default: a directory on the machine's disk);
+* ``cached, no CRC32 (ablation)``: ``cached`` with every CRC32 computed
+  as a constant (``amrckpt._crc`` patched around the save; not a mode of
+  amrckpt, its steps cannot be restored): what the CRC32s cost;
 * ``restart from cache``: a new manager's ``restore_latest`` of the newest
   cached step (never flushed), read in place from the pieces; ``restart
   from directory``: the same state from the direct saves' directory.
@@ -54,6 +57,7 @@ _warm.ensure(_warm.requested(sys.argv))
 from _common import Bench, P, build, comm, interleaved, rank, say, stats, write_json
 
 import amrckpt as ac
+from amrckpt import _crc
 from amrckpt.manager import EveryNSteps, KeepLast
 
 
@@ -121,6 +125,10 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     if P >= 2:
         cache = ac.NodeCache(str(cache_root / "p" / "{node}"), partners=1, keep=2, node_size=P // 2 if P % 2 == 0 else 1)
         mgrs["cached+partner"] = ac.CheckpointManager(shared_root / "p", Bench, comm=comm, cache=cache, **policy)
+    ablation = "cached, no CRC32 (ablation)"
+    mgrs[ablation] = ac.CheckpointManager(
+        shared_root / "a", Bench, comm=comm, cache=ac.NodeCache(str(cache_root / "a" / "{node}"), partners=0), **policy
+    )
     steps = {k: 0 for k in mgrs}
 
     def saver(name: str) -> Any:
@@ -129,7 +137,17 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
             st.step = steps[name]
             mgrs[name].save(steps[name], st)
 
-        return save
+        if name != ablation:
+            return save
+
+        def without_crc32() -> None:  # what the CRC32s cost: computed as a constant (the steps cannot be restored)
+            real, _crc._crc32 = _crc._crc32, lambda data, value=0: 0
+            try:
+                save()
+            finally:
+                _crc._crc32 = real
+
+        return without_crc32
 
     mgrs["cached"].save(0, st)  # the pieces file's size: what the raw write writes
     mine = next((cache_root / "c").glob(f"*/ckpt-{0:012d}.cache/rank-{rank:06d}.pieces"))
@@ -180,12 +198,17 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     ratios["restart_cache_over_directory"] = med["restart from cache"] / med["restart from directory"]
     if "cached+partner" in med:
         ratios["cached_partner_over_raw"] = med["cached+partner"] / med["raw"]
+    ratios["ablation_cached_without_crc32_over_raw"] = med[ablation] / med["raw"]
     say(
         f"\ncached / raw = {ratios['cached_over_raw']:.2f} (target <= 1.2);  cached / direct = {ratios['cached_over_direct']:.3f} "
         "(target <= 0.25 when the shared directory is slower than the cache)"
     )
     if "cached_partner_over_raw" in ratios:
         say(f"cached with a partner copy / raw = {ratios['cached_partner_over_raw']:.2f} (the partner's bytes are written too)")
+    say(
+        f"ablation: cached with every CRC32 computed as a constant / raw = {ratios['ablation_cached_without_crc32_over_raw']:.2f}"
+        " (what the rest of the save costs)"
+    )
     say(f"restart from the cache (in place) / from the directory = {ratios['restart_cache_over_directory']:.2f}")
     return {"P": P, "leaves": a.leaves, "reps": a.reps, "bytes": total, "seconds": s, "ratios": ratios}
 
