@@ -21,11 +21,12 @@ the shared directory.  Every byte is checked against its CRC32 by the load.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .._crc import CHUNK_NBYTES
 from ..comm import Call, Comm
 from ..errors import ManagerError, ScdaUsageError
 from ..scda import Backend, FileAccess
@@ -191,6 +192,7 @@ class CachedBackend:
     """
 
     collective_io = False  # a read plan's phase in one call: each call exchanges what ranks lack
+    reports_filled = True  # read_gathered hands each piece filled from this rank's own to ``filled`` at once
 
     def __init__(self, pieces: PieceMap, comm: Comm) -> None:
         self.comm = comm
@@ -218,11 +220,21 @@ class CachedBackend:
             if lacking:
                 raise self._map.not_held(lacking)
 
-    def read_gathered(self, pieces: Sequence[tuple[int, Any]], nrounds: int, ncontiguous: int = 0) -> None:
+    def read_gathered(
+        self,
+        pieces: Sequence[tuple[int, Any]],
+        nrounds: int,
+        ncontiguous: int = 0,
+        filled: Callable[[list[tuple[int, Any]]], None] | None = None,
+    ) -> None:
         """Fill the pieces: from this rank's pieces, and the bytes other ranks hold from them. Collective.
 
         ``nrounds`` and ``ncontiguous`` (the shared file's calls) do not
-        apply.  A rank lacks bytes where a compressed chunk of its leaves
+        apply.  ``filled``, if given, takes the pieces filled whole from
+        this rank's own as soon as about :data:`amrckpt._crc.CHUNK_NBYTES`
+        of them are (a read plan CRCs them in the helper thread while the
+        next are copied); the caller still gets every piece when the call
+        returns.  A rank lacks bytes where a compressed chunk of its leaves
         was written by a neighbour, or under another partition than the
         save's: the ranges lacking are allgathered (a few per rank), the
         ranks holding them send them, one ``sendrecv`` per rank distance
@@ -237,10 +249,21 @@ class CachedBackend:
         comm, me, P = self.comm, self.comm.rank, self.comm.size
         lacking: list[tuple[int, int, memoryview]] = []  # (file offset, nbytes, where they go)
         error: BaseException | None = None  # raised after taking part in every collective call (the Backend contract)
+        done: list[tuple[int, Any]] = []
+        done_nbytes = 0
         try:
             for off, b in pieces:
                 view = memoryview(b).cast("B")
-                lacking.extend((at, n, view[at - off : at - off + n]) for at, n in self._map.fill(off, view))
+                missing = self._map.fill(off, view)
+                lacking.extend((at, n, view[at - off : at - off + n]) for at, n in missing)
+                if filled is not None and not missing:
+                    done.append((off, b))
+                    done_nbytes += view.nbytes
+                    if done_nbytes >= CHUNK_NBYTES:
+                        filled(done)
+                        done, done_nbytes = [], 0
+            if done and filled is not None:
+                filled(done)
         except Exception as exc:  # noqa: BLE001 - raised below, after the exchanges
             error, lacking = exc, []
         if P > 1:

@@ -385,7 +385,9 @@ class GatheredExecutor:
         each of small pieces and at most one large one (a part of at most
         :data:`amrckpt._crc.CHUNK_NBYTES` of a large piece), as many groups
         on every rank as on the rank with the most (one allreduce agrees);
-        the helper thread CRCs each group while the next is read.
+        the helper thread CRCs each group while the next is read.  A backend
+        that ``reports_filled`` (a node cache's pieces, read in one call)
+        hands over each part as soon as it is filled, to the same effect.
         """
         pieces = plan.take_pieces()
         if self._backend is None:
@@ -408,7 +410,9 @@ class GatheredExecutor:
         for group in groups:
             todo = [] if plan.failed_read else group  # after a failed read, this rank joins the others' calls with nothing
             try:
-                if ncontig:
+                if getattr(self._backend, "reports_filled", False):  # a node cache's pieces: each CRC'd once copied
+                    self._backend.read_gathered(todo, nrounds, filled=plan.crc_read)  # type: ignore[call-arg]
+                elif ncontig:
                     self._backend.read_gathered(todo, nrounds, ncontig)
                 else:
                     self._backend.read_gathered(todo, nrounds)

@@ -125,6 +125,27 @@ def test_a_restart_from_the_cache_crcs_every_byte_once(tmp_path: Path, monkeypat
     assert_state_equal(loaded.state, state(1))
 
 
+def test_cached_reads_hand_each_piece_over_once_filled() -> None:
+    """The load's CRC32s start while the next pieces are copied: ``filled`` gets the pieces filled whole, before the end."""
+    from amrckpt.comm import SerialComm
+    from amrckpt.manager._cache import Pieces
+    from amrckpt.manager._cache_read import CachedBackend, NotInPiecesError, PieceMap
+
+    held = Pieces(0, 1, [(0, memoryview(b"a" * 100)), (200, memoryview(b"b" * 50))])
+    backend = CachedBackend(PieceMap(held, 300, "step", 0), SerialComm())
+    first, second, third = bytearray(100), bytearray(40), bytearray(100)
+    seen: list[list[int]] = []
+
+    def filled(pieces: list[tuple[int, Any]]) -> None:
+        seen.append([off for off, _ in pieces])
+        assert bytes(pieces[0][1]) == b"a" * 100  # filled when handed over
+
+    with pytest.raises(NotInPiecesError, match="bytes 150..200"):
+        backend.read_gathered([(0, first), (205, second), (150, third)], 1, filled=filled)
+    assert seen == [[0, 205]]  # not the piece lacking bytes 150..200
+    assert bytes(second) == b"b" * 40
+
+
 def test_a_damaged_byte_found_by_the_load_in_place_is_checked_and_skipped(tmp_path: Path) -> None:
     """A byte of the cells damaged in the only copy: the load fails, the pieces' CRC32 names it, the step is skipped."""
     cache = cache_one_step(tmp_path)
