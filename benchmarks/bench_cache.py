@@ -32,6 +32,10 @@ slowest rank counts):
   cached step (never flushed), read in place from the pieces; ``restart
   from directory``: the same state from the direct saves' directory.
 
+Before each timed op, untimed, every op's background work ends (the
+managers' retention threads, raw's unlinking threads), as the simulation's
+steps between two saves let it end in a run: no op pays for another's.
+
 Printed: ``cached / raw`` (the cache's overhead over the bytes' own cost)
 and ``cached / direct`` (what a save blocks for with the cache, against
 without).  The cache is ``/dev/shm`` by default.
@@ -175,9 +179,20 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
             unlinking.append(threading.Thread(target=old.unlink))
             unlinking[-1].start()
 
+    def quiet(name: str) -> None:
+        """Untimed, before each op: the other ops' background work done (the managers' retentions, raw's unlinks).
+
+        As in a run, where the simulation's steps between two saves leave the retention time to end.
+        """
+        for m in mgrs.values():
+            m.wait()
+        for t in unlinking:
+            t.join()
+        unlinking.clear()
+
     ops = {name: saver(name) for name in mgrs} | {"raw": raw}
     try:
-        t = interleaved(ops, a.reps)
+        t = interleaved(ops, a.reps, before=quiet)
     finally:
         for m in mgrs.values():
             m.close(flush=False)
