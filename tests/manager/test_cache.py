@@ -140,7 +140,7 @@ def test_cached_reads_hand_each_piece_over_once_filled() -> None:
         seen.append([off for off, _ in pieces])
         assert bytes(pieces[0][1]) == b"a" * 100  # filled when handed over
 
-    with pytest.raises(NotInPiecesError, match="bytes 150..200"):
+    with pytest.raises(NotInPiecesError, match=r"bytes 150\.\.200"):
         backend.read_gathered([(0, first), (205, second), (150, third)], 1, filled=filled)
     assert seen == [[0, 205]]  # not the piece lacking bytes 150..200
     assert bytes(second) == b"b" * 40
