@@ -255,3 +255,17 @@ def collectives(P: int, fn: Any, *args: Any) -> list[int]:
         return cc.total
 
     return run_threads(P, body)
+
+
+def count_crc_bytes(monkeypatch: pytest.MonkeyPatch, *targets: tuple[Any, str]) -> list[int]:
+    """Count the bytes CRC'd through each ``(module, name)`` CRC32 function (patched); return the one-item counter."""
+    counted = [0]
+    for module, name in targets:
+        real = getattr(module, name)
+
+        def counting(data: Any, value: int = 0, real: Any = real) -> int:
+            counted[0] += memoryview(data).nbytes
+            return int(real(data, value))
+
+        monkeypatch.setattr(module, name, counting)
+    return counted

@@ -104,18 +104,12 @@ def test_a_restart_from_the_cache_reads_no_shared_file(tmp_path: Path) -> None:
 
 def test_a_restart_from_the_cache_crcs_every_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The load in place checks every byte it uses by the file's CRC32s: the pieces files' own are not computed too."""
+    from _support import count_crc_bytes
     from amrckpt import _crc
 
     cache = cache_one_step(tmp_path)
     nbytes = json.loads(next((tmp_path / "cache").glob("node-0/ckpt-*.cache/step.json")).read_text())["nbytes"]
-    crcd = [0]
-    real = _crc._crc32
-
-    def counting(data: Any, value: int = 0) -> int:
-        crcd[0] += memoryview(data).nbytes
-        return real(data, value)
-
-    monkeypatch.setattr(_crc, "_crc32", counting)
+    crcd = count_crc_bytes(monkeypatch, (_crc, "_crc32"))
     with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
         loaded = mgr.restore_latest()
         assert (mgr.restored_step, mgr.restored_from) == (1, "cache")

@@ -427,18 +427,11 @@ def test_json_schemas_in_the_repository_are_current() -> None:
 def test_a_save_crcs_every_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CRC32s of the payloads written as they are (mesh records, rho, the hp values) are started while the mesh is
     packed and taken by the writer; the records' CRC32 also keys the order check: no byte is CRC'd twice."""
+    from _support import count_crc_bytes
     from amrckpt import _crc
     from amrckpt.schema import _save
 
-    crcd = [0]
-    real = _crc.crc32
-
-    def counting(data: Any, value: int = 0) -> int:
-        crcd[0] += memoryview(data).nbytes
-        return real(data, value)
-
-    monkeypatch.setattr(_crc, "crc32", counting)
-    monkeypatch.setattr(_save, "crc32", counting)
+    crcd = count_crc_bytes(monkeypatch, (_crc, "crc32"), (_save, "crc32"))
     state = G.local(0, G.N)
     path = tmp_path / "once.scda"
     ac.save(state, path)
