@@ -50,3 +50,15 @@ def mpi_tmp() -> Iterator[Path]:
     """A temporary directory shared by all ranks (see :func:`shared_tmpdir`)."""
     with shared_tmpdir() as path:
         yield path
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Outside mpiexec: remove the MPICH segments that jobs killed or aborted by the tests left in /dev/shm.
+
+    (:func:`killing.remove_orphaned_mpich_shm`: only this user's, and only
+    those no process holds open or mapped.)
+    """
+    if not any(k in os.environ for k in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")):
+        from killing import remove_orphaned_mpich_shm
+
+        remove_orphaned_mpich_shm()

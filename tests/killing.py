@@ -177,13 +177,51 @@ def _matching(text: str) -> list[int]:
     return out
 
 
+def remove_orphaned_mpich_shm(shm: Path = Path("/dev/shm")) -> list[str]:
+    """Unlink the shared-memory segments of killed MPICH jobs: ours, and open or mapped by no process; return their names.
+
+    MPICH unlinks a node's segment once its ranks have attached; a job
+    killed before that leaves it behind (4 MB each, a hundred per CI run),
+    and a machine whose /dev/shm fills up measures every benchmark under
+    memory pressure.  A segment that any process holds open or mapped (a
+    job starting) is kept.
+    """
+    try:
+        mine = [p for p in shm.glob("mpich_shm_*") if p.lstat().st_uid == os.getuid()]
+    except OSError:
+        return []
+    if not mine:
+        return []
+    used: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for line in (proc / "maps").read_text().splitlines():
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6:
+                    used.add(fields[5])
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    used.add(os.readlink(fd))
+    removed = []
+    for p in mine:
+        if str(p) not in used:
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p.name)
+    return removed
+
+
 def kill_tree(pid: int, marker: str | None = None, timeout: float = 30.0) -> None:
     """SIGKILL a job: a process, all its descendants, and every process whose command line has ``marker``.
 
     hydra puts each rank in a session of its own, and a rank forked while the
     job is being killed is missed by a snapshot of the tree; the job's
     directory on every rank's command line finds them all.  Repeats until
-    none is alive.
+    none is alive; then removes the MPICH segments the job left
+    (:func:`remove_orphaned_mpich_shm`).
     """
     deadline = time.time() + timeout
     while True:
@@ -197,6 +235,7 @@ def kill_tree(pid: int, marker: str | None = None, timeout: float = 30.0) -> Non
             tree += _matching(marker)
         alive = [p for p in tree if _alive(p)]
         if not alive:
+            remove_orphaned_mpich_shm()  # a rank killed before MPICH unlinked its segment leaves it in /dev/shm
             return
         if time.time() > deadline:
             raise AssertionError(f"processes {alive} survive SIGKILL")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from checkpoint_cases import Advection, assert_state_equal
 from kill_job import state_at
-from killing import campaign, job, kill_once
+from killing import campaign, job, kill_once, remove_orphaned_mpich_shm
 
 import amrckpt as ac
 
@@ -55,3 +55,16 @@ def test_sigterm_on_one_rank_checkpoints_all_ranks_and_exits(tmp_path: Path) -> 
         loaded = mgr.restore_latest()
         assert mgr.restored_step == step
         assert_state_equal(loaded.state, state_at(step, None, 1000))
+
+
+def test_the_segments_of_killed_jobs_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    """MPICH's segments that no process holds open or mapped are a killed job's: removed; one held open stays."""
+    live, orphan, other = tmp_path / "mpich_shm_1a2b_0", tmp_path / "mpich_shm_3c4d_0", tmp_path / "not_mpich"
+    for f in (live, orphan, other):
+        f.write_bytes(b"x" * 4096)
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        assert remove_orphaned_mpich_shm(tmp_path) == [orphan.name]
+    finally:
+        os.close(fd)
+    assert live.exists() and other.exists() and not orphan.exists()
