@@ -273,7 +273,6 @@ class NodeLevel:
             step = newest_cached(call, self.level, self.layout, below)
             if step is None or (than is not None and step <= than):
                 return None, None
-            verified = False
             try:
                 pieces = gather_pieces(call, self.level, self.layout, step, verify=False)
             except AmrckptError as exc:
@@ -281,21 +280,17 @@ class NodeLevel:
                 below = step
                 continue
             try:
-                while True:
-                    loaded, err = self._load_in_place(call, step, pieces, load_cached)
-                    if err is None:
-                        self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
-                        return step, loaded
-                    if verified or isinstance(err, NotInPiecesError):
-                        break
+                loaded, err = self._load_in_place(call, step, pieces, load_cached)
+                if err is not None:  # the pieces' CRC32s checked, damaged copies replaced by partners' (a flush needs them so too)
                     self.log.warning("the cached step %d cannot be read in place (%s); checking its pieces", step, err)
                     pieces.close()
-                    pieces = gather_pieces(call, self.level, self.layout, step)  # CRC32s checked, partners' copies
-                    verified = True
+                    pieces = gather_pieces(call, self.level, self.layout, step)
+                    if not isinstance(err, NotInPiecesError):  # damaged bytes, now replaced: read in place again
+                        loaded, err = self._load_in_place(call, step, pieces, load_cached)
+                if err is None:
+                    self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
+                    return step, loaded
                 self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, err)
-                if not verified:
-                    pieces.close()
-                    pieces = gather_pieces(call, self.level, self.layout, step)  # a flush writes checked pieces only
                 flush_step(
                     call.comm,
                     self.level,
