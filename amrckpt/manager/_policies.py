@@ -425,9 +425,12 @@ def shared_decision(call: Call, policy: SavePolicy, moment: Moment) -> Decision:
     """Ask ``policy`` on every rank; return the decision they share. Collective (an open :class:`~amrckpt.comm.Call`).
 
     One allreduce (the maxima of whether to save, whether to halt, and the
-    lowest rank that wants to save) decides; when a save happens, a second
-    carries that rank's reason text (its policies' reasons joined by
-    ``"; "``) to every rank.
+    lowest rank that wants to save) decides, and carries rank 0's reason
+    text (its policies' reasons joined by ``"; "``): the reason recorded is
+    the lowest saving rank's, which is rank 0 whenever rank 0 wants to save
+    (a policy that every rank evaluates alike); only when it is another
+    rank (e.g. the one that received a signal) does a second allreduce
+    carry that rank's text.
     """
 
     def ask() -> Decision:
@@ -437,8 +440,11 @@ def shared_decision(call: Call, policy: SavePolicy, moment: Moment) -> Decision:
     local = call.run(ask) or Decision(False, False, "")
     P = call.comm.size
     key = P - call.comm.rank if local.save else 0  # the largest key is the lowest saving rank
-    save, halt, top = call.allreduce(maxima=[int(local.save), int(local.halt), key], what="decide").maxima
+    got = call.allreduce(maxima=[int(local.save), int(local.halt), key], root_value=local.reason, root=0, what="decide")
+    save, halt, top = got.maxima
     if not save:
         return Decision(False, bool(halt), "")
+    if top == P:  # rank 0 saves: its reason came with the decision
+        return Decision(True, bool(halt), str(got.value))
     reason = call.allreduce(root_value=local.reason, root=P - top, what="decide: reason").value
     return Decision(True, bool(halt), str(reason))

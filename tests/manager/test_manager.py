@@ -397,25 +397,25 @@ def _decisions(tmp_path: Path, P: int, policy_of: Any, prepare: Any = None) -> l
     return run_threads(P, body)
 
 
-def test_decide_takes_one_collective_and_one_more_for_the_reason(tmp_path: Path) -> None:
-    """One allreduce decides; when a save happens, one more carries the lowest saving rank's reason."""
+def test_decide_takes_one_collective_and_one_more_for_another_ranks_reason(tmp_path: Path) -> None:
+    """One allreduce decides and carries rank 0's reason; one more carries the lowest saving rank's if it is not rank 0."""
     sig = lambda r, p: p.policies[1].trigger(signal.SIGUSR1) if r == 2 else None  # noqa: E731
     got = _decisions(tmp_path, 3, lambda r: EveryNSteps(5) | OnSignal(signals=()), sig)
-    assert got == [(Decision(True, True, "step 10 is a multiple of 5"), 2)] * 3  # rank 0's reason; rank 2's signal halts
+    assert got == [(Decision(True, True, "step 10 is a multiple of 5"), 1)] * 3  # rank 0's reason; rank 2's signal halts
     got = _decisions(tmp_path, 3, lambda r: EveryNSteps(3) | OnSignal(signals=()), sig)
     assert got == [(Decision(True, True, "received SIGUSR1"), 2)] * 3
     got = _decisions(tmp_path, 2, lambda r: EveryNSteps(3))
     assert got == [(Decision(False, False, ""), 1)] * 2
     end = time.time() + 50.4
     got = _decisions(tmp_path, 3, lambda r: BeforeWallTime(end_time=end, min_margin=100) | OnFileTrigger(tmp_path / "x"))
-    assert got[0] == got[1] == got[2] and got[0][1] == 2 and got[0][0].halt
+    assert got[0] == got[1] == got[2] and got[0][1] == 1 and got[0][0].halt
     assert got[0][0].reason in ("50 s of wall time left", "49 s of wall time left")  # rank 0's seconds left
 
 
 def test_decide_takes_a_user_policys_reason_from_the_lowest_rank_that_gave_it(tmp_path: Path) -> None:
-    """The reason is the lowest saving rank's text, carried by one more allreduce; the same on every rank."""
+    """The reason is the lowest saving rank's text (another rank's by one more allreduce); the same on every rank."""
     got = _decisions(tmp_path, 4, lambda r: EveryNSteps(5) | _Custom(r))
-    assert got == [(Decision(True, False, "step 10 is a multiple of 5"), 2)] * 4
+    assert got == [(Decision(True, False, "step 10 is a multiple of 5"), 1)] * 4
     got = _decisions(tmp_path, 4, lambda r: EveryNSteps(7) | _Custom(r))
     assert got == [(Decision(True, False, "custom from rank 1"), 2)] * 4
 
