@@ -388,15 +388,14 @@ class CheckpointManager(Generic[S]):
     def _preflight(
         self, step: int, overwrite: bool, metrics: dict[str, Any] | None, metadata: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """Check metrics and metadata (JSON, equal on every rank) and the step (rank 0's listing). Collective.
+        """Check metrics and metadata (JSON, equal on every rank) and the step (rank 0's listing). Collective: one allreduce.
 
         Returns the keys to add to the step record.
         """
         call = current_call(self.comm)
         assert call is not None
-        extra = agreed_facts(call, metrics, metadata)
         unusable = frozenset(self._aside.unusable)
-        skipped = call.on_root(lambda: self._dir.prepare_step(step, overwrite, unusable), what="save: check the step")
+        extra, skipped = agreed_facts(call, metrics, metadata, lambda: self._dir.prepare_step(step, overwrite, unusable))
         self._aside.report(skipped)
         return extra
 

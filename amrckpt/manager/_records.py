@@ -21,6 +21,7 @@ import json
 import math
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,16 +263,29 @@ class StepMetadata:
     record_problem: str | None = None
 
 
-def agreed_facts(call: Call, metrics: Any, metadata: Any) -> dict[str, Any]:
+def agreed_facts(call: Call, metrics: Any, metadata: Any, on_root: Callable[[], Any] | None = None) -> tuple[dict[str, Any], Any]:
     """Check a save's ``metrics`` and ``metadata`` (JSON, equal on every rank); return them for the step record. Collective.
+
+    One allreduce (and, only when they differ, an allgather naming the
+    ranks).  ``on_root``, if given, runs on rank 0 and its result comes back
+    on every rank with the same allreduce, its errors agreed on there.
+
+    Returns
+    -------
+    (dict, object)
+        The keys to add to the step record, and ``on_root()``'s result (None without it).
 
     Raises
     ------
     ManagerError
         On every rank, if they are not JSON or differ between ranks (naming the ranks).
+    AmrckptError
+        On every rank, what ``on_root`` raised.
     """
     extra, text = call.run(json_facts, metrics, metadata) or ({}, "")
-    if not call.allreduce(equal=[digest_of(text)], what="save: metrics").equal[0]:
+    root = call.run(lambda: (on_root() if on_root is not None else None,), on=0)
+    got = call.allreduce(equal=[digest_of(text)], root_value=root, root=0, what="save: metrics")
+    if not got.equal[0]:
         texts = call.allgather(text, what="save: metrics")  # only when they differ: name the ranks
         ranks = [r for r, t in enumerate(texts) if t != texts[0]]
         raise call.agreed(
@@ -279,4 +293,4 @@ def agreed_facts(call: Call, metrics: Any, metadata: Any) -> dict[str, Any]:
                 f"save: metrics or metadata differ between ranks ({ranks} differ from rank 0): pass values reduced over the ranks"
             )
         )
-    return extra
+    return extra, got.value[0]
