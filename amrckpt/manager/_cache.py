@@ -26,6 +26,8 @@ uint64), and the pieces' bytes one after the other.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import logging
 import mmap
@@ -34,6 +36,7 @@ import platform
 import shutil
 import stat
 import struct
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +62,7 @@ STEP_JSON = "step.json"
 MAGIC = b"amrckpt pieces 1"
 _HEAD = struct.Struct("<16sQQQQII")  # magic, rank, nrounds, npieces, data nbytes, crc32(table + data), crc32(head)
 _IOV = 512  # buffers per writev (below every system's IOV_MAX)
+_TMPFS_MAGIC = 0x01021994  # linux/magic.h
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,17 @@ class NodeCache:
         several nodes on one machine (tests).  Default None: the nodes are
         the hosts (ranks with the same host name share a node, as
         ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` would group them).
+    recycle : bool, optional
+        Write a save's pieces into the pieces file of the oldest cached
+        step that the save's retention removes anyway (default True): its
+        memory pages are allocated already, which a new file's are not (on a
+        tmpfs such as ``/dev/shm`` the file is overwritten through a shared
+        mapping, else with ``pwritev``).  As SCR's cache deletes its oldest
+        checkpoint before it writes a new one, that step is then incomplete
+        while the save runs: ``keep - 1`` complete steps and the new one in
+        progress, at most ``keep`` steps' pages in the cache instead of
+        ``keep + 1``.  The newest cached step is never recycled (with
+        ``keep=1`` nothing is).  False: always a new file.
 
     Raises
     ------
@@ -103,6 +118,7 @@ class NodeCache:
     partners: int = 1
     keep: int = 2
     node_size: int | None = None
+    recycle: bool = True
 
     def __post_init__(self) -> None:
         for name, value, low in (("partners", self.partners, 0), ("keep", self.keep, 1)):
@@ -111,6 +127,8 @@ class NodeCache:
         ns = self.node_size
         if ns is not None and (isinstance(ns, bool) or not isinstance(ns, int) or ns < 1):
             raise ManagerError(f"NodeCache: node_size is None or an int >= 1, not {ns!r}")
+        if not isinstance(self.recycle, bool):
+            raise ManagerError(f"NodeCache: recycle is a bool, not {self.recycle!r}")
 
     def path_of(self, node: int, job: str | None = None) -> Path:
         """Return the cache directory of ``node``. Not collective."""
@@ -238,6 +256,111 @@ def _write_all(fd: int, bufs: Sequence[memoryview | bytes], path: Path) -> None:
                     break
     except OSError as exc:
         raise os_error(exc, str(path), "cannot write") from exc
+
+
+def _copy_mapped(mapping: mmap.mmap, bufs: Sequence[memoryview]) -> None:
+    """Copy ``bufs`` one after the other from byte ``_HEAD.size`` on, through a shared mapping of a pieces file.
+
+    All the file's pages are allocated (a full tmpfs cannot fail the copy with SIGBUS).
+
+    The header is zeroed first (a recycled pieces file never has a valid
+    header over new data); the caller writes it last.
+    """
+    dst = np.frombuffer(mapping, dtype=np.uint8)
+    try:
+        dst[: _HEAD.size] = 0
+        pos = _HEAD.size
+        for v in bufs:
+            dst[pos : pos + v.nbytes] = np.frombuffer(v, dtype=np.uint8)
+            pos += v.nbytes
+    finally:
+        del dst
+
+
+class Mappings:
+    """A rank's shared writable mappings of its own pieces files, by inode. Not collective; not thread-safe (one save at a time).
+
+    A pieces file written through a mapping keeps it: when the file is
+    recycled (renamed into a later step) it is written again without
+    mapping its pages anew, and no ``munmap`` of 100 MB (milliseconds, and
+    it holds the process's memory map, so that a rank's MPI progress waits)
+    happens inside a save.  Each mapping keeps a descriptor of its file (so
+    that its inode cannot be reused by another file while it is kept).  A
+    mapping holds its pages even once its file is unlinked: :meth:`sweep`
+    (the cache's retention) closes those whose file has no link left,
+    :meth:`close` all of them.
+    """
+
+    def __init__(self) -> None:
+        self._by_inode: dict[tuple[int, int], tuple[mmap.mmap, int]] = {}
+
+    def take(self, st: os.stat_result, nbytes: int) -> mmap.mmap | None:
+        """Return the mapping kept of the file ``st`` (device, inode) if it is ``nbytes`` long, else None (stale: closed)."""
+        got = self._by_inode.pop((st.st_dev, st.st_ino), None)
+        if got is None:
+            return None
+        mapping, fd = got
+        os.close(fd)
+        if len(mapping) == nbytes:
+            return mapping
+        _close_mapping(mapping)
+        return None
+
+    def keep(self, fd: int, st: os.stat_result, mapping: mmap.mmap) -> None:
+        """Keep ``mapping`` of the file ``st``, open as ``fd`` (duplicated: the caller closes its own)."""
+        try:
+            mine = os.dup(fd)
+        except OSError:
+            _close_mapping(mapping)
+            return
+        old = self._by_inode.pop((st.st_dev, st.st_ino), None)
+        if old is not None:
+            self._drop(old)
+        self._by_inode[(st.st_dev, st.st_ino)] = (mapping, mine)
+
+    def sweep(self) -> None:
+        """Close the mappings of files that have no link left (unlinked by the retention, or removed with a step)."""
+        for key, (_, fd) in list(self._by_inode.items()):
+            try:
+                if os.fstat(fd).st_nlink > 0:
+                    continue
+            except OSError:
+                pass
+            self._drop(self._by_inode.pop(key))
+
+    def close(self) -> None:
+        """Close every mapping."""
+        maps, self._by_inode = self._by_inode, {}
+        for got in maps.values():
+            self._drop(got)
+
+    @staticmethod
+    def _drop(got: tuple[mmap.mmap, int]) -> None:
+        _close_mapping(got[0])
+        with contextlib.suppress(OSError):
+            os.close(got[1])
+
+    def __len__(self) -> int:
+        return len(self._by_inode)
+
+
+def _close_mapping(mapping: mmap.mmap) -> None:
+    with contextlib.suppress(BufferError, ValueError):
+        mapping.close()
+
+
+def on_tmpfs(path: Path) -> bool:
+    """Whether ``path`` is on a tmpfs (``statfs(2)``'s ``f_type``, Linux); False where that cannot be told. Not collective."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        buf = ctypes.create_string_buffer(512)  # struct statfs (120 bytes on 64-bit Linux), f_type first
+        if libc.statfs(os.fsencode(path), buf) != 0:
+            return False
+        return ctypes.c_long.from_buffer(buf).value == _TMPFS_MAGIC
+    except (OSError, AttributeError, ValueError):
+        return False
 
 
 def pieces_table(pieces: Sequence[tuple[int, memoryview]]) -> bytes:
@@ -368,17 +491,23 @@ class PiecesBackend:
 
     Opened by the deferred writer of a save (``defer=True``) through
     :meth:`CacheLevel.opener`: the save's one collective write
-    (``write_gathered``) becomes one ``writev`` of a file on the node.
-    Only writes; nothing collective happens in it.
+    (``write_gathered``) becomes one ``writev`` of a file on the node, or,
+    with ``recycle``, a copy into a retired step's pieces file of this rank
+    (its pages allocated already).  Only writes; nothing collective happens in it.
     """
 
-    def __init__(self, path: Path, comm: Comm) -> None:
+    def __init__(self, path: Path, comm: Comm, recycle: Path | None = None, maps: Mappings | None = None) -> None:
         self.comm = comm
         self.path = str(path)
         self._file = path
         self._fd = -1
         self._known: list[tuple[int, int, int]] | None = None
+        self._recycle = recycle
+        self._maps = maps  # None: never through a mapping (not a tmpfs)
+        self._mapping: mmap.mmap | None = None
+        self._stat: os.stat_result | None = None
         self.written: Path | None = None
+        self.recycled = False
 
     def take_piece_crcs(self, known: list[tuple[int, int, int]]) -> None:
         """Take the ``(offset, nbytes, crc32)`` of file ranges that the save CRC'd already (see :class:`~amrckpt.scda.Backend`)."""
@@ -389,33 +518,109 @@ class PiecesBackend:
         raise ScdaUsageError("a node cache takes the pieces of a deferred writer only (write_gathered)")
 
     def write_gathered(self, pieces: Sequence[tuple[int, memoryview]], nrounds: int, ncontiguous: int = 0) -> None:
-        """Write this rank's pieces, with their offsets, into its pieces file (created: never through a link).
+        """Write this rank's pieces, with their offsets, into its pieces file (never through a link).
 
-        ``nrounds`` and ``ncontiguous`` (the shared file's collective calls) do not apply to a file of one rank.
+        The file is new (``O_CREAT | O_EXCL``), or the recycled one (renamed
+        here, then opened with ``O_NOFOLLOW`` and used only if it is a
+        regular file of this user with one link).  ``nrounds`` and
+        ``ncontiguous`` (the shared file's collective calls) do not apply to
+        a file of one rank.
         """
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            self._fd = os.open(self._file, flags, 0o600)
-        except OSError as exc:
-            raise os_error(exc, self.path, "cannot create") from exc
         # The CRC32 in a helper thread while the table and data are written (zlib-ng and writev release the GIL);
         # the header, which holds it, last.
         table = pieces_table(pieces)
+        bufs = [memoryview(table), *(memoryview(b).cast("B") for _, b in pieces if len(b))]
+        total = _HEAD.size + sum(v.nbytes for v in bufs)
+        self._open(total)
+        mapping, self._mapping = self._mapping, None
         known, self._known = self._known, None
         if known is not None:  # the save's CRC32s of its data, combined: no second pass over the bytes
             crc = pool().submit(crc32_of_pieces, pieces, known, crc32(table))
         else:
             crc = pool().submit(_crc_of, table, pieces)
         try:
-            os.lseek(self._fd, _HEAD.size, os.SEEK_SET)
-            _write_all(self._fd, [table, *(memoryview(b) for _, b in pieces)], self._file)
-        finally:
-            value = crc.result()
-        try:
-            os.pwrite(self._fd, pieces_head(self.comm.rank, nrounds, table, value), 0)
-        except OSError as exc:
-            raise os_error(exc, self.path, "cannot write") from exc
+            try:
+                if mapping is not None:
+                    _copy_mapped(mapping, bufs)
+                else:
+                    os.lseek(self._fd, _HEAD.size, os.SEEK_SET)
+                    _write_all(self._fd, bufs, self._file)
+            finally:
+                value = crc.result()
+            try:
+                os.pwrite(self._fd, pieces_head(self.comm.rank, nrounds, table, value), 0)
+            except OSError as exc:
+                raise os_error(exc, self.path, "cannot write") from exc
+        except BaseException:
+            if mapping is not None:
+                _close_mapping(mapping)
+            raise
         self.written = self._file
+        if mapping is not None and self._maps is not None and self._stat is not None:
+            self._maps.keep(self._fd, self._stat, mapping)  # for the next time this file is recycled
+
+    def _open(self, total: int) -> None:
+        """Open the pieces file, recycled if possible (and then mapped on a tmpfs), sized ``total``."""
+        src, self._recycle = self._recycle, None
+        if src is not None:
+            try:
+                if not stat.S_ISREG(os.lstat(src).st_mode):  # a link or a directory planted there: left where it is
+                    raise FileNotFoundError(src)
+                os.rename(src, self._file)
+            except OSError:
+                src = None  # removed meanwhile, or not a file: a new file
+        if src is not None and self._reopen(total):
+            self.recycled = True
+            return
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(self._file, flags, 0o600)
+        except OSError as exc:
+            raise os_error(exc, self.path, "cannot create") from exc
+
+    def _reopen(self, total: int) -> bool:
+        """Open the recycled file, size it ``total``, and map it on a tmpfs (its mapping kept from its last write, if any).
+
+        False (and it is unlinked) if it is a link, not a regular file of ours, or linked twice.
+        """
+        flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self._file, flags)
+        except OSError:
+            fd = -1
+        st = os.fstat(fd) if fd >= 0 else None
+        if st is None or not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()):
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(self._file)
+            except OSError:  # a directory swapped in since the check: moved aside, removed with the step
+                with contextlib.suppress(OSError):
+                    os.rename(self._file, self._file.with_name(f".refused-{self._file.name}"))
+            return False
+        self._fd = fd
+        kept = self._maps.take(st, total) if self._maps is not None else None
+        try:
+            allocated = st.st_size >= total and st.st_blocks * 512 >= st.st_size
+            if st.st_size != total:
+                os.ftruncate(fd, total)
+            if self._maps is None:
+                return True
+            if not allocated:  # every page allocated before it is mapped: a full tmpfs fails here, not by SIGBUS
+                os.posix_fallocate(fd, 0, total)
+            self._mapping = kept or mmap.mmap(
+                fd, total, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ | mmap.PROT_WRITE
+            )
+            kept = None
+            self._stat = st
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.ENODEV):  # no fallocate or mmap here: pwritev
+                return True
+            raise os_error(exc, self.path, "cannot write") from exc
+        finally:
+            if kept is not None:
+                _close_mapping(kept)
+        return True
 
     def read(self, pieces: Any, bulk: Any, max_bulk_nbytes: int) -> None:
         """Not supported."""
@@ -475,14 +680,27 @@ class CacheLevel:
         The file operations of commits (rename, directory fsync).
     sync : bool, optional
         Fsync the pieces files and the directory.
+    recycle : bool, optional
+        Write a save's pieces into a retired step's pieces file (:class:`NodeCache`'s ``recycle``).
     """
 
-    def __init__(self, path: Path, prefix: str, fs: FileSystem = LOCAL, sync: bool = True, log: RankLogger | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        prefix: str,
+        fs: FileSystem = LOCAL,
+        sync: bool = True,
+        log: RankLogger | None = None,
+        recycle: bool = False,
+    ) -> None:
         self.path = path
         self.names = StepNames(prefix, extension=EXTENSION)
         self.fs = fs
         self.sync = sync
         self.log = log
+        self.recycle = recycle
+        self.tmpfs = False  # found by open(): a recycled file is then copied into through a mapping
+        self.mappings = Mappings()
         self._lock: DirectoryLock | None = None
 
     def __repr__(self) -> str:
@@ -502,13 +720,15 @@ class CacheLevel:
                 raise ManagerError(f"the node cache {str(self.path)!r} is not a directory")
         except OSError as exc:
             raise ManagerError(f"cannot use the node cache {str(self.path)!r}: {exc.strerror or exc}") from exc
+        self.tmpfs = on_tmpfs(self.path)
         if lock:
             self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
             for name in self.names.listing(os.listdir(self.path)).partial():  # a cached save cut short by a kill
                 self.remove(name)
 
     def close(self) -> None:
-        """Release the lock, if held."""
+        """Close this rank's mappings of its pieces files; release the lock, if held."""
+        self.mappings.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -542,15 +762,33 @@ class CacheLevel:
             raise ScdaIOError(17, f"{tmp}: not a directory (a link?)")
         return tmp
 
-    def opener(self, tmp: Path) -> Any:
-        """Return a :class:`~amrckpt.scda.BackendOpener` writing each rank's pieces into ``tmp/rank-<r>.pieces``."""
+    def opener(self, tmp: Path, recycle: Path | None = None) -> Any:
+        """Return a :class:`~amrckpt.scda.BackendOpener` writing each rank's pieces into ``tmp/rank-<r>.pieces``.
+
+        ``recycle``: the pieces file to write into instead of a new one
+        (:meth:`recyclable`), renamed when the save writes (after its checks
+        and its agreement): a save that fails before leaves it where it was.
+        """
 
         def open_pieces(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend:
             if mode != "w" or not defer:
                 raise ScdaUsageError("a node cache takes the pieces of a deferred writer only")
-            return PiecesBackend(tmp / pieces_name(comm.rank), comm)
+            return PiecesBackend(tmp / pieces_name(comm.rank), comm, recycle, self.mappings if self.tmpfs else None)
 
         return open_pieces
+
+    def recyclable(self, step: int, keep: int, protect: set[int], rank: int) -> Path | None:
+        """Return ``rank``'s pieces file in a cached step that the retention after committing ``step`` removes, or None.
+
+        The newest such step not in ``protect`` (a step being flushed), and
+        never the newest cached step: one complete step stays while the save
+        runs.  None without ``recycle``.  Not collective (this node's listing).
+        """
+        if not self.recycle:
+            return None
+        steps = sorted(s for s in self.steps() if s != step)
+        gone = [s for s in steps[: max(0, len(steps) + 1 - keep)] if s not in protect and s != steps[-1]]
+        return self.step_path(gone[-1]) / pieces_name(rank) if gone else None
 
     def publish(self, step: int, tmp: Path, info: dict[str, Any]) -> None:
         """Write ``step.json``, sync, rename the step to its final name, sync the directory (the node's commit point).
@@ -617,6 +855,7 @@ class CacheLevel:
             for name in names:
                 with contextlib.suppress(OSError):
                     os.unlink(self.step_path(s) / name)
+        self.mappings.sweep()
 
     def retain(self, keep: int, protect: set[int]) -> list[int]:
         """Remove all but the ``keep`` newest cached steps (never those in ``protect``); return the steps removed."""

@@ -97,6 +97,7 @@ def cache_step(
     protect: set[int],
     log: RankLogger,
     retire: Callable[[Callable[[], None]], None] | None = None,
+    token: str | None = None,
 ) -> Cached:
     """Save ``state`` as the cached ``step`` on every node, with its partner copies; then the cache's retention. Collective.
 
@@ -107,23 +108,31 @@ def cache_step(
     ``keep``, then the node's first rank removes their directories) runs
     here, or is handed to ``retire`` to run later (in a thread: it makes no
     collective call and never raises; the steps it removes are listed now).
+    ``token`` names the save's temporary directories (hexadecimal, the same
+    on every rank and new for every save: :meth:`NodeLevel.save
+    <amrckpt.manager._twolevel.NodeLevel.save>` counts its saves); default:
+    chosen by rank 0 (one more allreduce).
 
     Raises
     ------
     AmrckptError
         On every rank, what any rank's write, partner copy or commit raised;
-        the caches are then as before (the save's temporary directories removed).
+        the caches are then as before (the save's temporary directories
+        removed), but for the pieces files that ranks recycled
+        (:meth:`~amrckpt.manager._cache.CacheLevel.recyclable`): their step,
+        which the save's retention would have removed, is incomplete.
     """
     with collective(comm, "CheckpointManager.cache") as call:
         first = layout.first(comm.rank)
-        token = call.on_root(new_token, what="cache: token")
+        token = token if token is not None else call.on_root(new_token, what="cache: token")
         tmp = level.partial_path(step, token)
         t0 = time.time()
         committed = False
         try:
             call.run(level.make_partial, step, token)
             kw = {k: v for k, v in save_kwargs.items() if k not in ("backend", "info", "truncate", "access")}
-            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, access=FileAccess(backend=level.opener(tmp)), **kw)
+            opener = level.opener(tmp, level.recyclable(step, keep, protect, comm.rank))
+            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, access=FileAccess(backend=opener), **kw)
             for k in range(1, layout.partners + 1):
                 _partner_copy(call, layout, k, tmp, level.sync)
             if layout.partners:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._files import new_token
 from .._logging import RankLogger
 from ..comm import Call, Comm, current_call
 from ..errors import AmrckptError, ManagerError
@@ -62,15 +63,17 @@ class NodeLevel:
         self.log = log
         self.layout = NodeLayout.of(call, cache)
         rank = call.comm.rank
-        self.level = CacheLevel(cache.path_of(self.layout.node(rank)), prefix, sync=sync, log=log)
+        self.level = CacheLevel(cache.path_of(self.layout.node(rank)), prefix, sync=sync, log=log, recycle=cache.recycle)
         self.first = self.layout.first(rank)
         call.run(self.level.open, self.first)
-        call.agree("CheckpointManager: open the node cache")
+        self._token = call.on_root(new_token, what="CheckpointManager: open the node cache")  # agrees on open's errors too
+        self._saves = 0  # with _token, names each cached save's temporary directories without a collective call
         self.flushed: int | None = None  # the newest step flushed (or found in the shared directory)
         self.cached: int | None = None  # the newest step cached by this manager
         self._last_flush_time = time.time()
         self._thread: threading.Thread | None = None
-        self._retiring: threading.Thread | None = None  # the cache's retention after the last cached save
+        self._retention: Callable[[], None] | None = None  # the cache's retention after the last cached save, not started
+        self._retiring: threading.Thread | None = None  # ... and started
         self._flushing: int | None = None
         self._error: BaseException | None = None
         self._comm: Comm | None = None
@@ -106,11 +109,15 @@ class NodeLevel:
 
         The save blocks for writing and committing the step; the cache's
         retention (freeing the pages of the steps beyond ``keep``: a few ms
-        per 100 MB on a tmpfs) then runs in a thread, waited for by the next
-        call that uses the cache.
+        per 100 MB on a tmpfs) then runs in a thread, started by
+        :meth:`start_retention` once the caller has made its last collective
+        call of the save (a thread freeing pages beside a rank waiting in a
+        collective call slows the call on every rank), and waited for by the
+        next call that uses the cache.
         """
         self.wait_retention()
-        protect = {self._flushing} if self._flushing is not None else set()
+        protect = {self._flushing} if self._flushing is not None and self.busy() else set()  # a flush that ended reads nothing more
+        self._saves += 1
         done = cache_step(
             comm,
             self.level,
@@ -123,17 +130,25 @@ class NodeLevel:
             protect=protect,
             log=self.log,
             retire=self._retire_later,
+            token=f"{self._token}{self._saves:08x}",
         )
         self.cached = step
         return done
 
     def _retire_later(self, retention: Callable[[], None]) -> None:
-        """Run the cache's retention in a thread (no collective call: it only unlinks this node's files)."""
-        self._retiring = threading.Thread(target=retention, name="amrckpt-cache-retention", daemon=True)
-        self._retiring.start()
+        """Keep the cache's retention for :meth:`start_retention` (no collective call: it only unlinks this node's files)."""
+        self._retention = retention
+
+    def start_retention(self) -> None:
+        """Start the retention of the last cached save in a thread, if it has not started. Not collective."""
+        retention, self._retention = self._retention, None
+        if retention is not None:
+            self._retiring = threading.Thread(target=retention, name="amrckpt-cache-retention", daemon=True)
+            self._retiring.start()
 
     def wait_retention(self) -> None:
-        """Wait for the retention of the last cached save. Not collective."""
+        """Wait for the retention of the last cached save (started first if it has not). Not collective."""
+        self.start_retention()
         thread, self._retiring = self._retiring, None
         if thread is not None:
             thread.join()
@@ -164,8 +179,12 @@ class NodeLevel:
         done = self.save(comm, step, state, save_kwargs=save_kwargs, records=records)
         call = current_call(comm)
         assert call is not None
-        moment = Moment(step, time.time(), self.flushed, self._last_flush_time)
-        if shared_decision(call, self.flush_policy, moment).save or halt:
+        try:
+            moment = Moment(step, time.time(), self.flushed, self._last_flush_time)
+            flush = shared_decision(call, self.flush_policy, moment).save or halt
+        finally:
+            self.start_retention()  # after the save's last collective call
+        if flush:
             self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
         return done.seconds
 

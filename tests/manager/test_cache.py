@@ -251,3 +251,42 @@ def test_a_link_planted_as_the_node_cache_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ac.ManagerError, match="not a directory"):
         ac.CheckpointManager(tmp_path / "shared", Advection, cache=ac.NodeCache(tmp_path / "cache"))
     assert not list((tmp_path / "elsewhere").iterdir())
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_collectives_per_save_cached_and_direct(tmp_path: Path, P: int) -> None:
+    """A save's collective calls, counted by kind on every rank, whatever P: 12 for a cached save, 15 for a direct one.
+
+    A cached save: the decision (its reason from rank 0), the step's check with
+    the metrics, the state's check (an allreduce and an exclusive scan), the
+    compressed field's chunks (a relay of their heads to the rank below, an
+    exclusive scan and an allreduce of their sizes), the write's agreement
+    and its close, the partition (an allgather), the node's commit, and the
+    flush decision; its temporary directory's name needs none (a count of
+    the manager's saves).  A direct save commits into the shared directory
+    instead (a token and check of the directory, the collective file's open
+    and close).
+    """
+    from collections import Counter
+
+    from amrckpt.testing import CountingComm
+
+    def body(comm: Any) -> dict[str, Counter[str]]:
+        cc = CountingComm(comm)
+        out = {}
+        for kind in ("cached", "direct"):
+            cache = ac.NodeCache(tmp_path / f"cache-{P}") if kind == "cached" else None
+            with ac.CheckpointManager(tmp_path / f"{kind}-{P}", Advection, comm=cc, save_policy=EveryNSteps(1), cache=cache) as mgr:
+                for s in range(3):  # from the third on a cached save recycles a pieces file
+                    mgr.save(s, state(s, comm))
+                mgr.wait()
+                before = Counter(cc.counts)
+                mgr.save(3, state(3, comm))
+                out[kind] = Counter(cc.counts) - before
+                mgr.close(flush=False)
+        return out
+
+    got = run_threads(P, body)
+    assert all(g == got[0] for g in got)
+    assert got[0]["cached"] == Counter(allreduce_columns=8, exscan_columns=2, relay_down=1, allgather_array=1)
+    assert got[0]["direct"] == Counter(allreduce_columns=10, exscan_columns=2, relay_down=1, barrier=1, allgather_array=1)
