@@ -8,13 +8,24 @@ Run::
     python benchmarks/bench_cache.py --quick                                   # small, as CI runs it
 
 The state: :class:`Bench` of ``--leaves`` leaves (about 157 bytes per leaf).
-Interleaved, ``--reps`` times each, timed from a barrier to a barrier (the
-slowest rank counts):
+Timed from a barrier to a barrier (the slowest rank counts), ``--reps``
+times each, interleaved in two groups of one run: the node group (every op
+below but ``direct``) and the shared group (``cached`` and ``direct``,
+giving ``cached, between direct saves``).  ``cached / raw`` compares ops of
+the node group, ``cached / direct`` ops of the shared group.  Why two: on
+the machine of docs/performance.md (a VM whose root file system is ext4
+with online discard) a cached save right after a direct save to the disk
+blocked 15 to 25 ms longer (at P = 2), while a raw write did not, nor did a
+cached save after a direct save to a tmpfs or after plain ``write`` and
+``fsync`` of the same bytes to the disk; both are printed.
 
 * ``cached``: :meth:`CheckpointManager.save` with ``cache=NodeCache(--cache)``
   and no flush: every rank writes its pieces of the file into its own
   pieces file in the cache, fsyncs it, and the node's first rank commits
-  the step (all of the save's checks and its one agreement included);
+  the step (all of the save's checks and its one agreement included).
+  After the first saves each save recycles the pieces file of the step
+  its retention removes (``NodeCache(recycle=True)``, the default; on a
+  tmpfs through the mapping kept from that file's last write);
 * ``cached+partner``: the same with two simulated nodes (``node_size = P/2``)
   and ``partners=1``: each rank also sends its pieces to its partner rank,
   which writes them (P >= 2);
@@ -23,6 +34,9 @@ slowest rank counts):
   what the node-local storage alone costs (the file two writes back is
   unlinked in a thread, as the cache's retention frees the pages of the
   steps beyond ``keep`` in a thread);
+* ``raw, overwriting``: the same bytes written with ``os.pwrite`` over the
+  file of the same size written three times before (its pages allocated),
+  as a recycling cache writes: what the bytes cost without allocating;
 * ``direct``: :meth:`CheckpointManager.save` without a cache into
   ``--shared`` (default: a directory on the machine's disk);
 * ``cached, no CRC32 (ablation)``: ``cached`` with every CRC32 computed
@@ -190,12 +204,29 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
             t.join()
         unlinking.clear()
 
-    ops = {name: saver(name) for name in mgrs} | {"raw": raw}
+    overwrites = [0]
+
+    def overwrite() -> None:
+        overwrites[0] += 1
+        path = raw_dir / f"o{rank}-{overwrites[0] % 3}"  # three files in turn: each written over the one of three writes back
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        view, at = memoryview(buf), 0
+        while at < view.nbytes:
+            at += os.pwrite(fd, view[at:], at)
+        os.fsync(fd)
+        os.close(fd)
+
+    saves = {name: saver(name) for name in mgrs}
+    node = {k: v for k, v in saves.items() if k != "direct"} | {"raw": raw, "raw, overwriting": overwrite}
+    between = "cached, between direct saves"
     try:
-        t = interleaved(ops, a.reps, before=quiet)
+        t = interleaved(node, a.reps, before=quiet)
+        got = interleaved({between: saves["cached"], "direct": saves["direct"]}, a.reps, before=quiet)
+        t |= got
     finally:
         for m in mgrs.values():
             m.close(flush=False)
+    ops = node | {between: saves["cached"], "direct": saves["direct"]}
     # Restarts: the newest step from the caches, in place (no flush), against the same state from the directory.
     restarts = {
         "restart from cache": lambda: _restart(shared_root / "c", ac.NodeCache(str(cache_root / "c" / "{node}"), partners=0)),
@@ -209,7 +240,9 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     say(f"\n{'mode':22s} {'median s':>9s} {'min s':>8s} {'max s':>8s}   GB/s (of {total / 1e9:.3f} GB)")
     for k in ops:
         say(f"{k:22s} {s[k]['median']:9.4f} {s[k]['min']:8.4f} {s[k]['max']:8.4f}   {total / med[k] / 1e9:.2f}")
-    ratios = {"cached_over_raw": med["cached"] / med["raw"], "cached_over_direct": med["cached"] / med["direct"]}
+    ratios = {"cached_over_raw": med["cached"] / med["raw"], "cached_over_direct": med[between] / med["direct"]}
+    ratios["cached_over_raw_overwriting"] = med["cached"] / med["raw, overwriting"]
+    ratios["cached_between_direct_saves_over_raw"] = med[between] / med["raw"]
     ratios["restart_cache_over_directory"] = med["restart from cache"] / med["restart from directory"]
     if "cached+partner" in med:
         ratios["cached_partner_over_raw"] = med["cached+partner"] / med["raw"]
@@ -217,6 +250,10 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     say(
         f"\ncached / raw = {ratios['cached_over_raw']:.2f} (target <= 1.2);  cached / direct = {ratios['cached_over_direct']:.3f} "
         "(target <= 0.25 when the shared directory is slower than the cache)"
+    )
+    say(
+        f"cached / raw overwriting = {ratios['cached_over_raw_overwriting']:.2f} (raw writing over allocated pages, as a "
+        f"recycled pieces file is);  cached between direct saves / raw = {ratios['cached_between_direct_saves_over_raw']:.2f}"
     )
     if "cached_partner_over_raw" in ratios:
         say(f"cached with a partner copy / raw = {ratios['cached_partner_over_raw']:.2f} (the partner's bytes are written too)")

@@ -115,10 +115,11 @@ def test_bench_constants_quick(tmp_path: Path) -> None:
 
 def test_bench_cache_quick(tmp_path: Path) -> None:
     result, stdout = run_quick("bench_cache.py", tmp_path)
-    modes = {"cached", "cached+partner", "cached, no CRC32 (ablation)", "direct", "raw"}
-    modes |= {"restart from cache", "restart from directory"}
+    modes = {"cached", "cached+partner", "cached, no CRC32 (ablation)", "direct", "raw", "raw, overwriting"}
+    modes |= {"cached, between direct saves", "restart from cache", "restart from directory"}
     assert set(result["seconds"]) == modes
     assert result["ratios"]["cached_over_raw"] > 0 and result["ratios"]["cached_over_direct"] > 0
+    assert result["ratios"]["cached_over_raw_overwriting"] > 0 and result["ratios"]["cached_between_direct_saves_over_raw"] > 0
     assert result["ratios"]["restart_cache_over_directory"] > 0 and result["ratios"]["ablation_cached_without_crc32_over_raw"] > 0
     assert "cached / raw" in stdout and "restart from the cache (in place)" in stdout
 
