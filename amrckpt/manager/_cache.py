@@ -258,6 +258,34 @@ def _write_all(fd: int, bufs: Sequence[memoryview | bytes], path: Path) -> None:
         raise os_error(exc, str(path), "cannot write") from exc
 
 
+def _allocate(fd: int, nbytes: int) -> bool:
+    """Allocate every page of a file's first ``nbytes`` (before it is mapped: a full tmpfs fails here, not by SIGBUS).
+
+    False where the file system cannot (then the file is written with pwritev).
+
+    Raises
+    ------
+    OSError
+        ENOSPC and the like.
+    """
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return False
+        raise
+    return True
+
+
+def _map(fd: int, nbytes: int) -> mmap.mmap | None:
+    """Map a pieces file shared and writable, its pages populated; None if it cannot be (then it is written with pwritev)."""
+    try:
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        return mmap.mmap(fd, nbytes, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError):
+        return None
+
+
 def _copy_mapped(mapping: mmap.mmap, bufs: Sequence[memoryview]) -> None:
     """Copy ``bufs`` one after the other from byte ``_HEAD.size`` on, through a shared mapping of a pieces file.
 
@@ -604,18 +632,12 @@ class PiecesBackend:
             allocated = st.st_size >= total and st.st_blocks * 512 >= st.st_size
             if st.st_size != total:
                 os.ftruncate(fd, total)
-            if self._maps is None:
-                return True
-            if not allocated:  # every page allocated before it is mapped: a full tmpfs fails here, not by SIGBUS
-                os.posix_fallocate(fd, 0, total)
-            self._mapping = kept or mmap.mmap(
-                fd, total, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ | mmap.PROT_WRITE
-            )
-            kept = None
-            self._stat = st
+            if self._maps is not None and (allocated or _allocate(fd, total)):
+                self._mapping, kept = kept or _map(fd, total), None
+                self._stat = st
+            if self._mapping is None:  # written with pwritev: the old header made invalid first, as the mapping's copy does
+                os.pwrite(fd, bytes(_HEAD.size), 0)
         except OSError as exc:
-            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.ENODEV):  # no fallocate or mmap here: pwritev
-                return True
             raise os_error(exc, self.path, "cannot write") from exc
         finally:
             if kept is not None:

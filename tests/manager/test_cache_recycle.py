@@ -193,3 +193,32 @@ def test_a_directory_swapped_in_after_the_check_is_moved_aside(tmp_path: Path, m
     got = read_pieces(tmp / "rank-000000.pieces")
     assert [(o, bytes(b)) for o, b in got.pieces] == [(0, b"abc"), (10, b"defg")]
     got.close()
+
+
+@pytest.mark.parametrize("cannot", ["mmap", "fallocate"])
+def test_a_tmpfs_file_that_cannot_be_mapped_or_allocated_is_written_with_pwritev(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cannot: str
+) -> None:
+    """Without mmap (ENOMEM, a file system without shared mappings) or fallocate: the same bytes, by pwritev."""
+    why = can_mount()
+    if why:
+        pytest.skip(why)
+    import amrckpt.manager._cache as cache_module
+
+    if cannot == "mmap":
+        monkeypatch.setattr(cache_module, "_map", lambda fd, nbytes: None)
+    else:
+        monkeypatch.setattr(cache_module, "_allocate", lambda fd, nbytes: False)
+    sizes = [G.N // 2, G.N // 2, G.N, G.N // 3]  # grows (no pages for the new part: not mapped), then shrinks
+    with tmpfs(tmp_path / "shm", "64m") as d:
+        hashes = {}
+        for recycle in (True, False):
+            cache_dir = d / f"cache-{recycle}"
+            with manager(tmp_path / f"m-{recycle}", ac.NodeCache(cache_dir, keep=2, recycle=recycle)) as mgr:
+                for s, n in enumerate(sizes):
+                    mgr.save(s, state(s, n))
+                hashes[recycle] = [sha(pieces(cache_dir, s)) for s in (len(sizes) - 2, len(sizes) - 1)]
+                if cannot == "mmap":
+                    assert len(mgr._node.level.mappings) == 0  # type: ignore[union-attr]
+                mgr.close(flush=False)
+        assert hashes[True] == hashes[False]
