@@ -172,8 +172,14 @@ def _parse_open(path: str, check: bool) -> P4estHeader:
         at += 48
         if at + 8 * (P + K) > size:
             raise _error(f"the file ends inside the partition and pertree ({P} + {K} entries)", "partition", at)
-        gfq = np.concatenate([[0], np.frombuffer(read(at, 8 * P, "partition"), dtype="<u8")]).astype(np.int64)
-        pertree = np.concatenate([[0], np.frombuffer(read(at + 8 * P, 8 * K, "pertree"), dtype="<u8")]).astype(np.int64)
+        words_gfq = np.frombuffer(read(at, 8 * P, "partition"), dtype="<u8")
+        words_pertree = np.frombuffer(read(at + 8 * P, 8 * K, "pertree"), dtype="<u8")
+        if (words_gfq >= 2**62).any():  # no file holds 2^62 quadrants; as int64 such a count would turn negative
+            raise _error("the saved partition holds an impossible count of quadrants", "partition", at)
+        if (words_pertree >= 2**62).any():
+            raise _error("pertree holds an impossible count of quadrants", "pertree", at + 8 * P)
+        gfq = np.concatenate([[0], words_gfq]).astype(np.int64)
+        pertree = np.concatenate([[0], words_pertree]).astype(np.int64)
         if (gfq < 0).any() or (np.diff(gfq) < 0).any():
             raise _error("the saved partition decreases", "partition", at)
         if (pertree < 0).any() or (np.diff(pertree) < 1).any():

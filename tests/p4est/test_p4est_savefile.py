@@ -138,6 +138,21 @@ def _good(tmp: Path) -> bytes:
     return out
 
 
+def test_a_partition_or_pertree_word_with_its_top_bit_set_raises_p4est_format_error(tmp_path: Path) -> None:
+    """A count of 2^63 or more (one flipped bit; hypothesis found it) is refused before it is cast to int64."""
+    good = _good(tmp_path)
+    (tmp_path / "good.p4est").write_bytes(good)
+    header = read_p4est_header(tmp_path / "good.p4est")
+    words = np.concatenate([header.global_first_quadrant[1:], header.pertree[1:]]).astype("<u8").tobytes()
+    start = good.index(words)  # the partition, then pertree, each a little-endian uint64
+    for w in range(len(words) // 8):
+        blob = bytearray(good)
+        blob[start + 8 * w + 7] ^= 0x80
+        (tmp_path / "bad.p4est").write_bytes(bytes(blob))
+        with pytest.raises(P4estFormatError, match="impossible count"):
+            read_p4est(tmp_path / "bad.p4est")
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_damaged_files_raise_p4est_format_error(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
