@@ -211,9 +211,11 @@ class NodeLevel:
     ) -> None:
         """Flush the cached ``step`` into ``directory``: in a thread on the duplicated communicator if ``background``.
 
-        Collective on ``comm``.  A flush in progress is waited for first (one at a time).
+        Collective on ``comm``.  A flush in progress is waited for first (one
+        at a time); the cache's retention of the last save may go on (it
+        removes older steps, never the one flushed).
         """
-        self.wait()
+        self._wait_flush()
 
         def run(c: Comm) -> None:
             flush_step(c, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log)
@@ -238,6 +240,10 @@ class NodeLevel:
     def wait(self) -> None:
         """Wait for the flush in progress and the cache's retention; raise the flush's error (on every rank). Collective-safe."""
         self.wait_retention()
+        self._wait_flush()
+
+    def _wait_flush(self) -> None:
+        """Wait for the flush in progress (not the retention, which removes other steps); raise its error. Collective-safe."""
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()
