@@ -139,7 +139,7 @@ def _good(tmp: Path) -> bytes:
 
 
 def test_a_partition_or_pertree_word_with_its_top_bit_set_raises_p4est_format_error(tmp_path: Path) -> None:
-    """A count of 2^63 or more (one flipped bit; hypothesis found it) is refused before it is cast to int64."""
+    """A count of 2^63 or more (one flipped top bit) is refused before it is cast to int64."""
     good = _good(tmp_path)
     (tmp_path / "good.p4est").write_bytes(good)
     header = read_p4est_header(tmp_path / "good.p4est")
