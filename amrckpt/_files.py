@@ -268,7 +268,22 @@ def replacing(
         LOCAL.write_new(tmp, b"", sync=False)
         return tmp
 
-    tmp = begin() if call is None else call.on_root(begin, what="choose a temporary name")
+    if call is None:
+        tmp = begin()
+    else:
+        made: list[Path] = []
+
+        def begin_on_root() -> Path:
+            made.append(begin())
+            return made[-1]
+
+        try:
+            tmp = call.on_root(begin_on_root, what="choose a temporary name")
+        except BaseException:
+            for p in made:  # another rank's earlier error, agreed here: the empty file rank 0 made goes
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
+            raise
     root = call is None or call.rank == 0
 
     def remove() -> None:

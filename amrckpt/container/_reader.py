@@ -634,11 +634,12 @@ class CheckpointReader:
                 raise error
             return
         self._closed = True
-        if self._file is not None:
-            self._file.close()
-            self._file = None
         call = current_call(self.comm)
         assert call is not None
+        file, self._file = self._file, None
+        # On every rank (a step on some ranks only would leave them alone in the agreement): a failing close(2) is
+        # this rank's error, agreed below or when the call ends.
+        call.run(lambda: file.close() if file is not None else None, always=True)
         agree = self._opened or self._agree_on_close  # the same on every rank: a plan ran
         if error is not None:
             if not agree:
@@ -653,9 +654,10 @@ class CheckpointReader:
     def _close_quietly(self) -> None:
         """Close what this rank opened after an error that every rank raises (no agreement: they all raise it)."""
         self._closed = True
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        file, self._file = self._file, None
+        with contextlib.suppress(Exception):  # the error every rank raises says more than a failing close(2)
+            if file is not None:
+                file.close()
         with contextlib.suppress(Exception):
             self._executor.close()
 

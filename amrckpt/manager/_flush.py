@@ -22,6 +22,7 @@ import json
 import logging
 import mmap
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .._files import new_token
 from .._logging import RankLogger
 from ..comm import Call, Comm, collective
 from ..errors import ManagerError
-from ..scda import FileAccess, open_backend
+from ..scda import FileAccess, open_backend, os_error
 from ..schema import CheckpointSchema, save
 from ._cache import CacheLevel, NodeLayout, Pieces, parse_pieces, pieces_name, read_pieces
 from ._directory import CheckpointDirectory
@@ -56,32 +57,53 @@ class Cached:
 
 
 def _send_view(path: Path) -> Any:
-    """Map a pieces file read-only for sending (None if it cannot be read)."""
+    """Map a pieces file read-only for sending (None if it cannot be read: the partner is told "sent nothing").
+
+    A step of a collective call (:meth:`~amrckpt.comm.Call.run`): a failing
+    ``close(2)`` raises :class:`~amrckpt.errors.ScdaIOError` there, agreed,
+    instead of leaving this rank out of the partner exchange.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    view = None
     try:
-        if os.fstat(fd).st_size == 0:
-            return None
-        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except OSError:
-        return None
-    finally:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+            view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        view = None
+    try:
         os.close(fd)
+    except OSError as exc:
+        if view is not None:
+            view.close()
+        raise os_error(exc, str(path), "cannot close") from exc
+    return view
 
 
 def _write_new(path: Path, data: bytes, sync: bool) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o600)
+    """Write a new file (never through a link), synced if ``sync``. Raises ScdaIOError with the errno."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise os_error(exc, str(path), "cannot create") from exc
     try:
         view = memoryview(data)
         while view.nbytes:
             view = view[os.write(fd, view) :]
         if sync:
             os.fsync(fd)
-    finally:
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise os_error(exc, str(path), "cannot write") from exc
+    try:
         os.close(fd)
+    except OSError as exc:
+        raise os_error(exc, str(path), "cannot close") from exc
 
 
 def cache_step(
@@ -180,7 +202,7 @@ def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool)
     """Send this rank's pieces file to its ``k``-th partner; keep the one of the rank it partners. Collective."""
     rank = call.comm.rank
     dest, source = layout.holder(rank, k), layout.held(rank, k)  # None: no k-th partner (a node with more ranks)
-    raw = _send_view(tmp / pieces_name(rank)) if not call.failed and dest is not None else None
+    raw = call.run(_send_view, tmp / pieces_name(rank)) if dest is not None else None
     try:
         got = call.sendrecv(raw, dest, source)
     finally:

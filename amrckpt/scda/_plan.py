@@ -499,10 +499,19 @@ class LocalFile:
         preadv(self._fd, self.path, pieces)
 
     def close(self) -> None:
-        """Close the file (twice is a no-op)."""
+        """Close the file (twice is a no-op).
+
+        Raises
+        ------
+        ScdaIOError
+            If ``close(2)`` fails (with its errno; the descriptor is released all the same).
+        """
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            os.close(fd)
+            try:
+                os.close(fd)
+            except OSError as exc:
+                raise os_error(exc, self.path, "cannot close") from exc
 
     def __enter__(self) -> LocalFile:
         return self
