@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 from zlib_ng import zlib_ng
+
+from ._threads import Pool
 
 try:  # ISA-L's CRC32 (the `fast` extra): the same CRC, 1.4 x zlib-ng's speed here; both release the GIL
     from isal import isal_zlib as _isal
@@ -37,7 +39,7 @@ _combine = zlib_ng.crc32_combine
 
 __all__ = ["KnownCrcs", "LaterCrc", "SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
 
-_POOL: ThreadPoolExecutor | None = None
+_POOL: Pool | None = None
 
 #: Bytes per round when a large section is written or read with checksums: the helper thread CRCs
 #: each round while the next one moves, on bytes still in the cache (the L3 of a server core holds several).
@@ -48,11 +50,11 @@ CHUNK_NBYTES = 16 << 20
 INLINE_NBYTES = 64 << 10
 
 
-def pool() -> ThreadPoolExecutor:
+def pool() -> Pool:
     """Return the helper thread that CRCs bytes while the caller moves more bytes (ISA-L and zlib-ng release the GIL)."""
     global _POOL
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amrckpt-crc")
+        _POOL = Pool(1, "amrckpt-crc")
     return _POOL
 
 

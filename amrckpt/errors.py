@@ -23,6 +23,7 @@ __all__ = [
     "ChecksumError",
     "CollectiveError",
     "CollectiveMismatchError",
+    "CollectiveTimeoutError",
     "CommError",
     "CommRequiredError",
     "ConnectivityError",
@@ -34,6 +35,7 @@ __all__ = [
     "SchemaError",
     "StepAlreadyExistsError",
     "StepNotFoundError",
+    "ThreadStartError",
     "ScdaArgumentError",
     "ScdaCountError",
     "ScdaDecodeError",
@@ -262,4 +264,44 @@ class CommRequiredError(CommError):
     Each process would act alone on the same files.  Raised on every rank
     before anything is read or written; pass ``comm=MPI.COMM_WORLD`` (or
     ``MPI.COMM_SELF`` for files of one process each).
+    """
+
+
+class CollectiveTimeoutError(CollectiveError, TimeoutError):
+    """Ranks did not come to a collective call of amrckpt within ``AMRCKPT_COLLECTIVE_TIMEOUT`` seconds.
+
+    Raised on every rank that waited (torch's NCCL watchdog): the message
+    names its own call (operation and number on the communicator), the
+    ranks that did not come (and, where they told, the call they made last
+    or that their process ended), this rank's last collective calls (its
+    flight recorder), and the fix.  Typically a collective call made on some
+    ranks only (``if rank == 0: manager.save(...)``) or a rank that died
+    without ending the job.  The communicator cannot agree any more: every
+    later call of amrckpt on it raises this error at once, and an uncaught
+    one ends the MPI job (``MPI_Abort``) after the traceback is printed.
+
+    Attributes
+    ----------
+    op : str
+        The call that waited.
+    seq : int
+        Its number on the communicator.
+    missing : tuple of int
+        The ranks that did not come (empty where this rank could not tell).
+    ended : dict of int to str
+        Ranks whose process ended while a manager was open, with what they said.
+    """
+
+    op: str = ""
+    seq: int = 0
+    missing: tuple[int, ...] = ()
+    ended: dict[int, str]
+
+
+class ThreadStartError(AmrckptError, RuntimeError):
+    """A helper thread of amrckpt could not be started (no memory for its stack, a limit on threads).
+
+    Raised by the step that needed it, within a bounded wait (a thread that
+    dies before it runs would make ``Thread.start`` wait forever), and agreed
+    on by every rank of the collective call like any step's error.
     """

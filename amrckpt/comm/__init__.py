@@ -21,6 +21,8 @@ from ._call import (
     collective_method,
     current_call,
     require_comm,
+    unwatch,
+    watch,
 )
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm, run_threads, thread_rank
@@ -47,4 +49,6 @@ __all__ = [
     "require_comm",
     "run_threads",
     "thread_rank",
+    "unwatch",
+    "watch",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -122,6 +122,18 @@ class Comm(Protocol):
         """Pass byte strings to the rank below (see :meth:`amrckpt.comm.MPIComm.relay_down`). Collective."""
         ...
 
+    def meet(self, values: np.ndarray, timeout: float, poll: Callable[[], None] | None = None) -> np.ndarray | None:
+        """``MPI_Iallreduce`` (``MPI_MAX``) of int64 ``values``, waited for at most ``timeout`` seconds. Collective.
+
+        The wait is Python's, against the clock (``MPI_Test`` polled), so
+        that a rank whose peers never come is not held inside MPI.
+        ``poll`` is called while waiting (it may raise, e.g. on a peer's exit
+        notice).  Returns the element-wise maxima, or None if the other ranks
+        did not all come in time (the communicator must then not be used for
+        collectives again: the reduction is still pending).
+        """
+        ...
+
     def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
         """``MPI_Sendrecv`` of byte strings: send ``data`` to ``dest``, receive from ``source``; called by every rank.
 
@@ -195,6 +207,10 @@ class SerialComm:
     def exscan_columns(self, columns: Columns) -> Columns | None:
         """Return None (nothing below rank 0)."""
         return None
+
+    def meet(self, values: np.ndarray, timeout: float, poll: Callable[[], None] | None = None) -> np.ndarray | None:
+        """Return a copy of ``values`` (int64)."""
+        return np.array(values, dtype=np.int64, copy=True)
 
     def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
         """Return None (there is no rank above or below rank 0)."""

@@ -46,10 +46,22 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 import numpy as np
 
 from .. import errors
+from .._threads import Worker, start_thread
+from . import _watchdog
 from ._agreed import _ranks, agreed_error, describe
 from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, digest_of
+from ._launch import launched_task
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm
+from ._watchdog import (
+    broken,
+    collective_timeout,
+    install_excepthook,
+    mark_broken,
+    notices,
+    record,
+    timeout_error,
+)
 
 __all__ = [
     "Call",
@@ -61,6 +73,8 @@ __all__ = [
     "current_call",
     "describe",
     "require_comm",
+    "unwatch",
+    "watch",
 ]
 
 T = TypeVar("T")
@@ -102,8 +116,10 @@ def require_comm(comm: Any, op: str) -> Comm:
 
     Serial use without MPI is unchanged: ``None`` is the serial
     communicator unless mpi4py has initialised MPI and ``MPI.COMM_WORLD``
-    has more than one rank.  Every rank decides alone, from the same facts,
-    so every rank raises.
+    has more than one rank, or, mpi4py not imported, a launcher started
+    this process as one of several tasks
+    (:func:`~amrckpt.comm._launch.launched_task`).  Every rank decides
+    alone, from the same facts, so every rank raises.
 
     Raises
     ------
@@ -112,15 +128,22 @@ def require_comm(comm: Any, op: str) -> Comm:
     """
     if comm is None:
         MPI = sys.modules.get("mpi4py.MPI")
+        where = ""
         if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
             n = MPI.COMM_WORLD.Get_size()
-            if n > 1:
-                raise errors.CommRequiredError(
-                    f"{op}: comm=None in an MPI job of {n} processes: each process would act alone, on the same files "
-                    "(a save would write its own part of the state as if it were the whole, a manager would commit it). "
-                    "Pass comm=MPI.COMM_WORLD (or the communicator of the ranks that take part); pass comm=MPI.COMM_SELF, "
-                    "explicitly, for files of one process each. Nothing was read or written."
-                )
+            where = f"in an MPI job of {n} processes" if n > 1 else ""
+        elif MPI is None:
+            found = launched_task()  # mpi4py not imported: the launcher's environment tells (PMI, Open MPI, Slurm)
+            if found is not None:
+                n = found[1]
+                where = f"in a process that a launcher started as one of {n} ({found[0]}={n}; mpi4py is not imported)"
+        if where:
+            raise errors.CommRequiredError(
+                f"{op}: comm=None {where}: each process would act alone, on the same files "
+                "(a save would write its own part of the state as if it were the whole, a manager would commit it). "
+                "Pass comm=MPI.COMM_WORLD (from mpi4py import MPI; or the communicator of the ranks that take part); "
+                "pass comm=MPI.COMM_SELF, explicitly, for files of one process each. Nothing was read or written."
+            )
     return as_comm(comm)
 
 
@@ -223,23 +246,32 @@ class collective:
     op : str
         The public name of the call (``"save"``, ``"CheckpointManager.restore"``),
         for the call tag and error messages.
+    timeout : float, optional
+        Seconds to wait for the other ranks at the call's first meeting
+        (:meth:`Call.meet`); default the collective timeout.
 
     Raises
     ------
     CommRequiredError
         For ``comm=None`` inside an MPI job of several processes, on every rank.
+    CollectiveMismatchError, CollectiveTimeoutError
+        From the first meeting (:meth:`Call.meet`).
     """
 
-    __slots__ = ("_call", "_outer")
+    __slots__ = ("_call", "_outer", "_timeout")
 
-    def __init__(self, comm: Any, op: str) -> None:
+    def __init__(self, comm: Any, op: str, timeout: float | None = None) -> None:
         c = require_comm(comm, op)
         outer = current_call(c)
         self._outer = outer is not None
         self._call = outer if outer is not None else Call(c, op)
+        self._timeout = timeout
 
     def __enter__(self) -> Call:
         if not self._outer:
+            if self._call.size > 1:
+                self._call.meet(self._timeout)  # bounded: before any blocking collective of the call
+            record(self._call.op, self._call.seq, "entered")
             calls: dict[Any, Call] = getattr(_open, "calls", None) or {}
             _open.calls = {**calls, _key(self._call.comm): self._call}
         return self._call
@@ -252,6 +284,7 @@ class collective:
             call.error = None
         if self._outer:
             return  # the call that this one joined agrees when it ends
+        record(call.op, call.seq, "returned" if exc is None else f"raised {type(exc).__name__}")
         try:
             if exc is None:
                 if call._unagreed:
@@ -385,7 +418,98 @@ class Call:
             self.fail(exc)
             return None
 
+    def start_thread(self, target: Callable[[], Any], name: str) -> Worker:
+        """Start ``target()`` in a thread on every rank, agreed: one allreduce. Collective.
+
+        Each rank starts its thread with a bounded wait
+        (:func:`amrckpt._threads.start_thread`); the threads run ``target``
+        only once every rank's has started, so that a rank whose thread
+        could not start leaves no other rank's thread in a collective of its
+        own.  ``target`` must keep its own exceptions.
+
+        Returns
+        -------
+        Worker
+            This rank's thread (``join``, ``is_alive``).
+
+        Raises
+        ------
+        ThreadStartError
+            On every rank, if any rank's thread could not start (no thread
+            runs ``target`` then).
+        """
+        gate = threading.Event()
+        go: list[bool] = []
+
+        def gated() -> None:
+            gate.wait()
+            if go:
+                target()
+
+        worker = self.run(start_thread, gated, name)
+        try:
+            self.agree(f"start the thread {name}")
+        except BaseException:
+            gate.set()  # the threads that started end at once
+            raise
+        go.append(True)
+        gate.set()
+        assert worker is not None
+        return worker
+
     # -- exchanges (collective) -------------------------------------------------------------------------
+
+    def meet(self, timeout: float | None = None) -> None:
+        """Meet the other ranks: every rank's call tag, in a reduction waited for against the clock. Collective.
+
+        Made by :func:`collective` when the call opens, before any other
+        exchange or blocking collective (:meth:`~amrckpt.comm.Comm.meet`).
+        Ranks in different calls all raise
+        :class:`~amrckpt.errors.CollectiveMismatchError`.  A rank that waits
+        longer than the collective timeout (:mod:`amrckpt.comm._watchdog`),
+        or learns that a rank ended while a manager was open, raises
+        :class:`~amrckpt.errors.CollectiveTimeoutError`; the communicator is
+        then broken, and every later call on it raises that error at once.
+
+        Raises
+        ------
+        CollectiveMismatchError
+            On every rank, if the ranks are in different calls.
+        CollectiveTimeoutError
+            On every rank that waited, if some did not come in time.
+        """
+        key = _key(self.comm)
+        why = broken(key)
+        if why is not None:
+            exc = errors.CollectiveTimeoutError(
+                f"{self.op}: this communicator cannot agree any more, because {why}; end the job (an uncaught error does)"
+            )
+            exc.op, exc.seq, exc.ended = self.op, self.seq, {}
+            raise self.agreed(exc)
+        d = self._tag()
+        self._exchanges += 1
+        timeout = collective_timeout(key) if timeout is None else min(timeout, collective_timeout(key))
+        watch = notices(key)
+        ended: dict[int, str] = {}
+
+        def poll() -> None:
+            if watch is not None and watch.poll():
+                ended.update(watch.ended)
+                raise _PeerEnded
+
+        try:
+            got = self.comm.meet(np.array([d, -d], dtype=np.int64), timeout, poll if watch is not None else None)
+        except _PeerEnded:
+            got = None
+        if got is None:
+            waiting = watch.waiting_with_me(self.op, self.seq) if watch is not None and not ended else None
+            exc = timeout_error(self.op, self.seq, self.rank, self.size, timeout, ended, waiting)
+            mark_broken(key, f"rank {self.rank}'s {self.op} (call {self.seq}) timed out waiting for the other ranks")
+            if "mpi4py.MPI" in sys.modules:
+                install_excepthook()
+            raise exc
+        if int(got[0]) != -int(got[1]):
+            self._mismatch("")
 
     def _tag(self) -> int:
         """Return the digest of this call and exchange: operation, sequence number, position (62 bits)."""
@@ -638,6 +762,41 @@ class Call:
 
     def __repr__(self) -> str:
         return f"Call({self.op!r}, seq={self.seq}, rank={self.comm.rank}, size={self.comm.size})"
+
+
+def watch(call: Call, timeout: float | None = None) -> None:
+    """Watch ``call``'s communicator for a manager: its meeting timeout, and exit notices under MPI. Collective.
+
+    ``timeout`` (seconds; None: ``AMRCKPT_COLLECTIVE_TIMEOUT`` or the
+    default) bounds every meeting on the communicator while it is watched.
+    Under MPI with several ranks, a duplicate of the communicator carries
+    exit notices: a process that ends while it is watched tells the others
+    (``atexit``), so that a rank waiting for it fails at once.  Watches
+    nest (one per open manager); :func:`unwatch` ends one.
+
+    Raises
+    ------
+    ScdaArgumentError
+        If ``timeout`` is not a positive number.
+    """
+    if timeout is not None and not timeout > 0:
+        raise call.agreed(errors.ScdaArgumentError(f"collective_timeout={timeout!r}: give a positive number of seconds"))
+    key = _key(call.comm)
+    inner = _inner(call.comm)
+    _watchdog.watch(key, inner.mpi_comm if isinstance(inner, MPIComm) and inner.size > 1 else None)
+    if timeout is not None:
+        _watchdog.set_timeout(key, timeout)
+
+
+def unwatch(comm: Comm) -> None:
+    """End one :func:`watch` of ``comm`` (the last one drops its timeout and exit notices). Not collective."""
+    key = _key(comm)
+    if _watchdog.unwatch(key):
+        _watchdog.set_timeout(key, None)
+
+
+class _PeerEnded(Exception):
+    """A rank's exit notice arrived while this rank waited (raised out of the meeting's poll)."""
 
 
 def _fit(values: Sequence[int], n: int, pad: int) -> list[int]:

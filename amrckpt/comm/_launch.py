@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import LaunchError
 
-__all__ = ["check_one_world", "launcher_size"]
+__all__ = ["check_one_world", "launched_task", "launcher_size"]
 
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 _checked = False
@@ -40,6 +40,33 @@ def launcher_size(environ: Mapping[str, str] | None = None) -> tuple[str, int] |
         if value.isdigit() and int(value) > 0:
             return var, int(value)
     return None
+
+
+_LAUNCHERS = frozenset({"hydra_pmi_proxy", "mpiexec", "mpirun", "mpiexec.hydra", "prted", "orted", "slurmstepd", "srun"})
+"""The names (``/proc/<pid>/comm``, at most 15 characters) of the processes that start the tasks of an MPI job."""
+
+
+def launched_task(environ: Mapping[str, str] | None = None) -> tuple[str, int] | None:
+    """Return ``(variable, count)`` if a launcher started this very process as one of several tasks, else None. Not collective.
+
+    The launcher's variables (:func:`launcher_size`) are inherited by every
+    process a task starts (a script's ``subprocess.run(["amrckpt", ...])``),
+    so the count alone would refuse a serial tool there; the task itself is
+    the one whose parent is the launcher's process (Hydra's proxy, Open MPI's
+    ``prted``, Slurm's ``slurmstepd``), read from ``/proc`` (Linux; elsewhere None).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("AMRCKPT_LAUNCH_CHECK", "1").strip() in ("0", "no", "off", "false"):
+        return None
+    found = launcher_size(env)
+    if found is None or found[1] < 2:
+        return None
+    try:
+        with open(f"/proc/{os.getppid()}/comm", encoding="utf-8", errors="replace") as f:
+            parent = f.read().strip()
+    except OSError:
+        return None
+    return found if parent in _LAUNCHERS else None
 
 
 def check_one_world(world_size: int, environ: Mapping[str, str] | None = None) -> None:

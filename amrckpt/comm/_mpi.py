@@ -6,6 +6,7 @@ does so when an :class:`MPIComm` is built, never at ``import amrckpt``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -136,6 +137,35 @@ class MPIComm:
         result: bytes | None = self._call("MPI_Isend/MPI_Recv", run)
         return result
 
+    def meet(self, values: np.ndarray, timeout: float, poll: Callable[[], None] | None = None) -> np.ndarray | None:
+        """``MPI_Iallreduce`` (``MPI_MAX``) of int64 ``values``, ``MPI_Test`` polled for at most ``timeout`` s. Collective.
+
+        Spins for the first 10 ms (ranks that meet arrive together), then
+        sleeps between tests (1 ms, then 10 ms after a second), calling
+        ``poll`` every few milliseconds.  On a timeout the reduction stays
+        pending (MPI cannot cancel a collective): its buffers are kept
+        alive, and None is returned.
+        """
+        send = np.array(values, dtype=np.int64, copy=True)
+        out = np.empty_like(send)
+        req = self._call("MPI_Iallreduce", self.mpi_comm.Iallreduce, send, out, op=self._MPI.MAX)
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        next_poll = t0
+        while not self._call("MPI_Test", req.Test):
+            now = time.monotonic()
+            if now >= deadline:
+                _PENDING.append((req, send, out))
+                return None
+            if poll is not None and now >= next_poll:
+                poll()
+                next_poll = now + 0.005
+            if now - t0 > 1.0:
+                time.sleep(0.01)
+            elif now - t0 > 0.01:
+                time.sleep(0.001)
+        return out
+
     def dup(self) -> MPIComm:
         """``MPI_Comm_dup``: the same ranks, separate messages (free it with :meth:`free`). Collective."""
         return MPIComm(self._call("MPI_Comm_dup", self.mpi_comm.Dup))
@@ -192,6 +222,8 @@ _DATA_TAG = 0x5CDC
 """The tags of :meth:`MPIComm.sendrecv`'s messages."""
 
 _OPS: dict[Any, Any] = {}
+_PENDING: list[Any] = []
+"""Meetings that timed out: their requests and buffers, kept alive while MPI may still write into them."""
 
 
 def _user_op(MPI: Any, fn: Callable[[Any, Any], Any]) -> Any:

@@ -113,6 +113,21 @@ class ThreadComm:
             raise AssertionError(f"sendrecv on rank {self._rank}: rank {source} sends to {to}")
         return None if got is None else bytes(got)
 
+    def meet(self, values: np.ndarray, timeout: float, poll: Callable[[], None] | None = None) -> np.ndarray | None:
+        """Element-wise maxima of every rank's int64 ``values``; None if not every thread came within ``timeout`` s. Collective.
+
+        A timeout breaks the group's barrier: every later collective of the group fails.
+        """
+        g = self._group
+        g.slots[self._rank] = np.array(values, dtype=np.int64, copy=True)
+        try:
+            g.barrier.wait(timeout)
+            out = reduce_arrays(list(g.slots), "max")
+            g.barrier.wait(timeout)
+        except threading.BrokenBarrierError:
+            return None
+        return out
+
     def dup(self) -> ThreadComm:
         """Return a new group of the same thread ranks (rank 0 creates it). Collective."""
         group = _Group(self.size, self._group.timeout) if self._rank == 0 else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -19,6 +20,7 @@ def abort_job(comm: Any, log: RankLogger, exc: BaseException) -> None:
     # The process ends within the next call: the traceback goes to stderr even where logging is not configured.
     sys.stderr.write(f"amrckpt: rank {comm.rank} of {comm.size}: aborting the MPI job: {text}")
     sys.stderr.flush()
+    time.sleep(0.5)  # the process manager forwards what this rank printed before it kills the job
     comm.mpi_comm.Abort(1)
     # MPICH's MPI_Abort can return before the process manager kills the job (seen with the mpich 5 wheel):
     # this rank must not go on into the collectives after the with block.

@@ -86,7 +86,10 @@ class CheckpointDirectory:
     fs : FileSystem, optional
         The file operations (default: the operating system's).
     sync : bool, optional
-        Fsync records, index and directory when they change.
+        Fsync records and directory when they change.  The history index,
+        derived from the records and never read for a decision, is replaced
+        atomically but not synced (a crash may leave it older; the next
+        commit rewrites it).
     log : RankLogger, optional
         Where messages go (default: the logger ``amrckpt.manager``).
 
@@ -319,7 +322,7 @@ class CheckpointDirectory:
     def write_index(self) -> None:
         """Rewrite the history index from the step records (logged, not raised, if it fails: it is derived)."""
         try:
-            write_index(self.path, self.records(), fs=self.fs, sync=False)
+            write_index(self.path, self.records(), fs=self.fs, sync=False)  # derived: not synced (class docstring)
         except OSError as exc:
             self.log.warning("cannot rewrite %s (it is rebuilt at the next commit): %s", HISTORY, exc)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
+
+from .._threads import Worker
 
 __all__ = ["SaveHandle"]
 
@@ -32,7 +33,7 @@ class SaveHandle:
         The checkpoint's file once committed (None if nothing is saved).
     """
 
-    def __init__(self, step: int, saved: bool, path: Path | None, thread: threading.Thread | None = None) -> None:
+    def __init__(self, step: int, saved: bool, path: Path | None, thread: Worker | None = None) -> None:
         self.step = step
         self.saved = saved
         self.path = path

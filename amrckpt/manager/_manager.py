@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .._files import FileSystem
 from .._logging import RankLogger
-from ..comm import Call, Comm, collective, collective_method, current_call
+from ..comm import Call, Comm, collective, collective_method, current_call, unwatch, watch
+from ..comm._watchdog import install_excepthook
 from ..errors import (
+    AmrckptError,
     ManagerError,
     ScdaUsageError,
 )
@@ -42,6 +43,9 @@ from ._twolevel import NodeLevel
 __all__ = ["CheckpointManager"]
 
 log = logging.getLogger("amrckpt.manager")
+
+EXIT_WAIT = 5.0
+"""Seconds the ranks whose exception leaves a manager's ``with`` block wait for each other before the job is aborted."""
 
 S = TypeVar("S", bound=CheckpointSchema)
 
@@ -122,14 +126,23 @@ class CheckpointManager(Generic[S]):
         is also flushed when a policy asks to halt and at :meth:`close`
         (default: only then).
     abort_on_error : bool, optional
-        When an exception leaves a ``with CheckpointManager(...)`` block on
-        any rank, log it with its traceback (rank-tagged) and call
-        ``MPI_Abort`` on the communicator, so that the other ranks do not
-        wait forever in their next collective (default False: the exception
-        propagates).  ``python -m mpi4py`` aborts the job for an uncaught
-        exception anywhere; this covers the ``with`` block for a program
-        that cannot be started that way.  No effect without MPI or on one
-        process.
+        In an MPI job of several processes (default True): an exception of
+        one rank's own that leaves a ``with CheckpointManager(...)`` block
+        (not one that amrckpt raised on every rank) waits at most
+        :data:`EXIT_WAIT` seconds for the other ranks to leave theirs the
+        same way; if they do not, it is logged with its traceback
+        (rank-tagged) and the job ends (``MPI_Abort``), so that the other
+        ranks do not wait forever in their next collective.  An exception
+        that nothing catches ends the job the same way, after its traceback
+        (a ``sys.excepthook``, as ``python -m mpi4py`` installs).  False:
+        the exception propagates, and a plain ``mpiexec python script.py``
+        may hang.  No effect without MPI or on one process.
+    collective_timeout : float, optional
+        Seconds a collective call of this manager waits for the other ranks
+        to arrive before it raises
+        :class:`~amrckpt.errors.CollectiveTimeoutError` naming who did not
+        come (default ``AMRCKPT_COLLECTIVE_TIMEOUT``, else 600).  It bounds
+        how far apart the ranks may reach a call, not how long a save takes.
 
     Raises
     ------
@@ -155,10 +168,12 @@ class CheckpointManager(Generic[S]):
         fs: FileSystem | None = None,
         cache: NodeCache | None = None,
         flush_policy: SavePolicy | None = None,
-        abort_on_error: bool = False,
+        abort_on_error: bool = True,
+        collective_timeout: float | None = None,
     ) -> None:
         self._node: NodeLevel | None = None
-        with collective(comm, "CheckpointManager") as call:
+        self._watched = False
+        with collective(comm, "CheckpointManager", timeout=collective_timeout) as call:
             self.comm: Comm = call.comm
             self.log = RankLogger(log, self.comm.rank, self.comm.size)
             self._dir = CheckpointDirectory(directory, prefix=prefix, fs=fs, sync=sync, log=self.log)
@@ -169,11 +184,15 @@ class CheckpointManager(Generic[S]):
                     call.run(self._dir.open, on=0)  # the directory first (its lock), then the node caches
                     call.agree("CheckpointManager: open the directory")
                     self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log)
+                watch(call, collective_timeout)  # this manager's timeout; exit notices under MPI
+                self._watched = True
                 self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
             except BaseException:
                 if self._node is not None:
                     self._node.close()
                 self._dir.close()
+                if self._watched:
+                    unwatch(self.comm)
                 raise
 
     def _init(
@@ -196,6 +215,8 @@ class CheckpointManager(Generic[S]):
         if info is not None:
             self.save_kwargs.setdefault("info", info)
         self.abort_on_error = abort_on_error
+        if abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
+            install_excepthook()  # an uncaught exception on one rank ends the job (python -m mpi4py's behaviour)
         self._save_seconds: list[float] = []
         self._last_step: int | None = None
         self._last_time = time.time()
@@ -375,14 +396,13 @@ class CheckpointManager(Generic[S]):
         assert self._snapshots is not None
         copy = self._snapshots.take(checkpoint)  # the only blocking part of a background save
         handle = SaveHandle(step, True, self.path_of(step))
-        handle._thread = threading.Thread(
-            target=self._background,
-            args=(handle, copy, reason, time_value, extra),
-            name=f"amrckpt-save-{step}",
-            daemon=True,
+        call = current_call(self.comm)
+        assert call is not None
+        # Started on every rank, agreed (a thread that cannot start is every rank's ThreadStartError, never a hang).
+        handle._thread = call.start_thread(
+            lambda: self._background(handle, copy, reason, time_value, extra), f"amrckpt-save-{step}"
         )
         self._pending = handle
-        handle._thread.start()
         return handle
 
     def _preflight(
@@ -666,15 +686,21 @@ class CheckpointManager(Generic[S]):
         Collective.  ``flush=False`` leaves the newest cached step in the
         node caches only (a restart in the same allocation finds it there).
         """
+        self._close(flush, "CheckpointManager.close", None)
+
+    def _close(self, flush: bool, op: str, timeout: float | None) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            with collective(self.comm, "CheckpointManager.close"):
+            with collective(self.comm, op, timeout=timeout):
                 self.wait()
                 if flush:
                     self.flush()  # the newest cached step, if not flushed yet (SCR's flush at the end of a run)
         finally:
+            if self._watched:
+                self._watched = False
+                unwatch(self.comm)
             if self._node is not None:
                 self._node.close()
             stop = getattr(self.save_policy, "stop", None)
@@ -690,9 +716,19 @@ class CheckpointManager(Generic[S]):
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        if exc is not None and self.abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
-            abort_job(self.comm, self.log, exc)
-        self.close(flush=exc is None)  # a run that failed leaves its cached steps where they are
+        if exc is None:
+            self.close()
+            return
+        own = not getattr(exc, "_amrckpt_agreed", False)  # an error of this rank's own: the others may be anywhere
+        if own and self.abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
+            # The ranks that raised meet in a close of their own within a few seconds; every rank raised: each goes on
+            # with its exception.  Otherwise (some ranks are elsewhere, or in another call) the job ends, traceback printed.
+            try:
+                self._close(False, "CheckpointManager.close after an exception", EXIT_WAIT)
+            except AmrckptError:
+                abort_job(self.comm, self.log, exc)
+            return
+        self.close(flush=False)  # a run that failed leaves its cached steps where they are
 
     def __repr__(self) -> str:
         return f"CheckpointManager({str(self.directory)!r}, {self.schema.__name__}, P={self.comm.size})"

@@ -10,15 +10,15 @@ communicator unless they say otherwise.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._files import new_token
 from .._logging import RankLogger
+from .._threads import Worker, start_thread
 from ..comm import Call, Comm, current_call
-from ..errors import AmrckptError, ManagerError
+from ..errors import AmrckptError, ManagerError, ThreadStartError
 from ..scda import FileAccess
 from ..schema import CheckpointSchema
 from ._cache import CacheLevel, NodeCache, NodeLayout, Pieces
@@ -71,9 +71,9 @@ class NodeLevel:
         self.flushed: int | None = None  # the newest step flushed (or found in the shared directory)
         self.cached: int | None = None  # the newest step cached by this manager
         self._last_flush_time = time.time()
-        self._thread: threading.Thread | None = None
+        self._thread: Worker | None = None
         self._retention: Callable[[], None] | None = None  # the cache's retention after the last cached save, not started
-        self._retiring: threading.Thread | None = None  # ... and started
+        self._retiring: Worker | None = None  # ... and started
         self._flushing: int | None = None
         self._error: BaseException | None = None
         self._comm: Comm | None = None
@@ -143,8 +143,11 @@ class NodeLevel:
         """Start the retention of the last cached save in a thread, if it has not started. Not collective."""
         retention, self._retention = self._retention, None
         if retention is not None:
-            self._retiring = threading.Thread(target=retention, name="amrckpt-cache-retention", daemon=True)
-            self._retiring.start()
+            try:
+                self._retiring = start_thread(retention, "amrckpt-cache-retention")
+            except ThreadStartError as exc:  # not collective: this rank removes its old files itself, now
+                self.log.rank_warning("cache retention runs in the caller: %s", exc)
+                retention()
 
     def wait_retention(self) -> None:
         """Wait for the retention of the last cached save (started first if it has not). Not collective."""
@@ -234,8 +237,9 @@ class NodeLevel:
                 self._error = exc
 
         self._flushing = step
-        self._thread = threading.Thread(target=target, name=f"amrckpt-flush-{step}", daemon=True)
-        self._thread.start()
+        call = current_call(comm)
+        assert call is not None
+        self._thread = call.start_thread(target, f"amrckpt-flush-{step}")  # agreed: never one rank's hang
 
     def wait(self) -> None:
         """Wait for the flush in progress and the cache's retention; raise the flush's error (on every rank). Collective-safe."""

@@ -10,6 +10,7 @@ communicator underneath (its call count) and the MPI-IO backend finds its
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -31,6 +32,7 @@ COLLECTIVES = (
     "exscan_columns",
     "relay_down",
     "sendrecv",
+    "meet",
     "dup",
     "free",
 )
@@ -118,6 +120,12 @@ class WrapperComm:
         """As the wrapped communicator's."""
         out = self.wrapped.sendrecv(data, dest, source)
         self._after("sendrecv")
+        return out
+
+    def meet(self, values: np.ndarray, timeout: float, poll: Callable[[], None] | None = None) -> np.ndarray | None:
+        """As the wrapped communicator's."""
+        out = self.wrapped.meet(values, timeout, poll)
+        self._after("meet")
         return out
 
     def dup(self) -> Comm:
