@@ -54,10 +54,8 @@ from ._launch import launched_task
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm
 from ._watchdog import (
-    broken,
     collective_timeout,
     install_excepthook,
-    mark_broken,
     notices,
     record,
     timeout_error,
@@ -220,6 +218,35 @@ def _next_seq(comm: Comm) -> int:
         box = _counts.setdefault(c, [0])
         box[0] += 1
         return box[0]
+
+
+_broken_keyval: list[Any] = []
+_broken_objects: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _broken(comm: Comm) -> str | None:
+    """Why ``comm`` cannot agree any more (a meeting timed out), kept on the communicator itself (never a reused id)."""
+    c = _inner(comm)
+    if isinstance(c, ThreadComm):
+        return getattr(c._group, "broken", None)
+    if isinstance(c, MPIComm):
+        if not _broken_keyval:
+            return None
+        got = c.mpi_comm.Get_attr(_broken_keyval[0])
+        return None if got is None else str(got)
+    return _broken_objects.get(c)
+
+
+def _mark_broken(comm: Comm, why: str) -> None:
+    c = _inner(comm)
+    if isinstance(c, ThreadComm):
+        c._group.broken = why  # type: ignore[attr-defined]
+    elif isinstance(c, MPIComm):
+        if not _broken_keyval:
+            _broken_keyval.append(c._MPI.Comm.Create_keyval())
+        c.mpi_comm.Set_attr(_broken_keyval[0], why)
+    else:
+        _broken_objects[c] = why
 
 
 def current_call(comm: Comm) -> Call | None:
@@ -479,7 +506,7 @@ class Call:
             On every rank that waited, if some did not come in time.
         """
         key = _key(self.comm)
-        why = broken(key)
+        why = _broken(self.comm)
         if why is not None:
             exc = errors.CollectiveTimeoutError(
                 f"{self.op}: this communicator cannot agree any more, because {why}; end the job (an uncaught error does)"
@@ -504,7 +531,7 @@ class Call:
         if got is None:
             waiting = watch.waiting_with_me(self.op, self.seq) if watch is not None and not ended else None
             exc = timeout_error(self.op, self.seq, self.rank, self.size, timeout, ended, waiting)
-            mark_broken(key, f"rank {self.rank}'s {self.op} (call {self.seq}) timed out waiting for the other ranks")
+            _mark_broken(self.comm, f"rank {self.rank}'s {self.op} (call {self.seq}) timed out waiting for the other ranks")
             if "mpi4py.MPI" in sys.modules:
                 install_excepthook()
             raise exc

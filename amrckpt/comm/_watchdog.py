@@ -34,11 +34,9 @@ from .. import errors
 __all__ = [
     "DEFAULT_TIMEOUT",
     "Notices",
-    "broken",
     "collective_timeout",
     "flight_recorder",
     "install_excepthook",
-    "mark_broken",
     "record",
     "set_timeout",
     "timeout_error",
@@ -48,7 +46,6 @@ DEFAULT_TIMEOUT = 600.0
 """Seconds a rank waits at the start of a collective call for the others (torch's NCCL default, 10 minutes)."""
 
 _timeouts: dict[Any, float] = {}
-_broken: dict[Any, str] = {}
 _ring: collections.deque[tuple[float, str, int, str]] = collections.deque(maxlen=16)
 _ring_lock = threading.Lock()
 
@@ -102,16 +99,6 @@ def flight_recorder() -> list[str]:
         f"{time.strftime('%H:%M:%S', time.localtime(t))}.{int(t % 1 * 1000):03d} {op} (call {seq}): {ev}"
         for t, op, seq, ev in entries
     ]
-
-
-def broken(key: Any) -> str | None:
-    """Return why the communicator ``key`` cannot agree any more (an earlier meeting timed out), or None. Not collective."""
-    return _broken.get(key)
-
-
-def mark_broken(key: Any, why: str) -> None:
-    """Note that the communicator ``key`` cannot agree any more. Not collective."""
-    _broken.setdefault(key, why)
 
 
 class Notices:
