@@ -168,7 +168,7 @@ class CheckpointManager(Generic[S]):
                         raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
                     call.run(self._dir.open, on=0)  # the directory first (its lock), then the node caches
                     call.agree("CheckpointManager: open the directory")
-                    self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log)
+                    self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log, self._dir)
                 self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
             except BaseException:
                 if self._node is not None:
