@@ -113,8 +113,9 @@ class CheckpointManager(Generic[S]):
         copies on other nodes), committed there as here, and blocks only for
         that; the shared file, byte-identical to a direct save's, is written
         by a flush.  A restart takes the newest step complete in a cache
-        (same process count and node layout; a lost node's pieces from its
-        partners) or in the directory (any process count).  Not with
+        (read in place by the same process count and node layout, a lost
+        node's pieces from its partners; flushed first, then loaded, on
+        another) or in the directory (any process count).  Not with
         ``background=True``.
     flush_policy : SavePolicy, optional
         When a cached step is flushed into the directory, in the background
@@ -526,7 +527,15 @@ class CheckpointManager(Generic[S]):
         node layout; a lost node's pieces from partners), if newer than the
         directory's, is read in place from the pieces (the ranks send each
         other what they lack; :attr:`restored_from` is ``"cache"``; the step
-        is flushed at :meth:`close`).
+        is flushed at :meth:`close`).  A newer cached step written by another
+        process count or node layout is flushed into the directory first, by
+        this job's ranks, from the node directories they see (a direct save's
+        bytes, with the records of the job that cached it), and then loaded
+        on this process count; if some of its writers' pieces are on no node
+        that this job sees, it is passed over with a
+        :class:`~amrckpt.errors.CachedStepsUnreachableWarning` (rank 0, and
+        logged) naming the steps, their job shape and the ranks missing, and
+        the cache's retention keeps it.
 
         Parameters
         ----------
@@ -546,6 +555,13 @@ class CheckpointManager(Generic[S]):
             with ``step`` and ``skipped``), the object built by ``into``, or
             None if there is no usable checkpoint.  The step restored is
             :attr:`restored_step`, the checkpoints skipped :attr:`skipped`.
+
+        Warns
+        -----
+        CheckpointSkippedWarning
+            On rank 0, for each checkpoint kept aside.
+        CachedStepsUnreachableWarning
+            On rank 0, for cached steps of another job shape that this job cannot reach.
         """
         with collective(self.comm, "CheckpointManager.restore_latest") as call:
             return self._restore_latest(call, into, partition, fields)
