@@ -600,7 +600,10 @@ class CheckpointManager(Generic[S]):
         """Load the checkpoint of ``step`` (orbax's ``restore(step)``). Collective.
 
         Every byte read is checked against its CRC32; unlike
-        :meth:`restore_latest` there is no fallback.
+        :meth:`restore_latest` there is no fallback.  With a node cache, a
+        step that only the caches hold is flushed into the directory first
+        (by this job's ranks, whatever process count or node layout cached
+        it), then loaded.
 
         Parameters
         ----------
@@ -624,12 +627,18 @@ class CheckpointManager(Generic[S]):
         Raises
         ------
         StepNotFoundError
-            On every rank, if ``step`` has no checkpoint.
+            On every rank, if ``step`` has no checkpoint (nor a cached step whose
+            pieces this job reaches: a
+            :class:`~amrckpt.errors.CachedStepsUnreachableWarning` then says why).
         CheckpointError, ScdaError
             On every rank, if the checkpoint is damaged or does not match the schema.
+        ManagerError
+            On every rank, if a cached step of ``step`` is incomplete or damaged.
         """
         with collective(self.comm, "CheckpointManager.restore") as call:
             self.wait()
+            if self._node is not None and not call.on_root(lambda: step in self._dir.listing().checkpoints, what="restore: look"):
+                self._node.flush_cached(call, self._dir, step, access=self._flush_access(), keep_policy=self.keep_policy)
             path = call.on_root(lambda: self._dir.existing(step), what="restore: find the step")
             loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
             return self._restored(step, loaded, into)

@@ -344,11 +344,57 @@ class NodeLevel:
         unreachable: list[Unreachable] = []
         got = self._restore_newer(call, directory, than, load_cached, unreachable, access=access, keep_policy=keep_policy)
         if unreachable:
-            text = _unreachable_message(unreachable, than, got[0], self.cache, self.layout)
+            newest = f"the directory's newest (step {than})" if than is not None else "the directory's newest (it has none)"
+            took = f"the cached step {got[0]}" if got[0] is not None else newest
+            text = _unreachable_message(
+                unreachable, f"newer than {newest}", f"The restart takes {took} instead", self.cache, self.layout
+            )
             call.on_root(lambda: _warn(text, self.log), what="restore: cached steps that cannot be reached")
         if got[0] is not None:
             self._floor = got[0] if self._floor is None else max(self._floor, got[0])
         return got
+
+    def flush_cached(
+        self, call: Call, directory: CheckpointDirectory, step: int, *, access: FileAccess, keep_policy: KeepPolicy
+    ) -> bool:
+        """Flush the cached ``step`` into ``directory`` (which lacks it), whatever job shape cached it. Collective, agreeing.
+
+        For :meth:`~amrckpt.CheckpointManager.restore` of a step that is in
+        the node caches only: cached by this job's shape, it is flushed as
+        any flush (:func:`~amrckpt.manager._flush.flush_step`); by another,
+        with this job's ranks (:func:`~amrckpt.manager._reshape.flush_other_shape`).
+
+        Returns
+        -------
+        bool
+            Whether it was flushed (False: no cache holds it, or its pieces
+            cannot all be reached: a
+            :class:`~amrckpt.errors.CachedStepsUnreachableWarning` on rank 0 says why).
+
+        Raises
+        ------
+        ManagerError
+            On every rank, if the step is incomplete or damaged.
+        AmrckptError
+            On every rank, what the write or the commit raised (the directory is as before).
+        """
+        self.wait_retention()
+        prefix = self.level.names.prefix
+        if newest_cached(call, self.level, self.layout, step + 1) == step:
+            flush_step(call.comm, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log)
+        elif newest_other_shape(call, self.cache, prefix, self.layout, step + 1) == step:
+            done = flush_other_shape(
+                call, self.cache, prefix, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log
+            )
+            if isinstance(done, Unreachable):
+                outcome = f"restore({step}) cannot load it"
+                text = _unreachable_message([done], "that restore() asked for", outcome, self.cache, self.layout)
+                call.on_root(lambda: _warn(text, self.log), what="restore: a cached step that cannot be reached")
+                return False
+        else:
+            return False
+        self.flushed = step if self.flushed is None else max(self.flushed, step)
+        return True
 
     def _restore_newer(
         self,
@@ -455,9 +501,7 @@ class NodeLevel:
         self.level.close()
 
 
-def _unreachable_message(
-    found: list[Unreachable], than: int | None, taken: int | None, cache: NodeCache, layout: NodeLayout
-) -> str:
+def _unreachable_message(found: list[Unreachable], which: str, outcome: str, cache: NodeCache, layout: NodeLayout) -> str:
     """Return the warning for cached steps of another shape that a restart cannot reach (agreed values: the same on every rank)."""
     groups: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
     for u in found:
@@ -467,13 +511,11 @@ def _unreachable_message(
         f"the pieces of {ranks_of(size, digest, missing)} are in no cache directory that this job's ranks see"
         for (size, digest, missing), steps in sorted(groups.items(), key=lambda g: min(g[1]))
     ]
-    newest = f"the directory's newest (step {than})" if than is not None else "the directory's newest (it has none)"
-    took = f"the cached step {taken}" if taken is not None else newest
     here = shape_of(layout.node_of.shape[0], layout.digest)
     return (
-        f"the node caches ({str(cache.directory)!r}) hold cached steps newer than {newest} that were written by another "
+        f"the node caches ({str(cache.directory)!r}) hold cached steps {which} that were written by another "
         f"process count or node layout than this job's ({here}) and cannot be reached: {'; '.join(parts)}. "
-        f"The restart takes {took} instead. The cached steps are kept (the cache's retention removes no step newer than "
+        f"{outcome}. The cached steps are kept (the cache's retention removes no step newer than "
         "the newest flushed one): make the missing node directories visible to the job, or restart on the nodes and "
         "process count that wrote them, to restart from them"
     )

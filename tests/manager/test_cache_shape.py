@@ -112,3 +112,22 @@ def test_node_directories_expand_the_template(tmp_path: Path) -> None:
     assert list(ac.NodeCache(str(tmp_path / "c" / "{node}")).existing()) == [0, 1, 12]
     (tmp_path / "n" / "node-2").mkdir(parents=True)
     assert node_directories(tmp_path / "n") == {2: tmp_path / "n" / "node-2"}  # without {node}: node-<n> below it
+
+
+@pytest.mark.parametrize(("Q", "node_size"), [(3, 2), (4, 2)])
+def test_restore_of_a_step_only_the_caches_hold_flushes_it_then_loads_it(tmp_path: Path, Q: int, node_size: int) -> None:
+    """``restore(2)``, step 2 in the caches only: flushed first (by the same shape, or by another), then loaded."""
+    killed_job(tmp_path)
+
+    def body(comm: Any) -> list[int]:
+        with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, cache=cache_of(tmp_path, node_size)) as mgr:
+            assert_restored(mgr.restore(2), comm.rank, 2)
+            with pytest.raises(ac.StepNotFoundError):
+                mgr.restore(1)  # in no cache either
+            steps = mgr.all_steps()
+            mgr.close(flush=False)
+        return steps
+
+    assert run_threads(Q, body) == [[2]] * Q
+    ac.save(state(2), tmp_path / "direct.scda")
+    assert sha(tmp_path / "shared" / "ckpt-000000000002.scda") == sha(tmp_path / "direct.scda")
