@@ -20,6 +20,7 @@ __all__ = [
     "AmrckptWarning",
     "CheckpointError",
     "CheckpointSkippedWarning",
+    "CachedStepsUnreachableWarning",
     "ChecksumError",
     "CollectiveError",
     "CollectiveMismatchError",
@@ -213,6 +214,20 @@ class CheckpointSkippedWarning(AmrckptWarning):
     the checkpoint, the problem, and the name it is kept under (it is never
     overwritten).  The same steps are in the ``skipped`` list of what
     ``restore_latest`` returns.
+    """
+
+
+class CachedStepsUnreachableWarning(AmrckptWarning):
+    """A restart found cached steps newer than the directory's newest, of another job shape, that it cannot reach.
+
+    Issued on rank 0 by :meth:`~amrckpt.CheckpointManager.restore_latest`
+    (and logged at WARNING) when the node caches hold steps written by
+    another process count or node layout and some old rank's pieces are in
+    no cache directory that the ranks of this job see (a node's cache
+    deleted, with no partner copy).  The message names the steps, the job
+    shape that wrote them (ranks and nodes) and the ranks (and nodes)
+    missing; the restart takes the newest checkpoint it can reach, and the
+    cache's retention keeps those steps.
     """
 
 

@@ -38,9 +38,11 @@ class Run:
         return max(self.cached) if self.cached else None
 
 
-def run_and_kill(root: Path, P: int, *, flush_every: int, after: int, delay: float, every: int = 2) -> Run:
+def run_and_kill(
+    root: Path, P: int, *, flush_every: int, after: int, delay: float, every: int = 2, extra: tuple[str, ...] = ()
+) -> Run:
     """Start the job on P ranks, wait for ``after`` cached saves (at most 120 s), sleep ``delay`` s, SIGKILL it."""
-    args = ["--steps", "100000", "--every", str(every), "--flush-every", str(flush_every), "--step-seconds", "0.01"]
+    args = ["--steps", "100000", "--every", str(every), "--flush-every", str(flush_every), "--step-seconds", "0.01", *extra]
     proc = subprocess.Popen(job(P, root, *args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     lines: list[str] = []
@@ -62,9 +64,18 @@ def run_and_kill(root: Path, P: int, *, flush_every: int, after: int, delay: flo
     return Run([int(x.split()[1]) for x in lines if x.startswith("CACHED")], crashed)
 
 
-def restart(root: Path, Q: int) -> tuple[int | None, str, str]:
+def restart(root: Path, Q: int, *extra: str) -> tuple[int | None, str, str]:
     """Restore on Q ranks; return (step, "equal"/"unequal", "cache"/"directory"), or (None, problem, "")."""
-    check = subprocess.run(job(Q, root, "--check-restore"), capture_output=True, text=True, timeout=300)
+    return restarted(restart_run(root, Q, *extra), Q)
+
+
+def restart_run(root: Path, Q: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Run the restart job on Q ranks (``cache_job.py --check-restore``, with ``extra`` options); return it, output captured."""
+    return subprocess.run(job(Q, root, "--check-restore", *extra), capture_output=True, text=True, timeout=300)
+
+
+def restarted(check: subprocess.CompletedProcess[str], Q: int) -> tuple[int | None, str, str]:
+    """What :func:`restart` returns, from the restart job's output."""
     said = [line.split() for line in check.stdout.splitlines() if line.startswith("RESTORED")]
     if check.returncode != 0 or len(said) != 1:
         return None, f"the restart on {Q} ranks failed: {check.stderr[-2000:]}", ""

@@ -217,11 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
         "restart does). The others are checked as the manager lists them (footer, index and\n"
         "metadata); --verify checks every byte of every checkpoint, --quick only metadata.\n"
         "Each line says which. With --cache, also the steps in the node caches under CACHE\n"
-        "(a manager's NodeCache directory, or the directory above the nodes' directories):\n"
-        "their nodes, whether every rank's pieces are there, and whether they were flushed.\n"
+        "(a manager's NodeCache directory, with {node} expanded over the node directories\n"
+        "that exist, or the directory above the nodes' directories): their nodes, whether\n"
+        "every rank's pieces are there, whether they were flushed, and what a restart does\n"
+        "with those newer than the directory's newest (read in place by the job shape that\n"
+        "wrote them, flushed then loaded on another, or passed over if some rank's pieces\n"
+        "are on no node).\n"
         "Read-only: no lock is taken and nothing is removed. Exit status 1 if any checkpoint\n"
         "is invalid.\n\n"
-        "example:\n  amrckpt ls run-checkpoints --cache /dev/shm/run-cache",
+        "example:\n  amrckpt ls run-checkpoints --cache '/dev/shm/run-cache/{node}'",
         _cmd_ls,
     )
     p.add_argument("directory", metavar="DIRECTORY", help="the manager's directory")
@@ -229,7 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="check every byte of every checkpoint against its CRC32")
     p.add_argument("--quick", action="store_true", help="check only metadata, even of the restart target (for large checkpoints)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    p.add_argument("--cache", default=None, metavar="CACHE", help="also list the node caches under CACHE (two-level checkpoints)")
+    p.add_argument(
+        "--cache",
+        default=None,
+        metavar="CACHE",
+        help="also list the node caches under CACHE (two-level checkpoints; {node} expanded)",
+    )
     return parser
 
 

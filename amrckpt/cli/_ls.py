@@ -61,13 +61,15 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         raise _UsageError("--verify and --quick exclude each other")
     records, partial, aside = _ls_records(d, args.prefix, args.verify, args.quick)
     newest = next((r for r in records if r["restart"]), None)
-    cached = [dataclasses.asdict(c) for c in list_cache(args.cache, args.prefix)] if args.cache else []
+    steps = list_cache(args.cache, args.prefix) if args.cache else []
+    cached = [dataclasses.asdict(c) | {"shape": c.shape, "missing_ranks": c.missing_ranks} for c in steps]
     flushed = {r["step"] for r in records if r["valid"]}
     for c in cached:
         c["flushed"] = c["step"] in flushed
     if args.json:
         doc: dict[str, Any] = {"directory": str(d), "checkpoints": records, "partial": partial, "kept_aside": aside}
-        doc |= {"cache": {"directory": str(args.cache), "steps": cached}} if args.cache else {}
+        plan = restart_plan(cached, newest)
+        doc |= {"cache": {"directory": str(args.cache), "steps": cached, "restart": plan}} if args.cache else {}
         _dump_json(doc | {"restart": newest["name"] if newest else None})
         return EXIT_OK if all(r["valid"] for r in records) else EXIT_BAD
     if not records:
@@ -122,7 +124,14 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _ls_cache(root: str, cached: list[dict[str, Any]], newest: dict[str, Any] | None) -> None:
-    """Print the node caches' level: each cached step, its nodes, whether every rank's pieces are there, whether flushed."""
+    """Print the node caches' level: each cached step, its nodes, whether every rank's pieces are there, whether flushed.
+
+    Then what a restart does with the cached steps newer than the
+    directory's newest (:meth:`~amrckpt.CheckpointManager.restore_latest`):
+    read in place (the shape that wrote it), flush then load (another
+    process count or node layout), or pass over a step that cannot be
+    reached (some rank's pieces on no node), and why.
+    """
     if not cached:
         _out(f"node caches under {safe_str(root)}: no cached steps")
         return
@@ -136,12 +145,35 @@ def _ls_cache(root: str, cached: list[dict[str, Any]], newest: dict[str, Any] | 
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         _out(safe_str("  " + " ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + " " + row[-1]))
-    top = next((c for c in reversed(cached) if c["complete"]), None)
-    if top is not None and (newest is None or top["step"] > newest["step"]):
-        _out(
-            f"  a restart on {top['size']} ranks with the same node layout takes the cached step {top['step']} "
-            "(flushed first, then read); on another layout, the directory's newest"
+    for line in restart_plan(cached, newest):
+        _out(safe_str("  " + line))
+
+
+def restart_plan(cached: list[dict[str, Any]], newest: dict[str, Any] | None) -> list[str]:
+    """Say what a restart does with the cached steps newer than the directory's ``newest`` (lines of text). Not collective."""
+    floor = newest["step"] if newest is not None else None
+    there = f"takes the directory's newest, {newest['name']} (step {floor})" if newest is not None else "starts from the beginning"
+    out: list[str] = []
+    for c in reversed(cached):  # newest first, as a restart tries them
+        if floor is not None and c["step"] <= floor:
+            break
+        if not c["complete"]:
+            out.append(
+                f"the cached step {c['step']} (written by {c['shape']}) cannot be reached from here: the pieces of "
+                f"{c['missing_ranks']} are in no node directory under this cache; a restart passes over it (warning "
+                "if it has another process count or node layout) and the cache's retention keeps it"
+            )
+            continue
+        out.append(
+            f"a restart takes the cached step {c['step']} (written by {c['shape']}): a restart of that shape (the same "
+            "process count and node layout) reads it in place from the pieces and flushes it at close(); a restart on "
+            "another process count or node layout first flushes it from the pieces into the directory (the same bytes "
+            "as a direct save) and then loads that file"
         )
+        return out
+    if out:
+        out.append(f"so a restart {there}")
+    return out
 
 
 # -- the parser ---------------------------------------------------------------

@@ -28,11 +28,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import glob
 import json
 import logging
 import mmap
 import os
 import platform
+import re
 import shutil
 import stat
 import struct
@@ -53,7 +55,18 @@ from ..scda import Backend, FileAccess, os_error
 from ._lock import DirectoryLock
 from ._names import StepNames
 
-__all__ = ["CacheLevel", "CachedStep", "NodeCache", "NodeLayout", "Pieces", "list_cache", "read_pieces"]
+__all__ = [
+    "CacheLevel",
+    "CachedStep",
+    "NodeCache",
+    "NodeLayout",
+    "Pieces",
+    "list_cache",
+    "node_directories",
+    "ranks_of",
+    "read_pieces",
+    "shape_of",
+]
 
 _log = logging.getLogger("amrckpt.manager")
 
@@ -138,6 +151,49 @@ class NodeCache:
             return Path(text.replace("{node}", str(node)).replace("{job}", job))
         return Path(text.replace("{job}", job)) / f"node-{node}"
 
+    def existing(self, job: str | None = None) -> dict[int, Path]:
+        """Return the existing cache directories of the nodes that this process sees, by node. Not collective."""
+        return node_directories(self.directory, job)
+
+
+def node_directories(directory: str | os.PathLike[str], job: str | None = None) -> dict[int, Path]:
+    """Return the node cache directories that exist under a :class:`NodeCache` directory, by node number. Not collective.
+
+    ``{node}`` in ``directory`` is expanded over the directories that exist
+    (``{job}`` is filled in as :meth:`NodeCache.path_of` fills it:
+    ``job``, else ``SLURM_JOB_ID``, else ``"job"``); without ``{node}``,
+    the ``node-<n>`` directories below ``directory``.  Only what this
+    process sees: on a cluster with node-local storage, its own node's.
+    Links are not followed (a link is not a node's directory).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The ``directory`` of a :class:`NodeCache` (a template).
+    job : str, optional
+        The job id for ``{job}``.
+
+    Returns
+    -------
+    dict of int to pathlib.Path
+        Sorted by node.
+    """
+    text = os.fspath(directory)
+    text = text.replace("{job}", job if job is not None else os.environ.get("SLURM_JOB_ID", "job"))
+    if "{node}" not in text:
+        text = os.path.join(text, "node-{node}")
+    parts = text.split("{node}")
+    pattern = re.compile(r"(\d+)".join(re.escape(p) for p in parts))
+    out: dict[int, Path] = {}
+    for hit in glob.glob("*".join(glob.escape(p) for p in parts)):
+        m = pattern.fullmatch(hit)
+        if m is None or len(set(m.groups())) != 1 or str(int(m.group(1))) != m.group(1):
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(hit).st_mode):
+                out[int(m.group(1))] = Path(hit)
+    return dict(sorted(out.items()))
+
 
 @dataclass(frozen=True)
 class NodeLayout:
@@ -186,6 +242,25 @@ class NodeLayout:
             )
         return out
 
+    @classmethod
+    def guess(cls, size: int, digest: int, max_partners: int = 4) -> NodeLayout | None:
+        """Return the usual layout of ``size`` ranks whose :attr:`digest` is ``digest``, or None. Not collective.
+
+        The layouts tried: ``k`` consecutive ranks per node, for every ``k``
+        (what ``node_size``, or ranks placed on the hosts in blocks, give),
+        with 0 to ``max_partners`` partner copies; none above 1024 ranks.
+        For reports (which nodes a cached step's writers were on), never for
+        reading: a cached step is read in place by its own layout only.
+        """
+        if size < 1 or size > 1024:
+            return None
+        for k in range(1, size + 1):
+            node_of = np.arange(size, dtype=np.int64) // k
+            for partners in range(min(max_partners, int(node_of[-1])) + 1):
+                if digest_of(node_of, partners) == digest:
+                    return cls(node_of, partners)
+        return None
+
     @property
     def nodes(self) -> int:
         """The number of nodes."""
@@ -227,6 +302,25 @@ class NodeLayout:
     def digest(self) -> int:
         """A digest of the layout (P and each rank's node): a cached step is read back by the same layout only."""
         return digest_of(self.node_of, self.partners)
+
+
+def shape_of(size: int, layout: int | None) -> str:
+    """Describe the job shape that cached a step: ``"4 ranks on 2 nodes"`` (nodes if the layout is a usual one). Not collective."""
+    guess = NodeLayout.guess(size, layout) if isinstance(layout, int) else None
+    if guess is None:
+        return f"{size} ranks (nodes unknown)"
+    return f"{size} rank{'s' if size > 1 else ''} on {guess.nodes} node{'s' if guess.nodes > 1 else ''}"
+
+
+def ranks_of(size: int, layout: int | None, ranks: tuple[int, ...]) -> str:
+    """Name ``ranks`` of a job of that shape, with their nodes where the layout is a usual one: ``"ranks 2, 3 (node 1)"``."""
+    guess = NodeLayout.guess(size, layout) if isinstance(layout, int) and ranks else None
+    shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+    text = f"rank{'s' if len(ranks) > 1 else ''} {shown}"
+    if guess is not None:
+        nodes = sorted({guess.node(q) for q in ranks})
+        text += f" (node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))})"
+    return text
 
 
 def _local_of(node_of: np.ndarray) -> np.ndarray:
@@ -909,6 +1003,10 @@ class CachedStep:
         The ranks whose pieces are there (own or partner copies), on some node.
     complete : bool
         Whether every rank's pieces are there, on some node (headers checked, not the data's CRC32s).
+    layout : int or None
+        The digest of the node layout that cached it (:attr:`NodeLayout.digest`, from ``step.json``).
+    missing : tuple of int
+        The ranks whose pieces are on no node (empty when ``complete``).
     """
 
     step: int
@@ -917,38 +1015,58 @@ class CachedStep:
     nodes: tuple[str, ...]
     ranks: int
     complete: bool
+    layout: int | None = None
+    missing: tuple[int, ...] = ()
+
+    @property
+    def shape(self) -> str:
+        """The job shape that cached it: ``"4 ranks on 2 nodes"`` (:func:`shape_of`)."""
+        return shape_of(self.size, self.layout) if self.size else "an unknown number of ranks"
+
+    @property
+    def missing_ranks(self) -> str:
+        """The ranks whose pieces are on no node, with their nodes where known: ``"ranks 2, 3 (node 1)"`` (:func:`ranks_of`)."""
+        return ranks_of(self.size or 0, self.layout, self.missing)
 
 
 def list_cache(root: str | os.PathLike[str], prefix: str = "ckpt") -> list[CachedStep]:
-    """List the cached steps of every node directory under ``root`` (``root`` itself or one level below). Not collective.
+    """List the cached steps of every node directory under ``root``. Not collective.
 
+    ``root`` is a :class:`NodeCache` directory with ``{node}`` (expanded over
+    the node directories that exist: :func:`node_directories`), or a
+    directory whose node directories are ``root`` itself or one level below.
     Read-only: no lock, nothing removed; pieces files are checked by their
     headers (their sizes and the CRC32 of the header), not their data.
     """
-    base = Path(root)
     names = StepNames(prefix, extension=EXTENSION)
     found: dict[int, dict[str, Any]] = {}
-    with contextlib.suppress(OSError):
-        for d in [base, *sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())]:
-            with contextlib.suppress(OSError):
-                for step, name in names.listing(os.listdir(d)).checkpoints.items():
-                    entry = found.setdefault(step, {"nodes": [], "ranks": set(), "size": None, "nbytes": None})
-                    entry["nodes"].append(d.name if d != base else ".")
-                    level = CacheLevel(d, prefix)
-                    info = level.info(step) or {}
-                    entry["size"] = entry["size"] or info.get("size")
-                    entry["nbytes"] = entry["nbytes"] or info.get("nbytes")
-                    for f in (d / name).glob("rank-*.pieces"):
-                        try:
-                            p = read_pieces(f, verify=False)
-                        except ManagerError:
-                            continue
-                        entry["ranks"].add(p.rank)
-                        p.close()
+    if "{node}" in os.fspath(root):
+        dirs = [(str(n), d) for n, d in node_directories(root).items()]
+    else:
+        base = Path(root)
+        dirs = [(".", base)]
+        with contextlib.suppress(OSError):
+            dirs += [(p.name, p) for p in sorted(p for p in base.iterdir() if p.is_dir() and not p.is_symlink())]
+    for label, d in dirs:
+        with contextlib.suppress(OSError):
+            for step, name in names.listing(os.listdir(d)).checkpoints.items():
+                entry = found.setdefault(step, {"nodes": [], "ranks": set(), "size": None, "nbytes": None, "layout": None})
+                entry["nodes"].append(label)
+                level = CacheLevel(d, prefix)
+                info = level.info(step) or {}
+                for key in ("size", "nbytes", "layout"):
+                    entry[key] = entry[key] or info.get(key)
+                for f in (d / name).glob("rank-*.pieces"):
+                    try:
+                        p = read_pieces(f, verify=False)
+                    except ManagerError:
+                        continue
+                    entry["ranks"].add(p.rank)
+                    p.close()
     out = []
     for step, e in sorted(found.items()):
         P = e["size"]
-        out.append(
-            CachedStep(step, P, e["nbytes"], tuple(e["nodes"]), len(e["ranks"]), P is not None and e["ranks"] == set(range(P)))
-        )
+        missing = tuple(sorted(set(range(P)) - e["ranks"])) if isinstance(P, int) else ()
+        complete = P is not None and e["ranks"] == set(range(P))
+        out.append(CachedStep(step, P, e["nbytes"], tuple(e["nodes"]), len(e["ranks"]), complete, e["layout"], missing))
     return out

@@ -24,7 +24,7 @@ import mmap
 import os
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +33,14 @@ from .._files import new_token
 from .._logging import RankLogger
 from ..comm import Call, Comm, collective
 from ..errors import ManagerError
-from ..scda import FileAccess, open_backend, os_error
+from ..scda import MAX_CALL_NBYTES, FileAccess, open_backend, os_error
 from ..schema import CheckpointSchema, save
 from ._cache import CacheLevel, NodeLayout, Pieces, parse_pieces, pieces_name, read_pieces
 from ._directory import CheckpointDirectory
 from ._retention import KeepPolicy
 from ._save import commit_file
 
-__all__ = ["Cached", "cache_step", "flush_step", "gather_pieces", "newest_cached"]
+__all__ = ["Cached", "cache_step", "commit_pieces", "flush_step", "gather_pieces", "newest_cached"]
 
 _log = logging.getLogger("amrckpt.manager")
 
@@ -323,39 +323,91 @@ def flush_step(
         if pieces is None:
             pieces = gather_pieces(call, level, layout, step)
         try:
-            P = comm.size
-            info = level.info(step)
-            key = P - comm.rank if info is not None and isinstance(info.get("records"), dict) else 0
-            top = call.allreduce(maxima=[key, pieces.end], what="flush: records").maxima
-            if top[0] == 0:
-                raise call.agreed(ManagerError(f"the cached step {step} has no step.json on any node"))
-            text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - top[0], what="flush: records")
-            records = {k: str(v).encode() for k, v in json.loads(str(text.value)).items()}
-            nbytes = int(top[1])
-
-            def write(tmp: Path) -> _Flushed:
-                a = access.replace(truncate=True)
-                backend = open_backend(tmp, "w", comm, access=a, defer=True)
-                call.run(backend.write_gathered, [] if call.failed else pieces.pieces, pieces.nrounds, always=True)
-                if directory.sync:
-                    backend.sync(None)
-                backend.close(None)
-                call.agree("flush: write")
-                return _Flushed(nbytes)
-
-            commit_file(
-                comm,
+            nbytes = commit_pieces(
+                call,
                 directory,
                 step,
-                write,
-                lambda name, result, t0, seconds: records,
+                pieces.pieces,
+                pieces.nrounds,
+                level.info(step),
+                access=access,
                 keep_policy=keep_policy,
                 log=log,
-                reason="flush of the cached step",
             )
         finally:
             if own:
                 pieces.close()
+    return nbytes
+
+
+def commit_pieces(
+    call: Call,
+    directory: CheckpointDirectory,
+    step: int,
+    pieces: Sequence[tuple[int, memoryview]],
+    nrounds: int,
+    info: dict[str, Any] | None,
+    *,
+    access: FileAccess,
+    keep_policy: KeepPolicy,
+    log: RankLogger,
+) -> int:
+    """Write this rank's ``pieces`` of the cached ``step``'s file into the shared directory; commit it with its records. Collective.
+
+    The flush's write and commit, whoever holds the pieces: every rank
+    passes the ``(offset, bytes)`` runs of the final file that it writes
+    (its own, a partner's, or, after a change of job shape, those of the
+    old ranks it took over), which together are the whole file.  One
+    ``write_gathered`` as a direct save's (in at least ``nrounds`` rounds,
+    more if a rank holds more than a save's ranks did), committed by
+    :func:`~amrckpt.manager._save.commit_file` with the records of the
+    lowest rank's ``info`` (the cached step's ``step.json``): the file is
+    byte for byte a direct save's.
+
+    Returns
+    -------
+    int
+        The bytes of the file.
+
+    Raises
+    ------
+    ManagerError
+        On every rank, if no rank has the step's records.
+    AmrckptError
+        On every rank, what the write or the commit raised; the shared
+        directory is then as before.
+    """
+    comm, P = call.comm, call.comm.size
+    key = P - comm.rank if info is not None and isinstance(info.get("records"), dict) else 0
+    end = max((off + b.nbytes for off, b in pieces), default=0)
+    held = sum(b.nbytes for _, b in pieces)
+    top = call.allreduce(maxima=[key, end, nrounds, -(-held // MAX_CALL_NBYTES)], what="flush: records").maxima
+    if top[0] == 0:
+        raise call.agreed(ManagerError(f"the cached step {step} has no step.json on any node"))
+    text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - top[0], what="flush: records")
+    records = {k: str(v).encode() for k, v in json.loads(str(text.value)).items()}
+    nbytes, rounds = int(top[1]), max(1, int(top[2]), int(top[3]))
+
+    def write(tmp: Path) -> _Flushed:
+        a = access.replace(truncate=True)
+        backend = open_backend(tmp, "w", comm, access=a, defer=True)
+        call.run(backend.write_gathered, [] if call.failed else list(pieces), rounds, always=True)
+        if directory.sync:
+            backend.sync(None)
+        backend.close(None)
+        call.agree("flush: write")
+        return _Flushed(nbytes)
+
+    commit_file(
+        comm,
+        directory,
+        step,
+        write,
+        lambda name, result, t0, seconds: records,
+        keep_policy=keep_policy,
+        log=log,
+        reason="flush of the cached step",
+    )
     return nbytes
 
 

@@ -117,8 +117,9 @@ class CheckpointManager(Generic[S]):
         copies on other nodes), committed there as here, and blocks only for
         that; the shared file, byte-identical to a direct save's, is written
         by a flush.  A restart takes the newest step complete in a cache
-        (same process count and node layout; a lost node's pieces from its
-        partners) or in the directory (any process count).  Not with
+        (read in place by the same process count and node layout, a lost
+        node's pieces from its partners; flushed first, then loaded, on
+        another) or in the directory (any process count).  Not with
         ``background=True``.
     flush_policy : SavePolicy, optional
         When a cached step is flushed into the directory, in the background
@@ -183,7 +184,7 @@ class CheckpointManager(Generic[S]):
                         raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
                     call.run(self._dir.open, on=0)  # the directory first (its lock), then the node caches
                     call.agree("CheckpointManager: open the directory")
-                    self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log)
+                    self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log, self._dir)
                 watch(call, collective_timeout)  # this manager's timeout; exit notices under MPI
                 self._watched = True
                 self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
@@ -546,7 +547,15 @@ class CheckpointManager(Generic[S]):
         node layout; a lost node's pieces from partners), if newer than the
         directory's, is read in place from the pieces (the ranks send each
         other what they lack; :attr:`restored_from` is ``"cache"``; the step
-        is flushed at :meth:`close`).
+        is flushed at :meth:`close`).  A newer cached step written by another
+        process count or node layout is flushed into the directory first, by
+        this job's ranks, from the node directories they see (a direct save's
+        bytes, with the records of the job that cached it), and then loaded
+        on this process count; if some of its writers' pieces are on no node
+        that this job sees, it is passed over with a
+        :class:`~amrckpt.errors.CachedStepsUnreachableWarning` (rank 0, and
+        logged) naming the steps, their job shape and the ranks missing, and
+        the cache's retention keeps it.
 
         Parameters
         ----------
@@ -566,6 +575,13 @@ class CheckpointManager(Generic[S]):
             with ``step`` and ``skipped``), the object built by ``into``, or
             None if there is no usable checkpoint.  The step restored is
             :attr:`restored_step`, the checkpoints skipped :attr:`skipped`.
+
+        Warns
+        -----
+        CheckpointSkippedWarning
+            On rank 0, for each checkpoint kept aside.
+        CachedStepsUnreachableWarning
+            On rank 0, for cached steps of another job shape that this job cannot reach.
         """
         with collective(self.comm, "CheckpointManager.restore_latest") as call:
             return self._restore_latest(call, into, partition, fields)
@@ -604,7 +620,10 @@ class CheckpointManager(Generic[S]):
         """Load the checkpoint of ``step`` (orbax's ``restore(step)``). Collective.
 
         Every byte read is checked against its CRC32; unlike
-        :meth:`restore_latest` there is no fallback.
+        :meth:`restore_latest` there is no fallback.  With a node cache, a
+        step that only the caches hold is flushed into the directory first
+        (by this job's ranks, whatever process count or node layout cached
+        it), then loaded.
 
         Parameters
         ----------
@@ -628,12 +647,18 @@ class CheckpointManager(Generic[S]):
         Raises
         ------
         StepNotFoundError
-            On every rank, if ``step`` has no checkpoint.
+            On every rank, if ``step`` has no checkpoint (nor a cached step whose
+            pieces this job reaches: a
+            :class:`~amrckpt.errors.CachedStepsUnreachableWarning` then says why).
         CheckpointError, ScdaError
             On every rank, if the checkpoint is damaged or does not match the schema.
+        ManagerError
+            On every rank, if a cached step of ``step`` is incomplete or damaged.
         """
         with collective(self.comm, "CheckpointManager.restore") as call:
             self.wait()
+            if self._node is not None and not call.on_root(lambda: step in self._dir.listing().checkpoints, what="restore: look"):
+                self._node.flush_cached(call, self._dir, step, access=self._flush_access(), keep_policy=self.keep_policy)
             path = call.on_root(lambda: self._dir.existing(step), what="restore: find the step")
             loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
             return self._restored(step, loaded, into)

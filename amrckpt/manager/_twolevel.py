@@ -11,6 +11,7 @@ communicator unless they say otherwise.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,15 +19,16 @@ from .._files import new_token
 from .._logging import RankLogger
 from .._threads import Worker, start_thread
 from ..comm import Call, Comm, current_call
-from ..errors import AmrckptError, ManagerError, ThreadStartError
+from ..errors import AmrckptError, CachedStepsUnreachableWarning, ManagerError, ThreadStartError
 from ..scda import FileAccess
 from ..schema import CheckpointSchema
-from ._cache import CacheLevel, NodeCache, NodeLayout, Pieces
+from ._cache import CacheLevel, NodeCache, NodeLayout, Pieces, ranks_of, shape_of
 from ._cache_read import NotInPiecesError, pieces_access, root_extra
 from ._directory import CheckpointDirectory
 from ._flush import Cached, cache_step, flush_step, gather_pieces, newest_cached
 from ._policies import Moment, Never, SavePolicy, shared_decision
 from ._records import step_records
+from ._reshape import Unreachable, flush_other_shape, newest_other_shape
 from ._retention import KeepPolicy
 
 __all__ = ["NodeLevel"]
@@ -51,10 +53,20 @@ class NodeLevel:
         Fsync in the cache.
     log : RankLogger
         The manager's logger.
+    directory : CheckpointDirectory, optional
+        The shared directory, open (its newest step, read on rank 0, is the
+        newest flushed: :meth:`unflushed`).
     """
 
     def __init__(
-        self, call: Call, cache: NodeCache, flush_policy: SavePolicy | None, prefix: str, sync: bool, log: RankLogger
+        self,
+        call: Call,
+        cache: NodeCache,
+        flush_policy: SavePolicy | None,
+        prefix: str,
+        sync: bool,
+        log: RankLogger,
+        directory: CheckpointDirectory | None = None,
     ) -> None:
         if not isinstance(cache, NodeCache):
             raise call.agreed(ManagerError(f"cache must be an amrckpt.NodeCache, not {type(cache).__name__}"))
@@ -66,7 +78,13 @@ class NodeLevel:
         self.level = CacheLevel(cache.path_of(self.layout.node(rank)), prefix, sync=sync, log=log, recycle=cache.recycle)
         self.first = self.layout.first(rank)
         call.run(self.level.open, self.first)
-        self._token = call.on_root(new_token, what="CheckpointManager: open the node cache")  # agrees on open's errors too
+
+        def opened() -> tuple[str, int | None]:
+            return new_token(), max(directory.listing().checkpoints, default=None) if directory is not None else None
+
+        # Agrees on open's errors too; the directory's newest step is the newest flushed so far (unflushed()).
+        self._token, self._floor = call.on_root(opened, what="CheckpointManager: open the node cache")
+        self._found = set(self.level.steps())  # kept by the retention while newer than the newest flushed (unflushed())
         self._saves = 0  # with _token, names each cached save's temporary directories without a collective call
         self.flushed: int | None = None  # the newest step flushed (or found in the shared directory)
         self.cached: int | None = None  # the newest step cached by this manager
@@ -117,6 +135,7 @@ class NodeLevel:
         """
         self.wait_retention()
         protect = {self._flushing} if self._flushing is not None and self.busy() else set()  # a flush that ended reads nothing more
+        protect |= self.unflushed()
         self._saves += 1
         done = cache_step(
             comm,
@@ -134,6 +153,17 @@ class NodeLevel:
         )
         self.cached = step
         return done
+
+    def unflushed(self) -> set[int]:
+        """Return the steps of this node's cache that retention keeps: found at open, newer than the newest flushed. Not collective.
+
+        The newest flushed: the directory's newest when the manager opened,
+        or a step flushed or restored since.  Such steps (cached by a job
+        that ended before flushing them, by this job's shape or another)
+        are never removed or recycled by this manager's retention.
+        """
+        floor = max((s for s in (self._floor, self.flushed) if s is not None), default=-1)
+        return {s for s in self._found if s > floor}
 
     def _retire_later(self, retention: Callable[[], None]) -> None:
         """Keep the cache's retention for :meth:`start_retention` (no collective call: it only unlinks this node's files)."""
@@ -289,17 +319,129 @@ class NodeLevel:
         loads it from there).  A step incomplete or damaged on every copy is
         skipped (logged) and the next older one is tried.
 
+        A step cached by another process count or node layout (another job
+        shape) is never read in place: if every old rank's pieces are in a
+        node directory that some rank of this job sees, the step is flushed
+        into ``directory`` by this job's ranks
+        (:func:`~amrckpt.manager._reshape.flush_other_shape`) and the caller
+        loads it from there, on this job's process count; if some are not,
+        an older step is tried, and a
+        :class:`~amrckpt.errors.CachedStepsUnreachableWarning` (rank 0,
+        also logged at WARNING) names the steps passed over, the shape that
+        wrote them and the ranks missing.  The cache's retention keeps
+        those steps (:meth:`save`).
+
         Returns
         -------
         (int or None, object or None)
             ``(step, loaded)`` read from the cache; ``(step, None)`` if the
             step was flushed to be loaded from the shared directory;
             ``(None, None)`` if no cached step newer than ``than`` is complete.
+
+        Warns
+        -----
+        CachedStepsUnreachableWarning
+            On rank 0, for cached steps newer than ``than`` of another job
+            shape whose pieces this job cannot all reach.
         """
         self.wait_retention()
+        unreachable: list[Unreachable] = []
+        got = self._restore_newer(call, directory, than, load_cached, unreachable, access=access, keep_policy=keep_policy)
+        if unreachable:
+            newest = f"the directory's newest (step {than})" if than is not None else "the directory's newest (it has none)"
+            took = f"the cached step {got[0]}" if got[0] is not None else newest
+            text = _unreachable_message(
+                unreachable, f"newer than {newest}", f"The restart takes {took} instead", self.cache, self.layout
+            )
+            call.on_root(lambda: _warn(text, self.log), what="restore: cached steps that cannot be reached")
+        if got[0] is not None:
+            self._floor = got[0] if self._floor is None else max(self._floor, got[0])
+        return got
+
+    def flush_cached(
+        self, call: Call, directory: CheckpointDirectory, step: int, *, access: FileAccess, keep_policy: KeepPolicy
+    ) -> bool:
+        """Flush the cached ``step`` into ``directory`` (which lacks it), whatever job shape cached it. Collective, agreeing.
+
+        For :meth:`~amrckpt.CheckpointManager.restore` of a step that is in
+        the node caches only: cached by this job's shape, it is flushed as
+        any flush (:func:`~amrckpt.manager._flush.flush_step`); by another,
+        with this job's ranks (:func:`~amrckpt.manager._reshape.flush_other_shape`).
+
+        Returns
+        -------
+        bool
+            Whether it was flushed (False: no cache holds it, or its pieces
+            cannot all be reached: a
+            :class:`~amrckpt.errors.CachedStepsUnreachableWarning` on rank 0 says why).
+
+        Raises
+        ------
+        ManagerError
+            On every rank, if the step is incomplete or damaged.
+        AmrckptError
+            On every rank, what the write or the commit raised (the directory is as before).
+        """
+        self.wait_retention()
+        prefix = self.level.names.prefix
+        if newest_cached(call, self.level, self.layout, step + 1) == step:
+            flush_step(call.comm, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log)
+        elif newest_other_shape(call, self.cache, prefix, self.layout, step + 1) == step:
+            done = flush_other_shape(
+                call, self.cache, prefix, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log
+            )
+            if isinstance(done, Unreachable):
+                outcome = f"restore({step}) cannot load it"
+                text = _unreachable_message([done], "that restore() asked for", outcome, self.cache, self.layout)
+                call.on_root(lambda: _warn(text, self.log), what="restore: a cached step that cannot be reached")
+                return False
+        else:
+            return False
+        self.flushed = step if self.flushed is None else max(self.flushed, step)
+        return True
+
+    def _restore_newer(
+        self,
+        call: Call,
+        directory: CheckpointDirectory,
+        than: int | None,
+        load_cached: Callable[[str, FileAccess], Any],
+        unreachable: list[Unreachable],
+        *,
+        access: FileAccess,
+        keep_policy: KeepPolicy,
+    ) -> tuple[int | None, Any]:
+        """:meth:`restore_newer`'s search; the cached steps of another shape that cannot be reached go into ``unreachable``."""
         below: int | None = None
+        prefix = self.level.names.prefix
         while True:
             step = newest_cached(call, self.level, self.layout, below)
+            other = newest_other_shape(call, self.cache, prefix, self.layout, below)
+            if other is not None and (step is None or other > step) and (than is None or other > than):
+                try:
+                    done = flush_other_shape(
+                        call,
+                        self.cache,
+                        prefix,
+                        self.layout,
+                        directory,
+                        other,
+                        access=access,
+                        keep_policy=keep_policy,
+                        log=self.log,
+                    )
+                except AmrckptError as exc:
+                    self.log.warning(
+                        "the cached step %d (of another job shape) cannot be flushed (%s); trying an older step", other, exc
+                    )
+                    below = other
+                    continue
+                if isinstance(done, Unreachable):
+                    unreachable.append(done)
+                    below = other
+                    continue
+                self.flushed = other if self.flushed is None else max(self.flushed, other)
+                return other, None
             if step is None or (than is not None and step <= than):
                 return None, None
             try:
@@ -361,3 +503,29 @@ class NodeLevel:
             self._comm.free()
             self._comm = None
         self.level.close()
+
+
+def _unreachable_message(found: list[Unreachable], which: str, outcome: str, cache: NodeCache, layout: NodeLayout) -> str:
+    """Return the warning for cached steps of another shape that a restart cannot reach (agreed values: the same on every rank)."""
+    groups: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
+    for u in found:
+        groups.setdefault((u.size, u.layout, u.missing), []).append(u.step)
+    parts = [
+        f"the step{'s' if len(steps) > 1 else ''} {', '.join(map(str, sorted(steps)))}, written by {shape_of(size, digest)}: "
+        f"the pieces of {ranks_of(size, digest, missing)} are in no cache directory that this job's ranks see"
+        for (size, digest, missing), steps in sorted(groups.items(), key=lambda g: min(g[1]))
+    ]
+    here = shape_of(layout.node_of.shape[0], layout.digest)
+    return (
+        f"the node caches ({str(cache.directory)!r}) hold cached steps {which} that were written by another "
+        f"process count or node layout than this job's ({here}) and cannot be reached: {'; '.join(parts)}. "
+        f"{outcome}. The cached steps are kept (the cache's retention removes no step newer than "
+        "the newest flushed one): make the missing node directories visible to the job, or restart on the nodes and "
+        "process count that wrote them, to restart from them"
+    )
+
+
+def _warn(text: str, log: RankLogger) -> None:
+    """Log ``text`` at WARNING and issue it as a :class:`~amrckpt.errors.CachedStepsUnreachableWarning` (stderr). Rank 0."""
+    log.warning("%s", text)
+    warnings.warn(text, CachedStepsUnreachableWarning, stacklevel=2)
