@@ -499,7 +499,7 @@ def plan_chunks(
     targets = [(0, E, out.reshape(-1).view(np.uint8))]
 
     def build() -> Deferred:
-        job = _Decode(targets, E, got, partial is not None, what, "chunk", checked=plan.verify)
+        job = _Decode(targets, E, got, partial is not None, what, "chunk", checked=plan.verify and plan.compares_sections)
         job.a, job.b = _chunk_leaves(c0, c1, partial, K, N)
         job.n = job.b - job.a
         job.s = np.maximum(job.a, lo) - job.a
@@ -536,9 +536,9 @@ def _plan_counts(
     raw = np.empty(int(b[-1]) - base if b.size else 0, dtype=cdt)
 
     def decoding() -> Deferred:
-        job = _Decode(
-            [(0, cdt.itemsize, raw.view(np.uint8))], cdt.itemsize, got, partial is not None, what, "counts", checked=plan.verify
-        )
+        checked = plan.verify and plan.compares_sections
+        targets = [(0, cdt.itemsize, raw.view(np.uint8))]
+        job = _Decode(targets, cdt.itemsize, got, partial is not None, what, "counts", checked=checked)
         job.a, job.b = a, b
         job.n = job.t = b - a
         job.s = np.zeros_like(a)
@@ -624,7 +624,7 @@ def plan_hp_chunks(
 
     def values_pass() -> Deferred:
         vsizes = _sizes_read(gv, partial is not None)
-        job = _Decode([], E, gv, partial is not None, what, "values", checked=plan.verify)
+        job = _Decode([], E, gv, partial is not None, what, "values", checked=plan.verify and plan.compares_sections)
         a, b = _chunk_leaves(-(-lo // K), -(-hi // K), partial, K, span.N)
         job.a, job.b = a, b
         most = int(raw.max()) if raw.size else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -527,7 +528,11 @@ class CheckpointReader:
         for ``count`` elements).  With ``verify`` the bytes read are CRC'd as
         they are read (in the helper thread, before this returns): a range
         that holds a whole section is checked here, the others by
-        :meth:`check_crcs`, from the CRC32s kept.
+        :meth:`check_crcs`, from the CRC32s kept.  The zlib streams a range
+        decodes (chunks, compressed elements) keep their own Adler-32 check,
+        since the CRC32 of their section is not compared here; a stream that
+        does not decode makes the field's sections be CRC'd, so that damage
+        is reported as a :class:`~amrckpt.errors.ChecksumError`.
 
         Raises
         ------
@@ -540,6 +545,19 @@ class CheckpointReader:
         CheckpointError, ScdaError
             If the file is damaged or cannot be read.
         """
+
+        def plan_values(plan: scda.ReadPlan, fs: FieldSpec, span: Span) -> Callable[[], Any]:
+            build: dict[str, Any] = {}
+            self._plan(plan, fs, span, build, every_rank=False)
+            made: Callable[[], Any] = build[fs.name]
+            return made
+
+        return self._read_range(name, start, count, plan_values)
+
+    def _read_range(
+        self, name: str, start: int, count: int, planner: Callable[[scda.ReadPlan, FieldSpec, Span], Callable[[], Any]]
+    ) -> Any:
+        """Run ``planner``'s plan of field ``name`` over elements ``start ..`` on this rank alone (:meth:`read_range`)."""
         fs = self._field(name)
         h = handler_for(fs.kind)
         N = h.elem_count(fs, self.manifest)
@@ -551,11 +569,10 @@ class CheckpointReader:
         f = self._local()
         if name not in self._sections and name not in self._local_sections:
             self._local_sections.update(read_sections(f.read, self.file_size, self.index, self.manifest, [name], False, self.path))
-        plan = scda.ReadPlan(self.path, verify=self.verify, file_size=self.file_size)
-        build: dict[str, Any] = {}
-        self._plan(plan, fs, Span(count, start, N), build, every_rank=False)
+        plan = scda.ReadPlan(self.path, verify=self.verify, file_size=self.file_size, compares_sections=False)
+        build = planner(plan, fs, Span(count, start, N))
         scda.LocalExecutor(f).run(plan)
-        out = {name: plan.try_(build[name])} if plan.error is None else {}
+        out = {name: plan.try_(build)} if plan.error is None else {}
         if plan.error is None:
             plan.try_(functools.partial(resolve, out))
         if plan.error is not None:
@@ -616,6 +633,42 @@ class CheckpointReader:
             raise ValueError(f"field {name!r} is a {fs.kind} field, not hp")
         values, counts = self.read_range(name, start, count)
         return counts, values
+
+    def read_hp_counts(self, name: str, start: int, count: int) -> np.ndarray:
+        """Values per leaf of leaves ``start .. start + count - 1`` of an hp field, on this rank alone; its values are not read.
+
+        Not collective.  The handler's plan of bytes per leaf
+        (:meth:`~amrckpt.container.FieldHandler.plan_leaf_nbytes`: the counts,
+        the chunks of counts, or the size entries of the leaves), run as
+        :meth:`read_range` runs a plan: checked as it says.
+
+        Returns
+        -------
+        (count,) numpy.ndarray of int64
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is not an hp field, or the range is not inside it.
+        CheckpointError, ChecksumError, ScdaError
+            As :meth:`read_range`.
+        """
+        fs = self._field(name)
+        if _reads_as(fs) != "runs":
+            raise ValueError(f"field {name!r} is a {fs.kind} field, not hp")
+        h = handler_for(fs.kind)
+        E = h.value_dtype(fs, self.path).itemsize * math.prod(fs.shape)
+
+        def plan_counts(plan: scda.ReadPlan, fs: FieldSpec, span: Span) -> Callable[[], Any]:
+            self._cover(plan, self.sections(fs.name))
+            got = h.plan_leaf_nbytes(self, plan, fs, span)
+            assert callable(got), "hp fields have bytes per leaf of their own"
+            return lambda: got() // E
+
+        if E == 0:  # values of no bytes: the counts are in the values' plan alone
+            return self.read_hp(name, start, count)[0]
+        counts: np.ndarray = self._read_range(name, start, count, plan_counts)
+        return counts
 
     # -- closing -----------------------------------------------------------------------------------------
 

@@ -101,11 +101,18 @@ class ReadPlan:
         or the CRC32 mismatch of a section (on every rank).
     checked : list of str
         The sections whose CRC32 matched.
+    compares_sections : bool
+        Whether the CRC32 of every covered section is compared when the plan
+        runs (a collective plan: its ranks read every section whole).  False
+        for a range read on one rank (:class:`LocalExecutor`), which may read
+        a section in part: decoders then keep their own checks (the Adler-32
+        of each zlib stream), since no CRC32 vouches for the bytes.
     """
 
     path: str
     verify: bool = True
     file_size: int | None = None
+    compares_sections: bool = True
     nbytes: int = 0
     error: BaseException | None = None
     checked: list[str] = field(default_factory=list)

@@ -25,7 +25,7 @@ Nothing here is imported by ``import amrckpt``.
 from __future__ import annotations
 
 from .._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
-from ._backends import CountingBackend, FaultyBackend, WrapperBackend
+from ._backends import CountingBackend, CountingLocalFile, FaultyBackend, WrapperBackend
 from ._comm_tests import CommTests
 from ._conformance import BackendTests
 from ._files import FaultyFileSystem
@@ -35,6 +35,7 @@ from ._wrappers import COLLECTIVES, CountingComm, FaultyComm, WrapperComm
 __all__ = [
     "BackendTests",
     "CountingBackend",
+    "CountingLocalFile",
     "COLLECTIVES",
     "CommTests",
     "KINDS",

@@ -21,9 +21,9 @@ from typing import Any
 
 from .. import _faults
 from ..comm import Call, Comm, collective
-from ..scda import Backend, BackendOpener, FileAccess, open_backend, os_error
+from ..scda import Backend, BackendOpener, FileAccess, LocalFile, open_backend, os_error
 
-__all__ = ["CountingBackend", "FaultyBackend", "WrapperBackend"]
+__all__ = ["CountingBackend", "CountingLocalFile", "FaultyBackend", "WrapperBackend"]
 
 Piece = tuple[int, memoryview]
 
@@ -259,3 +259,45 @@ def raise_fault(kind: str, comm: Comm, path: str) -> None:
     if exc is not None:
         verb = {"open": "cannot open", "write": "cannot write to", "read": "cannot read from", "size": "cannot get the size of"}
         raise os_error(exc, path, verb.get(kind, f"cannot {kind}"))
+
+
+class CountingLocalFile(LocalFile):
+    """A :class:`~amrckpt.scda.LocalFile` that counts the bytes and calls of this process's reads (metadata, leaf ranges).
+
+    ``CountingLocalFile.over(counts)`` is the ``local_file`` opener of a
+    :class:`~amrckpt.scda.FileAccess` whose files add to ``counts`` (a
+    :class:`collections.Counter`): ``open``, ``read`` (calls of
+    :meth:`read`), ``readv`` (calls of :meth:`readv`) and ``bytes``::
+
+        counts = collections.Counter()
+        access = FileAccess(local_file=CountingLocalFile.over(counts))
+        with CheckpointReader(path, access=access) as r:
+            r.read_cells("rho", 0, 10)
+        assert counts["bytes"] < 10_000
+    """
+
+    counts: collections.Counter[str]
+
+    @classmethod
+    def over(cls, counts: collections.Counter[str]) -> Callable[..., CountingLocalFile]:
+        """Return the opener whose files count into ``counts``. Not collective."""
+
+        def opener(path: Any, short: Any = None) -> CountingLocalFile:
+            out = cls(path) if short is None else cls(path, short)
+            out.counts = counts
+            counts["open"] += 1
+            return out
+
+        return opener
+
+    def read(self, offset: int, nbytes: int) -> bytes:
+        """Count, then read."""
+        self.counts["read"] += 1
+        self.counts["bytes"] += nbytes
+        return super().read(offset, nbytes)
+
+    def readv(self, pieces: Sequence[tuple[int, memoryview]]) -> None:
+        """Count, then read."""
+        self.counts["readv"] += 1
+        self.counts["bytes"] += sum(b.nbytes for _, b in pieces)
+        super().readv(pieces)

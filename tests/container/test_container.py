@@ -760,3 +760,30 @@ def _mesh_spec_of_brick() -> Any:
 
     geo = ac.Mesh(dim=2, brick=(4, 2)).metadata[0].geometry
     return MeshSpec(field="mesh", dim=2, num_trees=8, curve="morton", maxlevel=30, record=[], geometry=geo)
+
+
+def test_hp_counts_of_ranges_read_no_values(tmp_path: Path) -> None:
+    """read_hp_counts gives read_hp's counts on every hp layout (counts, one V section, chunks), without the values' bytes."""
+    path = tmp_path / "d.scda"
+    run_threads(1, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    with CheckpointReader(path) as r:
+        for name in ("modes", "wide", "big", "packed"):
+            for lo, n in ((0, G.N), (3, 17), (G.N - 5, 5), (G.N, 0), (8, 1)):
+                assert np.array_equal(r.read_hp_counts(name, lo, n), r.read_hp(name, lo, n)[0])
+        with pytest.raises(ValueError, match="not hp"):
+            r.read_hp_counts("rho", 0, 1)
+        assert {"modes", "wide", "big", "packed"} <= set(r.check_crcs())
+
+
+def test_a_damaged_chunk_read_in_part_is_a_checksum_error(tmp_path: Path) -> None:
+    """A range read decodes its chunks with their Adler-32: a flipped byte in a chunk it reads is the field's ChecksumError."""
+    path = tmp_path / "d.scda"
+    run_threads(1, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    e = next(x for x in ac.read_info(path).index.sections if x.name == "rho")
+    raw = bytearray(path.read_bytes())
+    raw[e.end - 48] ^= 0x01  # a byte of the last chunk's stream
+    path.write_bytes(bytes(raw))
+    with CheckpointReader(path) as r:
+        r.read_cells("rho", 0, 7)  # the first chunk: intact
+        with pytest.raises(ac.ChecksumError, match="'rho'"):
+            r.read_cells("rho", G.N - 3, 3)
