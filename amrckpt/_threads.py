@@ -22,6 +22,7 @@ the same way.
 from __future__ import annotations
 
 import _thread
+import logging
 import os
 import queue
 import re
@@ -33,6 +34,8 @@ from typing import Any
 from .errors import ThreadStartError
 
 __all__ = ["START_TIMEOUT", "Pool", "Worker", "default_threads", "map_shared", "pool", "start_thread"]
+
+_log = logging.getLogger("amrckpt")
 
 START_TIMEOUT = 30.0
 """Seconds :func:`start_thread` waits for a new thread to run (a healthy start takes well under a millisecond)."""
@@ -113,10 +116,9 @@ class Pool(Executor):
     """A pool of at most ``max_workers`` threads, each started by :func:`start_thread` when work first needs it.
 
     A :class:`concurrent.futures.Executor` (``submit``, ``map``,
-    ``shutdown``) whose ``submit`` raises
-    :class:`~amrckpt.errors.ThreadStartError` where a worker it needs cannot
-    start, instead of waiting forever as ``ThreadPoolExecutor`` would.  Not
-    collective.
+    ``shutdown``) that never waits forever for a worker to start, as
+    ``ThreadPoolExecutor`` would for one that dies before it runs: where no
+    worker can start, the caller does the work.  Not collective.
     """
 
     def __init__(self, max_workers: int, name: str) -> None:
@@ -133,10 +135,13 @@ class Pool(Executor):
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run ``fn(*args, **kwargs)`` in a worker; return its future.
 
+        A worker that cannot start (:class:`~amrckpt.errors.ThreadStartError`)
+        is not an error: the workers there are take the work, or, if there
+        are none, ``fn`` runs at once in the calling thread (logged once per
+        failure at WARNING); the result is the same, only not overlapped.
+
         Raises
         ------
-        ThreadStartError
-            If no worker is idle and a new one cannot start.
         RuntimeError
             After :meth:`shutdown`.
         """
@@ -145,10 +150,27 @@ class Pool(Executor):
             if self._shutdown:
                 raise RuntimeError(f"{self.name}: submit after shutdown")
             if self._idle <= 0 and len(self._workers) < self.max_workers:
-                self._workers.append(start_thread(self._run, f"{self.name}-{len(self._workers)}"))
-                self._idle += 1
-            self._idle -= 1
-            self._work.put((fut, fn, args, kwargs))
+                try:
+                    self._workers.append(start_thread(self._run, f"{self.name}-{len(self._workers)}"))
+                    self._idle += 1
+                except ThreadStartError as exc:
+                    if not self._workers:  # no thread at all: the caller does the work (no overlap, same result)
+                        _log.warning("%s; its work runs in the calling thread", exc)
+                        inline = True
+                    else:
+                        inline = False  # the workers there are take it
+                else:
+                    inline = False
+            else:
+                inline = False
+            if not inline:
+                self._idle -= 1
+                self._work.put((fut, fn, args, kwargs))
+        if inline:
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+                fut.set_exception(exc)
         return fut
 
     def map(

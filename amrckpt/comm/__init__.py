@@ -26,8 +26,10 @@ from ._call import (
 )
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm, run_threads, thread_rank
+from ._watchdog import DEFAULT_TIMEOUT, install_excepthook
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "NONE",
     "Call",
     "Columns",
@@ -45,6 +47,7 @@ __all__ = [
     "current_call",
     "describe",
     "digest_of",
+    "install_excepthook",
     "is_mpi4py_comm",
     "require_comm",
     "run_threads",

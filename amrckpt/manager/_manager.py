@@ -16,8 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from .._files import FileSystem
 from .._logging import RankLogger
-from ..comm import Call, Comm, collective, collective_method, current_call, unwatch, watch
-from ..comm._watchdog import install_excepthook
+from ..comm import Call, Comm, collective, collective_method, current_call, install_excepthook, unwatch, watch
 from ..errors import (
     AmrckptError,
     ManagerError,

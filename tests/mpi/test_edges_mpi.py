@@ -20,12 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from checkpoint_cases import Advection, assert_state_equal, global_state
+from checkpoint_cases import Advection, GlobalState, assert_state_equal, global_state
 
 import amrckpt as ac
 from _support import world
-from amrckpt import _threads, errors
+from amrckpt import _threads, errors, sfc
 from amrckpt.manager import EveryNSteps
 
 pytestmark = pytest.mark.mpi
@@ -73,6 +74,16 @@ def failing_close(active: bool, monkeypatch: pytest.MonkeyPatch, only_read: bool
 def _state(comm: Any, step: int) -> Advection:
     g = global_state(seed=step % 3, max_level=3)
     g.step, g.time = step, 0.5 * step
+    return g.for_rank(comm)
+
+
+def _big_state(comm: Any) -> Advection:
+    """A uniform forest of 2 x 4^8 leaves: every rank's payloads are above the size CRC'd inline (a helper thread's)."""
+    leaves = sfc.uniform_leaves(8, num_trees=2, dim=2)
+    N = leaves.num_leaves
+    rng = np.random.default_rng(5)
+    counts = (rng.integers(0, 4, N) + 1) ** 2
+    g = GlobalState(leaves, rng.random(N), rng.standard_normal((N, 2)), counts, rng.standard_normal(int(counts.sum())))
     return g.for_rank(comm)
 
 
@@ -160,3 +171,43 @@ def test_a_thread_that_cannot_start_is_an_agreed_error(mpi_tmp: Path, monkeypatc
             m.save(3, _state(w, 3))  # the manager goes on
         with ac.CheckpointManager(d, Advection, comm=w) as m:
             assert m.latest_step() == 3
+
+
+def test_a_pool_worker_that_cannot_start_leaves_its_work_to_the_caller(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper threads of a save and a load (CRC32s, packing) cannot start on some ranks: the work runs in the caller."""
+    from amrckpt import _crc
+
+    w = world()
+    path = mpi_tmp / "pool.scda"
+    seen: set[str] = set()
+    refused: list[int] = []
+
+    def refuse(fn: Any, args: Any) -> Any:
+        refused.append(1)
+        raise RuntimeError("can't start new thread")
+
+    for ranks in subsets(w.size)[: 2 * w.size]:
+        for what in ("save", "load"):
+            if what == "load" and not path.exists():
+                continue
+            with bounded(), monkeypatch.context() as mp:
+                mp.setattr(_threads, "_POOL", None)  # new pools: their workers start on first use
+                mp.setattr(_crc, "_POOL", None)
+                if w.rank in ranks:
+                    mp.setattr(_threads, "_start_new_thread", refuse)
+                try:
+                    if what == "save":
+                        ac.save(_big_state(w), mpi_tmp / "new.scda", comm=w)  # large enough for the CRC32 thread
+                    else:
+                        ac.load(path, Advection, comm=w)
+                    outcome: Any = "ok"
+                except errors.AmrckptError as exc:
+                    outcome = (type(exc).__name__, sorted(exc.rank_errors))
+            everyone = w.allgather(outcome)
+            assert all(o == everyone[0] for o in everyone), (what, ranks, everyone)
+            assert everyone[0] == "ok", (what, ranks, everyone)
+            seen.add(what)
+        if not path.exists():
+            ac.save(_big_state(w), path, comm=w)
+    assert seen == {"save", "load"}, seen
+    assert sum(w.allgather(len(refused))) > 0  # the helper threads were needed, and refused

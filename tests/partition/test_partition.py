@@ -424,11 +424,12 @@ def test_from_local_count():
 
 def test_weighted_collectives():
     """3 collectives for integer weights, 4 for floats (P = 1: no cut allreduce); none carries O(P) data."""
-    assert collectives(4, lambda c: Partition.weighted(np.arange(c.rank + 2), c)) == [3] * 4
-    assert collectives(4, lambda c: Partition.weighted(np.linspace(0, 1, c.rank + 2), c)) == [4] * 4
-    assert collectives(3, lambda c: Partition.weighted(np.zeros(2), c)) == [1] * 3  # all weights zero: uniform
-    assert collectives(3, lambda c: Partition.weighted([1, 2], c, size=1)) == [2] * 3
-    assert collectives(4, lambda c: Partition.from_local_count(c.rank, c)) == [1] * 4
+    # each count includes the call's first meeting (amrckpt.comm.Call.meet: bounded, before any blocking collective)
+    assert collectives(4, lambda c: Partition.weighted(np.arange(c.rank + 2), c)) == [1 + 3] * 4
+    assert collectives(4, lambda c: Partition.weighted(np.linspace(0, 1, c.rank + 2), c)) == [1 + 4] * 4
+    assert collectives(3, lambda c: Partition.weighted(np.zeros(2), c)) == [1 + 1] * 3  # all weights zero: uniform
+    assert collectives(3, lambda c: Partition.weighted([1, 2], c, size=1)) == [1 + 2] * 3
+    assert collectives(4, lambda c: Partition.from_local_count(c.rank, c)) == [1 + 1] * 4
 
 
 class _Rank0:
@@ -465,6 +466,9 @@ class _Rank0:
 
     def sendrecv(self, data, dest, source):
         return None
+
+    def meet(self, values, timeout, poll=None):
+        return np.array(values, dtype=np.int64)
 
     def dup(self):
         return self
