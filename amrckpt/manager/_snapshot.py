@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import copy
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
 
+from .._threads import Pool
 from ..schema import CheckpointSchema
 
 __all__ = ["Snapshots", "cores_per_rank"]
@@ -65,7 +65,7 @@ class Snapshots:
 
     def __init__(self, threads: int = 1) -> None:
         self.threads = max(1, int(threads))
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Pool | None = None
         self._buffers: dict[tuple[str, str], np.ndarray] = {}
 
     def take(self, state: S) -> S:
@@ -126,6 +126,6 @@ class Snapshots:
                 np.copyto(d, s)
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="amrckpt-copy")
+            self._pool = Pool(self.threads, "amrckpt-copy")  # workers started with a bounded wait
         for f in [self._pool.submit(np.copyto, d, s) for d, s in tasks]:
             f.result()
