@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._files import new_token
+from .._files import new_token, open_regular
 from .._logging import RankLogger
 from ..comm import Call, Comm, collective
 from ..errors import ManagerError
@@ -58,7 +58,7 @@ class Cached:
 def _send_view(path: Path) -> Any:
     """Map a pieces file read-only for sending (None if it cannot be read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(path)  # never a link followed, never a FIFO waited on
     except OSError:
         return None
     try:
