@@ -564,6 +564,7 @@ class CheckpointManager(Generic[S]):
         if fetched is not None and got is not None:
             self.restored_from = "cache"
             return self._restored(fetched, got, into)
+        self._aside.readmit(call)  # what an older release kept aside as unreadable is read again
         step, loaded, skipped = self._aside.newest(call, self.history(), load_one)
         if step is None or loaded is None:
             self.skipped = skipped
