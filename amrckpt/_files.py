@@ -221,10 +221,8 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     try:
         fd = os.open(where, _READ)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            with contextlib.suppress(OSError):
-                if stat.S_ISLNK(os.lstat(where).st_mode):
-                    raise OSError(errno.ELOOP, "a symbolic link (links are not followed)", where) from exc
+        if exc.errno == errno.ELOOP and _is_link(where):
+            raise OSError(errno.ELOOP, "a symbolic link (links are not followed)", where) from exc
         raise
     try:
         mode = os.fstat(fd).st_mode
@@ -235,6 +233,13 @@ def open_regular(path: str | os.PathLike[str]) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def pread_exact(fd: int, nbytes: int, offset: int) -> bytes:
