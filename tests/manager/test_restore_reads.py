@@ -338,3 +338,25 @@ def test_retention_never_deletes_what_is_kept_aside(tmp_path: Path) -> None:
     [damaged] = d.glob(NEWEST + ".damaged-*[0-9a-f]")
     assert damaged.read_bytes() == bytes(blob) and copy.is_file()
     assert sorted(x.name[len(damaged.name) :] for x in d.glob(damaged.name + "*")) == ["", ".run.json", ".step.json"]
+
+
+@pytest.mark.parametrize("P", [1, 3])
+def test_a_save_over_a_checkpoint_that_cannot_be_read_fails_and_leaves_it(tmp_path: Path, P: int) -> None:
+    """Before: a save of step N renamed its checkpoint ``.unreadable-`` on an I/O error and wrote a new one."""
+    before = two_steps(tmp_path)
+
+    def body(comm: Any) -> tuple[str, int | None]:
+        with manager(tmp_path, comm) as mgr:
+            comm.barrier()
+            try:
+                with failing("open", errno.EIO) if comm.rank == 0 else contextlib.nullcontext():
+                    comm.barrier()
+                    mgr.save(2, state(2, comm), overwrite=True)
+            except ScdaIOError as exc:
+                return type(exc).__name__, exc.errno
+            finally:
+                comm.barrier()
+            return "saved", None
+
+    assert run_threads(P, body, timeout=120) == [("ScdaIOError", errno.EIO)] * P
+    assert files(tmp_path) == before

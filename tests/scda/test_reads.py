@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from _support import run_bounded, short_reads
 from amrckpt import _files, scda
 from amrckpt.errors import ScdaCountError, ScdaIOError
+from amrckpt.scda import MPIIOBackend
 
 DATA = np.random.default_rng(7).integers(0, 256, 70_000, dtype=np.uint8).tobytes()
 
@@ -156,3 +157,40 @@ def test_a_fifo_a_device_a_link_or_a_directory_is_refused_without_blocking(tmp_p
     words = {"fifo": "a FIFO", "zero": "a symbolic link", "link": "a symbolic link", "dir": "a directory"}[kind]
     for line in lines:
         assert line.split()[1] == str(code) and words in line and str(path) in line, line
+
+
+class _ShortFile:
+    """An MPI file handle whose reads move at most ``k`` bytes a call (ROMIO's status then counts them)."""
+
+    def __init__(self, data: bytes, k: int) -> None:
+        self.data, self.k = data, k
+
+    def _read(self, offset: int, buf: list, st: object) -> None:  # type: ignore[type-arg]
+        from mpi4py import MPI
+
+        mv = memoryview(buf[0]).cast("B")
+        got = self.data[offset : offset + min(self.k, mv.nbytes)]
+        mv[: len(got)] = got
+        st.Set_elements(MPI.BYTE, len(got))  # type: ignore[attr-defined]
+
+    Read_at = _read
+    Read_at_all = _read
+
+
+@pytest.mark.parametrize("k", [1, 7, 1000])
+def test_mpiio_reads_go_on_after_a_short_count(k: int) -> None:
+    """Before: a short count of ``MPI_File_read_at`` (or of a contiguous ``read_at_all``) raised ScdaCountError at once."""
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+
+    b: MPIIOBackend = object.__new__(MPIIOBackend)
+    b._MPI, b.path, b._independent_ok = MPI, "short.scda", True
+    b._fh = _ShortFile(DATA, k)
+    pieces = [(5, memoryview(bytearray(3000))), (9000, memoryview(bytearray(10)))]
+    bulk = (20_000, memoryview(bytearray(4000)))
+    b._move(pieces, bulk, 4000, False)
+    assert [bytes(p[1]) for p in pieces] == [DATA[5:3005], DATA[9000:9010]]
+    assert bytes(bulk[1]) == DATA[20_000:24_000]
+    end = (len(DATA) - 10, memoryview(bytearray(20)))  # past the end of the file: still the end
+    with pytest.raises(ScdaCountError, match="ends early"):
+        b._move([end], None, 0, False)
