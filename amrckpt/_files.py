@@ -17,6 +17,16 @@ final name by the new file (``rename`` does not follow its destination).
 checkpoint directory objects use (:mod:`amrckpt.manager`);
 :class:`LocalFileSystem` does them with the operating system's calls.
 ``amrckpt.testing.FaultyFileSystem`` wraps one to make seeded calls fail.
+
+Every file a restart reads (a checkpoint on the POSIX path, its run and step
+records, the history index, a node cache's ``step.json`` and pieces) is
+opened here, by :func:`open_regular`: without following a link and without
+blocking (``O_NOFOLLOW | O_NONBLOCK``), and refused unless it is a regular
+file, so that a FIFO or a link to a device planted under its name is an
+error naming what it is, never a hang or an endless read.  Its bytes are read
+by :func:`pread_exact` and :func:`preadv_exact`, which continue short reads
+(legal in POSIX: signals, NFS, FUSE, Lustre) until the request is done or
+the file really ends (a read of 0 bytes).
 """
 
 from __future__ import annotations
@@ -34,8 +44,13 @@ __all__ = [
     "LOCAL",
     "FileSystem",
     "LocalFileSystem",
+    "advance",
     "fsync_directory",
+    "kind_of",
     "new_token",
+    "open_regular",
+    "pread_exact",
+    "preadv_exact",
     "read_regular",
     "replacing",
     "temporary_path",
@@ -47,6 +62,20 @@ PARTIAL = ".partial-"
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+EINTR_RETRIES = 64
+"""Reads interrupted (``EINTR``) this many times in a row, with no byte read between, raise ``EINTR``."""
+
+_IOV_MAX = 512
+"""Buffers per ``preadv`` call (POSIX guarantees at least 16; Linux takes 1024)."""
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def new_token() -> str:
@@ -162,32 +191,155 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
-    """Return the bytes of a regular file, refusing links, special files and files over ``limit`` bytes. Not collective.
+def kind_of(mode: int) -> str:
+    """Return what a file of ``st_mode`` ``mode`` is, in words (``"a FIFO (named pipe)"``, ``"a regular file"``...)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """Open a regular file for reading, never following a link and never blocking; return its descriptor. Not collective.
+
+    ``open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)``, then
+    ``fstat``: a symbolic link (to ``/dev/zero``, to a file elsewhere), a
+    FIFO, a device, a directory or a socket under ``path`` is refused
+    (``O_NONBLOCK``: opening a FIFO does not wait for a writer).  The caller
+    closes the descriptor.
 
     Raises
     ------
     OSError
-        ``ELOOP`` for a symbolic link, ``EINVAL`` for a file that is not
-        regular, ``EFBIG`` for one over ``limit`` bytes, or the error of
-        ``open``/``read``.
+        ``ELOOP`` for a symbolic link, ``EISDIR`` for a directory,
+        ``EINVAL`` for another file that is not regular (the message says
+        what it is, the ``filename`` is ``path``), or the error of
+        ``open``/``fstat``.
     """
-    fd = os.open(path, _READ)
+    where = os.fspath(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
-        if st.st_size > limit:
-            raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than the {limit} expected", os.fspath(path))
-        chunks = []
-        left = limit + 1
-        while left > 0:
-            got = os.read(fd, min(left, 1 << 20))
-            if not got:
-                break
-            chunks.append(got)
-            left -= len(got)
-        data = b"".join(chunks)
+        fd = os.open(where, _READ)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and _is_link(where):
+            raise OSError(errno.ELOOP, "a symbolic link (links are not followed)", where) from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+            raise OSError(code, f"{kind_of(mode)}, not a regular file", where)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def pread_exact(fd: int, nbytes: int, offset: int) -> bytes:
+    """Return ``nbytes`` bytes from byte ``offset`` of ``fd``, fewer only where the file ends. Not collective.
+
+    ``pread`` until the request is done: a short read (a signal, NFS, FUSE,
+    Lustre) is continued, an interrupted one (``EINTR``) tried again (up to
+    :data:`EINTR_RETRIES` times in a row); only a read of 0 bytes (the end
+    of the file) ends it early.
+
+    Raises
+    ------
+    OSError
+        The error of ``pread`` (``EINTR`` after :data:`EINTR_RETRIES` interruptions in a row).
+    """
+    if nbytes <= 0:
+        return b""
+    first = _pread(fd, nbytes, offset)
+    if len(first) in (0, nbytes):
+        return first
+    buf = bytearray(nbytes)
+    buf[: len(first)] = first
+    done = len(first) + preadv_exact(fd, [memoryview(buf)[len(first) :]], offset + len(first))
+    return bytes(buf) if done == nbytes else bytes(buf[:done])
+
+
+def _pread(fd: int, nbytes: int, offset: int) -> bytes:
+    for _ in range(EINTR_RETRIES):
+        try:
+            return os.pread(fd, nbytes, offset)
+        except InterruptedError:
+            continue
+    return os.pread(fd, nbytes, offset)
+
+
+def preadv_exact(fd: int, bufs: Sequence[memoryview], offset: int) -> int:
+    """Fill the buffers ``bufs`` (in order) from byte ``offset`` of ``fd``; return the bytes read. Not collective.
+
+    ``preadv`` (:data:`_IOV_MAX` buffers a call) until every buffer is full:
+    a short read is continued, an interrupted one (``EINTR``) tried again
+    (up to :data:`EINTR_RETRIES` times in a row); the result is less than
+    the buffers' total only where the file ends (a read of 0 bytes).
+
+    Raises
+    ------
+    OSError
+        The error of ``preadv`` (``EINTR`` after :data:`EINTR_RETRIES` interruptions in a row).
+    """
+    left = [b for b in bufs if b.nbytes]
+    done = 0
+    interrupted = 0
+    while left:
+        try:
+            n = os.preadv(fd, left[:_IOV_MAX], offset + done)
+        except InterruptedError:
+            interrupted += 1
+            if interrupted > EINTR_RETRIES:
+                raise
+            continue
+        interrupted = 0
+        if n == 0:
+            break
+        done += n
+        advance(left, n)
+    return done
+
+
+def advance(bufs: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes of the buffers ``bufs`` (those a vectored call moved), keeping the rest."""
+    while n and bufs:
+        if n >= bufs[0].nbytes:
+            n -= bufs[0].nbytes
+            bufs.pop(0)
+        else:
+            bufs[0] = bufs[0][n:]
+            n = 0
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """Return the bytes of a regular file, refusing links, special files and files over ``limit`` bytes. Not collective.
+
+    Opened by :func:`open_regular` (never following a link, never
+    blocking); at most ``limit + 1`` bytes are read, so a file that grows
+    while read is refused too.
+
+    Raises
+    ------
+    OSError
+        ``ELOOP`` for a symbolic link, ``EISDIR``/``EINVAL`` for a file that
+        is not regular, ``EFBIG`` for one over ``limit`` bytes, or the error
+        of ``open``/``read``.
+    """
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise OSError(errno.EFBIG, f"{size} bytes, more than the {limit} expected", os.fspath(path))
+        data = pread_exact(fd, size + 1, 0)
+        if len(data) > size:  # grown since: read on, as far as the limit allows
+            data += pread_exact(fd, limit + 1 - len(data), len(data))
         if len(data) > limit:
             raise OSError(errno.EFBIG, f"more than the {limit} bytes expected", os.fspath(path))
         return data

@@ -207,7 +207,7 @@ class AmrckptWarning(UserWarning):
 
 
 class CheckpointSkippedWarning(AmrckptWarning):
-    """A restart skipped a checkpoint that is damaged or cannot be read, and kept it aside.
+    """A restart skipped a checkpoint that is damaged (evidence in its bytes, found twice), and kept it aside.
 
     Issued on rank 0 by :meth:`~amrckpt.CheckpointManager.restore_latest`
     (and by a save of a step whose checkpoint is damaged): the message names

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -269,3 +275,50 @@ def count_crc_bytes(monkeypatch: pytest.MonkeyPatch, *targets: tuple[Any, str]) 
 
         monkeypatch.setattr(module, name, counting)
     return counted
+
+
+# ------------------------------------------------------------------ reads under faults
+
+
+@contextlib.contextmanager
+def short_reads(k: int) -> Iterator[list[int]]:
+    """Make every ``os.pread``/``os.preadv`` of this process move at most ``k`` bytes (legal POSIX); yield the calls made."""
+    calls = [0]
+    real_pread, real_preadv = os.pread, os.preadv
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        calls[0] += 1
+        return real_pread(fd, min(n, k), offset)
+
+    def preadv(fd: int, bufs: Any, offset: int) -> int:
+        calls[0] += 1
+        out, left = [], k
+        for b in bufs:
+            if left <= 0:
+                break
+            mv = memoryview(b).cast("B")
+            out.append(mv[:left])
+            left -= min(left, mv.nbytes)
+        return real_preadv(fd, out, offset)
+
+    with mock.patch.object(os, "pread", pread), mock.patch.object(os, "preadv", preadv):
+        yield calls
+
+
+def run_bounded(code: str, *args: str, timeout: float = 120, memory: int = 2 << 30) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code args`` from the repository (``tests`` importable), its address space limited to ``memory`` bytes.
+
+    A child that runs past ``timeout`` seconds is killed and the test fails
+    saying it hung (a read that blocks on a FIFO), instead of hanging.
+    """
+    prelude = f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory})); sys.path.insert(0, 'tests')\n"
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", prelude + textwrap.dedent(code), *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"hung: the child did not end within {timeout} s\n{exc.stderr!r}")

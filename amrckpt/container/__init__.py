@@ -61,6 +61,7 @@ from ._tools import ConvertResult, RawMetadata, convert, convert_file, read_raw_
 from ._values import HpData
 from ._verify import Problem, VerifyReport, is_checkpoint, locate_index, verify, verify_file
 from ._writer import (
+    RUN_RECORD_LIMIT,
     RUN_RECORD_SUFFIX,
     CheckpointWriter,
     WriteResult,
@@ -123,6 +124,7 @@ __all__ = [
     "parse_footer",
     "read_info",
     "read_raw_metadata",
+    "RUN_RECORD_LIMIT",
     "read_run_record",
     "run_record",
     "run_record_json",

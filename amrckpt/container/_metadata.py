@@ -7,6 +7,7 @@ reader's one collective call of opening; nothing here is collective.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import numpy as np
 
 from .. import scda
 from .._crc import crc32
+from .._files import read_regular
 from ..errors import AmrckptError, CheckpointError, ChecksumError, IncompleteCheckpointError, ScdaCountError, ScdaError
 from ..partition import Partition
 from ..scda import checksum_error, decode_elements, read_raw_section, read_section
@@ -36,7 +38,9 @@ from ._convention import (
 )
 from ._handlers import handler_for
 from ._sections import Section
-from ._writer import run_record_path
+from ._writer import RUN_RECORD_LIMIT, run_record_path
+
+_log = logging.getLogger("amrckpt.container")
 
 __all__ = [
     "CheckpointInfo",
@@ -146,18 +150,28 @@ def read_index_on_root(read: Any, size: int, path: str, *, verify: bool = True) 
 
 
 def read_run_record(path: str | os.PathLike[str]) -> RunRecord | None:
-    """Return the run record beside checkpoint ``path`` (``<path>.run.json``), or None if there is none or it is unreadable.
+    """Return the run record beside checkpoint ``path`` (``<path>.run.json``), or None if there is none or it cannot be used.
 
     Not collective.  The record is advisory (the checkpoint is the truth):
-    a damaged record is ignored.
+    one that cannot be used is ignored, with a warning logged (logger
+    ``amrckpt.container``) that names it and why: a symbolic link (never
+    followed), a FIFO (never waited on), a device or a directory, a file of
+    more than :data:`RUN_RECORD_LIMIT` bytes, an error of reading it, or
+    contents that are not a run record.  It is never an error of the
+    checkpoint.  Never raises (for a missing record: None, and no warning).
     """
+    where = run_record_path(path)
     try:
-        raw = run_record_path(path).read_bytes()
-    except OSError:
+        raw = read_regular(where, RUN_RECORD_LIMIT)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _log.warning("ignoring the run record %s: %s", where, exc.strerror or exc)
         return None
     try:
         rec: RunRecord = RunRecord.model_validate_json(raw)
-    except ValueError:
+    except ValueError as exc:
+        _log.warning("ignoring the run record %s: not a run record (%s)", where, str(exc).splitlines()[0])
         return None
     return rec
 

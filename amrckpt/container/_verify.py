@@ -11,7 +11,7 @@ from .. import scda
 from .._crc import SectionCrc
 from ..comm import Call, collective
 from ..errors import AmrckptError, IncompleteCheckpointError, ScdaError
-from ..scda import Problem, exact_reader, os_error
+from ..scda import Problem, exact_reader, open_read
 from ._convention import FOOTER_NBYTES, FOOTER_USER_STRING, Index
 from ._reader import CheckpointInfo, read_index_on_root, read_info
 
@@ -186,10 +186,7 @@ def locate_index(path: str) -> Index:
     Unlike :func:`read_info` this does not need a valid file header, so that
     :func:`verify` can report damage anywhere by section.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise os_error(exc, path, "cannot open for reading") from exc
+    fd = open_read(path)
     try:
         size = os.fstat(fd).st_size
         return read_index_on_root(exact_reader(fd, path, IncompleteCheckpointError), size, path)[1]

@@ -33,6 +33,7 @@ from ._convention import (
 from ._handlers import Payload, handler_for
 
 __all__ = [
+    "RUN_RECORD_LIMIT",
     "RUN_RECORD_SUFFIX",
     "CheckpointWriter",
     "WriteResult",
@@ -43,6 +44,14 @@ __all__ = [
 ]
 
 RUN_RECORD_SUFFIX = ".run.json"
+
+RUN_RECORD_LIMIT = (64 << 10) + 32 * (1 << 21)
+"""The largest run record read, in bytes: 64 KiB of fixed fields and 32 bytes per writing rank, for up to 2**21 ranks.
+
+A run record (:func:`run_record_json`) holds a few strings and numbers and
+``global_first_quadrant``, one line of at most 24 bytes (an int64 of 20
+digits, its indentation, comma and line break) per writing rank and one more.
+"""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Checkpoints kept aside: those a restart or a save found damaged or unreadable, renamed and never overwritten."""
+"""Checkpoints kept aside: those a restart or a save found damaged, renamed and never overwritten.
+
+Only evidence in a checkpoint's bytes, found twice, is a verdict; an I/O
+error fails the restart and leaves the checkpoint where it is.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from ..comm import Call
 from ..errors import CheckpointError, ScdaError
 from ..restart import Loaded
 from ..schema import CheckpointSchema
-from ._directory import CheckpointDirectory, unreadable
+from ._directory import CheckpointDirectory, io_error_of
 from ._records import CheckpointRecord
 from ._restore import Skipped
 
@@ -20,7 +24,7 @@ S = TypeVar("S", bound=CheckpointSchema)
 
 
 class SetAside:
-    """A manager's checkpoints that a restart or a save found damaged or unreadable: kept aside, never overwritten.
+    """A manager's checkpoints that a restart or a save found damaged: kept aside, never overwritten.
 
     Rank 0 renames such a checkpoint aside (:meth:`CheckpointDirectory.set_aside`,
     with a :class:`~amrckpt.errors.CheckpointSkippedWarning`); every rank
@@ -46,24 +50,48 @@ class SetAside:
             else:
                 self.unusable.discard(s.step)
 
+    def readmit(self, call: Call) -> list[int]:
+        """Rank 0 renames back what was kept aside as unreadable (:meth:`CheckpointDirectory.readmit`). Collective."""
+        got: list[int] = call.on_root(self.directory.readmit, what="restore: read again what was kept aside as unreadable")
+        return got
+
     def newest(
         self, call: Call, records: list[CheckpointRecord], load_one: Callable[[str | os.PathLike[str]], Loaded[S]]
     ) -> tuple[int | None, Loaded[S] | None, tuple[Skipped, ...]]:
-        """Load the newest of ``records`` that loads (CRCs checked), keeping aside each one that does not. Collective.
+        """Load the newest of ``records`` that loads (CRCs checked), keeping aside each one that is damaged. Collective.
+
+        A checkpoint is kept aside (as damaged) only on evidence in its
+        bytes, found twice: by the metadata check of ``records`` and a load,
+        or by two loads.  An I/O error (:func:`~amrckpt.manager._directory.io_error_of`)
+        is no verdict: it is raised (agreed, the same on every rank), and the
+        checkpoint is left where it is for the next restart.
 
         Returns the step and the state loaded (None, None if none loads) and
         the checkpoints skipped, newest first (SCR's fallback to the
         previous checkpoint).
+
+        Raises
+        ------
+        ScdaIOError
+            On every rank, if a checkpoint tried cannot be read (with the errno).
+        CollectiveError, SchemaError
+            On every rank, as the load raised them (not a verdict on the file either).
         """
         skipped: list[Skipped] = []
         for r in reversed(records):
-            if not r.valid:
-                skipped.append(self.skip(call, r.step, r.problem or "", r.unreadable))
-                continue
-            try:
-                loaded = load_one(r.path)
-            except (CheckpointError, ScdaError) as exc:
-                skipped.append(self.skip(call, r.step, f"{type(exc).__name__}: {exc}", unreadable(exc)))
-                continue
-            return r.step, loaded, tuple(skipped)
+            problem = r.problem or ""
+            reads = 1 if not r.valid and not r.unreadable else 2  # the check found damage: one load confirms it
+            for _ in range(reads):
+                try:
+                    loaded = load_one(r.path)
+                except (CheckpointError, ScdaError) as exc:
+                    if io_error_of(exc) is not None:  # agreed: the same on every rank, and no file is touched
+                        failure = self.directory.io_failure(r.step, exc, "the restore failed")
+                        if failure is exc:
+                            raise
+                        raise failure from exc
+                    problem = f"{type(exc).__name__}: {exc}"
+                    continue
+                return r.step, loaded, tuple(skipped)
+            skipped.append(self.skip(call, r.step, problem, False))
         return None, None, tuple(skipped)

@@ -47,13 +47,15 @@ from typing import Any
 import numpy as np
 
 from .._crc import crc32, crc32_of_pieces, pool
-from .._files import LOCAL, FileSystem
+from .._files import LOCAL, FileSystem, open_regular, read_regular
 from .._logging import RankLogger
 from ..comm import Call, Comm, current_call, digest_of
+from ..container import RUN_RECORD_LIMIT
 from ..errors import ManagerError, ScdaIOError, ScdaUsageError
 from ..scda import Backend, FileAccess, os_error
 from ._lock import DirectoryLock
 from ._names import StepNames
+from ._records import RECORD_LIMIT
 
 __all__ = [
     "CacheLevel",
@@ -72,6 +74,8 @@ _log = logging.getLogger("amrckpt.manager")
 
 EXTENSION = ".cache"
 STEP_JSON = "step.json"
+STEP_JSON_LIMIT = RECORD_LIMIT + 2 * RUN_RECORD_LIMIT
+"""The largest ``step.json`` read, in bytes: a step record (at most 1 MiB) and a run record, escaped as a JSON string."""
 MAGIC = b"amrckpt pieces 1"
 _HEAD = struct.Struct("<16sQQQQII")  # magic, rank, nrounds, npieces, data nbytes, crc32(table + data), crc32(head)
 _IOV = 512  # buffers per writev (below every system's IOV_MAX)
@@ -593,12 +597,12 @@ def read_pieces(path: Path, verify: bool = True) -> Pieces:
         If it is missing, not a regular file (a link), cut short or damaged.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(path)  # never a link followed, never a FIFO waited on
     except OSError as exc:
         raise ManagerError(f"{path.name}: {exc.strerror or exc}") from exc
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        if st.st_size == 0:
             raise ManagerError(f"{path.name}: not a pieces file")
         raw = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as exc:
@@ -930,11 +934,14 @@ class CacheLevel:
             raise ScdaIOError(exc.errno or 5, f"cannot commit the cached step {step}: {exc.strerror or exc}") from exc
 
     def info(self, step: int) -> dict[str, Any] | None:
-        """Return the ``step.json`` of the cached ``step``, or None if it is missing or does not parse."""
+        """Return the ``step.json`` of the cached ``step``, or None if it is missing, not a regular file or does not parse.
+
+        Read by :func:`amrckpt._files.read_regular` (never following a link,
+        never waiting on a FIFO), at most :data:`STEP_JSON_LIMIT` bytes. Not collective.
+        """
         try:
-            with open(self.step_path(step) / STEP_JSON, "rb") as f:
-                out = json.loads(f.read(1 << 24))
-        except (OSError, ValueError):
+            out = json.loads(read_regular(self.step_path(step) / STEP_JSON, STEP_JSON_LIMIT))
+        except (OSError, ValueError, RecursionError):
             return None
         return out if isinstance(out, dict) and out.get("step") == step else None
 

@@ -10,24 +10,30 @@ another path.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import logging
 import os
+import re
 import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import errors
 from .._files import LOCAL, PARTIAL, FileSystem, new_token, write_atomic
 from .._logging import RankLogger
 from ..comm import SerialComm
 from ..container import CheckpointInfo, read_info
 from ..errors import (
     AmrckptError,
+    CheckpointError,
     CheckpointSkippedWarning,
     ManagerError,
+    ScdaCountError,
+    ScdaError,
     ScdaIOError,
     StepAlreadyExistsError,
     StepNotFoundError,
@@ -56,12 +62,17 @@ class Check:
     problem : str or None
         Why they do not.
     unreadable : bool
-        The file could not be read (``EIO``, ``EACCES``), as opposed to read and found damaged.
+        The file could not be read (an I/O error such as ``EIO``, ``EACCES``,
+        or another failure that says nothing of its bytes), as opposed to
+        read and found damaged (:func:`io_error_of`).
+    error : BaseException or None
+        The error of reading, if any.
     """
 
     info: CheckpointInfo | None
     problem: str | None = None
     unreadable: bool = False
+    error: BaseException | None = None
 
     @property
     def ok(self) -> bool:
@@ -69,9 +80,51 @@ class Check:
         return self.info is not None
 
 
+_ERRNO = re.compile(r"\[Errno (\d+)\] ")
+
+
+def _is_io(name: str) -> bool:
+    """Whether the class named ``name`` (of amrckpt's tree or a builtin) is an I/O error, not a count of bytes missing."""
+    cls = getattr(errors, name, None) or getattr(builtins, name, None)
+    return isinstance(cls, type) and issubclass(cls, OSError) and not issubclass(cls, ScdaCountError)
+
+
+def io_error_of(exc: BaseException) -> BaseException | None:
+    """Return the I/O error among the failures of reading a checkpoint, or None if they are evidence in its bytes. Not collective.
+
+    Evidence (a verdict on the file): a CRC32 that differs, a structure that
+    contradicts the index, a file that ends before its index or footer says
+    (:class:`~amrckpt.errors.CheckpointError`, and the scda errors other than
+    :class:`~amrckpt.errors.ScdaIOError`).  Anything else is not: an I/O
+    error (``EIO``, ``EINTR``, ``EAGAIN``, ``ENOMEM``, ``EBADFD``,
+    ``ENXIO``, ``EACCES``, a failed close), on this rank or, for an error
+    agreed by a collective call, on any rank (its
+    :attr:`~amrckpt.errors.AmrckptError.rank_errors`), or a failure outside
+    amrckpt's tree (``MemoryError``: :class:`~amrckpt.errors.CollectiveError`).
+
+    Returns
+    -------
+    BaseException or None
+        ``exc`` itself if it is such an error; a :class:`~amrckpt.errors.ScdaIOError`
+        (with the errno of the rank's message) for an error of evidence on one
+        rank and of I/O on another; None for evidence alone.  The same on every
+        rank for an agreed error.
+    """
+    if not isinstance(exc, (CheckpointError, ScdaError)) or isinstance(exc, ScdaIOError):
+        return exc
+    for rank, text in sorted(exc.rank_errors.items()):
+        name, _, message = text.partition(": ")
+        if _is_io(name):
+            m = _ERRNO.match(message)
+            out = ScdaIOError(int(m.group(1)) if m else errno.EIO, f"rank {rank}: {message[m.end() if m else 0 :]}")
+            out.rank_errors = dict(exc.rank_errors)
+            return out
+    return None
+
+
 def unreadable(exc: BaseException) -> bool:
-    """Whether an error of reading a checkpoint means it could not be read (an I/O error) rather than it is damaged."""
-    return isinstance(exc, ScdaIOError) or (isinstance(exc, OSError) and not isinstance(exc, AmrckptError))
+    """Whether an error of reading a checkpoint says nothing of its bytes (:func:`io_error_of`): never a verdict."""
+    return io_error_of(exc) is not None
 
 
 class CheckpointDirectory:
@@ -268,7 +321,7 @@ class CheckpointDirectory:
         try:
             return Check(read_info(self.path_of(step), comm=SerialComm()))
         except (AmrckptError, OSError) as exc:
-            return Check(None, f"{type(exc).__name__}: {exc}", unreadable(exc))
+            return Check(None, f"{type(exc).__name__}: {exc}", unreadable(exc), exc)
 
     # -- records --------------------------------------------------------------------------------------
 
@@ -462,20 +515,32 @@ class CheckpointDirectory:
             if suffix and not os.path.lexists(src):
                 continue
             try:
-                self.fs.link(src, dst)
-                self.fs.unlink(src)
-            except OSError as exc:
-                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV) or os.path.lexists(
-                    dst
-                ):
-                    if suffix:
-                        continue
-                    raise
-                self.fs.replace(src, dst)
+                self._move_new(src, dst)
+            except OSError:
+                if suffix:
+                    continue
+                raise
         if self.sync:
             with contextlib.suppress(OSError):
                 self.fs.fsync_directory(self.path)
         return aside
+
+    def _move_new(self, src: Path, dst: Path) -> None:
+        """Rename ``src`` to ``dst``, which must not exist: a hard link and an unlink (a rename where links are not supported).
+
+        Raises
+        ------
+        OSError
+            If it cannot be moved (``src`` is then where it was).
+        """
+        try:
+            self.fs.link(src, dst)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV) or os.path.lexists(dst):
+                raise
+            self.fs.replace(src, dst)
+            return
+        self.fs.unlink(src)
 
     def prepare_step(self, step: int, overwrite: bool, unusable: frozenset[int] = frozenset()) -> list[Skipped]:
         """Make room for a save of ``step``: keep a damaged checkpoint of it aside, or raise if the step is taken.
@@ -496,12 +561,19 @@ class CheckpointDirectory:
         ManagerError
             If the directory is gone or replaced, or a damaged checkpoint
             of ``step`` cannot be renamed aside.
+        ScdaIOError
+            If the checkpoint of ``step`` cannot be read (an I/O error is no
+            verdict on it): it is left where it is, and nothing is saved.
         """
         self.check_identity()  # first: the directory gone or replaced says so, not "cannot list"
         steps = sorted(self.listing().checkpoints)
         skipped = []
         if step in steps:
             c = self.check(step)
+            if not c.ok and not c.unreadable and step not in unusable:
+                c = self.check(step)  # damage is a verdict only when reading again finds it again
+            if not c.ok and c.unreadable:
+                raise self.io_failure(step, c.error, "nothing was saved")
             if not c.ok or step in unusable:  # a damaged checkpoint is never overwritten
                 skipped.append(self.set_aside(step, c.problem or "a restore found its data damaged", c.unreadable, must=True))
                 steps.remove(step)
@@ -516,6 +588,70 @@ class CheckpointDirectory:
                 "(a restart still takes the newest), or delete the newer steps first"
             )
         return skipped
+
+    def io_failure(self, step: int, exc: BaseException | None, outcome: str) -> ScdaIOError:
+        """Return the error of a checkpoint that could not be read, and log that it is left where it is.
+
+        ``exc`` itself if it is a :class:`~amrckpt.errors.ScdaIOError`;
+        otherwise one with its errno (``EIO`` if it has none) and a message
+        naming the file.  ``outcome`` says what the caller did not do.
+        """
+        path = self.path_of(step)
+        got = io_error_of(exc) if exc is not None else None
+        self.log.warning(
+            "cannot read %s (%s): %s; it is left where it is (an I/O error is no verdict on a checkpoint), and a "
+            "restart tries it again",
+            path.name,
+            got if got is not None else exc,
+            outcome,
+        )
+        if isinstance(got, ScdaIOError):
+            return got
+        code = getattr(got, "errno", None) or errno.EIO
+        return ScdaIOError(code, f"cannot read the checkpoint of step {step}, {str(path)!r}: {got or exc}")
+
+    def readmit(self) -> list[int]:
+        """Give back their names to the checkpoints kept aside as unreadable, so that a restart tries them again.
+
+        A checkpoint that could not be read was kept aside as
+        ``<name>.unreadable-<token>`` (with its records) by earlier releases;
+        an I/O error is no verdict on it.  Each is renamed back to ``<name>``
+        (and its records), unless a checkpoint of its step exists (a later
+        save of the step: that one counts, this one stays aside).  A
+        restart then loads it like any other: it is the newest, it is
+        restored; it is damaged, it is kept aside as damaged; it still
+        cannot be read, the restart fails with that error and it stays
+        where it is.  Never overwrites (hard link, then unlink of the
+        aside name, as :meth:`keep_aside`); a file that cannot be renamed
+        back is logged and left aside.
+
+        Returns
+        -------
+        list of int
+            The steps renamed back.
+        """
+        listing = self.listing()
+        back: list[int] = []
+        for name, n in listing.aside:
+            if n.reason != "unreadable" or n.step in listing.checkpoints or n.step in back:
+                continue
+            try:
+                if not stat.S_ISREG(os.lstat(self.path / name).st_mode):
+                    continue
+                for suffix in ("", *RECORDS):
+                    src, dst = self.path / (name + suffix), self.path / (n.base + suffix)
+                    if suffix and (not os.path.lexists(src) or os.path.lexists(dst)):
+                        continue
+                    self._move_new(src, dst)
+            except OSError as exc:
+                self.log.warning("cannot rename %s back to %s (left aside): %s", name, n.base, exc.strerror or exc)
+                continue
+            self.log.warning("%s was kept aside as unreadable; renamed back to %s, to be read again", name, n.base)
+            back.append(n.step)
+        if back and self.sync:
+            with contextlib.suppress(OSError):
+                self.fs.fsync_directory(self.path)
+        return back
 
     def set_aside(self, step: int, problem: str, unreadable: bool, must: bool = False) -> Skipped:
         """Keep a damaged or unreadable checkpoint aside (:meth:`keep_aside`) and warn (``warnings``: on stderr).

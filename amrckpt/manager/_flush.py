@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._files import new_token
+from .._files import new_token, open_regular
 from .._logging import RankLogger
 from ..comm import Call, Comm, collective
 from ..errors import ManagerError
@@ -64,7 +64,7 @@ def _send_view(path: Path) -> Any:
     instead of leaving this rank out of the partner exchange.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(path)  # never a link followed, never a FIFO waited on
     except OSError:
         return None
     view = None

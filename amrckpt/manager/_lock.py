@@ -23,7 +23,7 @@ import stat
 import time
 from pathlib import Path
 
-from .._files import LOCAL, FileSystem
+from .._files import LOCAL, FileSystem, pread_exact
 from .._logging import RankLogger
 from ..errors import ManagerError
 
@@ -82,7 +82,7 @@ class DirectoryLock:
             if not stat.S_ISREG(st.st_mode):
                 raise _refuse(path, "is not a regular file")
             if not created:
-                held = os.pread(fd, _MAX + 1, 0)
+                held = pread_exact(fd, _MAX + 1, 0)
                 if len(held) > _MAX or (held and not _OWNER.fullmatch(held)):
                     raise _refuse(path, "holds something else than the owner line of a manager")
             try:
@@ -93,7 +93,7 @@ class DirectoryLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    owner = os.pread(fd, _MAX, 0).decode("utf-8", "replace").strip().removeprefix("amrckpt lock: ")
+                    owner = pread_exact(fd, _MAX, 0).decode("utf-8", "replace").strip().removeprefix("amrckpt lock: ")
                     raise ManagerError(
                         f"the checkpoint directory {str(directory)!r} is in use by another manager ({owner or 'another process'})"
                     ) from exc

@@ -64,9 +64,10 @@ class CheckpointManager(Generic[S]):
     files, which the next manager removes.  Retention deletes old
     checkpoints only after a new one is committed, never the newest valid
     one, and never, for a policy that judges by the records, a step whose
-    record is unknown.  A checkpoint that a restart finds damaged or
-    unreadable is kept aside under another name (never overwritten) and
-    reported (:class:`~amrckpt.errors.CheckpointSkippedWarning`).  A lock on
+    record is unknown.  A checkpoint that a restart finds damaged (twice)
+    is kept aside under another name (never overwritten) and reported
+    (:class:`~amrckpt.errors.CheckpointSkippedWarning`); one that cannot be
+    read (an I/O error) is left where it is, and the restart fails.  A lock on
     the directory (``flock``, held by rank 0) keeps a second manager out.
 
     Parameters
@@ -536,12 +537,18 @@ class CheckpointManager(Generic[S]):
     def restore_latest(self, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None) -> Any:
         """Load the newest checkpoint that loads and verifies; fall back to older ones. Collective.
 
-        Every byte read is checked against its CRC32.  A checkpoint that fails
-        (damaged data, a missing footer) or cannot be read (``EIO``, ``EACCES``)
-        is renamed aside (``<name>.damaged-<token>`` or ``.unreadable-<token>``,
-        with its records: never overwritten or deleted by retention), reported
-        by a :class:`~amrckpt.errors.CheckpointSkippedWarning` (rank 0), and the
+        Every byte read is checked against its CRC32.  A checkpoint found
+        damaged (a CRC32 that differs, a structure that contradicts its index,
+        a missing footer), and found so again when read once more, is renamed
+        aside (``<name>.damaged-<token>``, with its records: never overwritten
+        or deleted by retention), reported by a
+        :class:`~amrckpt.errors.CheckpointSkippedWarning` (rank 0), and the
         previous one is tried, as SCR's fallback; its step may be saved again.
+        A checkpoint that cannot be read (an I/O error: ``EIO``, ``EACCES``,
+        ``ENXIO``...) is no verdict: the restore raises, and the file stays
+        where it is for the next restart.  A checkpoint that an older release
+        kept aside as ``<name>.unreadable-<token>`` is first renamed back (if
+        its step has no checkpoint) and read again.
         With a node cache, the newest step complete in the caches (same P and
         node layout; a lost node's pieces from partners), if newer than the
         directory's, is read in place from the pieces (the ranks send each
@@ -575,6 +582,16 @@ class CheckpointManager(Generic[S]):
             None if there is no usable checkpoint.  The step restored is
             :attr:`restored_step`, the checkpoints skipped :attr:`skipped`.
 
+        Raises
+        ------
+        ScdaIOError
+            On every rank, with the errno and the file's name, if a checkpoint
+            tried cannot be read (on any rank), or is not a regular file (a
+            FIFO, a link: never followed); it is left where it is.
+        SchemaError, CollectiveError
+            On every rank, if the newest checkpoint does not match the schema,
+            or a rank failed outside amrckpt's tree (``MemoryError``).
+
         Warns
         -----
         CheckpointSkippedWarning
@@ -593,6 +610,7 @@ class CheckpointManager(Generic[S]):
         def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
             return load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, access=access)
 
+        self._aside.readmit(call)  # what an older release kept aside as unreadable is read again (the cache compares with it)
         if self._node is not None:  # the cache first: in place, else flushed (then found below)
             a, keep = self._flush_access(), self.keep_policy
             fetched, got = self._node.restore_newer(call, self._dir, self.latest_step(), load_one, access=a, keep_policy=keep)

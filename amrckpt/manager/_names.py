@@ -9,7 +9,7 @@ recognised here, and nowhere else::
     .ckpt-000000000040.scda.partial-<token>       a commit in progress (the checkpoint or a record)
     .ckpt-000000000040.scda.previous-<token>      what a commit of the same step replaces, until it is done
     ckpt-000000000040.scda.damaged-<token>        a checkpoint found damaged, kept aside (with its records)
-    ckpt-000000000040.scda.unreadable-<token>     one that could not be read (EIO, EACCES), kept aside
+    ckpt-000000000040.scda.unreadable-<token>     one that an older release could not read: a restart renames it back
 
 The step takes at least 12 digits (``{step:012d}``), so that the names sort
 as the steps do.  A second level of the same directory layout (a node-local

@@ -16,7 +16,7 @@ S = TypeVar("S", bound=CheckpointSchema)
 
 @dataclass(frozen=True)
 class Skipped:
-    """A checkpoint that a restart (or a save of its step) skipped because it is damaged or cannot be read.
+    """A checkpoint that a restart (or a save of its step) skipped because it is damaged (found twice).
 
     Attributes
     ----------
@@ -32,8 +32,9 @@ class Skipped:
         not be renamed (``kept_problem`` says why; it is then never
         overwritten by this manager either: a save of its step fails).
     unreadable : bool
-        Whether it could not be read at all (``EIO``, ``EACCES``), as
-        opposed to read and found damaged.
+        Whether it was kept aside as unreadable.  A restart never does this
+        any more (an I/O error fails the restart and leaves the checkpoint
+        where it is); kept for the records of older releases.
     kept_problem : str or None
         Why it could not be renamed, or None.
     """

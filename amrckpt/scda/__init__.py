@@ -50,6 +50,7 @@ from ._format import (
     parse_count_entry,
     unpad_string,
 )
+from ._io import open_read
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, RawSection, SectionHeader, Share, read_raw_section, read_section
 from ._plan import GatheredExecutor, LocalExecutor, LocalFile, PlanExecutor, ReadPlan, checksum_error
 from ._reader import ScdaReader, fopen_read, read_file_header
@@ -110,6 +111,7 @@ __all__ = [
     "is_scda",
     "line_style",
     "open_backend",
+    "open_read",
     "os_error",
     "pad_string",
     "problem_of",

@@ -33,7 +33,7 @@ from ..errors import (
     ScdaIOError,
     ScdaPermissionError,
 )
-from ._io import Piece, byte_view, coalesce, os_error, preadv, pwritev, rounds
+from ._io import Piece, byte_view, coalesce, open_read, os_error, preadv, pwritev, rounds
 
 __all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "byte_view", "hints", "os_error", "preadv", "rounds"]
 
@@ -191,7 +191,7 @@ class PosixBackend:
                     if comm.rank != 0:
                         call.run(self._open, os.O_WRONLY, "cannot open for writing")
                 else:
-                    call.run(self._open, os.O_RDONLY, "cannot open for reading")
+                    call.run(self._open_read)
                 call.agree("fopen")
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -203,6 +203,9 @@ class PosixBackend:
             self._fd = os.open(self.path, flags, 0o666)
         except OSError as exc:
             raise os_error(exc, self.path, what) from exc
+
+    def _open_read(self) -> None:
+        self._fd = open_read(self.path)  # a regular file only: never a link followed, never a FIFO waited on
 
     def _close_fd(self) -> None:
         if self._fd >= 0:
@@ -388,6 +391,14 @@ class MPIIOBackend:
                 raise self._error(exc, "cannot truncate") from exc
 
         with _Step(comm, "scda.open") as call:
+            if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
+                try:
+                    call.run(lambda: os.close(open_read(path)), on=0)
+                    call.agree("fopen: a regular file")
+                except BaseException:
+                    if free_info:
+                        mpi_info.Free()
+                    raise
             try:
                 call.run(open_file, always=True)  # MPI_File_open is collective: every rank joins
             finally:
@@ -460,9 +471,24 @@ class MPIIOBackend:
                         raise self._error(
                             exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {off + done} of"
                         ) from exc
-                    self._check_count(st, part.nbytes, off + done, write)
-                    done += part.nbytes
+                    got = st.Get_count(MPI.BYTE)
+                    if write or not 0 < got < part.nbytes:  # a short read that read something goes on from there
+                        self._check_count(st, part.nbytes, off + done, write)
+                        got = part.nbytes
+                    done += got
                 off += b.nbytes
+
+    def _finish_read(self, st: Any, part: memoryview, pos: int) -> None:
+        """After a collective read of ``part`` at byte ``pos``: read on independently what a short read left, if allowed.
+
+        Raises ScdaCountError where the file ends first (or a short read
+        cannot be continued: the file was opened with ``romio_no_indep_rw``).
+        """
+        got = st.Get_count(self._MPI.BYTE)
+        if 0 < got < part.nbytes and self._independent_ok:
+            self._independent([(pos + got, [part[got:]])], False)
+        else:
+            self._check_count(st, part.nbytes, pos, False)
 
     def _check_count(self, st: Any, want: int, off: int, write: bool) -> None:
         got = st.Get_count(self._MPI.BYTE)
@@ -491,7 +517,10 @@ class MPIIOBackend:
                 continue
             if err is None:
                 try:
-                    self._check_count(st, part.nbytes, pos, write)
+                    if write:
+                        self._check_count(st, part.nbytes, pos, write)
+                    elif part.nbytes:
+                        self._finish_read(st, part, pos)
                 except ScdaError as exc:
                     err = exc
         if err is not None:
@@ -589,8 +618,10 @@ class MPIIOBackend:
                 st = MPI.Status()
                 try:
                     call(off, [buf, MPI.BYTE], st)
-                    if buf.nbytes:
+                    if buf.nbytes and write:
                         self._check_count(st, buf.nbytes, off, write)
+                    elif buf.nbytes:
+                        self._finish_read(st, buf, off)
                 except MPI.Exception as exc:
                     err = err or self._error(exc, f"cannot {verb} {buf.nbytes} bytes at byte {off} of")
                 except ScdaError as exc:

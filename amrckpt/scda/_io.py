@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ScdaArgumentError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError, ScdaPermissionError
+from .._files import advance, open_regular, pread_exact, preadv_exact
+from ..errors import AmrckptError, ScdaArgumentError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError, ScdaPermissionError
 
-__all__ = ["Piece", "advance", "byte_view", "coalesce", "os_error", "preadv", "pwritev", "rounds"]
+__all__ = ["Piece", "advance", "byte_view", "coalesce", "open_read", "os_error", "pread", "preadv", "pwritev", "rounds"]
 
 Piece = tuple[int, memoryview]
 """``(file offset, buffer)``: a run of bytes that one rank writes or reads."""
@@ -41,7 +42,11 @@ def coalesce(pieces: Sequence[Piece]) -> list[tuple[int, list[memoryview]]]:
 
 
 def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
-    """Fill every ``(offset, buffer)`` piece from the open file ``fd``: one ``preadv`` per contiguous run. Not collective.
+    """Fill every ``(offset, buffer)`` piece from the open file ``fd``: ``preadv`` per contiguous run. Not collective.
+
+    Each run is read until it is full (:func:`amrckpt._files.preadv_exact`:
+    short reads continued, ``EINTR`` tried again); only the end of the file
+    ends it early.
 
     Raises
     ------
@@ -52,14 +57,53 @@ def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
     """
     for off, bufs in coalesce(pieces):
         want = sum(b.nbytes for b in bufs)
+        try:
+            got = preadv_exact(fd, bufs, off)
+        except OSError as exc:
+            raise os_error(exc, path, f"cannot read {want} bytes at byte {off} of") from exc
+        if got < want:
+            raise ScdaCountError(f"file {path!r} ends at byte {off + got}: {want} bytes from byte {off} were requested")
 
-        def say(at: int, want: int = want, start: int = off) -> tuple[str, str]:
-            return (
-                f"cannot read {want} bytes at byte {start} of",
-                f"file {path!r} ends at byte {at}: {want} bytes from byte {start} were requested",
-            )
 
-        _vectored(os.preadv, fd, off, bufs, say, path)
+def pread(fd: int, path: str, offset: int, nbytes: int, short: type[AmrckptError] = ScdaCountError) -> bytes:
+    """Return exactly ``nbytes`` bytes from byte ``offset`` of the open file ``fd``. Not collective.
+
+    Read by :func:`amrckpt._files.pread_exact` (short reads continued,
+    ``EINTR`` tried again) until done or the file ends.
+
+    Raises
+    ------
+    AmrckptError
+        ``short`` (default :class:`ScdaCountError`) where the file ends first.
+    ScdaIOError
+        Where ``pread`` fails (with its errno).
+    """
+    try:
+        b = pread_exact(fd, nbytes, offset)
+    except OSError as exc:
+        raise os_error(exc, path, f"cannot read {nbytes} bytes at byte {offset} of") from exc
+    if len(b) != nbytes:
+        raise short(f"file {path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
+    return b
+
+
+def open_read(path: str) -> int:
+    """Open a file for reading: a regular file only, never following a link, never blocking. Not collective.
+
+    :func:`amrckpt._files.open_regular`; the caller closes the descriptor.
+
+    Raises
+    ------
+    ScdaIOError
+        With the errno of ``open`` (:class:`~amrckpt.errors.ScdaFileNotFoundError`,
+        :class:`~amrckpt.errors.ScdaPermissionError`), ``ELOOP`` for a
+        symbolic link, ``EISDIR`` or ``EINVAL`` for a FIFO, a device, a
+        directory (the message says which).
+    """
+    try:
+        return open_regular(path)
+    except OSError as exc:
+        raise os_error(exc, path, "cannot open for reading") from exc
 
 
 def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:
@@ -88,7 +132,7 @@ def _vectored(
     say: Callable[[int], tuple[str, str]],
     path: str,
 ) -> None:
-    """Move ``bufs`` to or from byte ``off`` by ``call`` (``os.preadv``, ``os.pwritev``), 512 buffers a call, until all moved.
+    """Move ``bufs`` to byte ``off`` by ``call`` (``os.pwritev``), 512 buffers a call, until all moved.
 
     ``say(offset)`` gives the messages of a failed call and of a call that moved nothing.
     """
@@ -101,17 +145,6 @@ def _vectored(
             raise ScdaCountError(say(off)[1])
         off += n
         advance(bufs, n)
-
-
-def advance(bufs: list[memoryview], n: int) -> None:
-    """Drop the first ``n`` bytes of the buffers ``bufs`` (those a vectored call moved), keeping the rest."""
-    while n and bufs:
-        if n >= bufs[0].nbytes:
-            n -= bufs[0].nbytes
-            bufs.pop(0)
-        else:
-            bufs[0] = bufs[0][n:]
-            n = 0
 
 
 def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Piece | None]:

@@ -41,7 +41,7 @@ from ..errors import AmrckptError, ChecksumError, ScdaCountError
 from . import _backend
 from ._access import FileAccess, open_backend
 from ._backend import Backend
-from ._io import byte_view, os_error, preadv
+from ._io import byte_view, open_read, os_error, pread, preadv
 
 __all__ = ["GatheredExecutor", "LocalExecutor", "LocalFile", "PlanExecutor", "ReadPlan", "checksum_error"]
 
@@ -466,16 +466,15 @@ class LocalFile:
     Raises
     ------
     ScdaIOError
-        If the file cannot be opened (with its errno).
+        If the file cannot be opened (with its errno), or is not a regular
+        file: a symbolic link (never followed), a FIFO (never waited on), a
+        device, a directory (:func:`~amrckpt.scda.open_read`).
     """
 
     def __init__(self, path: str | os.PathLike[str], short: type[AmrckptError] = ScdaCountError) -> None:
         self.path = os.fspath(path)
         self._short = short
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        except OSError as exc:
-            raise os_error(exc, self.path, "cannot open for reading") from exc
+        self._fd = open_read(self.path)
 
     @property
     def size(self) -> int:
@@ -488,18 +487,15 @@ class LocalFile:
     def read(self, offset: int, nbytes: int) -> bytes:
         """Return exactly ``nbytes`` bytes from byte ``offset``.
 
+        Short reads are continued until the request is done or the file
+        ends (:func:`amrckpt._files.pread_exact`).
+
         Raises
         ------
         AmrckptError
             ``short`` where the file ends first; :class:`~amrckpt.errors.ScdaIOError` where ``pread`` fails.
         """
-        try:
-            b = os.pread(self._fd, nbytes, offset)
-        except OSError as exc:
-            raise os_error(exc, self.path, f"cannot read {nbytes} bytes at byte {offset} of") from exc
-        if len(b) != nbytes:
-            raise self._short(f"file {self.path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
-        return b
+        return pread(self._fd, self.path, offset, nbytes, self._short)
 
     def readv(self, pieces: Sequence[tuple[int, memoryview]]) -> None:
         """Fill every ``(offset, buffer)`` piece, one ``preadv`` per contiguous run."""

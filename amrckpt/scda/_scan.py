@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AmrckptError, ScdaCountError, ScdaError
-from ._backend import os_error
 from ._entries import parse_entries
 from ._format import COUNT_ENTRY_NBYTES, FILE_HEADER_NBYTES, data_padding_nbytes, padding_form, parse_file_header
+from ._io import open_read, pread
 from ._layout import Logical, RawSection, read_raw_section, recognize
 
 __all__ = ["FileInfo", "RawSectionInfo", "SectionInfo", "scan"]
@@ -82,18 +82,13 @@ class FileInfo:
 def exact_reader(fd: int, path: str, short: type[AmrckptError] = ScdaCountError) -> Callable[[int, int], bytes]:
     """Return ``read(offset, nbytes)``: exactly ``nbytes`` bytes of the open file ``fd`` (``pread``), not collective.
 
-    Raises ``short`` (default :class:`ScdaCountError`) where the file ends
-    first and :class:`ScdaIOError` (with its errno) where ``pread`` fails.
+    Short reads are continued (:func:`~amrckpt.scda._io.pread`); raises
+    ``short`` (default :class:`ScdaCountError`) where the file ends first
+    and :class:`ScdaIOError` (with its errno) where ``pread`` fails.
     """
 
     def read(offset: int, nbytes: int) -> bytes:
-        try:
-            b = os.pread(fd, nbytes, offset)
-        except OSError as exc:
-            raise os_error(exc, path, f"cannot read {nbytes} bytes at byte {offset} of") from exc
-        if len(b) != nbytes:
-            raise short(f"file {path!r} ends at byte {offset + len(b)}: {nbytes} bytes at byte {offset} were requested")
-        return b
+        return pread(fd, path, offset, nbytes, short)
 
     return read
 
@@ -154,10 +149,7 @@ def scan_partial(
         If the file header itself cannot be read (nothing to list).
     """
     path = os.fspath(path)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise os_error(exc, path, "cannot open for reading") from exc
+    fd = open_read(path)
     try:
         size = os.fstat(fd).st_size
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checkpoint_cases import Advection, GlobalState, Params, global_state
+from checkpoint_cases import Advection, GlobalState, Params, assert_state_equal, global_state
 from fault_trials import _global, state
 from small_fs import can_mount, fill, pages, tmpfs
 
@@ -384,24 +384,29 @@ UNREADABLE = textwrap.dedent(
     sys.path.insert(0, "tests")
     import amrckpt as ac
     from amrckpt.comm import run_threads
-    from fault_trials import state
     from checkpoint_cases import Advection
 
     def body(comm):
         with ac.CheckpointManager(sys.argv[1], Advection, comm=comm, save_policy=ac.EveryNSteps(1)) as mgr:
-            r = mgr.restore_latest()
-            mgr.save(2, state(2, comm))
-            return r.step, [(s.step, s.unreadable) for s in r.skipped], mgr.all_steps()
+            try:
+                mgr.restore_latest()
+            except ac.errors.ScdaIOError as exc:
+                return type(exc).__name__, exc.errno, "ckpt-000000000002.scda" in str(exc), mgr.all_steps()
+            return "restored"
 
-    print(run_threads(int(sys.argv[2]), body, timeout=60)[0])
+    got = run_threads(int(sys.argv[2]), body, timeout=60)
+    assert all(g == got[0] for g in got), got
+    print(got[0])
     """
 )
 
 
 @pytest.mark.parametrize("P", [1, 3])
-def test_an_unreadable_checkpoint_is_reported_on_stderr_and_kept_aside(request: pytest.FixtureRequest, P: int) -> None:
-    """Before: a newest checkpoint that could not be read (EACCES) was skipped with a message that only a configured
-    logger showed, and overwritten by the next save of its step.  Run as an unprivileged user (root reads anything)."""
+def test_an_unreadable_checkpoint_fails_the_restore_and_stays_in_place(request: pytest.FixtureRequest, P: int) -> None:
+    """Before: a newest checkpoint that could not be read (EACCES) was renamed aside as ``.unreadable-`` and the
+    restart went on from an older step; no later restart tried it again.  An I/O error is no verdict: the restore
+    fails on every rank with the errno and the file's name, the file stays, and once it can be read it is restored.
+    Run as an unprivileged user (root reads anything)."""
     if os.geteuid() != 0:
         pytest.skip("needs root, to run the job as another user")
     top = Path(tempfile.mkdtemp(prefix="amrckpt-unreadable-"))  # pytest's tmp_path is root's alone
@@ -420,11 +425,14 @@ def test_an_unreadable_checkpoint_is_reported_on_stderr_and_kept_aside(request: 
     cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", UNREADABLE, str(d), str(P)]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "(1, [(2, True)], [1, 2])"
-    warned = [line for line in out.stderr.splitlines() if "CheckpointSkippedWarning" in line]
-    assert len(warned) == 1 and "step 2" in warned[0] and "could not be read" in warned[0] and "Permission denied" in warned[0]
-    [aside] = d.glob("ckpt-000000000002.scda.unreadable-*[0-9a-f]")
-    assert aside.read_bytes() == before
+    assert out.stdout.strip() == "('ScdaPermissionError', 13, True, [1, 2])"
+    assert "CheckpointSkippedWarning" not in out.stderr
+    assert newest.read_bytes() == before and not list(d.glob("*.unreadable-*")) and not list(d.glob("*.damaged-*"))
+    newest.chmod(0o644)
+    with manager(d) as mgr:
+        r = mgr.restore_latest()
+        assert r.step == 2 and r.skipped == ()
+        assert_state_equal(r.state, state(2, None))
 
 
 # -- finding 7: text from a file is escaped in verify and inspect ----------------------------------------
