@@ -126,7 +126,8 @@ def test_close_errors_during_restore_latest_leave_the_checkpoint(mpi_tmp: Path, 
         everyone = w.allgather((outcome, bool(hits)))
         assert all(o == everyone[0][0] for o, _ in everyone), everyone
         assert everyone[0][0] in (10, "ScdaIOError"), everyone
-        assert sorted(p.name for p in (mpi_tmp / "d").glob("ckpt-*")) == ["ckpt-000000000010.scda"]
+        names = sorted(p.name for p in (mpi_tmp / "d").glob("ckpt-*"))
+        assert "ckpt-000000000010.scda" in names and not [n for n in names if "damaged" in n or "unreadable" in n], names
     with ac.CheckpointManager(mpi_tmp / "d", Advection, comm=w) as m:
         got = m.restore_latest()
         assert got is not None and got.step == 10
@@ -186,10 +187,9 @@ def test_a_pool_worker_that_cannot_start_leaves_its_work_to_the_caller(mpi_tmp: 
         refused.append(1)
         raise RuntimeError("can't start new thread")
 
+    ac.save(_big_state(w), path, comm=w)
     for ranks in subsets(w.size)[: 2 * w.size]:
         for what in ("save", "load"):
-            if what == "load" and not path.exists():
-                continue
             with bounded(), monkeypatch.context() as mp:
                 mp.setattr(_threads, "_POOL", None)  # new pools: their workers start on first use
                 mp.setattr(_crc, "_POOL", None)
@@ -207,7 +207,5 @@ def test_a_pool_worker_that_cannot_start_leaves_its_work_to_the_caller(mpi_tmp: 
             assert all(o == everyone[0] for o in everyone), (what, ranks, everyone)
             assert everyone[0] == "ok", (what, ranks, everyone)
             seen.add(what)
-        if not path.exists():
-            ac.save(_big_state(w), path, comm=w)
     assert seen == {"save", "load"}, seen
     assert sum(w.allgather(len(refused))) > 0  # the helper threads were needed, and refused
