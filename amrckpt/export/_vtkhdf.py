@@ -33,7 +33,7 @@ import numpy as np
 
 from .._files import replacing
 from ..comm import Call, collective
-from ..errors import CheckpointError
+from ..errors import CheckpointError, UnsupportedFormatError
 from ._arrays import (
     CellArray,
     HpSummary,
@@ -46,13 +46,16 @@ from ._arrays import (
     point_values,
 )
 from ._geometry import VTK_CELL_TYPE, float32_exact, mesh_geometry
+from ._htg import htg_grid, write_htg
 from ._points import POINT_BLOCK_LEAVES, count_shared_corners, shared_corners
 from ._reader import open_reader
 
-__all__ = ["DEFAULT_CHUNK_LEAVES", "ExportResult", "to_vtkhdf"]
+__all__ = ["DEFAULT_CHUNK_LEAVES", "FORMATS", "ExportResult", "to_vtkhdf", "vtkhdf_formats"]
 
 logger = logging.getLogger(__name__)
 
+FORMATS = ("unstructured", "htg")
+"""The VTKHDF types :func:`to_vtkhdf` writes (``format``): ``UnstructuredGrid``, ``HyperTreeGrid``."""
 VTK_VERTEX = 1
 """VTK cell type of a point (an element of an Array field of positions)."""
 DEFAULT_CHUNK_LEAVES = 1 << 17
@@ -62,7 +65,7 @@ PREFETCH_CHUNKS = 2
 POINTS_CHUNK_ROWS = 1 << 16
 """Rows of an HDF5 chunk of ``Points`` when a serial export appends them (768 KiB of float32 points)."""
 
-INSTALL_H5PY = "exporting to VTKHDF needs h5py: pip install h5py (or pip install 'amrckpt[viz]')"
+INSTALL_H5PY = "exporting to VTKHDF needs h5py: pip install 'amrckpt[export]' (h5py alone)"
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,11 @@ class ExportResult:
     num_points : tuple of int
         Points of each step: the leaves' shared corner points, then one per
         particle.
+    format : {"unstructured", "htg"}
+        The VTKHDF type written: ``UnstructuredGrid`` or ``HyperTreeGrid``.
+    num_nodes : tuple of int
+        ``"htg"``: the nodes of each step's hyper trees (leaves and coarse
+        nodes: the rows of each cell array); empty otherwise.
     """
 
     path: Path
@@ -101,6 +109,8 @@ class ExportResult:
     series: bool
     points: tuple[str, ...] = ()
     num_points: tuple[int, ...] = ()
+    format: str = "unstructured"
+    num_nodes: tuple[int, ...] = ()
 
 
 def _number(v: Any, kind: type) -> Any:
@@ -652,6 +662,7 @@ def to_vtkhdf(
     chunk_leaves: int = DEFAULT_CHUNK_LEAVES,
     comm: Any = None,
     verify: bool = True,
+    format: Literal["unstructured", "htg"] = "unstructured",
 ) -> ExportResult:
     """Export a checkpoint, or a directory of them, to a VTKHDF file that ParaView, VisIt and VTK open.
 
@@ -720,6 +731,15 @@ def to_vtkhdf(
         Collective over ``comm`` when given; serial by default.
     verify : bool, optional
         Check what is read against the checkpoint's CRC32s.
+    format : {"unstructured", "htg"}, optional
+        The VTK data type, named as the CLI's ``--format`` names it:
+        ``"unstructured"`` (the default; VTKHDF 2.2 ``UnstructuredGrid``,
+        any geometry, ParaView 5.12+) or ``"htg"``: VTKHDF 2.4
+        ``HyperTreeGrid`` (VTK 9.5+, ParaView 6), for a forest whose trees
+        are boxes on a grid (:func:`vtkhdf_formats`): one hyper tree per
+        tree, the cell arrays on every node (a leaf's own values, a coarse
+        node's the mean of its children, :func:`htg_values`), one
+        checkpoint (no series, no particles), written by rank 0.
 
     Returns
     -------
@@ -738,8 +758,11 @@ def to_vtkhdf(
     CheckpointError
         If a checkpoint holds no mesh, cannot be read, or the checkpoints
         of a series mix 2D and 3D.
+    UnsupportedFormatError
+        With ``format="htg"``, if the trees are not boxes on a grid (the
+        message says why), or ``source`` is a series.
     ValueError
-        For a bad ``brick``, ``ranks``, ``hp`` or ``chunk_leaves``.
+        For a bad ``brick``, ``ranks``, ``hp``, ``chunk_leaves`` or ``format``.
 
     Examples
     --------
@@ -751,7 +774,11 @@ def to_vtkhdf(
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
     if points not in ("auto", "float64"):
         raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
+    if format not in ("unstructured", "htg"):
+        raise ValueError(f"format must be 'unstructured' or 'htg', not {format!r}")
     with collective(comm, "export") as call:
+        if format == "htg":
+            return _export_htg(call, h5py, source, out, prefix, hp, ranks, verify, brick, chunk_leaves, mesh, units_in_names)
         return _export(call, h5py, source, out, prefix, hp, ranks, verify, points, brick, chunk_leaves, mesh, units_in_names)
 
 
@@ -941,3 +968,63 @@ def _export(
         tuple(p.field for p in point_sets),
         tuple(totals),
     )
+
+
+def _export_htg(
+    call: Call, h5py: Any, source: Any, out: Any, prefix: str, hp: Any, ranks: Any, verify: bool, brick: Any, chunk: int,
+    mesh: Any, units_in_names: bool
+) -> ExportResult:  # fmt: skip
+    paths, series = checkpoint_paths(source, prefix)
+    if series:
+        raise UnsupportedFormatError(
+            f"{os.fspath(source) if isinstance(source, (str, os.PathLike)) else 'the list'}: a HyperTreeGrid export takes one "
+            "checkpoint, not a series (export each step, or a series with --format unstructured)"
+        )
+    out_path = Path(out)
+    plan, names, rows = write_htg(
+        call, h5py, paths[0], out_path, hp, ranks, verify, brick, mesh, chunk, units_in_names, _dataset_name
+    )
+    logger.info("exported %s to %s (HyperTreeGrid)", paths[0], out_path)
+    return ExportResult(
+        out_path, (paths[0],), (plan.num_leaves,), (plan.step,), (plan.time,), tuple(names), False, format="htg", num_nodes=(rows,)
+    )
+
+
+def vtkhdf_formats(
+    source: str | os.PathLike[str], *, brick: tuple[int, ...] | None = None, mesh: str | None = None, verify: bool = True
+) -> dict[str, str | None]:
+    """Return the VTKHDF formats :func:`to_vtkhdf` can write for a checkpoint, and why not for the others.
+
+    Not collective: reads the checkpoint's metadata (its manifest and
+    geometry) on the calling process.
+
+    Parameters
+    ----------
+    source : path
+        A checkpoint file.
+    brick : tuple of int, optional
+        As for :func:`to_vtkhdf`.
+    mesh : str, optional
+        As for :func:`to_vtkhdf`.
+    verify : bool, optional
+        Check the metadata read against the checkpoint's CRC32s.
+
+    Returns
+    -------
+    dict of str to (str or None)
+        For each of :data:`FORMATS`: None if the checkpoint allows it, else
+        the reason it does not (``"unstructured"`` is always allowed).
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint holds no mesh or cannot be read.
+    """
+    with open_reader(source, verify=verify) as r:
+        geometry = mesh_geometry(r, brick, mesh_spec(r.manifest, mesh).field)
+    try:
+        htg_grid(geometry)
+        why = None
+    except UnsupportedFormatError as exc:
+        why = str(exc)
+    return {"unstructured": None, "htg": why}
