@@ -15,7 +15,6 @@ every child of a refined node).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._files import replacing
+from .._logging import get_logger
 from ..comm import Call
 from ..errors import CheckpointError, UnsupportedFormatError
 from ._arrays import CellArray, HpSummary, leaf_values, mesh_spec, plan_arrays, plan_points
@@ -35,7 +35,7 @@ from ._sink import RowSink
 
 __all__ = ["HtgGrid", "HtgLayout", "htg_grid", "htg_layout", "htg_values", "write_htg"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 HTG_VERSION = (2, 4)
 """The VTKHDF version that specifies the HyperTreeGrid."""

@@ -24,7 +24,6 @@ layout: the writers here say which rows of which dataset).  With
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._files import replacing
+from .._logging import get_logger
 from ..comm import Call, collective
 from ..errors import CheckpointError, UnsupportedFormatError
 from ._arrays import (
@@ -57,7 +57,7 @@ from ._sink import RowSink
 
 __all__ = ["DEFAULT_CHUNK_LEAVES", "FORMATS", "ExportResult", "to_vtkhdf", "vtkhdf_formats"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 FORMATS = ("unstructured", "htg")
 """The VTKHDF types :func:`to_vtkhdf` writes (``format``): ``UnstructuredGrid``, ``HyperTreeGrid``."""

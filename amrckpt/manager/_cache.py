@@ -29,7 +29,6 @@ import contextlib
 import ctypes
 import errno
 import json
-import logging
 import mmap
 import os
 import platform
@@ -46,7 +45,7 @@ import numpy as np
 
 from .._crc import crc32, crc32_of_pieces, pool
 from .._files import LOCAL, FileSystem
-from .._logging import RankLogger
+from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, current_call, digest_of
 from ..errors import ManagerError, ScdaIOError, ScdaUsageError
 from ..scda import Backend, FileAccess, os_error
@@ -55,7 +54,7 @@ from ._names import StepNames
 
 __all__ = ["CacheLevel", "CachedStep", "NodeCache", "NodeLayout", "Pieces", "list_cache", "read_pieces"]
 
-_log = logging.getLogger("amrckpt.manager")
+_log = get_logger("amrckpt.manager")
 
 EXTENSION = ".cache"
 STEP_JSON = "step.json"

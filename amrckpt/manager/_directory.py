@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import stat
 import warnings
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import LOCAL, PARTIAL, FileSystem, new_token, write_atomic
-from .._logging import RankLogger
+from .._logging import RankLogger, get_logger
 from ..comm import SerialComm
 from ..container import CheckpointInfo, read_info
 from ..errors import (
@@ -42,7 +41,7 @@ from ._retention import KeepPolicy, kept_steps
 
 __all__ = ["Check", "CheckpointDirectory", "read_history"]
 
-_log = logging.getLogger("amrckpt.manager")
+_log = get_logger("amrckpt.manager")
 
 
 @dataclass(frozen=True)
