@@ -253,8 +253,8 @@ def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells") -> 
     node have equal volumes: their mean is the node's volume average, and a
     node's value is the volume average of its leaves.  Floating-point
     arrays are averaged in float64 and stored in their dtype; integer
-    arrays hold the mean rounded to the nearest integer (a tree's ``tree``
-    is its tree), and ``level`` holds each node's depth.
+    arrays hold the mean rounded to the nearest integer, ``tree`` each
+    node's tree and ``level`` each node's depth.
 
     Parameters
     ----------
@@ -263,7 +263,8 @@ def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells") -> 
     values : (n,) or (n, ncomp) numpy.ndarray
         The array's values on the batch's leaves, in curve order.
     source : str, optional
-        The :class:`CellArray` source (``"level"``: the depth of each node).
+        The :class:`CellArray` source (``"level"``: the depth of each node;
+        ``"tree"``: each node's tree).
 
     Returns
     -------
@@ -281,6 +282,8 @@ def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells") -> 
             assert child is not None
             if source == "level":
                 pv: np.ndarray = np.full((dep.parents, *rest), d, dtype=values.dtype)
+            elif source == "tree":  # a family's tree is its parent's: no mean to take
+                pv = child[::C]
             else:  # the mean of each family: 2**dim strided sums (faster than a reduction over an axis of 4 or 8)
                 fam = child.reshape(dep.parents, C, *rest)
                 pv = fam[:, 0].astype(np.float64)
@@ -416,8 +419,8 @@ def write_htg(call: Call, h5py: Any, path: Path, out: Path, hp: Any, ranks: Any,
             tree_index = plan.grid.tree_index
             batches = _tree_batches(r, plan, chunk)
 
-            def convert() -> tuple[HtgLayout, list[np.ndarray], np.ndarray] | None:
-                """Read the next batch of trees and make its rows (on the worker thread: reads and numpy release the GIL)."""
+            def read_next() -> tuple[HtgLayout, list[np.ndarray], np.ndarray] | None:
+                """Read the next batch of trees and lay out its hyper trees (on the reading thread)."""
                 got = next(batches, None)
                 if got is None:
                     return None
@@ -425,17 +428,21 @@ def write_htg(call: Call, h5py: Any, path: Path, out: Path, hp: Any, ranks: Any,
                 tree = leaves["tree"]
                 starts = np.flatnonzero(np.diff(tree, prepend=np.int64(-1)))
                 layout = htg_layout(leaves["level"], np.append(starts, len(leaves)).astype(np.int64), plan.dim)
-                values = leaf_values(plan.arrays, r, leaves, s, plan.num_leaves)
-                return layout, [htg_values(layout, v, a.source) for a, v in zip(plan.arrays, values, strict=True)], tree[starts]
+                return layout, leaf_values(plan.arrays, r, leaves, s, plan.num_leaves), tree[starts]
 
-            # Two stages: the worker reads and converts the next batch while this thread writes one (h5py holds the GIL).
-            with ThreadPoolExecutor(1, thread_name_prefix="amrckpt-htg") as worker:
-                todo = worker.submit(convert)
+            # Three stages on three threads (reads, numpy and HDF5's writes overlap where they release the GIL): one
+            # reads the next batch of trees, one makes the rows of each array of this batch, this one writes them.
+            with (
+                ThreadPoolExecutor(1, thread_name_prefix="amrckpt-htg-read") as reading,
+                ThreadPoolExecutor(1, thread_name_prefix="amrckpt-htg-rows") as making,
+            ):
+                todo = reading.submit(read_next)
                 while (done := todo.result()) is not None:
-                    todo = worker.submit(convert)
-                    layout, rows, trees = done
-                    for a, v in zip(plan.arrays, rows, strict=True):
-                        sink.put(a.name, row, v)
+                    todo = reading.submit(read_next)
+                    layout, values, trees = done
+                    made = [making.submit(htg_values, layout, v, a.source) for a, v in zip(plan.arrays, values, strict=True)]
+                    for a, rows in zip(plan.arrays, made, strict=True):
+                        sink.put(a.name, row, rows.result())
                     row += layout.rows
                     bits.append(layout.descriptor)
                     depths.append(layout.depth_per_tree)
