@@ -16,7 +16,7 @@ every child of a refined node).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +33,7 @@ from ._geometry import mesh_geometry
 from ._reader import open_reader
 from ._sink import RowSink
 
-__all__ = ["HtgGrid", "HtgLayout", "htg_grid", "htg_layout", "htg_values", "write_htg"]
+__all__ = ["HtgGrid", "HtgLayout", "HtgOptions", "htg_grid", "htg_layout", "htg_values", "write_htg"]
 
 logger = get_logger(__name__)
 
@@ -401,16 +401,44 @@ def _tree_batches(reader: Any, plan: _Plan, chunk: int) -> Iterator[tuple[int, n
         start = cut
 
 
-def write_htg(call: Call, h5py: Any, path: Path, out: Path, hp: Any, ranks: Any, verify: bool, brick: Any, mesh: Any,
-              chunk: int, units_in_names: bool, name_of: Any) -> tuple[_Plan, list[str], int]:  # fmt: skip
-    """Write ``path`` as a HyperTreeGrid into ``out`` (rank 0 of ``call``; the others wait). Collective over ``call``.
+@dataclass(frozen=True)
+class HtgOptions:
+    """What :func:`to_vtkhdf` passes on to a HyperTreeGrid export (its parameters of the same names)."""
 
-    Returns the plan, the array names in the file, and the rows (nodes).
+    hp: HpSummary = "first"
+    ranks: int | None = None
+    verify: bool = True
+    brick: tuple[int, ...] | None = None
+    mesh: str | None = None
+    chunk: int = 1 << 17
+    names: Callable[[CellArray], str] = lambda a: a.name  # an array's dataset name in the file
+
+
+def write_htg(call: Call, h5py: Any, path: Path, out: Path, opts: HtgOptions) -> tuple[_Plan, list[str], int]:
+    """Write checkpoint ``path`` as a HyperTreeGrid into ``out``: rank 0 of ``call`` writes, the others wait. Collective.
+
+    Returns
+    -------
+    plan : _Plan
+        What was exported (leaves, trees, step, time, arrays).
+    names : list of str
+        The datasets of the cell arrays, in order.
+    rows : int
+        The nodes of the hyper trees (rows of each cell array).
+
+    Raises
+    ------
+    UnsupportedFormatError
+        If the trees are not boxes on a grid (:func:`htg_grid`).
+    CheckpointError, ChecksumError
+        If the checkpoint cannot be read, is not a complete forest, or a
+        byte read does not match its CRC32 (the file is not kept).
     """
+    verify, chunk = opts.verify, opts.chunk
 
     def work() -> tuple[_Plan, list[str], int]:
-        plan = _plan(path, hp, ranks, verify, brick, mesh)
-        names = [name_of(a, units_in_names) for a in plan.arrays]
+        plan = _plan(path, opts.hp, opts.ranks, verify, opts.brick, opts.mesh)
+        names = [opts.names(a) for a in plan.arrays]
         C = 1 << plan.dim
         with replacing(out) as tmp, h5py.File(tmp, "w") as h5, open_reader(path, verify=verify) as r:
             sink = RowSink(_create(h5, plan, names))

@@ -50,7 +50,7 @@ from ._arrays import (
     point_values,
 )
 from ._geometry import VTK_CELL_TYPE, float32_exact, mesh_geometry
-from ._htg import htg_grid, write_htg
+from ._htg import HtgOptions, htg_grid, write_htg
 from ._points import POINT_BLOCK_LEAVES, count_shared_corners, shared_corners
 from ._reader import open_reader
 from ._sink import RowSink
@@ -880,9 +880,8 @@ def _export_htg(
             "checkpoint, not a series (export each step, or a series with --format unstructured)"
         )
     out_path = Path(out)
-    plan, names, rows = write_htg(
-        call, h5py, paths[0], out_path, hp, ranks, verify, brick, mesh, chunk, units_in_names, _dataset_name
-    )
+    opts = HtgOptions(hp, ranks, verify, brick, mesh, chunk, lambda a: _dataset_name(a, units_in_names))
+    plan, names, rows = write_htg(call, h5py, paths[0], out_path, opts)
     logger.info("exported %s to %s (HyperTreeGrid)", paths[0], out_path)
     return ExportResult(
         out_path, (paths[0],), (plan.num_leaves,), (plan.step,), (plan.time,), tuple(names), False, format="htg", num_nodes=(rows,)
