@@ -651,7 +651,9 @@ def to_vtkhdf(
         are boxes on a grid (:func:`vtkhdf_formats`): one hyper tree per
         tree, the cell arrays on every node (a leaf's own values, a coarse
         node's the mean of its children, :func:`htg_values`), one
-        checkpoint (no series, no particles), written by rank 0.
+        checkpoint (no series, no particles), written by rank 0, which
+        holds whole trees at a time (about ``chunk_leaves`` leaves, or one
+        larger tree: a one-tree forest is held whole).
 
     Returns
     -------
