@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from . import comm, container, errors, manager, partition, restart, scda, schema, sfc
+from ._logging import get_logger
 from ._version import __version__
 from .container import Geometry, GeometrySpec, Problem, RunRecord
 from .errors import (
@@ -82,7 +83,7 @@ from .schema import (
     save,
 )
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())  # a library does not print: the application configures logging
+get_logger(__name__).addHandler(logging.NullHandler())  # a library does not print: the application configures logging
 
 
 def __getattr__(name: str) -> Any:

@@ -13,16 +13,75 @@ amrckpt then logs through :class:`RankLogger`:
 * ``rank_warning``/``rank_error``: a message that differs between ranks is
   emitted where it happens, tagged ``rank r of P: ``.
 
-Every record carries ``rank`` and ``size`` attributes (``extra``) for
-formatters, e.g. ``logging.Formatter("%(rank)s/%(size)s %(message)s")``.
+Every record of every amrckpt logger carries ``rank`` and ``size``
+attributes for formatters, e.g. ``logging.Formatter("%(rank)s/%(size)s
+%(message)s")``: :class:`RankLogger` gives its communicator's; the loggers
+of :func:`get_logger` (every other amrckpt module's) fill them, where a
+record lacks them, with the process's rank and size in ``MPI_COMM_WORLD``
+(:func:`world_rank_size`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from typing import Any
 
-__all__ = ["RankLogger"]
+__all__ = ["RankFilter", "RankLogger", "get_logger", "world_rank_size"]
+
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+def world_rank_size() -> tuple[int, int]:
+    """Return this process's rank and size in ``MPI_COMM_WORLD``. Not collective.
+
+    From mpi4py where it is imported (and MPI initialized), else from the
+    launcher's environment (``PMI_RANK``/``PMI_SIZE``, Open MPI's, MVAPICH's,
+    Slurm's), else ``(0, 1)``.  Never imports mpi4py.
+    """
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None:
+        try:
+            if mpi.Is_initialized() and not mpi.Is_finalized():
+                return int(mpi.COMM_WORLD.Get_rank()), int(mpi.COMM_WORLD.Get_size())
+        except Exception:  # noqa: BLE001 - a log record must never fail for want of a rank
+            pass
+    for rv, sv in zip(_RANK_VARS, _SIZE_VARS, strict=True):
+        r, n = os.environ.get(rv), os.environ.get(sv)
+        if r is not None and n is not None and r.isdigit() and n.isdigit():
+            return int(r), int(n)
+    return 0, 1
+
+
+class RankFilter(logging.Filter):
+    """Give a record without them the ``rank`` and ``size`` attributes (:func:`world_rank_size`); never drops one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Fill ``record.rank`` and ``record.size`` where missing; return True."""
+        if not hasattr(record, "rank") or not hasattr(record, "size"):
+            rank, size = world_rank_size()
+            if not hasattr(record, "rank"):
+                record.rank = rank
+            if not hasattr(record, "size"):
+                record.size = size
+        return True
+
+
+_FILTER = RankFilter()
+
+
+def get_logger(name: str) -> logging.Logger:
+    """Return ``logging.getLogger(name)`` with a :class:`RankFilter`: each of its records carries ``rank`` and ``size``.
+
+    A logger's filters see the records it creates (not those of its
+    children): every amrckpt module gets its logger here.
+    """
+    log = logging.getLogger(name)
+    if _FILTER not in log.filters:
+        log.addFilter(_FILTER)
+    return log
 
 
 class RankLogger:

@@ -37,6 +37,7 @@ __all__ = [
     "StepAlreadyExistsError",
     "StepNotFoundError",
     "ThreadStartError",
+    "UnsupportedFormatError",
     "ScdaArgumentError",
     "ScdaCountError",
     "ScdaDecodeError",
@@ -161,6 +162,14 @@ class P4estFormatError(AmrckptError, ValueError):
 
 class CheckpointError(AmrckptError, ValueError):
     """A file is not a valid amrckpt checkpoint (its manifest, index or footer is wrong)."""
+
+
+class UnsupportedFormatError(CheckpointError):
+    """A checkpoint cannot be exported in the format asked for (a HyperTreeGrid of trees that are not boxes on a grid).
+
+    The message names why (which trees, what shape) and the formats the
+    checkpoint allows (:func:`amrckpt.export.vtkhdf_formats`).
+    """
 
 
 class IncompleteCheckpointError(CheckpointError):

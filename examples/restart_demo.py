@@ -3,7 +3,7 @@
 
 Runs ``examples/advection_amr.py`` three times under ``mpiexec``:
 
-A. on 4 processes with a checkpoint every 100 steps, killed with SIGKILL
+A. on 4 processes with a checkpoint every 50 steps, killed with SIGKILL
    (every process of the job) in the middle of the run;
 B. ``--restart latest`` on 3 processes in the same directory: it continues
    from the newest valid checkpoint (weighted repartition) and finishes;
@@ -17,7 +17,8 @@ bit-identical.
 
 Usage::
 
-    python examples/restart_demo.py                 # the demo (under a minute)
+    python examples/restart_demo.py                 # the demo (1000 steps, levels 4..7; see the README for its time)
+    python examples/restart_demo.py --steps 2000 --max-level 8 --checkpoint-every 100  # the longer run of earlier versions
     python examples/restart_demo.py --quick         # a small version (CI)
     python examples/restart_demo.py --ranks 3,2,1   # A on 3, B on 2, C on 1
 """
@@ -132,7 +133,7 @@ def run_job(run: Run, total_steps: int, progress: bool) -> None:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
     assert proc.stdout is not None
-    bar = tqdm(total=total_steps, desc=f"{run.name} ({run.ranks} ranks)", unit="step", disable=not progress, leave=True)
+    bar = tqdm(total=total_steps, desc=f"{run.name} ({run.ranks} ranks)", unit="step", disable=None if progress else True, leave=True)  # None: a bar only on a terminal
     checkpoints = 0
     for line in proc.stdout:
         try:
@@ -209,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         "(only what the demo wrote is removed; any other non-empty directory is refused)",
     )
     ap.add_argument("--ranks", default="4,3,2", help="process counts of the killed run, the restart and the reference")
-    ap.add_argument("--steps", type=int, default=2000, help="steps of the simulation (2000: half a rotation)")
-    ap.add_argument("--checkpoint-every", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=1000, help="steps of the simulation (1000: a quarter rotation)")
+    ap.add_argument("--checkpoint-every", type=int, default=50)
     ap.add_argument(
         "--kill-at",
         type=int,
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         help="SIGKILL the first run after this step (default: halfway between two checkpoints after 55%% of the steps)",
     )
     ap.add_argument("--min-level", type=int, default=4)
-    ap.add_argument("--max-level", type=int, default=8)
+    ap.add_argument("--max-level", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="a small version: levels 3..6, 120 steps, checkpoints every 20")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)

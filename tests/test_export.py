@@ -729,3 +729,20 @@ def test_ranges_in_any_order_are_checked_without_a_second_pass(layouts: Path, tm
     with CheckpointReader(layouts) as r:  # a range that holds the whole field: checked as it is read
         r.read_cells("plain", 0, N)
         assert "plain" in r.check_crcs()
+
+
+def test_row_sink_writes_through_h5py_and_grows(tmp_path: Path) -> None:
+    """RowSink: rows by slices through h5py's public API; a chunked unlimited dataset grows, a fixed one refuses to."""
+    h5py = need("h5py")
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        fixed = f.create_dataset("fixed", (5,), dtype=np.int32)
+        grows = f.create_dataset("grows", (0, 3), maxshape=(None, 3), chunks=(4, 3), dtype=np.float32)
+        sink = ac.export.RowSink({"fixed": fixed, "grows": grows})
+        sink.put("fixed", 1, np.arange(3, dtype=np.int64))  # cast to the dataset's dtype
+        sink.put("grows", 0, np.ones((6, 3)))
+        sink.put("grows", 6, np.full((3, 3), 2.0))
+        sink.put("fixed", 0, np.zeros(0))
+        with pytest.raises(ValueError, match="pass its end"):
+            sink.put("fixed", 4, np.arange(2))
+        sink.close()
+        assert fixed[()].tolist() == [0, 0, 1, 2, 0] and grows.shape == (9, 3) and grows[8, 2] == 2.0

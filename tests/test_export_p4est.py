@@ -244,3 +244,10 @@ def test_shared_points_stay_in_their_tree(which: str, tmp_path: Path) -> None:
         assert len(np.unique(np.round(pts[mine], 9), axis=0)) == len(mine)  # nor twice within one
     where = {tuple(p) for p in np.round(pts[: len(pts) - M], 9)}
     assert len(where) < len(pts) - M  # trees meet: some positions are points of several trees
+
+
+def test_plot_names_an_array_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, _, _ = _star(tmp_path)
+    need("matplotlib")
+    assert main(["plot", os.fspath(path), "--field", "particles", "-o", os.fspath(tmp_path / "p.png")]) == 2
+    assert "field 'particles' is an array field" in capsys.readouterr().err

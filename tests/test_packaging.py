@@ -52,6 +52,15 @@ def test_cluster_installs_pull_no_mpi_library() -> None:
     assert {"mpich", "build", "twine"} <= _expand("test")  # the test suite runs local MPI jobs and builds the distributions
 
 
+def test_the_export_extra_is_h5py_alone_and_its_error_names_it() -> None:
+    """``amrckpt export`` needs h5py only: the ``export`` extra, which ``viz`` includes; the ImportError names it."""
+    from amrckpt.export._vtkhdf import INSTALL_H5PY
+
+    assert _expand("export") == {"h5py"}
+    assert {"h5py", "pyvista", "vtk", "yt"} <= _expand("viz")
+    assert "amrckpt[export]" in INSTALL_H5PY and "viz" not in INSTALL_H5PY
+
+
 def test_readme_commands_install_the_local_mpi() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     for mark in ("demo-command", "test-command"):

@@ -191,8 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
         "NAME.count and NAME.first (or NAME.mean), and rank with --ranks. A manager's directory\n"
         "becomes one file with a time series (VTKHDF Steps: the checkpoints' times). Leaves are\n"
         "converted in chunks. Runs under mpiexec -n P (every rank writes its part when h5py has\n"
-        "MPI; otherwise rank 0 writes). Needs h5py (pip install 'amrckpt[viz]').\n\n"
+        "MPI; otherwise rank 0 writes). Needs h5py (pip install 'amrckpt[export]').\n\n"
+        "--format htg writes a VTKHDF HyperTreeGrid instead (VTK 9.5+, ParaView 6): VTK's own\n"
+        "octrees, one per tree, the cell arrays on every node (a coarse node holds the mean of\n"
+        "its children), for a forest whose trees are boxes on a grid (bricks, the unit square\n"
+        "and cube); one checkpoint, written by rank 0. Other geometries (star, shell, ...) allow\n"
+        "the default, --format unstructured, only: the error says why.\n\n"
         "example:\n  amrckpt export run/ckpt-000000000100.scda step100.vtkhdf --brick 2,1\n"
+        "  amrckpt export run/ckpt-000000000100.scda step100-htg.vtkhdf --format htg\n"
         "  amrckpt export run run.vtkhdf --ranks 4 && paraview run.vtkhdf",
         _cmd_export,
     )
@@ -205,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mesh", default=None, metavar="NAME", help="of a checkpoint of several meshes, this one (default the first)")
     p.add_argument("--prefix", default="ckpt", help="the manager's file prefix, for a directory (default ckpt)")
     p.add_argument("--chunk", type=int, default=1 << 17, metavar="LEAVES", help="leaves converted at a time (default 131072)")
+    p.add_argument(
+        "--format",
+        choices=["unstructured", "htg"],
+        default="unstructured",
+        help="unstructured (default: any geometry, a series) or htg: a HyperTreeGrid of a brick (one checkpoint)",
+    )
 
     p = _subparser(
         sub,

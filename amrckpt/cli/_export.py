@@ -11,6 +11,7 @@ from ._plot import _parse_brick_nd
 
 def _cmd_export(args: argparse.Namespace) -> int:
     """``amrckpt export SOURCE OUT``: a checkpoint or a manager's directory as VTKHDF (collective under mpiexec)."""
+    from ..errors import UnsupportedFormatError
     from ..export import ExportResult, to_vtkhdf
 
     if args.ranks is not None and args.ranks < 1:
@@ -35,14 +36,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
             prefix=args.prefix,
             chunk_leaves=args.chunk,
             comm=comm,
+            format=args.format,
         )
     except ImportError as exc:
         _err(f"amrckpt export: {exc}")
         return EXIT_BAD
+    except UnsupportedFormatError as exc:
+        raise _UsageError(f"--format {args.format}: {exc}") from exc
     except (ValueError, FileNotFoundError) as exc:
         raise _UsageError(str(exc)) from exc
     if _RANK[0] == 0:
-        if res.series:
+        if res.format == "htg":
+            st, t = res.steps[0], res.times[0]
+            when = (f", step {st}" if st is not None else "") + (f", time {t:g}" if t is not None else "")
+            _out(
+                f"wrote {res.path}: a HyperTreeGrid of {res.num_cells[0]} leaves ({res.num_nodes[0]} nodes) from {src}{when}, "
+                f"arrays {', '.join(res.arrays)}"
+            )
+        elif res.series:
             _out(
                 f"wrote {res.path}: a time series of {len(res.sources)} step(s) from {src}, {sum(res.num_cells)} cells in all, "
                 f"arrays {', '.join(res.arrays)}"

@@ -118,7 +118,8 @@ def _plot_leaves(
             raise _UsageError(f"{path} has no field {what!r}; choose level, rank or a cell field: {choices}") from None
         if not _per_leaf_values(fs.kind):
             choices = ", ".join(cells) or "none"
-            raise _UsageError(f"field {what!r} is a {fs.kind} field; leaves are coloured by a cell field: {choices}")
+            article = "an" if fs.kind[:1].lower() in "aeiou" else "a"
+            raise _UsageError(f"field {what!r} is {article} {fs.kind} field; leaves are coloured by a cell field: {choices}")
         runs = handler_for(fs.kind).reads_as == "runs"  # hp: coloured by the number of values of each leaf
         name = f"{what}.count" if runs else what
         found = [a for a in arrays if a.name == name or (not runs and a.field == what)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -12,6 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._logging import get_logger
 from ..container import Manifest, MeshSpec, dtype_from_json, handler_for
 from ..errors import CheckpointError
 from ..manager import StepNames
@@ -30,7 +30,7 @@ __all__ = [
     "point_values",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 HpSummary = Literal["first", "mean"]
 """How an hp field becomes one value per leaf: its first value (the first

@@ -14,17 +14,19 @@ partition per step, in curve order.  A serial export appends each block's
 points as it goes (``Points`` grows, in HDF5 chunks); a parallel one (h5py
 built with MPI) counts each rank's points first, then every rank writes
 its blocks in place.  The elements of Array fields of positions (particles)
-follow a step's leaves, one ``VTK_VERTEX`` cell and point each.
+follow a step's leaves, one ``VTK_VERTEX`` cell and point each.  Every row
+is written through h5py's public API (:class:`RowSink`, which holds no
+layout: the writers here say which rows of which dataset).  With
+``format="htg"`` a checkpoint of box trees becomes a VTKHDF 2.4
+``HyperTreeGrid`` instead (:mod:`amrckpt.export._htg`).
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,8 +34,10 @@ from typing import Any, Literal
 import numpy as np
 
 from .._files import replacing
+from .._logging import get_logger
+from .._threads import Pool
 from ..comm import Call, collective
-from ..errors import CheckpointError
+from ..errors import CheckpointError, UnsupportedFormatError
 from ._arrays import (
     CellArray,
     HpSummary,
@@ -46,13 +50,17 @@ from ._arrays import (
     point_values,
 )
 from ._geometry import VTK_CELL_TYPE, float32_exact, mesh_geometry
+from ._htg import HtgOptions, htg_grid, write_htg
 from ._points import POINT_BLOCK_LEAVES, count_shared_corners, shared_corners
 from ._reader import open_reader
+from ._sink import RowSink
 
-__all__ = ["DEFAULT_CHUNK_LEAVES", "ExportResult", "to_vtkhdf"]
+__all__ = ["DEFAULT_CHUNK_LEAVES", "FORMATS", "ExportResult", "to_vtkhdf", "vtkhdf_formats"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
+FORMATS = ("unstructured", "htg")
+"""The VTKHDF types :func:`to_vtkhdf` writes (``format``): ``UnstructuredGrid``, ``HyperTreeGrid``."""
 VTK_VERTEX = 1
 """VTK cell type of a point (an element of an Array field of positions)."""
 DEFAULT_CHUNK_LEAVES = 1 << 17
@@ -62,7 +70,7 @@ PREFETCH_CHUNKS = 2
 POINTS_CHUNK_ROWS = 1 << 16
 """Rows of an HDF5 chunk of ``Points`` when a serial export appends them (768 KiB of float32 points)."""
 
-INSTALL_H5PY = "exporting to VTKHDF needs h5py: pip install h5py (or pip install 'amrckpt[viz]')"
+INSTALL_H5PY = "exporting to VTKHDF needs h5py: pip install 'amrckpt[export]' (h5py alone)"
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,11 @@ class ExportResult:
     num_points : tuple of int
         Points of each step: the leaves' shared corner points, then one per
         particle.
+    format : {"unstructured", "htg"}
+        The VTKHDF type written: ``UnstructuredGrid`` or ``HyperTreeGrid``.
+    num_nodes : tuple of int
+        ``"htg"``: the nodes of each step's hyper trees (leaves and coarse
+        nodes: the rows of each cell array); empty otherwise.
     """
 
     path: Path
@@ -101,6 +114,8 @@ class ExportResult:
     series: bool
     points: tuple[str, ...] = ()
     num_points: tuple[int, ...] = ()
+    format: str = "unstructured"
+    num_nodes: tuple[int, ...] = ()
 
 
 def _number(v: Any, kind: type) -> Any:
@@ -246,16 +261,13 @@ def _create(
     series: bool,
     units_in_names: bool,
     points_dtype: Any,
-    raw: bool = False,
 ) -> dict[str, Any]:
     """Create every dataset of the file (collective under MPI); return them by name.
 
     ``Points`` has its final size where the points of every step are known
-    (``plan.points``); otherwise it starts empty and grows as blocks are
-    appended, and :func:`_finish` writes the datasets that count points.
-    With ``raw``, HDF5 allocates the data of every dataset the sink writes
-    (cells, connectivity, points) when it creates or extends it, and never
-    writes it itself: :class:`_Sink` does, with ``pwrite``.
+    (``plan.points``); otherwise it starts empty, chunked, and grows as
+    blocks are appended (:class:`RowSink`), and :func:`_finish` writes the
+    datasets that count points.
     """
     steps = plan.steps
     cells, conn_ids = plan.cells, plan.conn_ids
@@ -266,35 +278,22 @@ def _create(
     root.attrs.create("Type", np.bytes_(b"UnstructuredGrid"))
     d: dict[str, Any] = {"root": root}
 
-    def allocated() -> dict[str, Any]:
-        """HDF5 allocates a dataset's data when it is created or grows, and never writes it: the raw sink does."""
-        if not raw:
-            return {}
-        import h5py
-
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-        return {"dcpl": dcpl}
-
     if plan.points is None:
-        d["Points"] = root.create_dataset(
-            "Points", (0, 3), maxshape=(None, 3), chunks=(POINTS_CHUNK_ROWS, 3), dtype=points_dtype, **allocated()
-        )
+        d["Points"] = root.create_dataset("Points", (0, 3), maxshape=(None, 3), chunks=(POINTS_CHUNK_ROWS, 3), dtype=points_dtype)
     else:
-        d["Points"] = root.create_dataset("Points", (int(sum(plan.points)), 3), dtype=points_dtype, **allocated())
+        d["Points"] = root.create_dataset("Points", (int(sum(plan.points)), 3), dtype=points_dtype)
     root.create_dataset("NumberOfCells", data=cells)
     root.create_dataset("NumberOfConnectivityIds", data=conn_ids)
     ids = plan.ids  # point ids count from each step's first point, offsets from its first id
-    d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids, **allocated())
-    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids, **allocated())
-    d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8, **allocated())
+    d["Connectivity"] = root.create_dataset("Connectivity", (int(conn_ids.sum()),), dtype=ids)
+    d["Offsets"] = root.create_dataset("Offsets", (total + S,), dtype=ids)
+    d["Types"] = root.create_dataset("Types", (total,), dtype=np.uint8)
     cd = root.create_group("CellData")
     mixed = any(plan.particles)
     everything = [("cell:", a) for a in arrays] + [(f"point:{p.field}:", a) for p in points for a in p.arrays]
     for prefix, a in everything:
         shape = (total,) if a.ncomp == 1 else (total, a.ncomp)
-        fill = {"fillvalue": _fill(a.dtype)} if mixed else allocated()
+        fill = {"fillvalue": _fill(a.dtype)} if mixed else {}
         ds = cd.create_dataset(_dataset_name(a, units_in_names), shape, dtype=a.dtype, **fill)
         if a.units:
             ds.attrs.create("units", np.bytes_(a.units.encode()))
@@ -339,96 +338,6 @@ def _create(
     if steps[0].length_units:
         meta.attrs["length_units"] = steps[0].length_units
     return d
-
-
-def _put(ds: Any, start: int, data: Any, *, grow: bool = False) -> None:
-    """Write ``data`` (the dataset's dtype and row shape) into rows ``start ..`` of ``ds``: one ``H5Dwrite``. Not collective.
-
-    h5py's slicing builds its selection in Python (about 40 us a call);
-    here the file space is selected directly.  With ``grow`` the dataset
-    (chunked, unlimited) is extended first.
-    """
-    from h5py import h5s
-
-    a = np.ascontiguousarray(data)
-    if not a.shape[0]:
-        return
-    if grow:
-        ds.id.set_extent((start + a.shape[0], *a.shape[1:]))
-    fs = ds.id.get_space()
-    fs.select_hyperslab((start,) + (0,) * (a.ndim - 1), a.shape)
-    ds.id.write(h5s.create_simple(a.shape), fs, a)
-
-
-def _pwrite(fd: int, a: np.ndarray, offset: int) -> None:
-    """Write the bytes of C-contiguous ``a`` at ``offset`` of file ``fd`` (``pwrite`` releases the GIL)."""
-    mv = memoryview(a).cast("B")
-    while mv.nbytes:
-        n = os.pwrite(fd, mv, offset)
-        mv, offset = mv[n:], offset + n
-
-
-class _Sink:
-    """Writes rows of the file's datasets (not collective; the writers of one file share it, on one thread).
-
-    With ``path`` (a serial export without particles), the datasets were
-    allocated when created or extended (``H5D_ALLOC_TIME_EARLY``,
-    ``H5D_FILL_TIME_NEVER``: HDF5 never writes their data itself), and their
-    rows are written with ``pwrite`` at the offset HDF5 gives them
-    (``H5Dget_offset``; for the chunks of the growing ``Points``,
-    ``H5Dget_chunk_info_by_coord``), without holding the GIL, so that the
-    next chunk is read and converted meanwhile.  Otherwise through HDF5
-    (``H5Dwrite``, which holds the GIL).
-
-    Parameters
-    ----------
-    d : dict of str to h5py.Dataset
-        The datasets, by name (:func:`_create`).
-    path : path, optional
-        The file, opened here once more for writing.
-    """
-
-    def __init__(self, d: dict[str, Any], path: Any = None) -> None:
-        self.d = d
-        self.fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)) if path is not None else -1
-        self._how: dict[str, tuple[np.dtype[Any], int, int]] = {}  # dtype, byte offset (-1: through HDF5), chunk rows
-
-    def put(self, name: str, start: int, data: Any) -> None:
-        """Write ``data`` (rows of dataset ``name``) from row ``start``."""
-        how = self._how.get(name)
-        ds = self.d[name]
-        if how is None:
-            rows = ds.chunks[0] if ds.chunks is not None else 0
-            offset = ds.id.get_offset() if self.fd >= 0 and not rows else None
-            how = self._how[name] = (ds.dtype, -1 if offset is None else int(offset), rows)
-        dt, offset, rows = how
-        a = np.ascontiguousarray(data, dtype=dt)
-        n = a.shape[0]
-        if not n:
-            return
-        if rows:  # growing (chunked): extend, then each chunk's rows where HDF5 allocated that chunk
-            if self.fd < 0:
-                _put(ds, start, a, grow=True)
-                return
-            ds.id.set_extent((start + n, *a.shape[1:]))
-            row_nbytes = a.nbytes // n
-            for c0 in range(start - start % rows, start + n, rows):
-                lo, hi = max(start, c0), min(start + n, c0 + rows)
-                at = ds.id.get_chunk_info_by_coord((c0,) + (0,) * (a.ndim - 1)).byte_offset
-                if at is None:  # a chunk HDF5 did not allocate (h5py's None for HADDR_UNDEF): through HDF5
-                    _put(ds, lo, a[lo - start : hi - start])
-                    continue
-                _pwrite(self.fd, a[lo - start : hi - start], at + (lo - c0) * row_nbytes)
-        elif offset < 0:
-            _put(ds, start, a)
-        else:
-            _pwrite(self.fd, a, offset + start * (a.nbytes // n))
-
-    def close(self) -> None:
-        """Close the file descriptor of the raw writes (twice is a no-op)."""
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
 
 
 def _finish(d: dict[str, Any], points: Sequence[int]) -> None:
@@ -498,36 +407,49 @@ def _count_range(reader: Any, mesh: str, dim: int, maxlevel: int, a: int, b: int
     return count, finest
 
 
-def _write_range(
-    sink_of: Callable[[], _Sink],
-    reader: Any,
-    arrays: Sequence[CellArray],
-    geometry: Any,
-    maxlevel: int,
-    rows: _Rows,
-    a: int,
-    b: int,
-    chunk: int,
-    prefetch: bool,
-    mesh: str,
-    float32_level: int,
-    ids: Any,
-    points_dtype: Any,
-) -> None:
-    """Write leaves ``a .. b - 1`` of one step (whole blocks): cells ``chunk`` leaves at a time, points a block at a time.
+@dataclass
+class _Range:
+    """The leaves of one step that one rank converts and writes, and how (:func:`_write_range`)."""
+
+    reader: Any  # the open checkpoint
+    mesh: str
+    geometry: Any  # amrckpt.container.Geometry
+    maxlevel: int
+    arrays: Sequence[CellArray]
+    rows: _Rows  # where the step's rows go
+    a: int  # leaves a .. b - 1: whole blocks of points
+    b: int
+    chunk: int
+    float32_level: int  # the finest level of float32 corners
+    ids: Any  # dtype of point ids and offsets
+    points_dtype: Any
+
+
+def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) -> None:
+    """Write leaves ``job.a .. job.b - 1`` of one step: cells ``job.chunk`` leaves at a time, points a block at a time.
 
     Not collective.  With ``prefetch`` one worker thread reads the next
     chunks and converts their values, a second places the points of each
-    block completed, and this thread writes (reads, numpy and the sink's
-    ``pwrite`` release the GIL): serial exports only, where no MPI call is
+    block completed, and this thread writes them through the sink (reads
+    and numpy release the GIL): serial exports only, where no MPI call is
     made off the main thread.  ``sink_of()`` gives the sink once the first
     chunks are on their way (it may create the file meanwhile).
 
     Raises
     ------
     _Float64Needed
-        If the points are float32 and a leaf is finer than ``float32_level``.
+        If the points are float32 and a leaf is finer than ``job.float32_level``.
     """
+    reader, arrays, geometry, maxlevel, rows = job.reader, job.arrays, job.geometry, job.maxlevel, job.rows
+    a, b, chunk, mesh, float32_level, ids, points_dtype = (
+        job.a,
+        job.b,
+        job.chunk,
+        job.mesh,
+        job.float32_level,
+        job.ids,
+        job.points_dtype,
+    )
     nv = 1 << geometry.dim
     num_leaves = rows.num_leaves
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
@@ -574,8 +496,8 @@ def _write_range(
         # Three stages on three threads: read and convert (chunks queued ahead, so that the worker goes on as soon
         # as it ends one), place the points of each block completed, write (this thread, without the GIL).
         with (
-            ThreadPoolExecutor(1, thread_name_prefix="amrckpt-export") as reading,
-            ThreadPoolExecutor(1, thread_name_prefix="amrckpt-points") as placing,
+            Pool(1, "amrckpt-export") as reading,
+            Pool(1, "amrckpt-points") as placing,
         ):
             todo = iter(chunks)
             reads = deque(reading.submit(convert, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
@@ -601,7 +523,7 @@ def _write_range(
         sink.put("Offsets", off0, np.zeros(1, dtype=ids))
 
 
-def _write_points(sink: _Sink, reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int) -> None:
+def _write_points(sink: RowSink, reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int) -> None:
     """Write this rank's share of each point set of one step, as VTK_VERTEX cells after the leaves (not collective).
 
     Particle ``k`` of the step is cell ``N + k``, connectivity id ``2**dim N
@@ -652,6 +574,7 @@ def to_vtkhdf(
     chunk_leaves: int = DEFAULT_CHUNK_LEAVES,
     comm: Any = None,
     verify: bool = True,
+    format: Literal["unstructured", "htg"] = "unstructured",
 ) -> ExportResult:
     """Export a checkpoint, or a directory of them, to a VTKHDF file that ParaView, VisIt and VTK open.
 
@@ -720,6 +643,17 @@ def to_vtkhdf(
         Collective over ``comm`` when given; serial by default.
     verify : bool, optional
         Check what is read against the checkpoint's CRC32s.
+    format : {"unstructured", "htg"}, optional
+        The VTK data type, named as the CLI's ``--format`` names it:
+        ``"unstructured"`` (the default; VTKHDF 2.2 ``UnstructuredGrid``,
+        any geometry, ParaView 5.12+) or ``"htg"``: VTKHDF 2.4
+        ``HyperTreeGrid`` (VTK 9.5+, ParaView 6), for a forest whose trees
+        are boxes on a grid (:func:`vtkhdf_formats`): one hyper tree per
+        tree, the cell arrays on every node (a leaf's own values, a coarse
+        node's the mean of its children, :func:`htg_values`), one
+        checkpoint (no series, no particles), written by rank 0, which
+        holds whole trees at a time (about ``chunk_leaves`` leaves, or one
+        larger tree: a one-tree forest is held whole).
 
     Returns
     -------
@@ -738,8 +672,11 @@ def to_vtkhdf(
     CheckpointError
         If a checkpoint holds no mesh, cannot be read, or the checkpoints
         of a series mix 2D and 3D.
+    UnsupportedFormatError
+        With ``format="htg"``, if the trees are not boxes on a grid (the
+        message says why), or ``source`` is a series.
     ValueError
-        For a bad ``brick``, ``ranks``, ``hp`` or ``chunk_leaves``.
+        For a bad ``brick``, ``ranks``, ``hp``, ``chunk_leaves`` or ``format``.
 
     Examples
     --------
@@ -751,7 +688,11 @@ def to_vtkhdf(
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
     if points not in ("auto", "float64"):
         raise ValueError(f"points must be 'auto' or 'float64', not {points!r}")
+    if format not in ("unstructured", "htg"):
+        raise ValueError(f"format must be 'unstructured' or 'htg', not {format!r}")
     with collective(comm, "export") as call:
+        if format == "htg":
+            return _export_htg(call, h5py, source, out, prefix, hp, ranks, verify, brick, chunk_leaves, mesh, units_in_names)
         return _export(call, h5py, source, out, prefix, hp, ranks, verify, points, brick, chunk_leaves, mesh, units_in_names)
 
 
@@ -802,15 +743,13 @@ class _Writer:
         particles = self.particles
         return _Plan(self.steps, particles, [int(points[:, i].sum()) + particles[i] for i in range(len(self.steps))]), starts
 
-    def create(self, h5: Any, plan: _Plan, path: Any = None) -> _Sink:
-        """Create the file's datasets (collective under MPI); return their sink, raw with ``path`` and no particles."""
-        raw = path is not None and not any(plan.particles)
+    def create(self, h5: Any, plan: _Plan) -> RowSink:
+        """Create the file's datasets (collective under MPI); return their sink."""
         points_dtype = np.float32 if self.float32 else np.float64
-        d = _create(h5, plan, self.arrays, self.point_sets, self.series, self.units_in_names, points_dtype, raw)
-        return _Sink(d, path if raw else None)
+        return RowSink(_create(h5, plan, self.arrays, self.point_sets, self.series, self.units_in_names, points_dtype))
 
     def write_steps(
-        self, rank: int, size: int, sink: _Sink | Callable[[], _Sink], plan: _Plan, starts: Sequence[Any], prefetch: bool
+        self, rank: int, size: int, sink: RowSink | Callable[[], RowSink], plan: _Plan, starts: Sequence[Any], prefetch: bool
     ) -> list[int]:
         """Write this rank's blocks and particles of every step; return the points of each step.
 
@@ -837,22 +776,11 @@ class _Writer:
                 a, b = _block_range(N, rank, size)
                 if plan.points is not None:  # counted: this rank's first point follows the ranks' below
                     rows.next_point, rows.leaf_points = int(starts[i][rank]), plan.points[i] - particles[i]
-                _write_range(
-                    sink_of,
-                    r,
-                    self.arrays,
-                    geometry,
-                    ms.maxlevel,
-                    rows,
-                    a,
-                    b,
-                    self.chunk,
-                    prefetch,
-                    st.mesh,
-                    st.float32_level,
-                    plan.ids,
-                    np.float32 if self.float32 else np.float64,
+                points_dtype = np.float32 if self.float32 else np.float64
+                job = _Range(
+                    r, st.mesh, geometry, ms.maxlevel, self.arrays, rows, a, b, self.chunk, st.float32_level, plan.ids, points_dtype
                 )
+                _write_range(job, sink_of, prefetch)
                 if plan.points is None:
                     rows.leaf_points = rows.next_point
                 _write_points(sink_of(), r, [p for p in st.points if p.key in keys], rows, rank, size, self.chunk)
@@ -863,16 +791,16 @@ class _Writer:
             points_before += totals[-1]
         return totals
 
-    def write(self, rank: int, size: int, h5: Any, plan: _Plan, starts: Sequence[Any], path: Any = None) -> list[int]:
+    def write(self, rank: int, size: int, h5: Any, plan: _Plan, starts: Sequence[Any]) -> list[int]:
         """Create the datasets, write this rank's part (prefetching when serial), count the points. Collective under MPI.
 
         The datasets are created while the first chunk is read.
         """
-        made: list[_Sink] = []
+        made: list[RowSink] = []
 
-        def sink() -> _Sink:
+        def sink() -> RowSink:
             if not made:
-                made.append(self.create(h5, plan, path))
+                made.append(self.create(h5, plan))
             return made[0]
 
         try:
@@ -921,12 +849,12 @@ def _export(
         def serial() -> list[int]:
             try:
                 with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                    return w.write(0, 1, h5, _Plan(steps, w.particles), [], tmp)
+                    return w.write(0, 1, h5, _Plan(steps, w.particles), [])
             except _Float64Needed:
                 logger.info("a leaf's corners are not float32: the points are float64")
                 w.float32 = False
                 with replacing(out_path) as tmp, h5py.File(tmp, "w") as h5:
-                    return w.write(0, 1, h5, _Plan(steps, w.particles), [], tmp)
+                    return w.write(0, 1, h5, _Plan(steps, w.particles), [])
 
         totals = serial() if c.size == 1 else call.on_root(serial, what="export: write")
     logger.info("exported %d checkpoint(s) to %s", len(steps), out_path)
@@ -941,3 +869,62 @@ def _export(
         tuple(p.field for p in point_sets),
         tuple(totals),
     )
+
+
+def _export_htg(
+    call: Call, h5py: Any, source: Any, out: Any, prefix: str, hp: Any, ranks: Any, verify: bool, brick: Any, chunk: int,
+    mesh: Any, units_in_names: bool
+) -> ExportResult:  # fmt: skip
+    paths, series = checkpoint_paths(source, prefix)
+    if series:
+        raise UnsupportedFormatError(
+            f"{os.fspath(source) if isinstance(source, (str, os.PathLike)) else 'the list'}: a HyperTreeGrid export takes one "
+            "checkpoint, not a series (export each step, or a series with --format unstructured)"
+        )
+    out_path = Path(out)
+    opts = HtgOptions(hp, ranks, verify, brick, mesh, chunk, lambda a: _dataset_name(a, units_in_names))
+    plan, names, rows = write_htg(call, h5py, paths[0], out_path, opts)
+    logger.info("exported %s to %s (HyperTreeGrid)", paths[0], out_path)
+    return ExportResult(
+        out_path, (paths[0],), (plan.num_leaves,), (plan.step,), (plan.time,), tuple(names), False, format="htg", num_nodes=(rows,)
+    )
+
+
+def vtkhdf_formats(
+    source: str | os.PathLike[str], *, brick: tuple[int, ...] | None = None, mesh: str | None = None, verify: bool = True
+) -> dict[str, str | None]:
+    """Return the VTKHDF formats :func:`to_vtkhdf` can write for a checkpoint, and why not for the others.
+
+    Not collective: reads the checkpoint's metadata (its manifest and
+    geometry) on the calling process.
+
+    Parameters
+    ----------
+    source : path
+        A checkpoint file.
+    brick : tuple of int, optional
+        As for :func:`to_vtkhdf`.
+    mesh : str, optional
+        As for :func:`to_vtkhdf`.
+    verify : bool, optional
+        Check the metadata read against the checkpoint's CRC32s.
+
+    Returns
+    -------
+    dict of str to (str or None)
+        For each of :data:`FORMATS`: None if the checkpoint allows it, else
+        the reason it does not (``"unstructured"`` is always allowed).
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint holds no mesh or cannot be read.
+    """
+    with open_reader(source, verify=verify) as r:
+        geometry = mesh_geometry(r, brick, mesh_spec(r.manifest, mesh).field)
+    try:
+        htg_grid(geometry)
+        why = None
+    except UnsupportedFormatError as exc:
+        why = str(exc)
+    return {"unstructured": None, "htg": why}

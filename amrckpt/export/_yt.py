@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
 import numpy as np
 
+from .._logging import get_logger
 from ._arrays import CellArray, HpSummary, leaf_values, mesh_spec, plan_arrays
 from ._geometry import leaf_boxes, leaf_corners, mesh_geometry
 from ._reader import HpWindow, open_reader
@@ -15,7 +15,7 @@ from ._vtkhdf import DEFAULT_CHUNK_LEAVES
 
 __all__ = ["INSTALL_YT", "to_yt", "yt_units"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 INSTALL_YT = "to_yt needs yt: pip install yt (or pip install 'amrckpt[viz]')"
 

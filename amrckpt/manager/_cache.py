@@ -30,7 +30,6 @@ import ctypes
 import errno
 import glob
 import json
-import logging
 import mmap
 import os
 import platform
@@ -48,7 +47,7 @@ import numpy as np
 
 from .._crc import crc32, crc32_of_pieces, pool
 from .._files import LOCAL, FileSystem, open_regular, read_regular
-from .._logging import RankLogger
+from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, current_call, digest_of
 from ..container import RUN_RECORD_LIMIT
 from ..errors import ManagerError, ScdaIOError, ScdaUsageError
@@ -70,7 +69,7 @@ __all__ = [
     "shape_of",
 ]
 
-_log = logging.getLogger("amrckpt.manager")
+_log = get_logger("amrckpt.manager")
 
 EXTENSION = ".cache"
 STEP_JSON = "step.json"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
-import logging
 import os
 import re
 import stat
@@ -24,7 +23,7 @@ from typing import Any
 
 from .. import errors
 from .._files import LOCAL, PARTIAL, FileSystem, new_token, write_atomic
-from .._logging import RankLogger
+from .._logging import RankLogger, get_logger
 from ..comm import SerialComm
 from ..container import CheckpointInfo, read_info
 from ..errors import (
@@ -48,7 +47,7 @@ from ._retention import KeepPolicy, kept_steps
 
 __all__ = ["Check", "CheckpointDirectory", "read_history"]
 
-_log = logging.getLogger("amrckpt.manager")
+_log = get_logger("amrckpt.manager")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import mmap
 import os
 import stat
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import new_token, open_regular
-from .._logging import RankLogger
+from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, collective
 from ..errors import ManagerError
 from ..scda import MAX_CALL_NBYTES, FileAccess, open_backend, os_error
@@ -42,7 +41,7 @@ from ._save import commit_file
 
 __all__ = ["Cached", "cache_step", "commit_pieces", "flush_step", "gather_pieces", "newest_cached"]
 
-_log = logging.getLogger("amrckpt.manager")
+_log = get_logger("amrckpt.manager")
 
 FORMAT = 1
 

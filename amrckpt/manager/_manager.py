@@ -8,14 +8,13 @@ any rank is raised on every rank.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .._files import FileSystem
-from .._logging import RankLogger
+from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, collective, collective_method, current_call, install_excepthook, unwatch, watch
 from ..errors import (
     AmrckptError,
@@ -41,7 +40,7 @@ from ._twolevel import NodeLevel
 
 __all__ = ["CheckpointManager"]
 
-log = logging.getLogger("amrckpt.manager")
+log = get_logger("amrckpt.manager")
 
 EXIT_WAIT = 5.0
 """Seconds the ranks whose exception leaves a manager's ``with`` block wait for each other before the job is aborted."""

@@ -14,7 +14,6 @@ exchange (:meth:`amrckpt.CheckpointManager.decide`).
 from __future__ import annotations
 
 import datetime
-import logging
 import os
 import signal
 import threading
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from .._logging import get_logger
 from ..comm import Call, Comm, collective
 from ..errors import AmrckptError
 from ._scheduler import JobClock, detect_scheduler, env_end_time, launcher_rank
@@ -42,7 +42,7 @@ __all__ = [
     "slurm_end_time",
 ]
 
-log = logging.getLogger("amrckpt.manager")
+log = get_logger("amrckpt.manager")
 
 
 @dataclass(frozen=True)

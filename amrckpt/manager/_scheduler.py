@@ -28,7 +28,6 @@ rank only (the manager's rank 0; see :class:`JobClock`).
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import re
@@ -37,6 +36,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from .._logging import get_logger
 
 __all__ = [
     "JobClock",
@@ -54,7 +55,7 @@ __all__ = [
     "query_end_time",
 ]
 
-log = logging.getLogger("amrckpt.manager")
+log = get_logger("amrckpt.manager")
 
 QUERY_TIMEOUT = 10.0
 """Seconds a scheduler query may take before it is given up (the controller may be busy)."""

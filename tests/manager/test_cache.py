@@ -291,3 +291,39 @@ def test_collectives_per_save_cached_and_direct(tmp_path: Path, P: int) -> None:
     # one meeting per call (its bounded first exchange: amrckpt.comm.Call.meet)
     assert got[0]["cached"] == Counter(meet=1, allreduce_columns=8, exscan_columns=2, relay_down=1, allgather_array=1)
     assert got[0]["direct"] == Counter(meet=1, allreduce_columns=10, exscan_columns=2, relay_down=1, barrier=1, allgather_array=1)
+
+
+def test_every_log_record_carries_rank_and_size(tmp_path: Path) -> None:
+    """docs/manager.md's format ``%(rank)s/%(size)s``: the uneven-nodes warning (a plain module logger) formats too."""
+    import logging
+
+    class Strict(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.setFormatter(logging.Formatter("%(rank)s/%(size)s %(levelname)s %(message)s"))
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(self.format(record))  # a record without rank raises here, in the logging call
+
+        def handleError(self, record: logging.LogRecord) -> None:
+            raise AssertionError(f"a record could not be formatted: {record.getMessage()}")
+
+    handler = Strict()
+    log = logging.getLogger("amrckpt")
+    old = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+
+        def body(comm: Any) -> None:
+            cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"), partners=1, node_size=2)  # nodes of 2 and 1 ranks
+            with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, save_policy=EveryNSteps(1), cache=cache) as mgr:
+                mgr.save(1, state(1, comm))
+
+        run_threads(3, body)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old)
+    uneven = [line for line in handler.lines if "different numbers of ranks" in line]
+    assert uneven and uneven[0].startswith("0/") and all(line.split()[0].count("/") == 1 for line in handler.lines)

@@ -75,3 +75,20 @@ def test_export_checkpoint_and_series_written_on_the_world(mpi_tmp: Path) -> Non
         except (AssertionError, KeyError, OSError, ValueError):  # a failure on rank 0 fails every rank below, never hangs
             ok = False
     assert all_true(ok)
+
+
+def test_htg_export_on_the_world_is_the_serial_one(mpi_tmp: Path) -> None:
+    """A HyperTreeGrid export is written by rank 0 under MPI; the result reaches every rank, the file equals a serial one's."""
+    pytest.importorskip("h5py", reason="h5py is not installed (pip install 'amrckpt[export]')")
+    w = world()
+    path = mpi_tmp / "adv-htg.scda"
+    ac.save(G.for_rank(w), path, comm=w)
+    res = ac.export.to_vtkhdf(path, mpi_tmp / "adv.htg.vtkhdf", comm=w, format="htg", chunk_leaves=100)
+    ok = res.format == "htg" and res.num_cells == (G.N,) and res.num_nodes[0] > G.N
+    if w.rank == 0:
+        try:
+            serial = ac.export.to_vtkhdf(path, mpi_tmp / "serial.htg.vtkhdf", format="htg", comm=SerialComm())
+            ok = ok and _same_datasets(res.path, serial.path)
+        except (AssertionError, KeyError, OSError, ValueError):
+            ok = False
+    assert all_true(ok)
