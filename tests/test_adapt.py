@@ -1,0 +1,179 @@
+"""Adapting while loading (amrckpt.adapt through ac.load): refine, coarsen, balance, degree changes, on 1 to 4 ranks.
+
+The ranks are threads (amrckpt.comm.run_threads); tests/mpi/test_adapt_mpi.py runs the same under mpiexec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from checkpoint_cases import Advection, global_state
+
+import amrckpt as ac
+from amrckpt import sfc
+from amrckpt.adapt import Adapt, Balance, CellTransfer, Coarsen, HpTransfer, Refine, change_degree
+from amrckpt.comm import run_threads
+from amrckpt.errors import AdaptError
+from amrckpt.partition import Partition
+
+G = global_state(seed=7, max_level=5)
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("adapt") / "original.scda"
+    ac.save(G.local(0, G.N), path)
+    return path
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _load_save(P: int, src: Path, dst: Path, adapt: Any, **kw: Any) -> list[Any]:
+    def body(comm: Any) -> Any:
+        loaded = ac.load(src, Advection, comm=comm, adapt=adapt, **kw)
+        ac.save(loaded.state, dst, comm=comm)
+        return loaded
+
+    return run_threads(P, body)
+
+
+def _volume(level: np.ndarray) -> np.ndarray:
+    return np.ldexp(1.0, -2 * level.astype(np.int64))
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+def test_refine_then_coarsen_gives_the_state_back_bit_for_bit(tmp_path: Path, original: Path, P: int) -> None:
+    fine, back = tmp_path / "fine.scda", tmp_path / "back.scda"
+    got = _load_save(P, original, fine, Refine(levels=1))
+    assert sum(len(g.state.mesh) for g in got) == 4 * G.N
+    assert [int(g.partition.elem_counts[r]) for r, g in enumerate(got)] == [len(g.state.mesh) for g in got]
+    assert got[0].partition == Partition.uniform(4 * G.N, P)
+    _load_save(max(1, 5 - P), fine, back, Coarsen(levels=1))  # restarted on another process count
+    assert _sha(back) == _sha(original)
+
+
+def test_adapted_files_are_the_same_bytes_at_any_process_count(tmp_path: Path, original: Path) -> None:
+    def hot(forest: sfc.Forest, fields: Any) -> np.ndarray:
+        return np.asarray(fields["rho"] > 0.5)
+
+    spec = Adapt(Refine(levels=2, marker=hot, maxlevel=6), transfers={"modes": HpTransfer(degree=2)})
+    shas = set()
+    for P in (1, 2, 3, 4):
+        for how in ("uniform", "weighted"):
+            _load_save(P, original, tmp_path / f"{P}{how}.scda", spec, partition=how)
+            shas.add(_sha(tmp_path / f"{P}{how}.scda"))
+    assert len(shas) == 1
+    c1, c4 = tmp_path / "c1.scda", tmp_path / "c4.scda"
+    _load_save(1, tmp_path / "1uniform.scda", c1, Adapt(Coarsen(levels=3, minlevel=2)))
+    _load_save(4, tmp_path / "1uniform.scda", c4, Adapt(Coarsen(levels=3, minlevel=2)), allow_for_coarsening=True)
+    assert _sha(c1) == _sha(c4)
+
+
+def test_coarsening_keeps_the_integral(tmp_path: Path, original: Path) -> None:
+    before = float(np.sum(G.rho * _volume(G.leaves.level)))
+
+    def body(comm: Any) -> Any:
+        return ac.load(original, Advection, comm=comm, adapt=Coarsen(levels=2), fields=["mesh", "rho"])
+
+    got = run_threads(3, body)
+    after = sum(float(np.sum(g.state.rho * _volume(g.state.mesh.level))) for g in got)
+    assert sum(len(g.state.mesh) for g in got) < G.N
+    assert after == pytest.approx(before, rel=1e-14, abs=0)
+    assert all(np.all(g.state.mesh.level >= 0) for g in got)
+
+
+def test_raising_then_lowering_the_degree_gives_the_coefficients_back(tmp_path: Path, original: Path) -> None:
+    up, down = tmp_path / "up.scda", tmp_path / "down.scda"
+    got = _load_save(2, original, up, Adapt(transfers={"modes": HpTransfer(degree=5)}))
+    assert all(np.all(g.state.modes.counts == 36) for g in got)
+    _load_save(3, up, down, Adapt(transfers={"modes": HpTransfer(degree=3)}))
+    want = change_degree(G.local(0, G.N).modes, 3, 2)
+    assert ac.load(down, Advection).state.modes == want
+    # the leaves of degree 3 have their coefficients back, bit for bit
+    got3 = ac.load(down, Advection).state.modes
+    deg3 = np.repeat(G.counts == 16, 16)
+    assert np.array_equal(got3.values[deg3], G.modes[np.repeat(G.counts == 16, G.counts)])
+
+
+def test_user_transfers_and_a_balanced_load(tmp_path: Path, original: Path) -> None:
+    def kids(parents: np.ndarray) -> np.ndarray:
+        return np.repeat(parents[:, None] * 2.0, 4, axis=1)
+
+    def mean(children: np.ndarray) -> np.ndarray:
+        return children.sum(axis=1) / 8.0
+
+    t = {"rho": CellTransfer(refine=kids, coarsen=mean)}
+    _load_save(2, original, tmp_path / "u.scda", Adapt(Refine(), transfers=t))
+    _load_save(3, tmp_path / "u.scda", tmp_path / "b.scda", Adapt(Coarsen(), transfers=t))
+    assert np.array_equal(ac.load(tmp_path / "b.scda", Advection).state.rho, G.rho)
+    conn = sfc.Connectivity.brick((2, 1))
+
+    def deep(forest: sfc.Forest, fields: Any) -> np.ndarray:
+        return np.asarray(np.arange(len(forest)) % 13 == 0)
+
+    got = ac.load(original, Advection, adapt=Adapt(Refine(levels=3, marker=deep), Balance("face", connectivity=conn)))
+    refined = sfc.refine(sfc.Forest(*_leaves(), num_trees=2), 3, np.arange(G.N) % 13 == 0).forest
+    want = sfc.balance(refined, conn, "face")
+    assert got.state.mesh == want.forest
+    assert got.state.rho.shape == (len(want.forest),)
+
+
+def _leaves() -> tuple[Any, ...]:
+    lv = G.leaves
+    return lv.tree, lv.level, lv.x, lv.y
+
+
+def test_bad_input_is_an_adapt_error_on_every_rank(tmp_path: Path, original: Path) -> None:
+    def short(forest: sfc.Forest, fields: Any) -> np.ndarray:
+        return np.ones(len(forest) - (forest.tree[0] == 0 if len(forest) else 0), dtype=bool)
+
+    def ints(forest: sfc.Forest, fields: Any) -> np.ndarray:
+        return np.ones(len(forest), dtype=np.int8)
+
+    def wrong(parents: np.ndarray) -> np.ndarray:
+        return parents
+
+    cases = [
+        (Refine(marker=short), "shape"),
+        (Refine(marker=ints), "bool"),
+        (Refine(maxlevel=40), "maxlevel"),
+        (Coarsen(minlevel=-1), "minlevel"),
+        (Adapt(Refine(), transfers={"rho": CellTransfer(refine=wrong)}), "returned shape"),
+        (Adapt(Refine(), transfers={"modes": CellTransfer()}), "HpTransfer"),
+        (Balance("face", connectivity=sfc.Connectivity.brick((2, 1))), "one rank"),
+    ]
+    for spec, match in cases:
+
+        def body(comm: Any, spec: Any = spec) -> Any:
+            return ac.load(original, Advection, comm=comm, adapt=spec)
+
+        with pytest.raises(AdaptError, match=match) as info:
+            run_threads(3, body)
+        assert all(isinstance(e, AdaptError) for e in getattr(info.value, "rank_exceptions", {}).values())
+    with pytest.raises(AdaptError, match="partition"):
+        ac.load(original, Advection, adapt=Refine(), partition="writer")
+    with pytest.raises(AdaptError, match="Balance"):
+        ac.load(original, Advection, adapt=Balance())  # the file stores no connectivity
+
+
+def test_manager_restores_one_level_finer_and_back(tmp_path: Path) -> None:
+    def body(comm: Any) -> tuple[int, bool]:
+        with ac.CheckpointManager(tmp_path / "run", Advection, comm=comm) as mgr:
+            P, r = comm.size, comm.rank
+            mgr.save(10, G.local(G.N * r // P, G.N * (r + 1) // P), force=True)
+            fine = mgr.restore_latest(adapt=Refine(levels=1))
+            mgr.save(11, fine.state, force=True)
+            back = mgr.restore(11, adapt=Coarsen(levels=1))
+            lo, hi = back.partition.local_range(r)
+            same = back.state.mesh == G.local(lo, hi).mesh and np.array_equal(back.state.rho, G.rho[lo:hi])
+            return len(fine.state.mesh), same
+
+    got = run_threads(2, body)
+    assert sum(n for n, _ in got) == 4 * G.N
+    assert all(same for _, same in got)
