@@ -309,6 +309,12 @@ def apply_cells(values: np.ndarray, step: AdaptStep, dim: int, transfer: CellTra
             pos = (start[idx][:, None] + np.arange(F)[None, :]).reshape(-1)
             out[pos] = kids.reshape(-1, *values.shape[1:])
         return out
+    if idx.size * F == m.shape[0] and transfer.coarsen == "average" and values.dtype.kind in "fc":
+        # every leaf is in a family (families consecutive from leaf 0): members by reshaping, no gathers
+        fam = values.reshape(idx.size, F, *values.shape[1:])
+        parent: np.ndarray = _pairwise_sum([fam[:, c] for c in range(F)])
+        parent *= values.dtype.type(1.0 / F)
+        return parent
     members = np.zeros(m.shape[0], dtype=bool)
     for c in range(1, F):
         members[idx + c] = True
@@ -327,14 +333,88 @@ def apply_cells(values: np.ndarray, step: AdaptStep, dim: int, transfer: CellTra
     return out
 
 
-def _gather_runs(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenate the runs ``values[offsets[s]:offsets[s] + counts[k]]`` for ``s = src[k]``, vectorized."""
+def _run_index(offsets: np.ndarray, src: np.ndarray, counts: np.ndarray, size: int) -> np.ndarray:
+    """Return the positions of the runs ``offsets[s] .. offsets[s] + counts[k]`` for ``s = src[k]``, concatenated.
+
+    One repeat and an in-place add (numpy.intp: what indexing takes without a conversion).
+    """
     total = int(counts.sum())
-    if total == 0:
-        return values[:0]
     starts = np.cumsum(counts) - counts
-    take = np.repeat(offsets[src] - starts, counts) + np.arange(total)
-    return values[take]
+    take = np.repeat((offsets[src] - starts).astype(np.intp), counts)
+    take += np.arange(total, dtype=np.intp)
+    return take
+
+
+_CHUNK = 1 << 11
+"""Leaves per chunk of the hp transfers: their index arrays stay in a core's cache between the passes over them."""
+
+
+def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, mask: np.ndarray, F: int) -> np.ndarray:
+    """Return the runs of the leaves, those of the marked leaves ``F`` times in a row (their children's). Vectorized.
+
+    Value k of leaf i goes to ``S_i + r * c_i + k`` for its copies r, where
+    ``S_i`` is where leaf i's children start: per chunk of leaves (a loop
+    over chunks, not leaves), one index of the chunk's input, shifted in
+    place for each copy, and ``F`` scatters into the chunk's output.
+    """
+    n_out = np.where(mask, F, 1)
+    block = n_out * counts
+    S = np.concatenate([[0], np.cumsum(block)])
+    out = np.empty((int(S[-1]), *values.shape[1:]), dtype=values.dtype)
+    n = counts.shape[0]
+    for a in range(0, n, _CHUNK):
+        b = min(n, a + _CHUNK)
+        c, m = counts[a:b], mask[a:b]
+        v = values[int(offsets[a]) : int(offsets[b])]
+        o = out[int(S[a]) : int(S[b])]
+        pos = _run_index(S[a:b] - S[a], np.arange(b - a), c, o.shape[0])
+        o[pos] = v
+        if m.any():
+            if m.all():
+                vals, step_r = v, np.repeat(c.astype(np.intp), c)
+            else:
+                vm = np.repeat(m, c)
+                pos, vals = pos[vm], v[vm]
+                step_r = np.repeat(c[m].astype(np.intp), c[m])
+            for _ in range(1, F):
+                pos += step_r
+                o[pos] = vals
+    return out
+
+
+def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray:
+    """Return the parents' runs: value k of the family at leaf i is the pairwise mean of ``values[offsets[i] + r c + k]``.
+
+    Per chunk of families (a loop over chunks): ``F`` gathers of the
+    chunk's parents' size, summed pairwise in child order, times ``2**-dim``.
+    """
+    P0 = np.concatenate([[0], np.cumsum(pc)])
+    out = np.empty((int(P0[-1]), *values.shape[1:]), dtype=values.dtype)
+    scale = values.dtype.type(1.0 / F)
+    k = first.shape[0]
+    for a in range(0, k, _CHUNK):
+        b = min(k, a + _CHUNK)
+        c = pc[a:b]
+        lo = int(offsets[first[a]])
+        base = _run_index(offsets[first[a:b]] - lo, np.arange(b - a), c, 0)
+        v = values[lo : int(offsets[first[b - 1]]) + F * int(c[-1])]
+        step_r = np.repeat(c.astype(np.intp), c)
+        parts = []
+        for _ in range(F):
+            parts.append(v[base])
+            base += step_r
+        s = _pairwise_sum(parts)
+        s *= scale
+        out[int(P0[a]) : int(P0[b])] = s
+    return out
+
+
+def _gather_runs(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenate the runs ``values[offsets[s]:offsets[s] + counts[k]]`` for ``s = src[k]``, vectorized (one ``take``)."""
+    if int(counts.sum()) == 0:
+        return values[:0]
+    out: np.ndarray = values[_run_index(offsets, src, counts, values.shape[0])]
+    return out
 
 
 def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name: str = "hp") -> HpData:
@@ -360,7 +440,7 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
         src = np.repeat(np.arange(m.shape[0]), n_out)
         new_counts = counts[src]
         if transfer.refine == "inject" or idx.size == 0:
-            return HpData(_gather_runs(data.values, off, src, new_counts), new_counts)
+            return HpData(_inject_runs(data.values, off, counts, m, F), new_counts)
         pv = _gather_runs(data.values, off, idx, counts[idx])
         kv, kc = _hp_user(transfer.refine(pv, counts[idx].copy()), idx.size * F, shape, data.values.dtype, f"{name}: refine")
         # children of refined leaves from kv, kc; others as they are
@@ -385,11 +465,14 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
                 f"{name}: the family at leaf {i} has members of different counts {fc[bad][0].tolist()}; give HpTransfer(coarsen=fn)"
             )
         pc = fc[:, 0]
-        parts = [_gather_runs(data.values, off, idx + c, pc) for c in range(F)]
-        pv = _pairwise_sum(parts) * data.values.dtype.type(1.0 / F)
+        pv = _average_runs(data.values, off, idx, pc, F)
+        if idx.size == len(new_counts):  # every leaf is a parent: its runs are the parents', in order
+            return HpData(pv, new_counts)
+        pv_parts = [(np.arange(idx.size), pv)]
     else:
         kv = _gather_runs(data.values, off, fam, counts[fam])
         pv, pc = _hp_user(transfer.coarsen(kv, counts[fam].copy()), idx.size, shape, data.values.dtype, f"{name}: coarsen")
+        pv_parts = [(np.arange(idx.size), pv)]
     parent_pos = np.flatnonzero(m[keep])
     new_counts[parent_pos] = pc
     # the kept leaves' runs, with each family's run replaced by its parent's
@@ -399,11 +482,11 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
     out = np.empty((int(new_off[-1]), *shape), dtype=data.values.dtype)
     single = ~is_parent
     if single.any():
-        pos = _gather_runs(np.arange(out.shape[0]), new_off, np.flatnonzero(single), new_counts[single])
+        pos = _run_index(new_off, np.flatnonzero(single), new_counts[single], out.shape[0])
         out[pos] = _gather_runs(data.values, off, src[single], new_counts[single])
-    if parent_pos.size:
-        pos = _gather_runs(np.arange(out.shape[0]), new_off, parent_pos, pc)
-        out[pos] = pv
+    for sel, vals in pv_parts:
+        if sel.size and vals.size:
+            out[_run_index(new_off, parent_pos[sel], pc[sel], out.shape[0])] = vals.reshape(-1, *shape)
     return HpData(out, new_counts)
 
 
@@ -416,12 +499,12 @@ def _merge_runs(
     child = np.repeat(m, n_out)
     plain = np.flatnonzero(~child)
     if plain.size:
-        pos = _gather_runs(np.arange(out.shape[0]), new_off, plain, new_counts[plain])
-        out[pos] = _gather_runs(data.values, data.offsets, src[plain], new_counts[plain])
+        out[_run_index(new_off, plain, new_counts[plain], out.shape[0])] = _gather_runs(
+            data.values, data.offsets, src[plain], new_counts[plain]
+        )
     kids = np.flatnonzero(child)
     if kids.size:
-        pos = _gather_runs(np.arange(out.shape[0]), new_off, kids, kc)
-        out[pos] = kv
+        out[_run_index(new_off, kids, kc, out.shape[0])] = kv
     return out
 
 

@@ -154,6 +154,12 @@ def refine_step(forest: Forest, mask: Any) -> Forest:
         i = int(np.flatnonzero(m & (forest.level >= QMAXLEVEL[d]))[0])
         raise AdaptError(f"refine: leaf {i} is at level {int(forest.level[i])}, p4est's QMAXLEVEL in {d}D: it has no children")
     F = 1 << d
+    if n and m.all():  # every leaf: children by broadcasting, no index arrays
+        half32 = np.left_shift(np.int32(1), (MAXLEVEL[d] - 1 - forest.level).astype(np.int32))
+        bits = np.arange(F, dtype=np.int32)
+        kids = [(c[:, None] + ((bits >> a) & 1)[None, :] * half32[:, None]).reshape(-1) for a, c in enumerate(forest.coords())]
+        lev1 = np.repeat((forest.level + 1).astype(np.int8), F)
+        return Forest(np.repeat(forest.tree, F), lev1, *kids, num_trees=forest.num_trees)
     counts = np.where(m, F, 1)
     src = np.repeat(np.arange(n), counts)
     start = np.cumsum(counts) - counts
@@ -184,15 +190,17 @@ def family_starts(forest: Forest) -> np.ndarray:
         return out
     k = n - F + 1
     lev = forest.level[:k]
-    h = _leaf_len(lev, d)
+    # int32 side (2**30 at level 0 fits; anchors plus a side wrap only where level 0 is refused anyway)
+    h = np.left_shift(np.int32(1), (MAXLEVEL[d] - lev).astype(np.int32))
     coords = forest.coords()
     ok = lev >= 1
     for c in coords:
-        ok &= (c[:k].astype(np.int64) & h) == 0  # child 0: the parent's anchor
+        ok &= (c[:k] & h) == 0  # child 0: the parent's anchor
     for c_i in range(1, F):
-        ok &= (forest.tree[c_i : c_i + k] == forest.tree[:k]) & (forest.level[c_i : c_i + k] == lev)
+        ok &= forest.level[c_i : c_i + k] == lev
+        ok &= forest.tree[c_i : c_i + k] == forest.tree[:k]
         for a, c in enumerate(coords):
-            ok &= c[c_i : c_i + k].astype(np.int64) == c[:k] + ((c_i >> a) & 1) * h
+            ok &= (c[c_i : c_i + k] == c[:k] + h) if (c_i >> a) & 1 else (c[c_i : c_i + k] == c[:k])
     out[:k] = ok
     return out
 
@@ -206,7 +214,7 @@ def _members(first: np.ndarray, F: int) -> np.ndarray:
     return out
 
 
-def coarsen_step(forest: Forest, first: Any) -> Forest:
+def coarsen_step(forest: Forest, first: Any, *, check: bool = True) -> Forest:
     """Replace each family whose first leaf is marked by its parent (one level of ``p4est_coarsen``).
 
     Not collective, vectorized.
@@ -217,6 +225,9 @@ def coarsen_step(forest: Forest, first: Any) -> Forest:
     first : (n,) array_like of bool
         True at the first leaf of each family to coarsen; every marked leaf
         must start a complete family (:func:`family_starts`).
+    check : bool, optional
+        Check that it does (default); False for marks taken from
+        :func:`family_starts` itself.
 
     Raises
     ------
@@ -227,7 +238,7 @@ def coarsen_step(forest: Forest, first: Any) -> Forest:
     _check_forest(forest, "coarsen")
     d, n = forest.dim, len(forest)
     m = _mask(first, n, "coarsen")
-    bad = m & ~family_starts(forest)
+    bad = m & ~family_starts(forest) if check else np.zeros(0, dtype=bool)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise AdaptError(f"coarsen: leaf {i} does not start a complete family of {1 << d} siblings among the leaves given")
@@ -364,7 +375,7 @@ def coarsen(forest: Forest, levels: int = 1, marker: Any = None, *, minlevel: in
         if not first.any():
             break
         steps.append(AdaptStep("coarsen", first))
-        forest = coarsen_step(forest, first)
+        forest = coarsen_step(forest, first, check=False)
         mark = mark[~_members(first, F)]
     return Adapted(forest, tuple(steps))
 
