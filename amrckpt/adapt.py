@@ -24,8 +24,11 @@ if asked) by point-to-point exchanges between the ranks whose ranges
 overlap.  Nothing of size N is gathered.  Every value depends only on the
 leaf or family it comes from, combined in a fixed order, so the adapted
 state, and the file saved from it, are the same on any number of ranks.
-:class:`Balance` needs the whole forest: it runs on one rank only and is
-refused on more (:class:`~amrckpt.errors.AdaptError` on every rank).
+:class:`Balance` on more than one rank runs the rounds of the serial ripple
+on the partitioned forest: each rank asks the owners of its leaves'
+neighbour points (found from every rank's first leaf) and refines what they
+answer must split, until an allreduce says nothing changed; the exchanges
+are point-to-point, so the leaves are those of the serial balance.
 """
 
 from __future__ import annotations
@@ -42,7 +45,18 @@ from .comm import Call
 from .container import HpData
 from .errors import AdaptError
 from .partition import Partition, family_window, keep_families, transfer_counts
-from .sfc import CONNECT_TYPES, MAXLEVEL, AdaptStep, Forest, mesh_record_dtype
+from .sfc import (
+    CONNECT_TYPES,
+    MAXLEVEL,
+    AdaptStep,
+    BalanceQueries,
+    Forest,
+    balance_answers,
+    balance_queries,
+    mesh_record_dtype,
+    morton_keys,
+    refine_step,
+)
 from .sfc import balance as sfc_balance
 from .sfc import coarsen as sfc_coarsen
 from .sfc import refine as sfc_refine
@@ -712,11 +726,6 @@ def _check_ops(adapt: Adapt, dim: int, size: int, default_conn: Any) -> None:
         else:
             if op.connect not in CONNECT_TYPES[dim]:
                 raise AdaptError(f"Balance: connect must be one of {CONNECT_TYPES[dim]} in {dim}D, not {op.connect!r}")
-            if size > 1:
-                raise AdaptError(
-                    f"Balance runs on one rank's whole forest (p4est_balance's rule, serial here); this job has {size} ranks: "
-                    "load on one rank to balance, then save"
-                )
             if op.connectivity is None and default_conn is None:
                 raise AdaptError("Balance: the checkpoint stores no connectivity of its mesh; give Balance(connectivity=...)")
     for name, t in adapt.transfers.items():
@@ -772,8 +781,8 @@ def adapt_state(
     ------
     AdaptError
         On every rank: a marker of the wrong length or dtype, a level out
-        of range, a transfer function returning the wrong shape, Balance on
-        more than one rank.
+        of range, a transfer function returning the wrong shape, Balance
+        without a connectivity.
     """
     forest: Forest = values[mesh]
     dim = forest.dim
@@ -828,12 +837,17 @@ def adapt_state(
             state.pop("__mark", None)
         else:
             conn = op.connectivity if op.connectivity is not None else connectivity
+            if call.comm.size == 1:
 
-            def do_balance(op: Balance = op, conn: Any = conn) -> None:
-                res = sfc_balance(state["forest"], conn, op.connect)
-                apply(res.steps, res.forest)
+                def do_balance(op: Balance = op, conn: Any = conn) -> None:
+                    res = sfc_balance(state["forest"], conn, op.connect)
+                    apply(res.steps, res.forest)
 
-            call.run(do_balance)
+                call.run(do_balance)
+            else:
+                call.agree("adapt: balance")
+                steps, new_forest = _balance_parallel(call, state["forest"], conn, op.connect)
+                call.run(apply, steps, new_forest)
         fresh = False
     for n in names:
         t = transfers.get(n)
@@ -868,6 +882,96 @@ def adapt_state(
     for n in names:
         out[n] = state[n]
     return out, new
+
+
+def _alltoall(call: Call, outgoing: dict[int, bytes]) -> dict[int, bytes]:
+    """Send ``outgoing[q]`` to rank q, receive what each rank sends here. Collective.
+
+    Rounds of one ``sendrecv`` each (round k: to rank + k, from rank - k),
+    over the offsets that occur (one allreduce finds them): few rounds when
+    the ranks exchange with their neighbours along the curve.
+    """
+    r, P = call.comm.rank, call.comm.size
+    ks = [q - r for q in outgoing if q != r]
+    got = call.allreduce(maxima=[-min([*ks, 0]), max([*ks, 0])], what="adapt: exchange").maxima
+    lo, hi = -int(got[0]), int(got[1])
+    received: dict[int, bytes] = {}
+    if r in outgoing:
+        received[r] = outgoing[r]
+    for k in range(lo, hi + 1):
+        if k == 0:
+            continue
+        dest, src = r + k, r - k
+        data = call.sendrecv(outgoing.get(dest, b""), dest if 0 <= dest < P else None, src if 0 <= src < P else None)
+        if data:
+            received[src] = data
+    return received
+
+
+def _balance_parallel(call: Call, forest: Forest, conn: Any, connect: str) -> tuple[tuple[AdaptStep, ...], Forest]:
+    """p4est_balance of a forest partitioned over the ranks: the rounds of :func:`amrckpt.sfc.balance`, exchanged. Collective.
+
+    In each round every rank asks, for each of its leaves of level 2 or
+    more, the leaf that holds each neighbour point (:func:`~amrckpt.sfc.balance_queries`);
+    the questions go to the ranks that own the points (found from every
+    rank's first leaf, one allgather of P positions), which answer them on
+    their leaves (:func:`~amrckpt.sfc.balance_answers`) and refine what must
+    be split by one level; an allreduce says whether anything changed.  The
+    rounds and their leaves are those of the serial ripple, so the result is
+    the same forest on any number of ranks.
+    """
+    d = forest.dim
+    if getattr(conn, "dim", None) != d or getattr(conn, "num_trees", None) != forest.num_trees:
+        raise AdaptError(f"Balance: the connectivity {conn!r} does not fit the forest ({d}D, {forest.num_trees} trees)")
+    ctype = "full" if connect == "corner" else connect
+    steps: list[AdaptStep] = []
+    while True:
+        n = len(forest)
+        first = [n, int(forest.tree[0]) if n else -1] + ([int(c[0]) for c in forest.coords()] if n else [0] * d)
+        firsts = call.allgather_ints(first, what="adapt: balance firsts")
+        nonempty = np.flatnonzero(firsts[:, 0] > 0)
+        fkeys = morton_keys(*[firsts[nonempty, 2 + a].astype(np.int32) for a in range(d)], check=False)
+        ftree = firsts[nonempty, 1]
+        idx = np.flatnonzero(forest.level >= 2)
+        q = balance_queries(forest, idx, conn, ctype)
+        qkeys = morton_keys(*[q.point[a].astype(np.int32) for a in range(d)], check=False)
+        # the owner: the last non-empty rank whose first leaf is at or before the point (tree, then key)
+        owner = np.zeros(q.source.size, dtype=np.int64)
+        for t in np.unique(q.tree):  # a loop over trees
+            sel = q.tree == t
+            before = int(np.searchsorted(ftree, t, side="left"))  # ranks starting in an earlier tree
+            same = np.flatnonzero(ftree == t)
+            k = np.searchsorted(fkeys[same], qkeys[sel], side="right") if same.size else np.zeros(int(sel.sum()), np.int64)
+            owner[sel] = np.maximum(before + k - 1, 0)
+        owner = nonempty[owner] if nonempty.size else owner
+        mark = np.zeros(n, dtype=bool)
+        outgoing: dict[int, bytes] = {}
+        for o in np.unique(owner):  # a loop over the ranks asked
+            sel = np.flatnonzero(owner == o)
+            part = q.take(sel)
+            if int(o) == call.comm.rank:
+                j, split = balance_answers(forest, part, ctype)
+                mark[j[split]] = True
+            else:
+                packed = np.concatenate(
+                    [part.tree[:, None], part.point.T, part.quad.T, part.level[:, None], part.kernel[:, None].astype(np.int64)],
+                    axis=1,
+                )
+                outgoing[int(o)] = np.ascontiguousarray(packed, dtype="<i8").tobytes()
+        for src, data in _alltoall(call, outgoing).items():
+            if src == call.comm.rank:
+                continue
+            a = np.frombuffer(data, dtype="<i8").reshape(-1, 2 * d + 3)
+            z = np.zeros(a.shape[0], dtype=np.int64)
+            theirs = BalanceQueries(z, a[:, 0], a[:, 1 : 1 + d].T, a[:, 1 + d : 1 + 2 * d].T, a[:, 1 + 2 * d], a[:, 2 + 2 * d] != 0)
+            j, split = balance_answers(forest, theirs, ctype)
+            mark[j[split & (j >= 0)]] = True
+        changed = call.allreduce(sums=[int(mark.sum())], what="adapt: balance round").sums[0]
+        if not changed:
+            break
+        steps.append(AdaptStep("refine", mark))
+        forest = refine_step(forest, mark)
+    return tuple(steps), forest
 
 
 def _family_members(first: np.ndarray, F: int) -> np.ndarray:

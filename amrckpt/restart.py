@@ -198,7 +198,7 @@ def load(
     adapt : amrckpt.adapt.Adapt, Refine, Coarsen, Balance or a sequence of them, optional
         Change the (first) mesh and its per-leaf fields while loading
         (:mod:`amrckpt.adapt`): refine, coarsen complete families, 2:1
-        balance (one rank only), change an hp field's degree, with each
+        balance, change an hp field's degree, with each
         field's transfer.  The leaves are read under the uniform partition
         of the file's leaves (families kept whole if something coarsens),
         adapted on each rank, and moved to ``partition`` (``"uniform"`` or
@@ -225,7 +225,7 @@ def load(
     AdaptError
         On every rank: an adaptation that cannot be done (a marker of the
         wrong length or dtype, a level out of range, a transfer returning
-        the wrong shape, Balance on more than one rank, a partition other
+        the wrong shape, Balance without a connectivity, a partition other
         than ``"uniform"`` or ``"weighted"``).
     CheckpointError, ScdaError
         For malformed files.

@@ -752,8 +752,7 @@ def restore(manager: ac.CheckpointManager[AdvectionState], adapt: str, brick: Pa
     the values back bit for bit).  The levels of the run's parameters move
     with the mesh; the velocity and the reconstruction, derived from mesh
     and ``q``, are recomputed on the new mesh (``__amrckpt_restored__``).
-    Coarsening is followed by p4est's 2:1 face balance (:class:`Balance`,
-    which runs on one rank: restart coarser on one process).
+    Coarsening is followed by p4est's 2:1 face balance (:class:`Balance`).
     """
     if adapt == "none":
         sim: Simulation | None = manager.restore_latest(into=Simulation, partition="weighted")
@@ -767,7 +766,7 @@ def restore(manager: ac.CheckpointManager[AdvectionState], adapt: str, brick: Pa
     recon = HpTransfer(coarsen=placeholder)
     if shift > 0:
         spec = Adapt(Refine(levels=1), transfers={"recon": recon})
-    else:  # coarsening every family breaks the 2:1 balance that the scheme needs: p4est's balance after it (one rank)
+    else:  # coarsening every family breaks the 2:1 balance that the scheme needs: p4est's balance after it
         conn = brick_connectivity(brick)
         spec = Adapt(Coarsen(levels=1), Balance("face", connectivity=conn), transfers={"recon": recon})
     Simulation.restoring_adapted = True

@@ -146,7 +146,7 @@ def test_bad_input_is_an_adapt_error_on_every_rank(tmp_path: Path, original: Pat
         (Coarsen(minlevel=-1), "minlevel"),
         (Adapt(Refine(), transfers={"rho": CellTransfer(refine=wrong)}), "returned shape"),
         (Adapt(Refine(), transfers={"modes": CellTransfer()}), "HpTransfer"),
-        (Balance("face", connectivity=sfc.Connectivity.brick((2, 1))), "one rank"),
+        (Balance("face", connectivity=sfc.Connectivity.star()), "does not fit"),
     ]
     for spec, match in cases:
 
@@ -177,3 +177,58 @@ def test_manager_restores_one_level_finer_and_back(tmp_path: Path) -> None:
     got = run_threads(2, body)
     assert sum(n for n, _ in got) == 4 * G.N
     assert all(same for _, same in got)
+
+
+@pytest.mark.parametrize("connect", ["face", "full"])
+def test_balance_on_1_to_4_ranks_gives_the_serial_forest(tmp_path: Path, original: Path, connect: str) -> None:
+    conn = sfc.Connectivity.brick((2, 1))
+
+    def deep(forest: sfc.Forest, fields: Any) -> np.ndarray:
+        return np.asarray((forest.x % 7 == 0) & (forest.tree == 1))  # a mark of the leaf alone
+
+    spec = Adapt(Refine(levels=3, marker=deep), Balance(connect, connectivity=conn))
+    shas = set()
+    for P in (1, 2, 3, 4):
+        got = _load_save(P, original, tmp_path / f"b{P}.scda", spec)
+        shas.add(_sha(tmp_path / f"b{P}.scda"))
+        if P == 1:
+            f = sfc.Forest(*_leaves(), num_trees=2)
+            want = sfc.balance(sfc.refine(f, 3, deep(f, {})).forest, conn, connect).forest
+            assert got[0].state.mesh == want and len(want) > len(sfc.refine(f, 3, deep(f, {})).forest)
+    assert len(shas) == 1
+
+
+class Star(ac.CheckpointSchema, name="star", version=1):
+    mesh: ac.Forest = ac.Mesh(dim=2)
+    rho: ac.CellData = ac.Cells("<f8")
+
+
+class Shell(ac.CheckpointSchema, name="shell", version=1):
+    mesh: ac.Forest = ac.Mesh(dim=3)
+    rho: ac.CellData = ac.Cells("<f8")
+
+
+@pytest.mark.parametrize(
+    ("schema", "conn"), [(Star, sfc.Connectivity.star()), (Shell, sfc.Connectivity.shell())], ids=["star", "shell"]
+)
+def test_parallel_balance_across_rotated_trees(tmp_path: Path, schema: Any, conn: sfc.Connectivity) -> None:
+    d = conn.dim
+    lv = sfc.uniform_leaves(1, conn.num_trees, d)
+    f = sfc.Forest(*lv, num_trees=conn.num_trees)
+    ac.save(schema(mesh=f, rho=np.arange(len(f), dtype=float)), tmp_path / "in.scda")
+
+    def spots(forest: sfc.Forest, fields: Any) -> np.ndarray:
+        return np.asarray((fields["rho"] % 5 == 0) & (forest.x == 0))
+
+    spec = Adapt(Refine(levels=3 if d == 2 else 2, marker=spots), Balance("full", connectivity=conn))
+
+    def body(comm: Any) -> Any:
+        loaded = ac.load(tmp_path / "in.scda", schema, comm=comm, adapt=spec)
+        ac.save(loaded.state, tmp_path / f"out{comm.size}.scda", comm=comm)
+        return loaded.state.mesh
+
+    serial = run_threads(1, body)[0]
+    run_threads(3, body)
+    assert _sha(tmp_path / "out1.scda") == _sha(tmp_path / "out3.scda")
+    refined = sfc.refine(f, 3 if d == 2 else 2, (np.arange(len(f)) % 5 == 0) & (f.x == 0)).forest
+    assert serial == sfc.balance(refined, conn, "full").forest

@@ -32,10 +32,13 @@ from ._keys import MAXLEVEL, QMAXLEVEL, ROOT_LEN, morton_keys
 
 __all__ = [
     "CONNECT_TYPES",
+    "BalanceQueries",
     "AdaptStep",
     "Adapted",
     "apply_steps",
     "balance",
+    "balance_answers",
+    "balance_queries",
     "coarsen",
     "coarsen_step",
     "family_starts",
@@ -862,9 +865,10 @@ def balance(forest: Forest, connectivity: Any, connect: str = "full") -> Adapted
     fixed point is the coarsest forest that satisfies the rule; p4est's
     ``p4est_balance`` gives the same leaves (tests/p4est).
 
-    Not collective: the forest must be the whole forest, on one rank
-    (:mod:`amrckpt.adapt` refuses a partitioned forest on more than one
-    rank).  Vectorized: each round is a few passes over the checked leaves
+    Not collective: the forest must be the whole forest (a partitioned
+    forest is balanced by :mod:`amrckpt.adapt`, which runs the same rounds
+    over the ranks with :func:`balance_queries` and :func:`balance_answers`).
+    Vectorized: each round is a few passes over the checked leaves
     per direction of the insulation layer; the loops are over rounds,
     directions, and the (tree, edge or corner) pairs that occur.
 
@@ -900,58 +904,144 @@ def balance(forest: Forest, connectivity: Any, connect: str = "full") -> Adapted
             f"{getattr(connectivity, 'num_trees', None)} trees) does not fit the forest ({d}D, {forest.num_trees} trees)"
         )
     ctype = "full" if connect == "corner" else connect
-    tr = _cached(_ById(connectivity))
-    dirs = _directions(d)
-    near = dirs[np.abs(dirs).sum(axis=1) <= {"face": 1, "edge": 2, "full": d}[ctype]]
-    R = ROOT_LEN[d]
     steps: list[AdaptStep] = []
     check = np.ones(len(forest), dtype=bool)
     while True:
         idx = np.flatnonzero(check & (forest.level >= 2))
         if idx.size == 0:
             break
-        loc = _Locator(forest)
+        q = balance_queries(forest, idx, connectivity, ctype)
+        j, split = balance_answers(forest, q, ctype)
         mark = np.zeros(len(forest), dtype=bool)
-        violated = np.zeros(len(forest), dtype=bool)
-        # inside a tree: the coarsest balanced forest (p4est_complete_or_balance), by the ripple of direct neighbours
-        lev = forest.level[idx].astype(np.int64)
-        hq = _leaf_len(forest.level[idx], d)
-        base = [c[idx].astype(np.int64) for c in forest.coords()]
-        tq = forest.tree[idx].astype(np.int64)
-        for delta in near:
-            s = [base[a] + int(delta[a]) * hq for a in range(d)]
-            inside = np.ones(idx.size, dtype=bool)
-            for a in range(d):
-                inside &= (s[a] >= 0) & (s[a] < R)
-            w = np.flatnonzero(inside)
-            j = loc.find(tq[w], [c[w] for c in s])
-            bad = (j >= 0) & (loc.level[np.maximum(j, 0)] < lev[w] - 1)
-            mark[j[bad]] = True
-            violated[idx[w[bad]]] = True
-        # across trees: p4est's kernels against the quadrants transformed into the neighbour trees
-        src, t, o, olev = _transformed(forest, idx, tr, dirs)
-        h = np.left_shift(np.int64(1), MAXLEVEL[d] - olev)
-        for delta in dirs if src.size else ():  # the insulation layer of each o, inside the target tree
-            s = [o[a] + int(delta[a]) * h for a in range(d)]
-            inside = np.ones(src.size, dtype=bool)
-            for a in range(d):
-                inside &= (s[a] >= 0) & (s[a] < R)
-            w = np.flatnonzero(inside)
-            if w.size == 0:
-                continue
-            j = loc.find(t[w], [c[w] for c in s])
-            w, j = w[j >= 0], j[j >= 0]
-            p = [forest.coords()[a][j].astype(np.int64) for a in range(d)]
-            plev = loc.level[j]
-            coarse = plev < olev[w] - 1
-            w, j, p, plev = w[coarse], j[coarse], [c[coarse] for c in p], plev[coarse]
-            split = _splits([c[w] for c in o], olev[w], p, plev, d, ctype)
-            mark[j[split]] = True
-            violated[idx[src[w[split]]]] = True
+        mark[j[split]] = True
         if not mark.any():
             break
+        violated = np.zeros(len(forest), dtype=bool)
+        violated[q.source[split]] = True
         steps.append(AdaptStep("refine", mark))
         counts = np.where(mark, 1 << d, 1)
         forest = refine_step(forest, mark)
         check = np.repeat(mark | violated, counts)
     return Adapted(forest, tuple(steps))
+
+
+@dataclass(frozen=True)
+class BalanceQueries:
+    """What balancing leaves asks of the leaves that hold given points (:func:`balance_queries`).
+
+    Attributes
+    ----------
+    source : (m,) numpy.ndarray of int64
+        The asking leaf (an index into the forest that asked).
+    tree : (m,) numpy.ndarray of int64
+        The tree of the point.
+    point : (dim, m) numpy.ndarray of int64
+        The point, inside the tree: the leaf that holds it answers.
+    quad : (dim, m) numpy.ndarray of int64
+        The quadrant o to balance against, in the point's tree's coordinates
+        (outside that tree when transformed from a neighbour tree).
+    level : (m,) numpy.ndarray of int64
+        o's level.
+    kernel : (m,) numpy.ndarray of bool
+        False: o is a same-tree neighbour (the leaf must be at least
+        ``level - 1``); True: p4est's kernel (:func:`balance_answers`).
+    """
+
+    source: np.ndarray
+    tree: np.ndarray
+    point: np.ndarray
+    quad: np.ndarray
+    level: np.ndarray
+    kernel: np.ndarray
+
+    def take(self, sel: Any) -> BalanceQueries:
+        """Return the queries ``sel`` (an index or a mask)."""
+        return BalanceQueries(
+            self.source[sel], self.tree[sel], self.point[:, sel], self.quad[:, sel], self.level[sel], self.kernel[sel]
+        )
+
+    @classmethod
+    def concat(cls, parts: list[BalanceQueries], dim: int) -> BalanceQueries:
+        """Return the queries of ``parts``, in order."""
+        if not parts:
+            z = np.zeros(0, dtype=np.int64)
+            return cls(z, z, np.zeros((dim, 0), np.int64), np.zeros((dim, 0), np.int64), z, np.zeros(0, dtype=bool))
+        return cls(
+            np.concatenate([p.source for p in parts]),
+            np.concatenate([p.tree for p in parts]),
+            np.concatenate([p.point for p in parts], axis=1),
+            np.concatenate([p.quad for p in parts], axis=1),
+            np.concatenate([p.level for p in parts]),
+            np.concatenate([p.kernel for p in parts]),
+        )
+
+
+def balance_queries(forest: Forest, idx: np.ndarray, connectivity: Any, connect: str) -> BalanceQueries:
+    """Return what leaves ``idx`` ask of the leaves around them to be balanced (one round of :func:`balance`).
+
+    Not collective, vectorized.  Inside a tree: the same-size neighbour
+    positions of the connect type (the coarsest balanced forest of a tree,
+    ``p4est_complete_or_balance``, by the ripple of direct neighbours).
+    Across trees: each leaf transformed into the neighbour trees that its
+    insulation layer reaches, and the points of that quadrant's insulation
+    layer inside the neighbour tree (``p4est_balance_ext``, ``p4est_tree_compute_overlap``).
+    ``connect`` is ``"face"``, ``"edge"`` or ``"full"``.
+    """
+    d = forest.dim
+    R = ROOT_LEN[d]
+    tr = _cached(_ById(connectivity))
+    dirs = _directions(d)
+    near = dirs[np.abs(dirs).sum(axis=1) <= {"face": 1, "edge": 2, "full": d}[connect]]
+    lev = forest.level[idx].astype(np.int64)
+    hq = _leaf_len(forest.level[idx], d)
+    base = [c[idx].astype(np.int64) for c in forest.coords()]
+    tq = forest.tree[idx].astype(np.int64)
+    parts: list[BalanceQueries] = []
+    for delta in near:
+        pt = [base[a] + int(delta[a]) * hq for a in range(d)]
+        inside = np.ones(idx.size, dtype=bool)
+        for a in range(d):
+            inside &= (pt[a] >= 0) & (pt[a] < R)
+        w = np.flatnonzero(inside)
+        parts.append(
+            BalanceQueries(
+                idx[w], tq[w], np.stack([c[w] for c in pt]), np.stack([c[w] for c in base]), lev[w], np.zeros(w.size, dtype=bool)
+            )
+        )
+    src, t, o, olev = _transformed(forest, idx, tr, dirs)
+    if src.size:
+        h = np.left_shift(np.int64(1), MAXLEVEL[d] - olev)
+        oo = np.stack(o)
+        for delta in dirs:  # the insulation layer of each o, inside the target tree
+            pt = [o[a] + int(delta[a]) * h for a in range(d)]
+            inside = np.ones(src.size, dtype=bool)
+            for a in range(d):
+                inside &= (pt[a] >= 0) & (pt[a] < R)
+            w = np.flatnonzero(inside)
+            if w.size:
+                parts.append(
+                    BalanceQueries(idx[src[w]], t[w], np.stack([c[w] for c in pt]), oo[:, w], olev[w], np.ones(w.size, dtype=bool))
+                )
+    return BalanceQueries.concat(parts, d)
+
+
+def balance_answers(forest: Forest, q: BalanceQueries, connect: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return, for each query, the leaf of ``forest`` that holds its point (-1: none here) and whether it must be split.
+
+    Not collective, vectorized: ``searchsorted`` on the leaves' keys, then
+    the level test or p4est's kernel (``p4est_balance_seeds``).
+    """
+    d = forest.dim
+    if q.source.size == 0 or len(forest) == 0:
+        return np.full(q.source.size, -1, dtype=np.int64), np.zeros(q.source.size, dtype=bool)
+    loc = _Locator(forest)
+    j = loc.find(q.tree, [q.point[a] for a in range(d)])
+    ok = j >= 0
+    jj = np.maximum(j, 0)
+    plev = loc.level[jj]
+    split = ok & (plev < q.level - 1)
+    k = np.flatnonzero(split & q.kernel)
+    if k.size:
+        p = [forest.coords()[a][jj[k]].astype(np.int64) for a in range(d)]
+        split[k] = _splits([q.quad[a][k] for a in range(d)], q.level[k], p, plev[k], d, connect)
+    return j, split

@@ -18,7 +18,7 @@ from checkpoint_cases import Advection, global_state
 import amrckpt as ac
 from _support import all_true, sub_comm, world
 from amrckpt import sfc
-from amrckpt.adapt import Adapt, Coarsen, HpTransfer, Refine
+from amrckpt.adapt import Adapt, Balance, Coarsen, HpTransfer, Refine
 
 pytestmark = pytest.mark.mpi
 
@@ -96,3 +96,23 @@ def test_a_bad_marker_fails_every_rank(mpi_tmp: Path) -> None:
     except ac.errors.AdaptError as exc:
         raised = "marker" in str(exc) if w.size > 1 else False
     assert all_true(raised or w.size == 1)
+
+
+def test_balance_on_partitioned_forests_has_one_sha256(mpi_tmp: Path) -> None:
+    w = world()
+    W = min(w.size, 4)
+    _save_original(mpi_tmp / "orig.scda")
+    conn = sfc.Connectivity.brick((2, 1))
+
+    def deep(forest: sfc.Forest, fields: Any) -> np.ndarray:
+        return np.asarray((forest.y % 5 == 0) & (forest.level >= 4))
+
+    spec = Adapt(Refine(levels=3, marker=deep, maxlevel=9), Balance("full", connectivity=conn))
+    for P in range(1, W + 1):
+        sub = sub_comm(P)
+        if sub is not None:
+            loaded = ac.load(mpi_tmp / "orig.scda", Advection, comm=sub, adapt=spec, partition="weighted")
+            ac.save(loaded.state, mpi_tmp / f"bal{P}.scda", comm=sub)
+            sub.Free()
+        w.Barrier()
+    assert all_true(len({_sha(mpi_tmp / f"bal{P}.scda") for P in range(1, W + 1)}) == 1)
