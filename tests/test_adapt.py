@@ -232,3 +232,22 @@ def test_parallel_balance_across_rotated_trees(tmp_path: Path, schema: Any, conn
     assert _sha(tmp_path / "out1.scda") == _sha(tmp_path / "out3.scda")
     refined = sfc.refine(f, 3 if d == 2 else 2, (np.arange(len(f)) % 5 == 0) & (f.x == 0)).forest
     assert serial == sfc.balance(refined, conn, "full").forest
+
+
+def test_tiny_forests_leave_ranks_empty_and_still_adapt(tmp_path: Path) -> None:
+    """Six leaves on seven ranks: refined, balanced, coarsened back three levels, the same bytes as on one."""
+    ac.save(Star(mesh=sfc.Forest(*sfc.uniform_leaves(0, 6, 2), num_trees=6), rho=np.arange(6.0)), tmp_path / "s.scda")
+    conn = sfc.Connectivity.star()
+
+    def body(comm: Any) -> Any:
+        up = ac.load(tmp_path / "s.scda", Star, comm=comm, adapt=Adapt(Refine(levels=2), Balance(connectivity=conn)))
+        ac.save(up.state, tmp_path / f"up{comm.size}.scda", comm=comm)
+        down = ac.load(tmp_path / f"up{comm.size}.scda", Star, comm=comm, adapt=Coarsen(levels=3), allow_for_coarsening=True)
+        ac.save(down.state, tmp_path / f"down{comm.size}.scda", comm=comm)
+        return len(up.state.mesh), len(down.state.mesh)
+
+    assert sum(n for n, _ in run_threads(1, body)) == 6 * 16
+    got = run_threads(7, body)
+    assert sum(n for n, _ in got) == 6 * 16 and sum(m for _, m in got) == 6
+    assert _sha(tmp_path / "up1.scda") == _sha(tmp_path / "up7.scda")
+    assert _sha(tmp_path / "down7.scda") == _sha(tmp_path / "s.scda")
