@@ -467,11 +467,12 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
     new_counts = counts[keep].copy()
     if idx.size == 0:
         return HpData(data.values, new_counts)
-    fam = (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
+    every = idx.size * F == m.shape[0]  # every leaf is in a family: the members are the leaves in order
+    fam = np.arange(m.shape[0]) if every else (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
     if transfer.coarsen == "average":
         if data.values.dtype.kind not in "fc":
             raise AdaptError(f"{name}: cannot average values of dtype {data.values.dtype}; give HpTransfer(coarsen=fn)")
-        fc = counts[fam].reshape(idx.size, F)
+        fc = counts.reshape(-1, F) if every else counts[fam].reshape(idx.size, F)
         bad = (fc != fc[:, :1]).any(axis=1)
         if bad.any():
             i = int(idx[np.flatnonzero(bad)[0]])
