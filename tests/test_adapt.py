@@ -15,7 +15,7 @@ from checkpoint_cases import Advection, global_state
 
 import amrckpt as ac
 from amrckpt import sfc
-from amrckpt.adapt import Adapt, Balance, CellTransfer, Coarsen, HpTransfer, Refine, change_degree
+from amrckpt.adapt import Adapt, Balance, CellTransfer, Coarsen, HpTransfer, Refine, apply_hp, change_degree
 from amrckpt.comm import run_threads
 from amrckpt.errors import AdaptError
 from amrckpt.partition import Partition
@@ -251,3 +251,30 @@ def test_tiny_forests_leave_ranks_empty_and_still_adapt(tmp_path: Path) -> None:
     assert sum(n for n, _ in got) == 6 * 16 and sum(m for _, m in got) == 6
     assert _sha(tmp_path / "up1.scda") == _sha(tmp_path / "up7.scda")
     assert _sha(tmp_path / "down7.scda") == _sha(tmp_path / "s.scda")
+
+
+def test_hp_user_functions_and_their_shapes() -> None:
+    rng = np.random.default_rng(1)
+    counts = rng.integers(1, 5, 8)
+    data = ac.HpData(rng.standard_normal(int(counts.sum())), counts)
+    mask = np.arange(8) % 3 == 0
+    step = sfc.AdaptStep("refine", mask)
+
+    def kids(values: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = np.concatenate([np.tile(v, 4) for v in np.split(values, np.cumsum(c)[:-1])])  # a test's own loop
+        return out * 0.5, np.repeat(c, 4)
+
+    got = apply_hp(data, step, 2, HpTransfer(refine=kids))
+    want = apply_hp(data, step, 2, HpTransfer())
+    assert np.array_equal(got.counts, want.counts)
+    assert np.array_equal(
+        got.values[np.repeat(np.repeat(mask, np.where(mask, 4, 1)), got.counts)] * 2,
+        want.values[np.repeat(np.repeat(mask, np.where(mask, 4, 1)), want.counts)],
+    )
+    with pytest.raises(AdaptError, match="counts"):
+        apply_hp(data, step, 2, HpTransfer(refine=lambda v, c: (v, c)))
+    conv = change_degree(ac.HpData(np.arange(4.0), [4]), 3, 2)
+    assert conv.counts.tolist() == [16] and conv.values.reshape(4, 4)[:2, :2].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert np.count_nonzero(conv.values) == 3
+    with pytest.raises(AdaptError, match="tensor-product"):
+        change_degree(ac.HpData(np.arange(3.0), [3]), 1, 2)
