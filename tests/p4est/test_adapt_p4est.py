@@ -3,8 +3,9 @@
 The tool builds the same forest in p4est (``p4est_new_ext`` and ``p4est_refine_ext`` down to the given leaves), gives
 each leaf the same mark, runs ``p4est_refine_ext`` / ``p4est_coarsen_ext`` (non-recursive, once per level) or
 ``p4est_balance`` and writes its leaves; amrckpt's leaves must be the same, leaf for leaf.  2D (p4est) and 3D (p8est),
-on a brick and on connectivities whose trees are rotated against each other (2D star and moebius-free periodic
-unit square; 3D rotcubes-free shell and periodic unit cube: the built-in ones amrckpt has).
+on bricks (also periodic), the periodic unit square and cube, and connectivities whose trees are rotated against each
+other with irregular corners and edges: p4est's star (six trees around a corner, 2D) and shell (24 trees, 3D), the
+built-in ones amrckpt has.
 """
 
 from __future__ import annotations
