@@ -16,6 +16,7 @@ each failing rank to its own message.
 from __future__ import annotations
 
 __all__ = [
+    "AdaptError",
     "AmrckptError",
     "AmrckptWarning",
     "CheckpointError",
@@ -134,6 +135,14 @@ class ScdaPermissionError(ScdaIOError, PermissionError):
 
 class PartitionError(AmrckptError, ValueError):
     """A partition of elements over ranks is invalid."""
+
+
+class AdaptError(AmrckptError, ValueError):
+    """An adaptation of a forest that cannot be done (:mod:`amrckpt.adapt`).
+
+    A marker of the wrong length or dtype, a level out of range, a family
+    split by a rank boundary, a transfer function that returns the wrong shape.
+    """
 
 
 class SchemaError(AmrckptError, ValueError):

@@ -12,9 +12,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from .comm import Comm, collective
+from .adapt import Adapt, adapt_state
+from .comm import Comm, collective, current_call
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, handler_for, read_info, verify
-from .errors import AmrckptError, SchemaError
+from .errors import AdaptError, AmrckptError, SchemaError
 from .partition import Partition, family_window, keep_families
 from .scda import FileAccess
 from .schema import KINDS, CheckpointSchema, FieldKind
@@ -140,6 +141,7 @@ def load(
     backend: str | None = None,
     allow_for_coarsening: bool = False,
     access: FileAccess | None = None,
+    adapt: Any = None,
 ) -> Loaded[S]:
     """Read a checkpoint on the current communicator, with a new partition of its leaves.
 
@@ -193,6 +195,16 @@ def load(
         Not for ``"writer"`` (the partition is the writer's).
     access : amrckpt.scda.FileAccess, optional
         ``info`` and ``backend`` as one value; the keyword arguments given override it.
+    adapt : amrckpt.adapt.Adapt, Refine, Coarsen, Balance or a sequence of them, optional
+        Change the (first) mesh and its per-leaf fields while loading
+        (:mod:`amrckpt.adapt`): refine, coarsen complete families, 2:1
+        balance, change an hp field's degree, with each
+        field's transfer.  The leaves are read under the uniform partition
+        of the file's leaves (families kept whole if something coarsens),
+        adapted on each rank, and moved to ``partition`` (``"uniform"`` or
+        ``"weighted"`` over the new leaves; families kept with
+        ``allow_for_coarsening``).  The result is an ordinary state of the
+        schema, the same on any number of ranks.
 
     Returns
     -------
@@ -210,6 +222,11 @@ def load(
         On every rank: another schema name, a version without migrations
         (naming both versions), fields that the schema lacks, a partition
         that does not fit.
+    AdaptError
+        On every rank: an adaptation that cannot be done (a marker of the
+        wrong length or dtype, a level out of range, a transfer returning
+        the wrong shape, Balance without a connectivity, a partition other
+        than ``"uniform"`` or ``"weighted"``).
     CheckpointError, ScdaError
         For malformed files.
     """
@@ -218,8 +235,11 @@ def load(
     ):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
     a = FileAccess.of(access, info=info, backend=backend)
+    spec = None if adapt is None else Adapt.of(adapt)
+    if spec is not None and not (isinstance(partition, str) and partition in ("uniform", "weighted")):
+        raise AdaptError(f"load: with adapt, partition must be 'uniform' or 'weighted' (of the new leaves), not {partition!r}")
     with collective(comm, "load") as call:
-        return _load(call.comm, path, schema, partition, fields, verify, a, allow_for_coarsening)
+        return _load(call.comm, path, schema, partition, fields, verify, a, allow_for_coarsening, spec)
 
 
 def _load(
@@ -231,6 +251,7 @@ def _load(
     verify: bool,
     access: FileAccess,
     allow_for_coarsening: bool,
+    adapt: Adapt | None = None,
 ) -> Loaded[S]:
     """Read the checkpoint: the body of :func:`load`, inside its collective call."""
     where = os.fspath(path)
@@ -253,9 +274,16 @@ def _load(
         kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
         migrate = m.schema_version != schema.__amrckpt_version__
         wanted = _wanted(m, fields, migrate, r.path)
+        target = _adapted_mesh(m, adapt, r.path)
         parts: dict[str, Partition] = {
-            ms.field: _partition(partition, ms, r, c, j == 0, allow_for_coarsening) for j, ms in enumerate(m.meshes)
+            ms.field: (
+                _partition(partition, ms, r, c, j == 0, allow_for_coarsening)
+                if ms.field != target
+                else _partition("uniform", ms, r, c, True, adapt is not None and adapt.coarsens and c.size > 1)
+            )
+            for j, ms in enumerate(m.meshes)
         }
+        conn = None
         for fs in m.fields:
             h = handler_for(fs.kind)
             if h.partitioned and not h.per_leaf:  # a distributed array: split uniformly
@@ -264,6 +292,8 @@ def _load(
         verified = r.check_crcs()
         ck = r.info
         state: Any = None
+        values: dict[str, Any] = {}
+        checked: set[str] = set()
         if err is None:
             try:
                 # Unverified leaves are checked while unpacked; verified ones were checked by their writer.
@@ -273,7 +303,11 @@ def _load(
                     values = schema.migrate(values, m.schema_version)
                 # Meshes checked while read, or proven by their CRC to be what their writer checked, not replaced by a migration.
                 checked = {k for k, v in values.items() if as_read.get(k) is v and (not verify or k in verified)}
-                state = _build(schema, values, fields, parts, c.rank, r.path, checked)
+                if target is None:
+                    state = _build(schema, values, fields, parts, c.rank, r.path, checked)
+                else:
+                    g = r.geometry if m.meshes[0].field == target else None
+                    conn = None if g is None else g.connectivity
             except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
                 err = (
                     exc
@@ -281,8 +315,51 @@ def _load(
                     else SchemaError(f"{r.path!r}: the fields do not fit {schema.__name__}: {exc}")
                 )
         r.close(error=err)  # the agreement: raises on every rank if any rank failed
+    if target is not None:
+        assert adapt is not None
+        state = _adapt_and_build(
+            c, schema, values, fields, parts, checked, r.path, target, adapt, partition, allow_for_coarsening, conn
+        )
     first = parts.get(m.meshes[0].field) if m.meshes else None
     return Loaded(state, first, ck, verified, getattr(c, "mpi_comm", None), parts)
+
+
+def _adapted_mesh(m: Manifest, adapt: Adapt | None, path: str) -> str | None:
+    """Return the mesh field that ``adapt`` changes (the first by default), or None without an adaptation."""
+    if adapt is None:
+        return None
+    names = [ms.field for ms in m.meshes]
+    if not names:
+        raise AdaptError(f"{path!r} holds no mesh to adapt")
+    if adapt.mesh is not None and adapt.mesh not in names:
+        raise AdaptError(f"{path!r} has no mesh {adapt.mesh!r} to adapt (its meshes: {names})")
+    return adapt.mesh or names[0]
+
+
+def _adapt_and_build(
+    c: Comm,
+    schema: Any,
+    values: dict[str, Any],
+    fields: list[str] | None,
+    parts: dict[str, Partition],
+    checked: set[str],
+    path: str,
+    mesh: str,
+    adapt: Adapt,
+    partition: Any,
+    families: bool,
+    conn: Any,
+) -> Any:
+    """Adapt the state read (:func:`amrckpt.adapt.adapt_state`), then build it. Collective, inside the load's call."""
+    call = current_call(c)
+    assert call is not None
+    kinds = schema.__amrckpt_fields__
+    values, parts[mesh] = adapt_state(call, values, kinds, mesh, adapt, partition, families, conn)
+    # The adapted leaves are made valid by construction from leaves that were checked: keep the mesh's mark.
+    checked = {k for k in checked if k == mesh}
+    state = call.run(_build, schema, values, fields, parts, c.rank, path, checked)
+    call.agree("load: the adapted state")
+    return state
 
 
 def _build(

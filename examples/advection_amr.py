@@ -83,6 +83,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import amrckpt as ac
 from amrckpt import sfc
+from amrckpt.adapt import Adapt, Balance, Coarsen, HpTransfer, Refine
 from amrckpt.partition import Partition, transfer_counts
 
 L = sfc.MAXLEVEL[2]
@@ -287,12 +288,16 @@ class Simulation:
         ``(p + 1)**2`` Legendre coefficients per leaf (float64).
     """
 
+    restoring_adapted = False
+    """Set while restoring onto other levels: velocity and reconstruction are then recomputed, not checked."""
+
     def __init__(self, params: Params, comm: Any = None) -> None:
         from mpi4py import MPI
 
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.params = params
         self.step, self.time = 0, 0.0
+        self._since: tuple[int, float] | None = None  # (step, time) the time counts from, after a restart onto other levels
         self.adapt_seconds = 0.0
         self.step_seconds = 0.0
         self.leaf_updates = 0
@@ -330,6 +335,8 @@ class Simulation:
         from mpi4py import MPI
 
         self.comm = loaded.comm if loaded.comm is not None else MPI.COMM_SELF
+        # a run restarted onto other levels has another time step: its time counts on from the checkpoint's
+        self._since = None if self.time == self.step * self.params.dt else (self.step, self.time)
         self.adapt_seconds = self.step_seconds = 0.0
         self.leaf_updates = 0
         self.outflow = 0.0
@@ -339,7 +346,7 @@ class Simulation:
         restored_recon, restored_velocity = self.recon, np.array(self.velocity)
         self._setup()
         ok = restored_recon == self.recon and np.array_equal(restored_velocity, self.velocity)
-        if not all(self.comm.allgather(ok)):
+        if not Simulation.restoring_adapted and not all(self.comm.allgather(ok)):
             raise RuntimeError("the restored reconstruction or velocity differs from the one the restored mesh gives")
 
     def centres(self) -> tuple[np.ndarray, np.ndarray]:
@@ -485,7 +492,10 @@ class Simulation:
         self.outflow += float(np.dot(self._outflow_w, self.q[self._outflow_at // 8]))
         self.q = self.q - flux
         self.step += 1
-        self.time = self.step * self.params.dt
+        if self._since is None:
+            self.time = self.step * self.params.dt
+        else:
+            self.time = self._since[1] + (self.step - self._since[0]) * self.params.dt
         self.leaf_updates += self.q.size
         self.ghosts.exchange(self.comm, self.q, out=self._ext_q)
         self._reconstruct()
@@ -705,6 +715,74 @@ def _emit(comm: Any, as_json: bool, event: str, **fields: Any) -> None:
         print(f"[{event}] {body}", flush=True)
 
 
+def brick_connectivity(p: Params) -> sfc.Connectivity:
+    """Return the run's brick as a p4est connectivity in its own tree numbering (``ty * nx + tx``), faces only.
+
+    What :class:`amrckpt.adapt.Balance` needs to balance across the trees'
+    faces (p4est's own brick numbers trees along a Morton curve, not by rows).
+    """
+    tx, ty = np.meshgrid(np.arange(p.nx), np.arange(p.ny), indexing="xy")
+    tx, ty = tx.reshape(-1), ty.reshape(-1)
+    tree = ty * p.nx + tx
+    ttt = np.stack([tree] * 4, axis=1)
+    ttf = np.tile(np.arange(4), (tree.size, 1))
+    for face, (dx, dy) in enumerate(((-1, 0), (1, 0), (0, -1), (0, 1))):
+        nx_, ny_ = tx + dx, ty + dy
+        inside = (nx_ >= 0) & (nx_ < p.nx) & (ny_ >= 0) & (ny_ < p.ny)
+        ttt[inside, face] = (ny_ * p.nx + nx_)[inside]
+        ttf[inside, face] = face ^ 1
+    vx, vy = np.meshgrid(np.arange(p.nx + 1), np.arange(p.ny + 1), indexing="xy")
+    vertices = np.stack([vx.reshape(-1), vy.reshape(-1), np.zeros(vx.size)], axis=1).astype(np.float64)
+    v0 = ty * (p.nx + 1) + tx
+    ttv = np.stack([v0, v0 + 1, v0 + p.nx + 1, v0 + p.nx + 2], axis=1)
+    return sfc.Connectivity(2, vertices, ttv, ttt, ttf)
+
+
+def restore(manager: ac.CheckpointManager[AdvectionState], adapt: str, brick: Params) -> Simulation | None:
+    """Restore the newest checkpoint, one level finer or coarser with ``adapt`` (``"refine"``, ``"coarsen"``). Collective.
+
+    ``brick``: parameters whose ``nx``, ``ny`` are the run's (the command line's).
+
+    amrckpt adapts while it loads (:mod:`amrckpt.adapt`): ``Refine(levels=1)``
+    gives each leaf its four children, which take the parent's ``q``
+    (injection: the integral of q is kept); ``Coarsen(levels=1)`` replaces
+    every complete family by its parent, whose ``q`` is the children's mean
+    (summed pairwise in a fixed order: the integral is kept up to the
+    rounding of three additions per family, and a refinement undone gives
+    the values back bit for bit).  The levels of the run's parameters move
+    with the mesh; the velocity and the reconstruction, derived from mesh
+    and ``q``, are recomputed on the new mesh (``__amrckpt_restored__``).
+    Coarsening is followed by p4est's 2:1 face balance (:class:`Balance`).
+    """
+    if adapt == "none":
+        sim: Simulation | None = manager.restore_latest(into=Simulation, partition="weighted")
+        return sim
+    shift = 1 if adapt == "refine" else -1
+
+    def placeholder(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One zero per parent: the reconstruction is recomputed on the new mesh."""
+        return np.zeros(counts.size // 4), np.ones(counts.size // 4, dtype=np.int64)
+
+    recon = HpTransfer(coarsen=placeholder)
+    if shift > 0:
+        spec = Adapt(Refine(levels=1), transfers={"recon": recon})
+    else:  # coarsening every family breaks the 2:1 balance that the scheme needs: p4est's balance after it
+        conn = brick_connectivity(brick)
+        spec = Adapt(Coarsen(levels=1), Balance("face", connectivity=conn), transfers={"recon": recon})
+    Simulation.restoring_adapted = True
+    try:
+        sim = manager.restore_latest(into=Simulation, partition="weighted", adapt=spec)
+    finally:
+        Simulation.restoring_adapted = False
+    if sim is not None:
+        p = sim.params
+        lo, hi = max(1, p.min_level + shift), max(1, p.max_level + shift)
+        sim.params = p.model_copy(update={"min_level": lo, "max_level": hi})
+        sim._since = (sim.step, sim.time)
+        sim._setup()
+    return sim
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run (or continue) the advection simulation under ``mpiexec``; return the exit status."""
     from mpi4py import MPI
@@ -715,6 +793,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     ap.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
     ap.add_argument("--restart", choices=["latest", "none"], default="none", help="continue from the newest valid checkpoint")
+    ap.add_argument(
+        "--adapt",
+        choices=["none", "refine", "coarsen"],
+        default="none",
+        help="with --restart latest: continue one level finer (or coarser) than the checkpoint (amrckpt.adapt)",
+    )
     ap.add_argument("--report-every", type=int, default=10, help="steps between progress reports")
     ap.add_argument("--json", action="store_true", help="progress as JSON lines (for a driver)")
     ap.add_argument("--background", action="store_true", help="save in a background thread")
@@ -755,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
         cache=cache,
         flush_policy=flush,
     ) as manager:
-        sim = manager.restore_latest(into=Simulation, partition="weighted") if args.restart == "latest" else None
+        sim = restore(manager, args.adapt, params) if args.restart == "latest" else None
         restored = sim is not None
         if sim is None:
             sim = Simulation(params, comm)
@@ -771,6 +855,7 @@ def main(argv: list[str] | None = None) -> int:
             leaves=sim.num_leaves(),
             restored=restored,
             steps=args.steps,
+            mass=sim.total_mass(),
         )
 
         def save(force: bool = False) -> bool:
@@ -806,6 +891,7 @@ def main(argv: list[str] | None = None) -> int:
         step=sim.step,
         time=sim.time,
         leaves=sim.num_leaves(),
+        mass=sim.total_mass(),
         halted=bool(manager.halt_requested),
         seconds=round(time.perf_counter() - t_start, 3),
         leaves_per_second_per_rank=[round(r) for r in rates] if rates else [],

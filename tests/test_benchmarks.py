@@ -129,3 +129,10 @@ def test_bench_end_to_end_quick(tmp_path: Path) -> None:
     result, out = run_quick("bench_end_to_end.py", tmp_path)
     assert result["benchmark"] and result["hp"] and result["machine"]["git"] is not None
     assert "ratio" in out
+
+
+def test_bench_adapt_quick(tmp_path: Path) -> None:
+    result, stdout = run_quick("bench_adapt.py", tmp_path)
+    assert set(result["seconds"]) == {"load coarse", "refine", "load fine", "coarsen"}
+    assert set(result["ratios"]) == {"refine / load coarse", "refine / load fine", "coarsen / load fine"}
+    assert all(v > 0 for v in result["ratios"].values()) and "refine / load fine" in stdout

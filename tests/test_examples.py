@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,23 @@ def test_advection_with_a_node_cache_flushes_and_restarts_on_another_process_cou
     start = next(e for e in events if e["event"] == "start")
     assert start["restored"] is True and start["step"] == 12, start
     assert events[-1]["event"] == "done" and events[-1]["step"] == 18
+
+
+def test_advection_restarts_one_level_finer_and_back_keeping_the_mass(tmp_path: Path) -> None:
+    """A coarse run, continued one level finer (load(adapt=Refine)), then one level coarser (Coarsen, Balance)."""
+    pytest.importorskip("mpi4py")
+    small = ["--min-level", "3", "--max-level", "5", "--checkpoint-every", "6", "--json", "--dir", "ck"]
+
+    def run(*args: str) -> list[dict[str, Any]]:
+        r = python(str(EXAMPLES / "advection_amr.py"), *small, *args, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [e for e in map(json.loads, r.stdout.splitlines()) if e["event"] in ("start", "done")]
+
+    coarse = run("--steps", "12")
+    fine = run("--steps", "18", "--restart", "latest", "--adapt", "refine")
+    back = run("--steps", "24", "--restart", "latest", "--adapt", "coarsen")
+    for before, after in ((coarse[-1], fine[0]), (fine[-1], back[0])):
+        assert after["event"] == "start" and after["restored"] and after["step"] == before["step"]
+        assert after["mass"] == pytest.approx(before["mass"], rel=1e-14, abs=0)
+    assert fine[0]["leaves"] == 4 * coarse[-1]["leaves"]
+    assert back[0]["leaves"] < fine[-1]["leaves"]

@@ -533,7 +533,9 @@ class CheckpointManager(Generic[S]):
 
     # -- restoring ------------------------------------------------------------
 
-    def restore_latest(self, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None) -> Any:
+    def restore_latest(
+        self, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None, adapt: Any = None
+    ) -> Any:
         """Load the newest checkpoint that loads and verifies; fall back to older ones. Collective.
 
         Every byte read is checked against its CRC32.  A checkpoint found
@@ -572,6 +574,10 @@ class CheckpointManager(Generic[S]):
             (default ``"uniform"``).
         fields : list of str, optional
             The fields to read, as for :func:`amrckpt.load` (default None: all).
+        adapt : amrckpt.adapt.Adapt, Refine, Coarsen, Balance or a sequence of them, optional
+            Change the mesh and its fields while loading, as for
+            :func:`amrckpt.load` (e.g. ``Refine(levels=1)`` to continue one
+            level finer); the restored state is an ordinary state of the schema.
 
         Returns
         -------
@@ -599,15 +605,17 @@ class CheckpointManager(Generic[S]):
             On rank 0, for cached steps of another job shape that this job cannot reach.
         """
         with collective(self.comm, "CheckpointManager.restore_latest") as call:
-            return self._restore_latest(call, into, partition, fields)
+            return self._restore_latest(call, into, partition, fields, adapt)
 
-    def _restore_latest(self, call: Call, into: Any, partition: Any, fields: list[str] | None) -> Any:
+    def _restore_latest(self, call: Call, into: Any, partition: Any, fields: list[str] | None, adapt: Any = None) -> Any:
         self.wait()
         self.restored_step = self.restored_from = fetched = got = None
         self.skipped = ()
 
         def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
-            return load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, access=access)
+            return load(
+                path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, access=access, adapt=adapt
+            )
 
         self._aside.readmit(call)  # what an older release kept aside as unreadable is read again (the cache compares with it)
         if self._node is not None:  # the cache first: in place, else flushed (then found below)
@@ -632,7 +640,9 @@ class CheckpointManager(Generic[S]):
             return into.from_checkpoint(out)
         return out
 
-    def restore(self, step: int, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None) -> Any:
+    def restore(
+        self, step: int, *, into: Any = None, partition: Any = "uniform", fields: list[str] | None = None, adapt: Any = None
+    ) -> Any:
         """Load the checkpoint of ``step`` (orbax's ``restore(step)``). Collective.
 
         Every byte read is checked against its CRC32; unlike
@@ -652,6 +662,8 @@ class CheckpointManager(Generic[S]):
             As for :func:`amrckpt.load` (default ``"uniform"``).
         fields : list of str, optional
             As for :func:`amrckpt.load` (default None: all).
+        adapt : amrckpt.adapt.Adapt, Refine, Coarsen, Balance or a sequence of them, optional
+            As for :func:`amrckpt.load`: change the mesh and its fields while loading.
 
         Returns
         -------
@@ -676,7 +688,9 @@ class CheckpointManager(Generic[S]):
             if self._node is not None and not call.on_root(lambda: step in self._dir.listing().checkpoints, what="restore: look"):
                 self._node.flush_cached(call, self._dir, step, access=self._flush_access(), keep_policy=self.keep_policy)
             path = call.on_root(lambda: self._dir.existing(step), what="restore: find the step")
-            loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info)
+            loaded: Loaded[S] = load(
+                path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, adapt=adapt
+            )
             return self._restored(step, loaded, into)
 
     def delete(self, step: int) -> None:

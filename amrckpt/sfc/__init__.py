@@ -49,6 +49,21 @@ Keys are numpy.uint64: 60 bits in 2D, 57 bits in 3D.
 
 from __future__ import annotations
 
+from ._adapt import (
+    CONNECT_TYPES,
+    Adapted,
+    AdaptStep,
+    BalanceQueries,
+    apply_steps,
+    balance,
+    balance_answers,
+    balance_queries,
+    coarsen,
+    coarsen_step,
+    family_starts,
+    refine,
+    refine_step,
+)
 from ._builtin import shell_map
 from ._connectivity import P4EST_ONDISK_FORMAT, Connectivity
 from ._forest import Forest, mesh_record_dtype
@@ -57,7 +72,20 @@ from ._linear import Leaves, check_linear_forest, is_linear_forest, sfc_order, u
 from ._p4est import P4estQuadrants, quadrant_dtype
 
 __all__ = [
+    "CONNECT_TYPES",
     "CURVES",
+    "AdaptStep",
+    "Adapted",
+    "BalanceQueries",
+    "apply_steps",
+    "balance",
+    "balance_answers",
+    "balance_queries",
+    "coarsen",
+    "coarsen_step",
+    "family_starts",
+    "refine",
+    "refine_step",
     "Connectivity",
     "Forest",
     "Curve",

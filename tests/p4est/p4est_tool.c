@@ -16,6 +16,14 @@
  *   TOOL valid FILE [FILE ...]                   p4est_connectivity_load FILE (it runs p4est_connectivity_is_valid);
  *                                                print "valid 1" or "valid 0" for each
  *   TOOL load FILE DATA                          p4est_load_ext of FILE; print quadrant count and checksum
+ *   TOOL adapt NAME IN OUT OP ARG MARKS          build the forest whose leaves are IN (int32 records tree, x, y[, z], level, in
+ *                                                p4est's order) by p4est_new_ext and p4est_refine_ext, give each leaf the
+ *                                                mark of MARKS (one byte per leaf; "-": all marked), run OP, write the
+ *                                                leaves to OUT (the same records).  OP ARG: refine K:MAXLEVEL (K calls of
+ *                                                p4est_refine_ext, not recursive, children inherit the mark; MAXLEVEL < 0:
+ *                                                no limit), coarsen K:MINLEVEL (K calls of p4est_coarsen_ext, a family of
+ *                                                marked leaves above MINLEVEL, the parent marked), balance face|edge|corner|full
+ *                                                (p4est_balance).  Serial.
  *   TOOL bench FILE DATA REPS OUT                load FILE, then REPS times: p4est_save_ext to OUT, p4est_load_ext of OUT,
  *                                                each timed from a barrier to a barrier ("save S load L" per line)
  *
@@ -85,6 +93,209 @@ init_fn (p4est_t * p4est, p4est_topidx_t which_tree, p4est_quadrant_t * q)
   for (k = 0; k < ctx->data_size; ++k) {
     d[k] = (unsigned char) (hash_quadrant (ctx->seed, which_tree, q, (unsigned) k + 7) >> 7);
   }
+}
+
+/* The leaves that "adapt" builds its forest from, and the marks it gives them. */
+typedef struct
+{
+  p4est_quadrant_t   *leaves;   /* in p4est's order; p.which_tree holds the tree */
+  size_t              num_leaves;
+  unsigned char      *marks;
+  size_t              next;
+  int                 minlevel;
+}
+adapt_ctx_t;
+
+static int
+leaf_cmp (const p4est_quadrant_t * a, p4est_topidx_t ta, const p4est_quadrant_t * b)
+{
+  if (ta != b->p.which_tree)
+    return ta < b->p.which_tree ? -1 : 1;
+  return p4est_quadrant_compare (a, b);
+}
+
+static int
+build_refine_fn (p4est_t * p4est, p4est_topidx_t which_tree, p4est_quadrant_t * q)
+{
+  adapt_ctx_t        *a = (adapt_ctx_t *) p4est->user_pointer;
+  size_t              lo = 0, hi = a->num_leaves, mid;
+
+  /* the first leaf not before q: q is refined when that leaf is a strict descendant of q */
+  while (lo < hi) {
+    mid = lo + (hi - lo) / 2;
+    if (leaf_cmp (q, which_tree, &a->leaves[mid]) > 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < a->num_leaves && a->leaves[lo].p.which_tree == which_tree && p4est_quadrant_is_ancestor (q, &a->leaves[lo]);
+}
+
+static void
+mark_init_fn (p4est_t * p4est, p4est_topidx_t which_tree, p4est_quadrant_t * q)
+{
+  adapt_ctx_t        *a = (adapt_ctx_t *) p4est->user_pointer;
+
+  *(int *) q->p.user_data = a->marks == NULL ? 1 : a->marks[a->next];
+  a->next++;
+}
+
+static int
+mark_refine_fn (p4est_t * p4est, p4est_topidx_t which_tree, p4est_quadrant_t * q)
+{
+  return *(int *) q->p.user_data;
+}
+
+static int
+mark_coarsen_fn (p4est_t * p4est, p4est_topidx_t which_tree, p4est_quadrant_t * children[])
+{
+  adapt_ctx_t        *a = (adapt_ctx_t *) p4est->user_pointer;
+  int                 k;
+
+  if (children[1] == NULL || children[0]->level <= a->minlevel)
+    return 0;
+  for (k = 0; k < P4EST_CHILDREN; ++k) {
+    if (!*(int *) children[k]->p.user_data)
+      return 0;
+  }
+  return 1;
+}
+
+static void
+mark_replace_fn (p4est_t * p4est, p4est_topidx_t which_tree, int num_outgoing, p4est_quadrant_t * outgoing[],
+                 int num_incoming, p4est_quadrant_t * incoming[])
+{
+  int                 k, m = 1;
+
+  for (k = 0; k < num_outgoing; ++k)
+    m = m && *(int *) outgoing[k]->p.user_data;
+  for (k = 0; k < num_incoming; ++k)
+    *(int *) incoming[k]->p.user_data = m;
+}
+
+static size_t
+read_file (const char *path, void **out)
+{
+  FILE               *f;
+  long                n;
+
+  if (!strcmp (path, "-")) {
+    *out = NULL;
+    return 0;
+  }
+  f = fopen (path, "rb");
+  if (f == NULL || fseek (f, 0, SEEK_END) || (n = ftell (f)) < 0 || fseek (f, 0, SEEK_SET)) {
+    fprintf (stderr, "cannot read %s\n", path);
+    exit (2);
+  }
+  *out = malloc ((size_t) n + 1);
+  if ((long) fread (*out, 1, (size_t) n, f) != n) {
+    fprintf (stderr, "cannot read %s\n", path);
+    exit (2);
+  }
+  fclose (f);
+  return (size_t) n;
+}
+
+static int
+run_adapt (sc_MPI_Comm comm, p4est_connectivity_t * conn, char **argv)
+{
+  const int           rec = P4EST_DIM + 2;
+  adapt_ctx_t         a;
+  int32_t            *in, *out;
+  void               *buf;
+  size_t              n, k, z;
+  p4est_t            *p4est;
+  p4est_topidx_t      t;
+  int                 levels = 0, lim = -1, i;
+  FILE               *f;
+
+  memset (&a, 0, sizeof (a));
+  n = read_file (argv[3], &buf) / (rec * sizeof (int32_t));
+  in = (int32_t *) buf;
+  a.leaves = (p4est_quadrant_t *) calloc (n + 1, sizeof (p4est_quadrant_t));
+  a.num_leaves = n;
+  for (k = 0; k < n; ++k) {
+    a.leaves[k].p.which_tree = in[rec * k];
+    a.leaves[k].x = in[rec * k + 1];
+    a.leaves[k].y = in[rec * k + 2];
+#ifdef P4_TO_P8
+    a.leaves[k].z = in[rec * k + 3];
+#endif
+    a.leaves[k].level = (int8_t) in[rec * k + rec - 1];
+  }
+  z = read_file (argv[7], &buf);
+  a.marks = (unsigned char *) buf;
+  if (a.marks != NULL && z != n) {
+    fprintf (stderr, "%s has %lld marks for %lld leaves\n", argv[7], (long long) z, (long long) n);
+    return 2;
+  }
+  p4est = p4est_new_ext (comm, conn, 0, 0, 1, sizeof (int), NULL, &a);
+  p4est_refine_ext (p4est, 1, -1, build_refine_fn, NULL, NULL);
+  if ((size_t) p4est->global_num_quadrants != n) {
+    fprintf (stderr, "the leaves of %s are not a complete forest (%lld built)\n", argv[3],
+             (long long) p4est->global_num_quadrants);
+    return 2;
+  }
+  p4est_reset_data (p4est, sizeof (int), mark_init_fn, &a);
+  if (!strcmp (argv[5], "refine") || !strcmp (argv[5], "coarsen")) {
+    if (sscanf (argv[6], "%d:%d", &levels, &lim) != 2)
+      return 2;
+    for (i = 0; i < levels; ++i) {
+      if (argv[5][0] == 'r') {
+        p4est_refine_ext (p4est, 0, lim, mark_refine_fn, NULL, mark_replace_fn);
+      }
+      else {
+        a.minlevel = lim;
+        p4est_coarsen_ext (p4est, 0, 0, mark_coarsen_fn, NULL, mark_replace_fn);
+      }
+    }
+  }
+  else if (!strcmp (argv[5], "balance")) {
+    p4est_connect_type_t btype = P4EST_CONNECT_FULL;
+
+    if (!strcmp (argv[6], "face"))
+      btype = P4EST_CONNECT_FACE;
+#ifdef P4_TO_P8
+    else if (!strcmp (argv[6], "edge"))
+      btype = P8EST_CONNECT_EDGE;
+#endif
+    else if (!strcmp (argv[6], "corner"))
+      btype = P4EST_CONNECT_CORNER;
+    p4est_balance (p4est, btype, NULL);
+  }
+  else {
+    return 2;
+  }
+  out = (int32_t *) malloc ((size_t) p4est->local_num_quadrants * rec * sizeof (int32_t) + 1);
+  k = 0;
+  for (t = p4est->first_local_tree; t <= p4est->last_local_tree; ++t) {
+    sc_array_t         *qs = &p4est_tree_array_index (p4est->trees, t)->quadrants;
+    size_t              j;
+
+    for (j = 0; j < qs->elem_count; ++j, ++k) {
+      p4est_quadrant_t   *q = p4est_quadrant_array_index (qs, j);
+
+      out[rec * k] = (int32_t) t;
+      out[rec * k + 1] = q->x;
+      out[rec * k + 2] = q->y;
+#ifdef P4_TO_P8
+      out[rec * k + 3] = q->z;
+#endif
+      out[rec * k + rec - 1] = q->level;
+    }
+  }
+  f = fopen (argv[4], "wb");
+  if (f == NULL || fwrite (out, rec * sizeof (int32_t), k, f) != k || fclose (f)) {
+    fprintf (stderr, "cannot write %s\n", argv[4]);
+    return 2;
+  }
+  free (out);
+  free (in);
+  free (a.marks);
+  free (a.leaves);
+  p4est_destroy (p4est);
+  return 0;
 }
 
 static p4est_connectivity_t *
@@ -281,6 +492,10 @@ main (int argc, char **argv)
     if (rank == 0) {
       printf ("quadrants %lld checksum %u\n", (long long) p4est->global_num_quadrants, p4est_checksum (p4est));
     }
+  }
+  else if (argc == 8 && !strcmp (argv[1], "adapt")) {
+    conn = make_conn (argv[2]);
+    rc = run_adapt (comm, conn, argv);
   }
   else if (argc == 6 && !strcmp (argv[1], "bench")) {
     size_t              ds = (size_t) atoi (argv[3]);
