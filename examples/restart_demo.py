@@ -133,7 +133,9 @@ def run_job(run: Run, total_steps: int, progress: bool) -> None:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
     assert proc.stdout is not None
-    bar = tqdm(total=total_steps, desc=f"{run.name} ({run.ranks} ranks)", unit="step", disable=None if progress else True, leave=True)  # None: a bar only on a terminal
+    bar = tqdm(
+        total=total_steps, desc=f"{run.name} ({run.ranks} ranks)", unit="step", disable=None if progress else True, leave=True
+    )  # None: a bar only on a terminal
     checkpoints = 0
     for line in proc.stdout:
         try:
