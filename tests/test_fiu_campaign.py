@@ -1,0 +1,41 @@
+"""A bounded libfiu campaign: 40 trials of real MPI jobs at P = 1-4 under faults of the real syscalls, a few minutes.
+
+``python tests/slow/fiu_campaign.py --trials 200`` runs more (tests/fiu_trials.py
+says what a trial is and what it checks).  Needs Debian's fiu-utils; skipped
+where it is absent, unless ``AMRCKPT_REQUIRE_FIU=1`` (set by .ci/run, which
+installs it), which makes its absence a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from fiu_faults import absent
+from fiu_trials import campaign, table
+
+TRIALS = 40
+SEED = 7  # trial i has seed 7 * 10**6 + i, as ``fiu_campaign.py --seed 7`` draws them
+
+
+@pytest.fixture(scope="module")
+def fiu() -> None:
+    reason = absent()
+    if reason is None:
+        return
+    if os.environ.get("AMRCKPT_REQUIRE_FIU", "") not in ("", "0"):
+        pytest.fail(f"AMRCKPT_REQUIRE_FIU=1, but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("fiu")
+def test_fiu_campaign(tmp_path: Path) -> None:
+    """No hang, every failure one agreed error with its errno, and the restart elsewhere restores the newest saved step."""
+    verdicts = campaign(tmp_path, [SEED * 10**6 + i for i in range(TRIALS)])
+    bad = [v for v in verdicts if v.kinds]
+    report = table(verdicts) + "".join(f"\n{v.trial.command()}: {v.problems}" for v in bad)
+    print(report)
+    assert len(verdicts) == TRIALS
+    assert not bad, report
