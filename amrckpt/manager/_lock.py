@@ -50,9 +50,10 @@ class DirectoryLock:
     Use :meth:`acquire`; :meth:`release` drops it.
     """
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, log: RankLogger | None = None) -> None:
         self.path = path
         self._fd = fd
+        self._log = log
 
     @classmethod
     def acquire(cls, directory: Path, fs: FileSystem = LOCAL, log: RankLogger | None = None) -> DirectoryLock:
@@ -88,7 +89,7 @@ class DirectoryLock:
             try:
                 import fcntl
             except ImportError:  # not a POSIX system: no lock
-                return cls(path, fd)
+                return cls(path, fd, log)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -111,7 +112,7 @@ class DirectoryLock:
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd)
+        return cls(path, fd, log)
 
     @property
     def held(self) -> bool:
@@ -119,7 +120,24 @@ class DirectoryLock:
         return self._fd >= 0
 
     def release(self) -> None:
-        """Drop the lock (close the file; the file stays, naming the last holder). Not collective."""
+        """Drop the lock (close the file; the file stays, naming the last holder). Not collective; never raises.
+
+        The ``flock`` is dropped first (``LOCK_UN``), so that it is released
+        whatever ``close(2)`` returns; a failing close (``EIO``, ``EINTR``)
+        is logged as a warning: the file holds only the owner line.  It runs
+        after a manager's last collective step, on rank 0 alone, where an
+        exception would reach one rank only.
+        """
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            os.close(fd)
+            try:
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except (ImportError, OSError):
+                pass  # not a POSIX system, or no flock (acquire warned): close releases what there is
+            try:
+                os.close(fd)
+            except OSError as exc:
+                if self._log is not None:
+                    self._log.warning("closing the lock file %s failed (%s); the lock is released", self.path, exc)

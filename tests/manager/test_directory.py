@@ -118,6 +118,38 @@ def test_every_rank_raises_when_the_lock_file_is_a_fifo(tmp_path: Path, P: int) 
         manager(tmp_path)
 
 
+@pytest.mark.parametrize("P", [1, 3])
+def test_a_failing_close_of_the_lock_file_releases_the_lock_and_raises_nowhere(
+    tmp_path: Path, P: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: ``close(2)`` of the lock file failing (libfiu's posix/io/oc/close, EIO) raised a raw OSError out of
+    ``CheckpointManager.close`` on rank 0 alone, after the last agreement, and, the descriptor left open (as libfiu
+    leaves it), kept the directory locked: the next manager of the process got "in use by another manager"."""
+    held: list[int] = []
+    real = os.close
+
+    def close(fd: int) -> None:
+        if fd in held:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))  # the descriptor stays open, as a wrapper that fails it
+        real(fd)
+
+    def body(comm: Any) -> tuple[str, int | None]:
+        mgr = manager(tmp_path, comm)
+        if comm.rank == 0:
+            held.append(mgr._dir._lock._fd)  # type: ignore[union-attr]
+        mgr.save(1, state(1, comm))
+        return outcome(mgr.close)
+
+    monkeypatch.setattr(os, "close", close)
+    with caplog.at_level(logging.WARNING, logger="amrckpt.manager"):
+        assert run_threads(P, body, timeout=60) == [("ok", None)] * P
+    assert "closing the lock file" in caplog.text and "Input/output error" in caplog.text
+    monkeypatch.setattr(os, "close", real)
+    real(held[0])
+    with manager(tmp_path) as mgr:  # the lock was released although its descriptor stayed open
+        assert mgr.all_steps() == [1]
+
+
 # -- finding 2: nothing is written through a planted link ----------------------------------------------
 
 
