@@ -121,6 +121,14 @@ def _decompressor(checked: bool = False) -> Callable[[Any, int], Any]:
     return decode
 
 
+# Chosen when the module is imported, never inside a collective call: an import reads files (a failing read there
+# was one rank's raw OSError: fiu trial t1000142), and an import that failed there would pick another library on
+# that rank alone.
+_compressor()
+_decompressor(False)
+_decompressor(True)
+
+
 def deflate_name() -> str:
     """Return the deflate library that encodes chunks here (``isal``, ``libdeflate`` or ``zlib-ng``)."""
     return _compressor()[0]

@@ -8,6 +8,8 @@ file's compressed bytes cannot hold.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
@@ -19,6 +21,7 @@ from checkpoint_cases import Packed, assert_packed_equal, packed_state
 from test_container import sha256, uneven
 
 import amrckpt as ac
+from _support import REPO
 from amrckpt.comm import run_threads
 from amrckpt.container import CheckpointReader
 from amrckpt.errors import AmrckptError, CheckpointError, ChecksumError, SchemaError
@@ -162,6 +165,32 @@ def test_chunks_decode_with_zlib_ng_alone(tmp_path: Path, packed: Path, monkeypa
     finally:
         _chunks._compressor.cache_clear()
         _chunks._decompressor.cache_clear()
+
+
+def test_a_load_imports_no_deflate_library(tmp_path: Path, packed: Path) -> None:
+    """Before: the first load of a process imported libdeflate inside the collective call; a failing read of the
+    module's file (libfiu's posix/io/rw/read, EBADFD) was a raw OSError on that rank (fiu trial t1000142)."""
+    script = f"""
+import sys
+import amrckpt as ac
+from checkpoint_cases import assert_packed_equal, packed_state, Packed
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("deflate", "isal"):
+            raise OSError(77, "File descriptor in bad state")
+
+for mod in [m for m in sys.modules if m.split(".")[0] in ("deflate", "isal")]:
+    del sys.modules[mod]
+sys.meta_path.insert(0, Refuse())
+S = packed_state()
+assert_packed_equal(ac.load({str(packed)!r}, Packed).state, S.local(0, S.N))
+ac.save(S.local(0, S.N), {str(tmp_path / "again.scda")!r})
+print("loaded")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
+    got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert got.returncode == 0 and "loaded" in got.stdout, got.stderr[-2000:]
 
 
 def _data_offset(path: Path, field: str, part: int) -> int:
