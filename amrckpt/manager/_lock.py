@@ -44,6 +44,14 @@ def _refuse(path: Path, why: str) -> ManagerError:
     )
 
 
+def _close_quietly(fd: int) -> None:
+    """Close ``fd`` on an error path: a failing close(2) must not replace the error being raised."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
 class DirectoryLock:
     """The lock on a checkpoint directory, held by this process. Not collective (rank 0 takes it).
 
@@ -64,7 +72,7 @@ class DirectoryLock:
         ManagerError
             If another process holds it (the message names it), if the lock
             file is a link, not a regular file or not amrckpt's, or if it
-            cannot be created or opened (with ``errno``).
+            cannot be created, opened or read (the message says why).
         """
         path = directory / LOCK
         created = False
@@ -109,8 +117,11 @@ class DirectoryLock:
             except OSError as exc:
                 if log is not None:
                     log.warning("the lock of %s is held, but its owner line could not be written: %s", directory, exc)
+        except OSError as exc:  # fstat or the read of the owner line: an error of amrckpt's tree, never a raw OSError
+            _close_quietly(fd)
+            raise ManagerError(f"cannot use the checkpoint directory {str(directory)!r}: {exc.strerror or exc}") from exc
         except BaseException:
-            os.close(fd)
+            _close_quietly(fd)
             raise
         return cls(path, fd, log)
 

@@ -150,6 +150,34 @@ def test_a_failing_close_of_the_lock_file_releases_the_lock_and_raises_nowhere(
         assert mgr.all_steps() == [1]
 
 
+@pytest.mark.parametrize("P", [1, 3])
+def test_a_failing_read_of_the_lock_file_is_a_manager_error_on_every_rank(
+    tmp_path: Path, P: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a failing read of the owner line (libfiu's posix/io/rw/pread, EIO) was a raw OSError out of rank 0's
+    ``DirectoryLock.acquire``: a CollectiveError without a word of the lock on every rank (fiu trial t1000117)."""
+    from amrckpt.manager import _lock
+
+    manager(tmp_path).close()  # the lock file is there: the next manager reads its owner line
+
+    class FailingOs:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        @staticmethod
+        def pread(fd: int, n: int, offset: int) -> bytes:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(_lock, "os", FailingOs())
+    got = run_threads(P, lambda comm: outcome(lambda: manager(tmp_path, comm)), timeout=60)
+    assert got == [("ManagerError", None)] * P
+    with pytest.raises(ac.ManagerError, match=r"cannot use the checkpoint directory .*: Input/output error"):
+        manager(tmp_path)
+    monkeypatch.undo()
+    with manager(tmp_path) as mgr:  # the failed attempts left the lock free
+        assert mgr.all_steps() == []
+
+
 # -- finding 2: nothing is written through a planted link ----------------------------------------------
 
 
