@@ -55,16 +55,28 @@ def _state(step: int, comm: Any) -> Advection:
 
 
 def outcome(exc: BaseException | None) -> dict[str, Any]:
-    """``ok``, or the class (``foreign X`` outside amrckpt's tree), errno and message of an exception."""
+    """``ok``, or the class (``foreign X`` outside amrckpt's tree), errno and message of an exception.
+
+    ``where`` is the last frames of the innermost exception of its chain
+    (the OS call that failed, on this rank), ``cause`` that exception.
+    """
     if exc is None:
         return {"result": "ok"}
     name = type(exc).__name__ if isinstance(exc, ac.AmrckptError) else f"foreign {type(exc).__name__}"
-    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    root = exc
+    for _ in range(20):  # the chain's innermost exception (bounded: a chain may loop)
+        inner = root.__cause__ or root.__context__
+        if inner is None:
+            break
+        root = inner
+    where = traceback.extract_tb(root.__traceback__)[-8:] if root.__traceback__ else []
     return {
         "result": name,
         "errno": getattr(exc, "errno", None),
         "message": str(exc)[:400],
         "where": [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in where],
+        "cause": f"{type(root).__name__}: {str(root)[:200]}" if root is not exc else None,
+        "cause_errno": getattr(root, "errno", None),
     }
 
 

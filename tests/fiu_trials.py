@@ -16,8 +16,8 @@ faults.  :func:`judge` reads both and says what went wrong:
   ends before it reports a trial is a **crash**;
 * every call must end the same way on every rank: ``ok`` everywhere, or the
   same class of amrckpt's tree (and the same errno) everywhere, an errno
-  for every ``OSError`` (:class:`~amrckpt.errors.ScdaIOError`); anything
-  else is **not agreed**, **foreign** or **no errno**;
+  for every ``ScdaIOError`` and every error caused by an ``OSError`` with
+  one; anything else is **not agreed**, **foreign** or **no errno**;
 * the restart must restore the newest step whose save returned on every
   rank, bit for bit; an older one is a **lost step**, a newer one (a save
   that raised but committed) a **failed save committed**;
@@ -194,8 +194,8 @@ def _agreed(v: Verdict, op: dict[str, Any], per_rank: list[dict[str, Any]]) -> b
         return False
     if res == "CollectiveTimeoutError":
         v.problem("timeout", f"{what}: {per_rank[0]['message'][:300]}")
-    if errno is None and res.startswith("Scda") and "IO" in res:
-        v.problem("no errno", f"{what}: {per_rank[0]}")
+    if errno is None and ((res.startswith("Scda") and "IO" in res) or any(r.get("cause_errno") for r in per_rank)):
+        v.problem("no errno", f"{what}: an I/O error without its errno: {[r for r in per_rank if r.get('cause_errno')]}")
     v.errors[f"{res} {errno}" if errno is not None else res] += 1
     return True
 
