@@ -160,15 +160,10 @@ def test_a_failing_read_of_the_lock_file_is_a_manager_error_on_every_rank(
 
     manager(tmp_path).close()  # the lock file is there: the next manager reads its owner line
 
-    class FailingOs:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(os, name)
+    def pread_exact(fd: int, n: int, offset: int) -> bytes:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-        @staticmethod
-        def pread(fd: int, n: int, offset: int) -> bytes:
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-
-    monkeypatch.setattr(_lock, "os", FailingOs())
+    monkeypatch.setattr(_lock, "pread_exact", pread_exact)
     got = run_threads(P, lambda comm: outcome(lambda: manager(tmp_path, comm)), timeout=60)
     assert got == [("ManagerError", None)] * P
     with pytest.raises(ac.ManagerError, match=r"cannot use the checkpoint directory .*: Input/output error"):
