@@ -51,6 +51,7 @@ __all__ = [
     "open_regular",
     "pread_exact",
     "preadv_exact",
+    "pwrite_exact",
     "read_regular",
     "replacing",
     "temporary_path",
@@ -167,11 +168,8 @@ class LocalFileSystem:
         fsync_directory(path)
 
     def rewrite(self, fd: int, data: bytes) -> None:
-        """``pwrite`` at byte 0, then ``ftruncate`` to the length of ``data``."""
-        view = memoryview(data)
-        done = 0
-        while done < view.nbytes:
-            done += os.pwrite(fd, view[done:], done)
+        """``pwrite`` at byte 0 (continued after short writes), then ``ftruncate`` to the length of ``data``."""
+        pwrite_exact(fd, data, 0)
         os.ftruncate(fd, len(data))
 
     def __repr__(self) -> str:
@@ -273,6 +271,25 @@ def _pread(fd: int, nbytes: int, offset: int) -> bytes:
         except InterruptedError:
             continue
     return os.pread(fd, nbytes, offset)
+
+
+def pwrite_exact(fd: int, data: Any, offset: int) -> None:
+    """Write all of ``data`` at byte ``offset`` of ``fd``: a short ``pwrite`` is continued. Not collective.
+
+    POSIX lets ``pwrite`` write fewer bytes than asked (a signal, a quota
+    reached in the middle, FUSE); the rest is written by the next call.
+
+    Raises
+    ------
+    OSError
+        The error of ``pwrite``; ``EIO`` if it writes nothing (it never ends otherwise).
+    """
+    view = memoryview(data).cast("B")
+    while view.nbytes:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.EIO, f"pwrite wrote nothing of {view.nbytes} bytes at byte {offset}")
+        view, offset = view[n:], offset + n
 
 
 def preadv_exact(fd: int, bufs: Sequence[memoryview], offset: int) -> int:

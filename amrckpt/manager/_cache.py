@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .._crc import crc32, crc32_of_pieces, pool
-from .._files import LOCAL, FileSystem, open_regular, read_regular
+from .._files import LOCAL, FileSystem, open_regular, pwrite_exact, read_regular
 from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, current_call, digest_of
 from ..container import RUN_RECORD_LIMIT
@@ -673,7 +673,7 @@ class PiecesBackend:
             finally:
                 value = crc.result()
             try:
-                os.pwrite(self._fd, pieces_head(self.comm.rank, nrounds, table, value), 0)
+                pwrite_exact(self._fd, pieces_head(self.comm.rank, nrounds, table, value), 0)
             except OSError as exc:
                 raise os_error(exc, self.path, "cannot write") from exc
         except BaseException:
@@ -733,7 +733,7 @@ class PiecesBackend:
                 self._mapping, kept = kept or _map(fd, total), None
                 self._stat = st
             if self._mapping is None:  # written with pwritev: the old header made invalid first, as the mapping's copy does
-                os.pwrite(fd, bytes(_HEAD.size), 0)
+                pwrite_exact(fd, bytes(_HEAD.size), 0)
         except OSError as exc:
             raise os_error(exc, self.path, "cannot write") from exc
         finally:
