@@ -24,13 +24,14 @@ Run under MPI, every rank under the POSIX preload::
     Without faults, on this job's process count: which files are set aside
     (``.damaged-``/``.unreadable-``) and whether each verifies; whether every
     checkpoint under a final name verifies; then ``restore_latest()`` on a
-    plain manager (for a cached trial: the trial's manager, its node cache
-    on the same job shape) and a bit-for-bit comparison with the state of
-    the step it restored.
+    plain manager (for a cached trial: the trial's manager with its node
+    caches, on this other job shape) and a bit-for-bit comparison with the
+    state of the step it restored.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 import time
@@ -163,7 +164,7 @@ def verify_trial(t: dict[str, Any], world: Any) -> dict[str, Any]:
         out["final_bad"] = [p.name for p in sorted(d.glob("ckpt-*.scda")) if not _verifies(p)]
     comm = world.Dup()
     try:
-        cached = t["mode"] == "cached"  # on the shape that wrote the cache (same P and nodes), as main supports
+        cached = t["mode"] == "cached"  # the node caches on another job shape: their newest step flushed, then loaded
         with manager(t, comm) if cached else ac.CheckpointManager(d, Advection, comm=comm, keep_policy=ac.KeepAll()) as mgr:
             got = mgr.restore_latest()
             out["step"] = mgr.restored_step
@@ -201,7 +202,9 @@ def main() -> int:
         if world.rank == 0:
             (out / f"{t['id']}.{mode}.start").write_text(str(time.time()))
         t0 = time.monotonic()
+        faulthandler.dump_traceback_later(t["dump_after"], exit=False)  # a hang's stacks, before the campaign kills it
         rec = save_trial(t, world) if mode == "save" else verify_trial(t, world)
+        faulthandler.cancel_dump_traceback_later()
         every = world.gather(rec, root=0)
         if world.rank == 0:
             assert every is not None

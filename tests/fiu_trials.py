@@ -6,9 +6,8 @@ its seed: :meth:`Trial.draw`) is a process count P (1-4), a backend (MPI-IO
 or POSIX), a save mode (direct, background, node cache), a few libfiu
 failure points with one probability, and whether the restore also runs
 under faults.  ``tests/fiu_job.py save`` runs it on P ranks under the POSIX
-preload; ``tests/fiu_job.py verify`` then restarts on Q ranks (Q != P;
-a cached trial on its own P and nodes, :attr:`Trial.restart`) without
-faults.  :func:`judge` reads both and says what went wrong:
+preload; ``tests/fiu_job.py verify`` then restarts on Q ranks (Q != P)
+without faults (a cached trial with its node caches: another job shape).  :func:`judge` reads both and says what went wrong:
 
 * a trial (save job or restart) that does not end within
   :data:`TRIAL_TIMEOUT` is a **hang** (the ranks' Python stacks are kept,
@@ -84,8 +83,8 @@ class Trial:
 
     @property
     def restart(self) -> int:
-        """The restart's process count: Q, but P for a node cache (main reads a cache only on the job shape that wrote it)."""
-        return self.P if self.mode == "cached" else self.Q
+        """The restart's process count: Q (a node cache's steps are flushed by the new job shape, then loaded)."""
+        return self.Q
 
     def command(self) -> str:
         """How to run this trial alone (the campaign's command line)."""
@@ -157,7 +156,7 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
                         reports[hung] = {"failure": "hang", "stacks": stacks[-20000:]}
                         break
         rc = proc.returncode
-        tail = err.read_text(errors="replace")[-4000:]
+        tail = err.read_text(errors="replace")[-(30000 if hung else 4000) :]
         rest = []
         for t in todo:
             got = out / f"{t['id']}.{mode}.json"
@@ -204,7 +203,7 @@ def judge(t: Trial, save: dict[str, Any], verify: dict[str, Any] | None) -> Verd
     """The verdict of one trial from its save and verify reports."""
     v = Verdict(t)
     if "failure" in save:
-        said = f"{save.get('stderr', '')[-1500:]} {save.get('stacks', '')[-3000:]}"
+        said = f"{save.get('stderr', '')[-30000:]} {save.get('stacks', '')[-3000:]}"
         v.problem(save["failure"], f"save job on {t.P} ranks: {said}")
         return v
     v.seconds = save["seconds"]
@@ -236,7 +235,7 @@ def judge(t: Trial, save: dict[str, Any], verify: dict[str, Any] | None) -> Verd
     if verify is None:
         return v
     if "failure" in verify:
-        said = f"{verify.get('stderr', '')[-1500:]} {verify.get('stacks', '')[-3000:]}"
+        said = f"{verify.get('stderr', '')[-30000:]} {verify.get('stacks', '')[-3000:]}"
         v.problem(verify["failure"], f"restart on {t.restart} ranks: {said}")
         return v
     w = verify["ranks"][0]
@@ -266,7 +265,8 @@ def campaign(root: Path, seeds: Iterable[int], *, batch: int = 4, log: Any = Non
     out.mkdir(parents=True, exist_ok=True)
 
     def spec(t: Trial) -> dict[str, Any]:
-        return asdict(t) | {"dir": str(root / t.id / "ckpt"), "cache": str(root / t.id / "cache"), "out": str(out)}
+        where = {"dir": str(root / t.id / "ckpt"), "cache": str(root / t.id / "cache"), "out": str(out)}
+        return asdict(t) | where | {"dump_after": TRIAL_TIMEOUT - 15}
 
     saves: dict[str, dict[str, Any]] = {}
     for P in sorted({t.P for t in trials}):

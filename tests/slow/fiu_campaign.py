@@ -60,7 +60,7 @@ def main() -> int:
     for v in bad:
         print(f"\nTRIAL {v.trial.id} ({v.trial.command()}): {v.trial}")
         for p in v.problems:
-            print("   ", p[:3000])
+            print("   ", p[:3000] if "hang" not in v.kinds else p)
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"table": table(verdicts).splitlines(), "seconds": round(seconds), "verdicts": [v.as_dict() for v in verdicts]}
