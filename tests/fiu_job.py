@@ -112,6 +112,12 @@ def save_trial(t: dict[str, Any], world: Any) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001 - recorded: a foreign exception is a finding
             exc = e
         ops.append({"op": op, "step": step} | outcome(exc))
+        o = ops[-1]  # on stderr as it happens: what each rank did before a hang
+        print(
+            f"[{t['id']} rank {world.rank}] {op} {step}: {o['result']} {o.get('errno') or ''} {o.get('message', '')[:300]}",
+            file=sys.stderr,
+            flush=True,
+        )
         return got
 
     mgr = manager(t, comm)
@@ -195,6 +201,11 @@ def _verifies(path: Path) -> bool:
 def main() -> int:
     from mpi4py import MPI
 
+    import amrckpt._threads
+
+    # A thread that dies before it runs (posix/mm/mmap) costs START_TIMEOUT; a healthy start takes well under a
+    # millisecond: 10 s instead of 30 keeps a trial of a few such saves within the campaign's bound.
+    amrckpt._threads.START_TIMEOUT = 10.0
     mode, jobs = sys.argv[1], json.loads(Path(sys.argv[2]).read_text())
     world = MPI.COMM_WORLD
     for t in jobs:
