@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
@@ -524,8 +525,10 @@ class Call:
                 ended.update(watch.ended)
                 raise _PeerEnded
 
+        now = time.time()  # wall clocks: comparable between nodes to far better than the margin below
+        values = [d, -d, int(now * 1000), -int((now + timeout) * 1000)]  # with the latest arrival, the earliest deadline
         try:
-            got = self.comm.meet(np.array([d, -d], dtype=np.int64), timeout, poll if watch is not None else None)
+            got = self.comm.meet(np.array(values, dtype=np.int64), timeout, poll if watch is not None else None)
         except _PeerEnded:
             got = None
         if got is None:
@@ -537,6 +540,23 @@ class Call:
             raise exc
         if int(got[0]) != -int(got[1]):
             self._mismatch("")
+        late = (int(got[2]) + int(got[3])) / 1000  # the latest arrival after the earliest deadline (s; < 0: in time)
+        if late > -min(1.0, timeout / 10):
+            # A rank waited out its deadline and went on (a reduction that timed out stays pending: MPI cannot cancel
+            # it), and these ranks met that abandoned reduction: alone, the call's next exchange would wait forever.
+            # Every rank that met computes the same from the same maxima, so all of them raise.
+            exc = errors.CollectiveTimeoutError(
+                f"rank {self.rank} of {self.size} came to {self.op} (call {self.seq} on this communicator) {late:.3g} s "
+                f"after another rank gave up waiting in it ({timeout:g} s): that rank went on, and this call cannot "
+                "agree with it. Make every rank make the same amrckpt calls in the same order; "
+                "AMRCKPT_COLLECTIVE_TIMEOUT sets how long ranks may arrive apart. This communicator cannot agree any "
+                "more: an uncaught error ends the MPI job."
+            )
+            exc.op, exc.seq, exc.ended = self.op, self.seq, {}
+            _mark_broken(self.comm, f"rank {self.rank}'s {self.op} (call {self.seq}) came after another rank gave up")
+            if "mpi4py.MPI" in sys.modules:
+                install_excepthook()
+            raise self.agreed(exc)
 
     def _tag(self) -> int:
         """Return the digest of this call and exchange: operation, sequence number, position (62 bits)."""
