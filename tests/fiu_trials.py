@@ -16,7 +16,10 @@ without faults (a cached trial with its node caches: another job shape).  :func:
 * every call must end the same way on every rank: ``ok`` everywhere, or the
   same class of amrckpt's tree (and the same errno) everywhere, an errno
   for every ``ScdaIOError`` and every error caused by an ``OSError`` with
-  one; anything else is **not agreed**, **foreign** or **no errno**;
+  one; anything else is **not agreed**, **foreign**, **no errno** (an
+  ``ScdaIOError`` or a ``CollectiveError`` of an ``OSError`` without it) or
+  **errno dropped** (a class without ``errno``, ``ManagerError``, raised
+  for an ``OSError``);
 * the restart must restore the newest step whose save returned on every
   rank, bit for bit; an older one is a **lost step**, a newer one (a save
   that raised but committed) a **failed save committed**;
@@ -193,8 +196,11 @@ def _agreed(v: Verdict, op: dict[str, Any], per_rank: list[dict[str, Any]]) -> b
         return False
     if res == "CollectiveTimeoutError":
         v.problem("timeout", f"{what}: {per_rank[0]['message'][:300]}")
-    if errno is None and ((res.startswith("Scda") and "IO" in res) or any(r.get("cause_errno") for r in per_rank)):
-        v.problem("no errno", f"{what}: an I/O error without its errno: {[r for r in per_rank if r.get('cause_errno')]}")
+    caused = [r for r in per_rank if r.get("cause_errno")]
+    if errno is None and ((res.startswith("Scda") and "IO" in res) or (caused and res == "CollectiveError")):
+        v.problem("no errno", f"{what}: an I/O error without its errno: {caused or per_rank[0]}")
+    elif errno is None and caused:  # a class of amrckpt's tree without errno (ManagerError) raised for an OSError
+        v.problem("errno dropped", f"{what}: {res} for an OSError, without its errno: {caused}")
     v.errors[f"{res} {errno}" if errno is not None else res] += 1
     return True
 
@@ -284,7 +290,8 @@ def campaign(root: Path, seeds: Iterable[int], *, batch: int = 4, log: Any = Non
     return [judge(t, saves[t.id], verifies.get(t.id)) for t in trials]
 
 
-KINDS = ("hang", "crash", "timeout", "not agreed", "foreign", "no errno", "set aside", "lost", "bad kept", "wrong data")
+KINDS = ("hang", "crash", "timeout", "not agreed", "foreign", "no errno", "errno dropped", "set aside", "lost", "bad kept")
+KINDS += ("wrong data",)
 KINDS += ("failed save committed", "restart failed")
 
 
