@@ -107,6 +107,7 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
     kinds: set[str] = field(default_factory=set)  # hang, crash, not agreed, foreign, no errno, lost, set aside, ...
     seconds: float = 0.0
+    stalls: int = 0  # jobs run again before this trial (see run_jobs)
 
     def problem(self, kind: str, text: str) -> None:
         self.kinds.add(kind)
@@ -132,10 +133,15 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
     A trial whose ``.start`` marker is older than :data:`TRIAL_TIMEOUT` is a
     hang: its ranks' stacks are kept, the job killed, and the trials after
     it run in a new job.  The report of a trial that has none is
-    ``{"failure": "hang"|"crash", ...}``.
+    ``{"failure": "hang"|"crash", ...}``.  A job that makes no progress
+    outside a trial for as long (libfiu's preload can deadlock in MPI's
+    start-up: its lock against the dynamic linker's, before any fault is
+    on) is killed and run again; the first trial's report counts these
+    stalls (``job_stalls``).
     """
     reports: dict[str, dict[str, Any]] = {}
     todo = list(trials)
+    stalls = 0  # jobs that stopped outside any trial (libfiu's preload can deadlock at MPI start-up): killed and run again
     while todo:
         spec = out / f"job-{mode}-{todo[0]['id']}.json"
         spec.write_text(json.dumps(todo))
@@ -145,10 +151,20 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
         with err.open("w") as ferr:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=ferr, env=_env(), cwd=REPO)
             hung: str | None = None
+            stalled = False
+            t0 = time.time()
             while proc.poll() is None:
                 time.sleep(0.2)
                 running = [t for t in todo if (out / f"{t['id']}.{mode}.start").exists()]
                 running = [t for t in running if not (out / f"{t['id']}.{mode}.json").exists()]
+                if not running:  # starting, or between trials: bounded too
+                    done = [out / f"{t['id']}.{mode}.json" for t in todo]
+                    last = max([t0] + [f.stat().st_mtime for f in done if f.exists()])
+                    if time.time() - last > TRIAL_TIMEOUT:
+                        stalled = True
+                        kill_tree(proc.pid, str(spec))
+                        proc.wait()
+                        break
                 if running:
                     started = float((out / f"{running[-1]['id']}.{mode}.start").read_text() or 0)
                     if time.time() - started > TRIAL_TIMEOUT:
@@ -171,6 +187,13 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
                 reports[t["id"]] = {"failure": "crash", "rc": rc, "stderr": tail}
             else:
                 rest.append(t)
+        if stalled:
+            stalls += 1
+            if log is not None:
+                log(f"  {mode} job P={P}: stopped outside a trial for {TRIAL_TIMEOUT:.0f} s (killed, run again): {tail[-500:]}")
+            if stalls <= 2 * len(trials):
+                todo = rest
+                continue
         if rest and rest == todo:  # nothing started: the job itself fails
             for t in rest:
                 reports[t["id"]] = {"failure": "crash", "rc": rc, "stderr": tail}
@@ -178,6 +201,8 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
         todo = rest
         if log is not None:
             log(f"  {mode} job P={P}: rc {rc}{', hang in ' + hung if hung else ''}; {len(todo)} trials left")
+    for t in trials:
+        reports[t["id"]]["job_stalls"] = stalls if t is trials[0] else 0
     return reports
 
 
@@ -207,7 +232,7 @@ def _agreed(v: Verdict, op: dict[str, Any], per_rank: list[dict[str, Any]]) -> b
 
 def judge(t: Trial, save: dict[str, Any], verify: dict[str, Any] | None) -> Verdict:
     """The verdict of one trial from its save and verify reports."""
-    v = Verdict(t)
+    v = Verdict(t, stalls=save.get("job_stalls", 0) + (verify or {}).get("job_stalls", 0))
     if "failure" in save:
         said = f"{save.get('stderr', '')[-30000:]} {save.get('stacks', '')[-3000:]}"
         v.problem(save["failure"], f"save job on {t.P} ranks: {said}")
@@ -312,4 +337,6 @@ def table(verdicts: list[Verdict]) -> str:
     lines.append("trials with a problem, by kind:")
     lines += [f"    {kinds.get(k, 0):5d}  {k}" for k in KINDS]
     lines.append(f"trials without a problem: {sum(not v.kinds for v in verdicts)} of {len(verdicts)}")
+    stalls = sum(v.stalls for v in verdicts)
+    lines.append(f"jobs killed and run again after stopping outside any trial (libfiu at start-up): {stalls}")
     return "\n".join(lines)
