@@ -18,7 +18,15 @@ import numpy as np
 from .. import scda
 from .._crc import crc32
 from .._files import read_regular
-from ..errors import AmrckptError, CheckpointError, ChecksumError, IncompleteCheckpointError, ScdaCountError, ScdaError
+from ..errors import (
+    AmrckptError,
+    CheckpointError,
+    ChecksumError,
+    IncompleteCheckpointError,
+    ScdaCountError,
+    ScdaError,
+    ScdaIOError,
+)
 from ..partition import Partition
 from ..scda import checksum_error, decode_elements, read_raw_section, read_section
 from ._convention import (
@@ -127,6 +135,8 @@ def read_index_on_root(read: Any, size: int, path: str, *, verify: bool = True) 
         if off < scda.FILE_HEADER_NBYTES or off % 32:
             raise IncompleteCheckpointError(f"a file of {size} bytes")
         foot = read_raw_section(read, off, size)
+    except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
+        raise
     except (ScdaError, IncompleteCheckpointError) as exc:
         raise IncompleteCheckpointError(f"{not_a_footer}: {exc}") from exc
     if foot.type != "I":
@@ -135,6 +145,8 @@ def read_index_on_root(read: Any, size: int, path: str, *, verify: bool = True) 
     where = f"the footer (bytes {off}..{size}) points at byte {index_offset}"
     try:
         raw = read_raw_section(read, index_offset, size) if 0 <= index_offset < off else None
+    except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
+        raise
     except ScdaError:
         raw = None
     if raw is None or raw.type != "B" or raw.user_string != INDEX_USER_STRING or raw.end is None:
@@ -248,6 +260,8 @@ def read_metadata(f: scda.LocalFile, verify: bool, select: Callable[[Manifest], 
     path, read, size = f.path, f.read, f.size
     try:
         header_crc = scda.read_file_header(read, size, path)[2]
+    except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
+        raise
     except ScdaError as exc:  # damage (with the index's word for it), a file cut short, or no scda file at all
         try:
             index = read_index_on_root(read, size, path, verify=verify)[1]
@@ -310,6 +324,8 @@ def explain(read: Any, size: int, e: IndexEntry, verify: bool, path: str, exc: B
     end = min(e.end, size)
     try:
         damaged = not 0 <= e.offset <= end or e.end > size or _crc_of(read, e.offset, end) != e.crc32
+    except ScdaIOError:  # the bytes could not be read: no evidence either way, and the I/O error is the better cause
+        raise
     except AmrckptError:
         damaged = True
     if damaged:
@@ -323,6 +339,8 @@ def _block(read: Any, size: int, e: IndexEntry, user_string: bytes, verify: bool
         if raw.type != "B" or raw.user_string != user_string or raw.end is None:
             raise CheckpointError(f"{path!r}: expected section {user_string.decode()!r} at byte {e.offset}")
         whole = read(e.offset, raw.end - e.offset)
+    except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
+        raise
     except ScdaError as exc:
         explain(read, size, e, verify, path, exc)
         raise CheckpointError(f"{path!r}: no section {user_string.decode()!r} at byte {e.offset}: {exc}") from exc
@@ -339,6 +357,8 @@ def _format1_partition(read: Any, size: int, e: IndexEntry, verify: bool, path: 
     """Format 1: the counts of the writing partition (an A section of P int64)."""
     try:
         raw = read_raw_section(read, e.offset, size)
+    except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
+        raise
     except ScdaError as exc:
         explain(read, size, e, verify, path, exc)
         raise CheckpointError(f"{path!r}: malformed writing partition section: {exc}") from exc
@@ -384,6 +404,8 @@ def section_at(read: Any, size: int, e: IndexEntry, fs: FieldSpec, verify: bool,
     """
     try:
         return _section_at(read, size, e, fs, verify, path)
+    except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
+        raise
     except (CheckpointError, ScdaError) as exc:
         if isinstance(exc, ChecksumError):
             raise
@@ -394,6 +416,8 @@ def section_at(read: Any, size: int, e: IndexEntry, fs: FieldSpec, verify: bool,
 def _section_at(read: Any, size: int, e: IndexEntry, fs: FieldSpec, verify: bool, path: str) -> Section:
     try:
         header, raws = read_section(read, e.offset, size, decode=True)
+    except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
+        raise
     except ScdaError as exc:
         raise CheckpointError(f"{path!r}: no section of field {fs.name!r} at byte {e.offset}: {exc}") from exc
     if header.type != fs.section or header.user_string != fs.name.encode() or header.decoded != fs.compressed:

@@ -360,3 +360,32 @@ def test_a_save_over_a_checkpoint_that_cannot_be_read_fails_and_leaves_it(tmp_pa
 
     assert run_threads(P, body, timeout=120) == [("ScdaIOError", errno.EIO)] * P
     assert files(tmp_path) == before
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.EFAULT])
+@pytest.mark.parametrize("region", ["footer", "section headers"])
+def test_an_io_error_reading_the_footer_or_a_section_header_is_no_verdict(tmp_path: Path, code: int, region: str) -> None:
+    """Every read of the newest checkpoint's footer (or of its first section headers) fails: ScdaIOError, nothing set aside.
+
+    Before: the I/O error became IncompleteCheckpointError ("the last 96 bytes are not an amrckpt footer") or
+    CheckpointError ("no section of field ..."), found by the metadata check and again by the load: damage found twice,
+    and the good checkpoint was renamed ``.damaged-`` (libfiu trial t1000040, MPI-IO with pread faults).
+    """
+    before = two_steps(tmp_path)
+    newest = tmp_path / NEWEST
+    size = newest.stat().st_size
+    real_pread = os.pread
+
+    def pread(fd: int, m: int, off: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(NEWEST):
+            hit = off + m > size - 96 if region == "footer" else 128 <= off < 1024
+            if hit:
+                raise OSError(code, os.strerror(code))
+        return real_pread(fd, m, off)
+
+    with manager(tmp_path, None) as mgr, mock.patch.object(os, "pread", pread):
+        with pytest.raises(ScdaIOError) as got:
+            mgr.restore_latest()
+    assert got.value.errno == code
+    assert files(tmp_path) == before  # nothing renamed, nothing written
+    assert_restores(tmp_path, 2, 1)
