@@ -538,25 +538,27 @@ class Call:
             if "mpi4py.MPI" in sys.modules:
                 install_excepthook()
             raise exc
-        if int(got[0]) != -int(got[1]):
-            self._mismatch("")
         late = (int(got[2]) + int(got[3])) / 1000  # the latest arrival after the earliest deadline (s; < 0: in time)
-        if late > -min(1.0, timeout / 10):
-            # A rank waited out its deadline and went on (a reduction that timed out stays pending: MPI cannot cancel
-            # it), and these ranks met that abandoned reduction: alone, the call's next exchange would wait forever.
-            # Every rank that met computes the same from the same maxima, so all of them raise.
-            exc = errors.CollectiveTimeoutError(
-                f"rank {self.rank} of {self.size} came to {self.op} (call {self.seq} on this communicator) {late:.3g} s "
-                f"after another rank gave up waiting in it ({timeout:g} s): that rank went on, and this call cannot "
-                "agree with it. Make every rank make the same amrckpt calls in the same order; "
-                "AMRCKPT_COLLECTIVE_TIMEOUT sets how long ranks may arrive apart. This communicator cannot agree any "
-                "more: an uncaught error ends the MPI job."
-            )
-            exc.op, exc.seq, exc.ended = self.op, self.seq, {}
-            _mark_broken(self.comm, f"rank {self.rank}'s {self.op} (call {self.seq}) came after another rank gave up")
-            if "mpi4py.MPI" in sys.modules:
-                install_excepthook()
-            raise self.agreed(exc)
+        if late <= -min(1.0, timeout / 10):
+            if int(got[0]) != -int(got[1]):
+                self._mismatch("")  # every rank is here (none gave up): the allgather that names the calls is safe
+            return
+        # Checked before the tags: the rank that gave up is not here to take part in _mismatch's allgather.
+        # A rank waited out its deadline and went on (a reduction that timed out stays pending: MPI cannot cancel
+        # it), and these ranks met that abandoned reduction: alone, the call's next exchange would wait forever.
+        # Every rank that met computes the same from the same maxima, so all of them raise.
+        exc = errors.CollectiveTimeoutError(
+            f"rank {self.rank} of {self.size} came to {self.op} (call {self.seq} on this communicator) {late:.3g} s "
+            f"after another rank gave up waiting in it ({timeout:g} s): that rank went on, and this call cannot "
+            "agree with it. Make every rank make the same amrckpt calls in the same order; "
+            "AMRCKPT_COLLECTIVE_TIMEOUT sets how long ranks may arrive apart. This communicator cannot agree any "
+            "more: an uncaught error ends the MPI job."
+        )
+        exc.op, exc.seq, exc.ended = self.op, self.seq, {}
+        _mark_broken(self.comm, f"rank {self.rank}'s {self.op} (call {self.seq}) came after another rank gave up")
+        if "mpi4py.MPI" in sys.modules:
+            install_excepthook()
+        raise self.agreed(exc)
 
     def _tag(self) -> int:
         """Return the digest of this call and exchange: operation, sequence number, position (62 bits)."""

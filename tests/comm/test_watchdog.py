@@ -236,18 +236,20 @@ def test_forgotten_comm_is_caught_from_the_launchers_environment(tmp_path: Path)
 # -- the same rules on threads ---------------------------------------------------------------------
 
 
-def test_a_rank_that_comes_after_the_others_gave_up_does_not_go_on_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("its_call", ["late", "other"])
+def test_a_rank_that_comes_after_the_others_gave_up_does_not_go_on_alone(tmp_path: Path, its_call: str) -> None:
     """Before: the meeting of a rank that came after the others' timeout met their abandoned reductions (MPI cannot
     cancel them) and the rank went on alone into the call's blocking exchanges: the job hung (fiu trial t1000178: a
-    thread that died before it ran held rank 1 for 30 s, ranks 0 and 2 gave up after 20 s and went on)."""
+    thread that died before it ran held rank 1 for 30 s, ranks 0 and 2 gave up after 20 s and went on).  A late rank in
+    another call ("other") must not try to name the calls either (an allgather the others are not in)."""
     p, seconds = run_job(
         tmp_path,
-        """
+        f"""
         from amrckpt.comm import collective
         if rank == 1:
             time.sleep(6)  # late: the others wait the timeout (3 s), give up and go on
         try:
-            with collective(comm, "late") as call:
+            with collective(comm, "late" if rank != 1 else "{its_call}") as call:
                 call.allreduce(sums=[1], what="after the meeting")  # blocking: alone, it would wait forever
             print("rank", rank, "passed the call", flush=True)
         except ac.errors.CollectiveTimeoutError as exc:
@@ -261,7 +263,7 @@ def test_a_rank_that_comes_after_the_others_gave_up_does_not_go_on_alone(tmp_pat
     )
     assert p.returncode == 0 and p.stdout.count("done") == 2, p.stdout + p.stderr
     assert "passed the call" not in p.stdout and p.stdout.count("timed out:") == 2, p.stdout
-    assert "rank 1 timed out: rank 1 of 2 came to late (call 1" in p.stdout and "after another rank gave up" in p.stdout
+    assert f"rank 1 timed out: rank 1 of 2 came to {its_call} (call 1" in p.stdout and "after another rank gave up" in p.stdout
     assert seconds < 30, seconds
 
 
