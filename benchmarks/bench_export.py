@@ -25,7 +25,7 @@ Timed, interleaved (load, export, htg, htg, export, load, ...), medians printed:
   checked, the hyper trees' descriptors and every cell array on every node
   (leaves, and coarse nodes the mean of their children).
 
-The targets (issue 35): an unstructured export takes at most 2.0 times a
+The targets: an unstructured export takes at most 2.0 times a
 load, a HyperTreeGrid export at most 1.0 times.  Files go to
 ``--dir`` (default /dev/shm, a tmpfs), so the file system's page allocation
 does not dominate; the export writes about as many bytes as the checkpoint

@@ -122,8 +122,8 @@ def _decompressor(checked: bool = False) -> Callable[[Any, int], Any]:
 
 
 # Chosen when the module is imported, never inside a collective call: an import reads files (a failing read there
-# was one rank's raw OSError: fiu trial t1000142), and an import that failed there would pick another library on
-# that rank alone.
+# would be one rank's raw OSError outside the collective helper), and an import that failed there would pick another
+# library on that rank alone.
 _compressor()
 _decompressor(False)
 _decompressor(True)
