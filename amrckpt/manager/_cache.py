@@ -50,7 +50,7 @@ from .._files import LOCAL, FileSystem, open_regular, pwrite_exact, read_regular
 from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, current_call, digest_of
 from ..container import RUN_RECORD_LIMIT
-from ..errors import ManagerError, ScdaIOError, ScdaUsageError
+from ..errors import ManagerError, ManagerIOError, ScdaIOError, ScdaUsageError
 from ..scda import Backend, FileAccess, os_error
 from ._lock import DirectoryLock
 from ._names import StepNames
@@ -598,14 +598,14 @@ def read_pieces(path: Path, verify: bool = True) -> Pieces:
     try:
         fd = open_regular(path)  # never a link followed, never a FIFO waited on
     except OSError as exc:
-        raise ManagerError(f"{path.name}: {exc.strerror or exc}") from exc
+        raise ManagerIOError.of(path.name, exc) from exc
     try:
         st = os.fstat(fd)
         if st.st_size == 0:
             raise ManagerError(f"{path.name}: not a pieces file")
         raw = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as exc:
-        raise ManagerError(f"{path.name}: {exc.strerror or exc}") from exc
+        raise ManagerIOError.of(path.name, exc) from exc
     finally:
         os.close(fd)
     return parse_pieces(raw, path.name, verify)
@@ -838,7 +838,7 @@ class CacheLevel:
             if not stat.S_ISDIR(os.lstat(self.path).st_mode):
                 raise ManagerError(f"the node cache {str(self.path)!r} is not a directory")
         except OSError as exc:
-            raise ManagerError(f"cannot use the node cache {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot use the node cache {str(self.path)!r}", exc) from exc
         self.tmpfs = on_tmpfs(self.path)
         if lock:
             self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)

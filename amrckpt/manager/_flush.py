@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import mmap
 import os
@@ -31,7 +32,7 @@ from typing import Any
 from .._files import new_token, open_regular
 from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, collective
-from ..errors import ManagerError
+from ..errors import ManagerError, ManagerIOError
 from ..scda import MAX_CALL_NBYTES, FileAccess, open_backend, os_error
 from ..schema import CheckpointSchema, save
 from ._cache import CacheLevel, NodeLayout, Pieces, parse_pieces, pieces_name, read_pieces
@@ -219,22 +220,34 @@ def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool)
     call.run(keep)
 
 
-def _own(level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int, verify: bool) -> tuple[Pieces | None, str]:
-    """Read this rank's pieces of the cached ``step`` from its node (None and why not, if it cannot)."""
+def _own(
+    level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int, verify: bool
+) -> tuple[Pieces | None, str, ManagerIOError | None]:
+    """Read this rank's pieces of the cached ``step`` from its node.
+
+    Returns the pieces, or None with why not; and the I/O error met, if
+    any (not evidence of anything missing or damaged: a partner's copy may
+    still serve, else the flush fails with it).
+    """
     info = level.info(step)
     if info is None:
-        return None, f"node {layout.node(rank)} has no committed cached step {step}"
+        return None, f"node {layout.node(rank)} has no committed cached step {step}", None
     if info.get("size") != size or info.get("layout") != layout.digest:
-        return None, f"the cached step {step} was written by another process count or node layout"
+        return None, f"the cached step {step} was written by another process count or node layout", None
     try:
         got = read_pieces(level.step_path(step) / pieces_name(rank), verify)
+    except ManagerIOError as exc:
+        if exc.errno == errno.ENOENT:
+            return None, str(exc), None
+        why = f"cannot read rank {rank}'s pieces of the cached step {step}: {exc.strerror}"
+        return None, why, ManagerIOError(exc.errno, why)
     except ManagerError as exc:
-        return None, str(exc)
+        return None, str(exc), None
     nbytes = info.get("nbytes")
     if not isinstance(nbytes, int) or got.end > nbytes:
         got.close()
-        return None, f"the pieces of rank {rank} reach beyond the {nbytes} bytes of the cached step {step}: damaged"
-    return got, ""
+        return None, f"the pieces of rank {rank} reach beyond the {nbytes} bytes of the cached step {step}: damaged", None
+    return got, "", None
 
 
 def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, *, verify: bool = True) -> Pieces:
@@ -248,11 +261,14 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, 
 
     Raises
     ------
+    ManagerIOError
+        On every rank, if some rank's pieces could not be read for an I/O
+        error (its ``errno``) and no partner's copy served.
     ManagerError
         On every rank, if some rank's pieces are on no node (or damaged on every node).
     """
     rank, P = call.comm.rank, call.comm.size
-    mine, why = _own(level, layout, step, rank, P, verify)
+    mine, why, io_error = _own(level, layout, step, rank, P, verify)
     needs = call.allgather_ints([int(mine is None)], what="flush: find the pieces")
     for k in range(1, layout.partners + 1):
         if not needs.any():
@@ -276,6 +292,9 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, 
         lost = [int(r) for r in needs.nonzero()[0]]
         if mine is None:
             _log.info("rank %d: no copy of its pieces of the cached step %d: %s", rank, step, why)
+            if io_error is not None:  # an I/O error, not a piece missing: fail with it (errno kept), agreed
+                call.fail(io_error)
+        call.agree("flush: find the pieces")
         raise call.agreed(ManagerError(f"the cached step {step} is incomplete: no copy of the pieces of ranks {lost[:8]}"))
     assert mine is not None
     return mine
