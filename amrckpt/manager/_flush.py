@@ -57,23 +57,28 @@ class Cached:
 
 
 def _send_view(path: Path) -> Any:
-    """Map a pieces file read-only for sending (None if it cannot be read: the partner is told "sent nothing").
+    """Map a pieces file read-only for sending (None if it is missing: the partner is told "sent nothing").
 
-    A step of a collective call (:meth:`~amrckpt.comm.Call.run`): a failing
-    ``close(2)`` raises :class:`~amrckpt.errors.ScdaIOError` there, agreed,
+    A step of a collective call (:meth:`~amrckpt.comm.Call.run`): an I/O
+    error (open, fstat, mmap, a failing ``close(2)``) raises
+    :class:`~amrckpt.errors.ScdaIOError` with its errno there, agreed,
     instead of leaving this rank out of the partner exchange.
     """
     try:
         fd = open_regular(path)  # never a link followed, never a FIFO waited on
-    except OSError:
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise os_error(exc, str(path), "cannot open") from exc
     view = None
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_size > 0:
             view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        view = None
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise os_error(exc, str(path), "cannot map") from exc
     try:
         os.close(fd)
     except OSError as exc:
@@ -214,7 +219,9 @@ def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool)
 
     def keep() -> None:
         if got is None:
-            raise ManagerError(f"partner copy: rank {source} sent nothing")
+            exc = ManagerError(f"partner copy: rank {source} sent nothing")
+            exc.remote = True  # type: ignore[attr-defined]  # a report of the sender's failure: its own error is agreed first
+            raise exc
         _write_new(tmp / pieces_name(source), got, sync)
 
     call.run(keep)
@@ -229,7 +236,9 @@ def _own(
     any (not evidence of anything missing or damaged: a partner's copy may
     still serve, else the flush fails with it).
     """
-    info = level.info(step)
+    info, error = level.read_info(step)
+    if error is not None:
+        return None, str(error), error
     if info is None:
         return None, f"node {layout.node(rank)} has no committed cached step {step}", None
     if info.get("size") != size or info.get("layout") != layout.digest:
@@ -276,8 +285,8 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, 
         q = layout.held(rank, k)  # the rank whose k-th copy this node keeps (None: none)
         send = q is not None and bool(needs[q])
         raw = None
-        if q is not None and send and level.info(step) is not None:
-            raw = _send_view(level.step_path(step) / pieces_name(q))
+        if q is not None and send and level.info(step) is not None:  # a step: its error is agreed, never one rank's exit
+            raw = call.run(_send_view, level.step_path(step) / pieces_name(q))
         got = call.sendrecv(raw, q if send else None, layout.holder(rank, k) if needs[rank] else None)
         if raw is not None:
             with contextlib.suppress(BufferError):
@@ -341,13 +350,15 @@ def flush_step(
         if pieces is None:
             pieces = gather_pieces(call, level, layout, step)
         try:
+            info, info_error = level.read_info(step)
             nbytes = commit_pieces(
                 call,
                 directory,
                 step,
                 pieces.pieces,
                 pieces.nrounds,
-                level.info(step),
+                info,
+                info_error=info_error,
                 access=access,
                 keep_policy=keep_policy,
                 log=log,
@@ -369,6 +380,7 @@ def commit_pieces(
     access: FileAccess,
     keep_policy: KeepPolicy,
     log: RankLogger,
+    info_error: BaseException | None = None,
 ) -> int:
     """Write this rank's ``pieces`` of the cached ``step``'s file into the shared directory; commit it with its records. Collective.
 
@@ -401,6 +413,9 @@ def commit_pieces(
     held = sum(b.nbytes for _, b in pieces)
     top = call.allreduce(maxima=[key, end, nrounds, -(-held // MAX_CALL_NBYTES)], what="flush: records").maxima
     if top[0] == 0:
+        if info is None and info_error is not None:  # not missing: unreadable (its errno), agreed
+            call.fail(info_error)
+        call.agree("flush: records")
         raise call.agreed(ManagerError(f"the cached step {step} has no step.json on any node"))
     text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - top[0], what="flush: records")
     records = {k: str(v).encode() for k, v in json.loads(str(text.value)).items()}
