@@ -430,11 +430,6 @@ class Call:
         exc._amrckpt_agreed = True  # type: ignore[attr-defined]
         return exc
 
-    def pop_error(self) -> BaseException | None:
-        """Take this rank's pending error back (to raise a better one first, e.g. a damaged section's). Not collective."""
-        error, self.error = self.error, None
-        return error
-
     def run(self, fn: Callable[..., T], *args: Any, on: int | None = None, always: bool = False, **kwargs: Any) -> T | None:
         """Run a step on this rank (on rank ``on`` only, if given); keep its exception for the next agreement.
 
