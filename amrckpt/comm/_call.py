@@ -53,6 +53,7 @@ from ._agreed import _ranks, agreed_error, describe
 from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, digest_of
 from ._launch import launched_task
 from ._mpi import MPIComm, is_mpi4py_comm
+from ._reduction import Reduction
 from ._thread import ThreadComm
 from ._watchdog import (
     arm,
@@ -650,6 +651,10 @@ class Call:
             got.value,
             [got.maxima[3 + 2 * i] == -got.maxima[4 + 2 * i] for i in range(len(eq))],
         )
+
+    def reduction(self, what: str = "") -> Reduction:
+        """Start a reduction of named channels (:class:`~amrckpt.comm.Reduction`), run as one allreduce. Not collective."""
+        return Reduction(self, what)
 
     def agree(self, what: str = "") -> None:
         """Raise on every rank the agreed error if any rank holds one (one allreduce). Collective.

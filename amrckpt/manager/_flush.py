@@ -411,15 +411,17 @@ def commit_pieces(
     key = P - comm.rank if info is not None and isinstance(info.get("records"), dict) else 0
     end = max((off + b.nbytes for off, b in pieces), default=0)
     held = sum(b.nbytes for _, b in pieces)
-    top = call.allreduce(maxima=[key, end, nrounds, -(-held // MAX_CALL_NBYTES)], what="flush: records").maxima
-    if top[0] == 0:
+    red = call.reduction("flush: records").max("records holder", key).max("end", end).max("rounds", nrounds)
+    top = red.max("rounds held", -(-held // MAX_CALL_NBYTES)).run()
+    holder = top.max("records holder")  # P - the lowest rank that holds the records (0: none)
+    if holder == 0:
         if info is None and info_error is not None:  # not missing: unreadable (its errno), agreed
             call.fail(info_error)
         call.agree("flush: records")
         raise call.agreed(ManagerError(f"the cached step {step} has no step.json on any node"))
-    text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - top[0], what="flush: records")
+    text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - holder, what="flush: records")
     records = {k: str(v).encode() for k, v in json.loads(str(text.value)).items()}
-    nbytes, rounds = int(top[1]), max(1, int(top[2]), int(top[3]))
+    nbytes, rounds = int(top.max("end")), max(1, int(top.max("rounds")), int(top.max("rounds held")))
 
     def write(tmp: Path) -> _Flushed:
         a = access.replace(truncate=True)
@@ -458,5 +460,5 @@ def newest_cached(call: Call, level: CacheLevel, layout: NodeLayout, below: int 
         return -1
 
     got = call.run(local)
-    top = int(call.allreduce(maxima=[got if got is not None else -1], what="cache: newest step").maxima[0])
+    top = int(call.reduction("cache: newest step").max("step", got if got is not None else -1).run().max("step"))
     return None if top < 0 else top

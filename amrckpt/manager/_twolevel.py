@@ -203,7 +203,10 @@ class NodeLevel:
         """Save into the node caches; flush in the background if the flush policy (or ``halt``) asks. Collective.
 
         ``facts`` are the step record's (reason, time, metrics...).  Returns
-        the seconds the cached save blocked.
+        the seconds the cached save blocked.  Once the step is cached, this
+        save succeeds: an error of a flush (an earlier background flush, or
+        the start of this step's) is raised by the next save, before it
+        saves anything, unless a newer flush succeeds first.
         """
         if self._pending is not None:
             self._settle()  # an earlier background flush failed: raise it before this step is saved (unless moot)
@@ -221,7 +224,11 @@ class NodeLevel:
         finally:
             self.start_retention()  # after the save's last collective call
         if flush:
-            self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
+            try:
+                self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
+            except AmrckptError as exc:  # agreed; the step is cached: this save succeeded, the next one reports it
+                self._pending = exc
+                self.log.warning("the flush of the cached step %d could not run (%s); the next save raises it", step, exc)
         return done.seconds
 
     # -- flushing ---------------------------------------------------------------------------------

@@ -444,11 +444,12 @@ def _write(
     rows = call.run(data_rows)
     mine = int(rows.shape[1]) if rows is not None else 0
     # A rank without quadrants has no say in the data size (the maxima of size and -size over the others).
-    res = call.allreduce(maxima=[mine, -mine] if n else [-1, -(2**61)], what="write_p4est").maxima
-    if res[0] >= 0 and res[0] != -res[1]:
+    got = call.reduction("write_p4est").max("data size", mine if n else -1).min("data size", mine if n else 2**61).run()
+    largest, smallest = int(got.max("data size")), int(got.min("data size"))
+    if largest >= 0 and largest != smallest:
         raise call.agreed(SchemaError("write_p4est: the ranks' data have different sizes per quadrant"))
     assert rows is not None
-    ds = max(res[0], 0)
+    ds = max(largest, 0)
     if not n:
         rows = np.zeros((0, ds), dtype=np.uint8)
     q = forest.to_p4est(comm=c, connectivity=connectivity)

@@ -398,3 +398,30 @@ def test_a_failed_background_flush_is_raised_by_the_next_save_before_it_saves(
     monkeypatch.undo()  # the file system works again
     with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
         assert mgr.restore_latest() is not None and mgr.restored_step == 4  # the newest step whose save returned
+
+
+def test_a_flush_thread_that_cannot_start_fails_the_next_save_not_the_cached_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libfiu seed 1000052: the flush thread of step 4 could not start (mmap), and the save of step 4, whose step was
+    cached, raised ThreadStartError; the restart then restored that step: a save that raised but committed."""
+    from amrckpt.comm import Call
+
+    real = Call.start_thread
+
+    def start_thread(self: Call, target: Any, name: str) -> Any:
+        if name == "amrckpt-flush-4":
+            raise self.agreed(ac.errors.ThreadStartError(f"cannot start the thread {name!r}: injected"))
+        return real(self, target, name)
+
+    monkeypatch.setattr(Call, "start_thread", start_thread)
+    cache = ac.NodeCache(tmp_path / "cache", keep=10)
+    kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(2), "cache": cache}
+    with ac.CheckpointManager(tmp_path / "shared", Advection, **kw) as mgr:
+        for s in range(1, 5):
+            mgr.save(s, state(s))  # step 4 is cached; its flush could not start: reported by the next save
+        with pytest.raises(ac.errors.ThreadStartError, match="amrckpt-flush-4"):
+            mgr.save(5, state(5))
+        assert [c.step for c in list_cache(tmp_path / "cache" / "node-0")] == [1, 2, 3, 4]  # 5 was not saved
+        mgr.save(5, state(5))  # the next try saves
+    assert mgr.all_steps()[-1] == 5  # flushed at close
