@@ -1,0 +1,72 @@
+"""What a real p4est client found (issue 36), checked against the real libp4est (tests/p4est/p4est_tool.c).
+
+A p4est file whose flipped level byte leaves a hole in the forest: p4est refuses to load it, and so does amrckpt
+(convert, read on any number of ranks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from p4est import build
+
+import amrckpt as ac
+from amrckpt.cli import main
+from amrckpt.comm import run_threads
+from amrckpt.errors import P4estFormatError
+from amrckpt.p4est import read_p4est
+
+REASON = build.skip_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the real libp4est is not available: {REASON}")
+
+
+def _p4est_loads(dim: int, path: Path, data_size: int) -> subprocess.CompletedProcess[str]:
+    cmd = [str(build.tool(dim)), "load", os.fspath(path), str(data_size)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=build.tool_env(), check=False, timeout=120)
+
+
+def _holed(tmp_path: Path, dim: int) -> tuple[Path, list[tuple[int, Path]]]:
+    """A forest saved by libp4est, and copies with the level byte of one quadrant flipped (a finer level: a hole after it)."""
+    src = tmp_path / "saved.p4est"
+    build.run(dim, "save", "star" if dim == 2 else "rotcubes", "2", "8", "3", "0", src)
+    h = read_p4est(src).header
+    N, rec = h.num_quadrants, h.record_nbytes
+    raw = src.read_bytes()
+    levels = np.frombuffer(raw, dtype=np.uint8, offset=h.data_offset).reshape(N, rec)[:, 4 * dim]
+    even = np.flatnonzero(levels % 2 == 0)  # level 2 -> 3: the quadrant shrinks to its first child, a hole after it
+    picks = sorted({int(even[0]), int(even[len(even) // 2]), int(even[-1])})
+    out = []
+    for i in picks:
+        blob = bytearray(raw)
+        blob[h.data_offset + i * rec + 4 * dim] ^= 0x01
+        path = tmp_path / f"flipped-{i}.p4est"
+        path.write_bytes(bytes(blob))
+        out.append((i, path))
+    return src, out
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_a_flipped_level_byte_that_leaves_a_hole_is_refused_as_p4est_refuses_it(
+    tmp_path: Path, dim: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, flipped = _holed(tmp_path, dim)
+    N = read_p4est(src).header.num_quadrants
+    assert _p4est_loads(dim, src, 8).returncode == 0
+    for i, path in flipped:
+        res = _p4est_loads(dim, path, 8)
+        assert res.returncode != 0 and "invalid forest" in res.stdout + res.stderr, res.stderr[-500:]  # p4est_load_ext refuses it
+        out = tmp_path / f"out-{i}.scda"
+        assert main(["convert", os.fspath(path), os.fspath(out), "--from", "p4est"]) == 1
+        err = capsys.readouterr().err
+        assert "P4estFormatError" in err and "not a complete forest" in err, err
+        assert re.search(rf"quadrant {i}\b", err) and "tree" in err, err
+        assert not out.exists() and not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+        # On 3 ranks cut right after the shrunk quadrant: the rank after it sees the hole, with the quadrant before its own.
+        part = ac.Partition.from_offsets([0, i + 1, (i + 1 + N) // 2, N]) if i + 1 < N else ac.Partition.uniform(N, 3)
+        with pytest.raises(P4estFormatError, match=rf"not a complete forest.*quadrant {i}\b"):
+            run_threads(3, lambda comm, path=path, part=part: read_p4est(path, comm=comm, partition=part))
