@@ -102,12 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
         "against the CRC32s in its index (and its scda structure against the index); any\n"
         "other scda file is walked section by section, reading every byte and decoding every\n"
         "compressed section. A damaged file gets one line naming the section and byte range.\n"
+        "The forest of a p4est or p8est checkpoint (convert --from p4est) must be complete, as\n"
+        "p4est's are: a hole is reported as INVALID, naming its quadrant and tree.\n"
         "Runs in parallel under mpiexec -n P.\n\n"
         "example:\n  amrckpt verify run/ckpt-*.scda && echo all intact",
         _cmd_verify,
     )
     p.add_argument("files", metavar="FILE", nargs="+", help="scda files or checkpoints")
     p.add_argument("--strict", action="store_true", help="also check the data padding of plain scda files (the paper ignores it)")
+    p.add_argument(
+        "--complete",
+        action="store_true",
+        help="check that every mesh is a complete forest, as p4est's are (default: the meshes of p4est and p8est checkpoints)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON list of results instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only when stderr is a terminal)")
 

@@ -1,7 +1,7 @@
 """What a real p4est client found (issue 36), checked against the real libp4est (tests/p4est/p4est_tool.c).
 
 A p4est file whose flipped level byte leaves a hole in the forest: p4est refuses to load it, and so does amrckpt
-(convert, read on any number of ranks).
+(convert, read on any number of ranks), and verify calls such a forest in a checkpoint INVALID.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ import pytest
 from p4est import build
 
 import amrckpt as ac
+from amrckpt import sfc
 from amrckpt.cli import main
 from amrckpt.comm import run_threads
+from amrckpt.container import verify
 from amrckpt.errors import P4estFormatError
-from amrckpt.p4est import read_p4est
+from amrckpt.p4est import p4est_to_checkpoint, read_p4est
 
 REASON = build.skip_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the real libp4est is not available: {REASON}")
@@ -70,3 +72,35 @@ def test_a_flipped_level_byte_that_leaves_a_hole_is_refused_as_p4est_refuses_it(
         part = ac.Partition.from_offsets([0, i + 1, (i + 1 + N) // 2, N]) if i + 1 < N else ac.Partition.uniform(N, 3)
         with pytest.raises(P4estFormatError, match=rf"not a complete forest.*quadrant {i}\b"):
             run_threads(3, lambda comm, path=path, part=part: read_p4est(path, comm=comm, partition=part))
+
+
+def test_verify_calls_a_p4est_forest_with_a_hole_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, flipped = _holed(tmp_path, 2)
+    good = tmp_path / "good.scda"
+    p4est_to_checkpoint(src, good)
+    assert main(["verify", os.fspath(good)]) == 0
+    assert capsys.readouterr().out.startswith("OK")
+    i, path = flipped[1]
+    bad = tmp_path / "holed.scda"
+    p4est_to_checkpoint(path, bad, check=False)  # unchecked: the hole goes into a checkpoint whose CRC32s all match
+    assert main(["verify", os.fspath(bad)]) == 1
+    line = capsys.readouterr().out
+    assert line.startswith("INVALID") and "not a complete forest" in line and re.search(rf"quadrant {i}\b", line), line
+    for P in (2, 3):
+        reps = run_threads(P, lambda comm: verify(bad, comm=comm))
+        assert all(not r.ok and r.problems == reps[0].problems for r in reps)
+        assert reps[0].problems[0].kind == "invalid" and re.search(rf"quadrant {i}\b", reps[0].problems[0].message)
+
+
+def test_verify_checks_amrckpt_s_own_meshes_for_holes_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """amrckpt's meshes may hold any linear set of leaves: complete only with --complete."""
+
+    class Part(ac.CheckpointSchema, name="part", version=1):
+        mesh: ac.Forest = ac.Mesh(dim=2, brick=(2, 1))
+
+    lv = sfc.uniform_leaves(2, num_trees=2, dim=2)
+    keep = np.arange(lv.num_leaves) != 5
+    ac.save(Part(mesh=ac.Forest(lv.tree[keep], lv.level[keep], lv.x[keep], lv.y[keep], num_trees=2)), tmp_path / "p.scda")
+    assert main(["verify", os.fspath(tmp_path / "p.scda")]) == 0
+    assert main(["verify", "--complete", os.fspath(tmp_path / "p.scda")]) == 1
+    assert "INVALID" in capsys.readouterr().out
