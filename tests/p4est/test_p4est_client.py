@@ -1,7 +1,8 @@
 """What a real p4est client found (issue 36), checked against the real libp4est (tests/p4est/p4est_tool.c).
 
 A p4est file whose flipped level byte leaves a hole in the forest: p4est refuses to load it, and so does amrckpt
-(convert, read on any number of ranks), and verify calls such a forest in a checkpoint INVALID.
+(convert, read on any number of ranks), and verify calls such a forest in a checkpoint INVALID.  A checkpoint without
+a field 'data' is refused by convert --to p4est unless --data names the field to write.
 """
 
 from __future__ import annotations
@@ -104,3 +105,37 @@ def test_verify_checks_amrckpt_s_own_meshes_for_holes_only_when_asked(tmp_path: 
     assert main(["verify", os.fspath(tmp_path / "p.scda")]) == 0
     assert main(["verify", "--complete", os.fspath(tmp_path / "p.scda")]) == 1
     assert "INVALID" in capsys.readouterr().out
+
+
+class Heat(ac.CheckpointSchema, name="client heat", version=1):
+    step: int = ac.Inline()
+    mesh: ac.Forest = ac.Mesh(dim=2, brick=(2, 1), periodic=(True, False))
+    u: ac.CellData = ac.Cells("<f8")
+    flux: ac.CellData = ac.Cells("<f4", shape=(2,))
+
+
+def test_to_p4est_without_a_data_field_names_the_fields_and_data_chooses_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No field 'data': refused, naming the fields that could serve; --data u writes a file p4est loads with its 8 bytes."""
+    lv = sfc.uniform_leaves(2, num_trees=2, dim=2)
+    n = lv.num_leaves
+    u = np.linspace(0.0, 1.0, n)
+    flux = np.arange(2 * n, dtype="<f4").reshape(n, 2)
+    ck = tmp_path / "heat.scda"
+    ac.save(Heat(step=3, mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=2), u=u, flux=flux), ck)
+    out = tmp_path / "heat.p4est"
+    assert main(["convert", os.fspath(ck), os.fspath(out), "--to", "p4est"]) == 1
+    err = capsys.readouterr().err
+    assert "no field 'data'" in err and "'u', 'flux'" in err and "--data FIELD" in err, err
+    assert not out.exists()
+    assert main(["convert", os.fspath(ck), os.fspath(out), "--to", "p4est", "--data", "u"]) == 0
+    assert f"quadrants {n}" in build.run(2, "load", out, "8")  # libp4est: p4est_load_ext with data_size 8
+    pf = read_p4est(out)
+    assert pf.header.data_size == 8 and pf.data is not None and pf.data.view("<f8").ravel().tobytes() == u.tobytes()
+    assert main(["convert", os.fspath(ck), os.fspath(tmp_path / "f.p4est"), "--to", "p4est", "--data", "flux"]) == 0
+    assert f"quadrants {n}" in build.run(2, "load", tmp_path / "f.p4est", "8")
+    assert main(["convert", os.fspath(ck), os.fspath(tmp_path / "n.p4est"), "--to", "p4est", "--no-data"]) == 0
+    assert f"quadrants {n}" in build.run(2, "load", tmp_path / "n.p4est", "0")
+    assert main(["convert", os.fspath(ck), os.fspath(tmp_path / "x.p4est"), "--to", "p4est", "--data", "nope"]) == 1
+    assert "no field 'nope'" in capsys.readouterr().err
