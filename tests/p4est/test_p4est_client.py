@@ -2,14 +2,17 @@
 
 A p4est file whose flipped level byte leaves a hole in the forest: p4est refuses to load it, and so does amrckpt
 (convert, read on any number of ranks), and verify calls such a forest in a checkpoint INVALID.  A checkpoint without
-a field 'data' is refused by convert --to p4est unless --data names the field to write.
+a field 'data' is refused by convert --to p4est unless --data names the field to write.  docs/p4est.md's claims: a C
+struct as one structured field gives p4est_save_ext's bytes, and mpi4py's wheel runs on the system's Open MPI.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,7 @@ import pytest
 from p4est import build
 
 import amrckpt as ac
+from _support import REPO
 from amrckpt import sfc
 from amrckpt.cli import main
 from amrckpt.comm import run_threads
@@ -139,3 +143,82 @@ def test_to_p4est_without_a_data_field_names_the_fields_and_data_chooses_one(
     assert f"quadrants {n}" in build.run(2, "load", tmp_path / "n.p4est", "0")
     assert main(["convert", os.fspath(ck), os.fspath(tmp_path / "x.p4est"), "--to", "p4est", "--data", "nope"]) == 1
     assert "no field 'nope'" in capsys.readouterr().err
+
+
+CELL_C = r"""
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+typedef struct cell { double u; float v[3]; int8_t flag; } cell_t;
+int main (void)
+{
+  printf ("%zu %zu %zu %zu\n", sizeof (cell_t), offsetof (cell_t, u), offsetof (cell_t, v), offsetof (cell_t, flag));
+  return 0;
+}
+"""
+
+
+def test_a_c_struct_as_one_structured_field_converts_to_p4est_save_ext_s_bytes(tmp_path: Path) -> None:
+    """docs/p4est.md's cell_t: numpy's align=True is gcc's layout, and its records are the data p4est_save_ext wrote."""
+    cell_t = np.dtype([("u", "<f8"), ("v", "<f4", (3,)), ("flag", "i1")], align=True)
+    (tmp_path / "cell.c").write_text(CELL_C, encoding="utf-8")
+    cc = shutil.which("cc", path="/usr/bin:/usr/local/bin") or "gcc"
+    subprocess.run([cc, str(tmp_path / "cell.c"), "-o", str(tmp_path / "cell")], check=True, env=build.tool_env())
+    got = subprocess.run([str(tmp_path / "cell")], capture_output=True, text=True, check=True).stdout.split()
+    assert [int(v) for v in got] == [cell_t.itemsize, *(cell_t.fields[k][1] for k in cell_t.names)]
+    src = tmp_path / "cells.p4est"
+    build.run(2, "save", "star", "2", str(cell_t.itemsize), "9", "0", src)  # data_size = sizeof (cell_t)
+    pf = read_p4est(src)
+    assert pf.data is not None and pf.header.data_size == cell_t.itemsize
+
+    class Cellular(ac.CheckpointSchema, name="cellular", version=1):
+        mesh: ac.Forest = ac.Mesh(dim=2, geometry=pf.connectivity)
+        cell: ac.CellData = ac.Cells(cell_t)
+
+    ck = tmp_path / "cells.scda"
+    ac.save(Cellular(mesh=pf.forest, cell=pf.data.view(cell_t)[:, 0]), ck)
+    back = ac.load(ck, Cellular).state.cell
+    assert back.dtype == cell_t and back.tobytes() == pf.data.tobytes()
+    out = tmp_path / "again.p4est"
+    assert main(["convert", os.fspath(ck), os.fspath(out), "--to", "p4est", "--data", "cell"]) == 0
+    assert out.read_bytes() == src.read_bytes()  # p4est_save_ext's bytes, padding included
+    assert "connectivity_is_equal 1 is_equal 1" in build.run(2, "equal", src, out, str(cell_t.itemsize))
+
+
+OMPI_JOB = """
+import numpy as np
+from mpi4py import MPI
+import amrckpt as ac
+from amrckpt import sfc
+
+comm = MPI.COMM_WORLD
+
+
+class S(ac.CheckpointSchema, name="ompi", version=1):
+    mesh: ac.Forest = ac.Mesh(dim=2, brick=(2, 1))
+    u: ac.CellData = ac.Cells("<f8")
+
+
+lv = sfc.uniform_leaves(3, num_trees=2, dim=2)
+N = lv.num_leaves
+a, b = N * comm.rank // comm.size, N * (comm.rank + 1) // comm.size
+mesh = ac.Forest(lv.tree[a:b], lv.level[a:b], lv.x[a:b], lv.y[a:b], num_trees=2)
+ac.save(S(mesh=mesh, u=np.arange(a, b, dtype="<f8")), "job.scda", comm=comm)
+state, part = ac.load("job.scda", S, comm=comm)
+ok = np.array_equal(state.u, np.arange(*part.local_range(comm.rank)))
+print(comm.rank, comm.size, MPI.__file__.rsplit("/", 1)[1], MPI.Get_library_version().split(",")[0], ok, flush=True)
+"""
+
+
+def test_the_mpi4py_wheel_runs_amrckpt_on_the_system_open_mpi(tmp_path: Path) -> None:
+    """docs/p4est.md: the binary wheel of the venv, told MPI4PY_MPIABI=openmpi, saves and loads on 2 Open MPI ranks."""
+    launcher = shutil.which("mpiexec.openmpi", path="/usr/bin:/usr/local/bin")
+    if launcher is None:
+        pytest.skip("Open MPI's mpiexec.openmpi is not installed (apt-get install openmpi-bin)")
+    (tmp_path / "job.py").write_text(OMPI_JOB, encoding="utf-8")
+    env = build.tool_env() | {"MPI4PY_MPIABI": "openmpi", "PYTHONPATH": str(REPO)}
+    cmd = [launcher, "-n", "2", sys.executable, "job.py"]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = sorted(res.stdout.splitlines())
+    assert len(lines) == 2 and all("MPI.openmpi" in x and "Open MPI" in x and x.endswith("True") for x in lines), lines
