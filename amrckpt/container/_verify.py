@@ -257,7 +257,7 @@ def _forest_problems(call: Call, spath: str, meshes: list[MeshSpec], info: Any) 
                 gap = call.run(local)
                 # The lowest index of a gap, and the lowest rank that found it: (index * P + rank), least over the ranks.
                 key = (gap.index if gap is not None else N) * size + rank
-                first = -call.allreduce(maxima=[-key], what="verify: forest").maxima[0]
+                first = int(call.reduction("verify: forest").min("first gap", key).run().min("first gap"))
                 if first // size < N:
                     said = "" if gap is None else gap.message
                     message: str = call.on_root(functools.partial(str, said), root=first % size, what="verify: forest gap")
