@@ -33,6 +33,7 @@ are point-to-point, so the leaves are those of the serial balance.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import pickle
 from collections.abc import Callable, Mapping
@@ -53,6 +54,7 @@ from .sfc import (
     Forest,
     balance_answers,
     balance_queries,
+    family_members,
     mesh_record_dtype,
     morton_keys,
     refine_step,
@@ -313,25 +315,30 @@ def apply_cells(values: np.ndarray, step: AdaptStep, dim: int, transfer: CellTra
     m = step.mask
     if values.shape[0] != m.shape[0]:
         raise AdaptError(f"{name}: {values.shape[0]} values for {m.shape[0]} leaves")
-    idx = np.flatnonzero(m)
+    out: np.ndarray
     if step.kind == "refine":
-        counts = np.where(m, F, 1)
-        out = np.repeat(values, counts, axis=0)
+        if m.shape[0] and m.all():  # every leaf: a repeat by a scalar
+            out = np.repeat(values, F, axis=0)
+            if transfer.refine == "inject":
+                return out
+        else:
+            out = np.repeat(values, np.where(m, F, 1), axis=0)
+        idx = np.flatnonzero(m)
         if transfer.refine != "inject" and idx.size:
+            counts = np.where(m, F, 1)
             start = np.cumsum(counts) - counts
             kids = _check_out(transfer.refine(values[idx]), (idx.size, F, *values.shape[1:]), values.dtype, f"{name}: refine")
             pos = (start[idx][:, None] + np.arange(F)[None, :]).reshape(-1)
             out[pos] = kids.reshape(-1, *values.shape[1:])
         return out
+    idx = np.flatnonzero(m)
     if idx.size * F == m.shape[0] and transfer.coarsen == "average" and values.dtype.kind in "fc":
         # every leaf is in a family (families consecutive from leaf 0): members by reshaping, no gathers
         fam = values.reshape(idx.size, F, *values.shape[1:])
         parent: np.ndarray = _pairwise_sum([fam[:, c] for c in range(F)])
         parent *= values.dtype.type(1.0 / F)
         return parent
-    members = np.zeros(m.shape[0], dtype=bool)
-    for c in range(1, F):
-        members[idx + c] = True
+    members = family_members(m, dim)
     out = values[~members]
     if idx.size == 0:
         return out
@@ -359,67 +366,80 @@ def _run_index(offsets: np.ndarray, src: np.ndarray, counts: np.ndarray, size: i
     return take
 
 
-_CHUNK = 1 << 11
-"""Leaves per chunk of the hp transfers: their index arrays stay in a core's cache between the passes over them."""
+_CHUNK_VALUES = 1 << 16
+"""Values per chunk of the hp transfers (of the larger side: the children's): the chunk's index arrays stay in a core's cache."""
+
+
+def _chunks(starts: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Return ``(a, b)``: consecutive ranges of runs of about ``size`` values (``starts``: the runs' offsets and the total)."""
+    k = starts.shape[0] - 1
+    if k <= 0:
+        return []
+    marks = np.searchsorted(starts, np.arange(size, int(starts[-1]), size), side="left")
+    bounds = np.unique(np.concatenate([[0], marks, [k]])).tolist()
+    return list(itertools.pairwise(bounds))
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """``[0, cumsum(counts)]``, int64."""
+    out = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
 
 
 def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, mask: np.ndarray, F: int) -> np.ndarray:
     """Return the runs of the leaves, those of the marked leaves ``F`` times in a row (their children's). Vectorized.
 
-    Value k of leaf i goes to ``S_i + r * c_i + k`` for its copies r, where
-    ``S_i`` is where leaf i's children start: per chunk of leaves (a loop
-    over chunks, not leaves), one index of the chunk's input, shifted in
-    place for each copy, and ``F`` scatters into the chunk's output.
+    Per chunk of output (a loop over chunks, not leaves): the position in
+    ``values`` of each value out, one repeat and one add, then one ``take``
+    straight into the output.
     """
     n_out = np.where(mask, F, 1)
-    block = n_out * counts
-    S = np.concatenate([[0], np.cumsum(block)])
+    S = _offsets(n_out * counts)
     out = np.empty((int(S[-1]), *values.shape[1:]), dtype=values.dtype)
-    n = counts.shape[0]
-    for a in range(0, n, _CHUNK):
-        b = min(n, a + _CHUNK)
-        c, m = counts[a:b], mask[a:b]
-        v = values[int(offsets[a]) : int(offsets[b])]
+    for a, b in _chunks(S, _CHUNK_VALUES):
+        reps = n_out[a:b]
+        rlen = np.repeat(counts[a:b], reps)  # the output's runs: each leaf's, once or F times
+        rpos = np.cumsum(rlen) - rlen
         o = out[int(S[a]) : int(S[b])]
-        pos = _run_index(S[a:b] - S[a], np.arange(b - a), c, o.shape[0])
-        o[pos] = v
-        if m.any():
-            if m.all():
-                vals, step_r = v, np.repeat(c.astype(np.intp), c)
-            else:
-                vm = np.repeat(m, c)
-                pos, vals = pos[vm], v[vm]
-                step_r = np.repeat(c[m].astype(np.intp), c[m])
-            for _ in range(1, F):
-                pos += step_r
-                o[pos] = vals
+        take = np.repeat((np.repeat(offsets[a:b], reps) - rpos).astype(np.intp), rlen)
+        take += np.arange(o.shape[0], dtype=np.intp)
+        np.take(values, take, axis=0, out=o, mode="clip")  # positions in range by construction
     return out
+
+
+def _pairwise_into(parts: list[np.ndarray], out: np.ndarray) -> None:
+    """Sum ``2**k >= 2`` arrays pairwise in order into ``out``, as :func:`_pairwise_sum`, in place of the parts."""
+    while len(parts) > 2:
+        parts = [np.add(parts[i], parts[i + 1], out=parts[i]) for i in range(0, len(parts), 2)]
+    np.add(parts[0], parts[1], out=out)
 
 
 def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray:
     """Return the parents' runs: value k of the family at leaf i is the pairwise mean of ``values[offsets[i] + r c + k]``.
 
-    Per chunk of families (a loop over chunks): ``F`` gathers of the
-    chunk's parents' size, summed pairwise in child order, times ``2**-dim``.
+    Per chunk of parents' values (a loop over chunks): the position of
+    each value of child 0 (one repeat and one add), ``F`` gathers, each
+    after an in-place shift by the count, summed pairwise in child order
+    into the output, times ``2**-dim``.
     """
-    P0 = np.concatenate([[0], np.cumsum(pc)])
+    P0 = _offsets(pc)
     out = np.empty((int(P0[-1]), *values.shape[1:]), dtype=values.dtype)
     scale = values.dtype.type(1.0 / F)
-    k = first.shape[0]
-    for a in range(0, k, _CHUNK):
-        b = min(k, a + _CHUNK)
+    fo = offsets[first]
+    for a, b in _chunks(P0, _CHUNK_VALUES // F):
         c = pc[a:b]
-        lo = int(offsets[first[a]])
-        base = _run_index(offsets[first[a:b]] - lo, np.arange(b - a), c, 0)
-        v = values[lo : int(offsets[first[b - 1]]) + F * int(c[-1])]
-        step_r = np.repeat(c.astype(np.intp), c)
+        o = out[int(P0[a]) : int(P0[b])]
+        base = np.repeat((fo[a:b] - P0[a:b]).astype(np.intp), c)
+        base += np.arange(int(P0[a]), int(P0[b]), dtype=np.intp)
+        step = np.repeat(c.astype(np.intp), c)
         parts = []
-        for _ in range(F):
-            parts.append(v[base])
-            base += step_r
-        s = _pairwise_sum(parts)
-        s *= scale
-        out[int(P0[a]) : int(P0[b])] = s
+        for r in range(F):
+            if r:
+                base += step
+            parts.append(np.take(values, base, axis=0, mode="clip"))  # positions in range by construction
+        _pairwise_into(parts, o)
+        o *= scale
     return out
 
 
@@ -451,29 +471,25 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
     shape = data.values.shape[1:]
     if step.kind == "refine":
         n_out = np.where(m, F, 1)
-        src = np.repeat(np.arange(m.shape[0]), n_out)
-        new_counts = counts[src]
+        new_counts = np.repeat(counts, F) if idx.size == m.shape[0] else np.repeat(counts, n_out)
         if transfer.refine == "inject" or idx.size == 0:
             return HpData(_inject_runs(data.values, off, counts, m, F), new_counts)
+        src = np.repeat(np.arange(m.shape[0]), n_out)
         pv = _gather_runs(data.values, off, idx, counts[idx])
         kv, kc = _hp_user(transfer.refine(pv, counts[idx].copy()), idx.size * F, shape, data.values.dtype, f"{name}: refine")
         # children of refined leaves from kv, kc; others as they are
         new_counts[np.repeat(m, n_out)] = kc
         return HpData(_merge_runs(data, m, n_out, src, kv, kc, new_counts), new_counts)
-    members = np.zeros(m.shape[0], dtype=bool)
-    for c in range(1, F):
-        members[idx + c] = True
-    keep = ~members
-    new_counts = counts[keep].copy()
     if idx.size == 0:
-        return HpData(data.values, new_counts)
+        return HpData(data.values, counts.copy())
     every = idx.size * F == m.shape[0]  # every leaf is in a family: the members are the leaves in order
-    fam = np.arange(m.shape[0]) if every else (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
     if transfer.coarsen == "average":
         if data.values.dtype.kind not in "fc":
             raise AdaptError(f"{name}: cannot average values of dtype {data.values.dtype}; give HpTransfer(coarsen=fn)")
-        fc = counts.reshape(-1, F) if every else counts[fam].reshape(idx.size, F)
-        bad = (fc != fc[:, :1]).any(axis=1)
+        fc = counts.reshape(-1, F) if every else counts[(idx[:, None] + np.arange(F)[None, :]).reshape(-1)].reshape(idx.size, F)
+        bad = fc[:, 1] != fc[:, 0]
+        for c in range(2, F):
+            bad |= fc[:, c] != fc[:, 0]
         if bad.any():
             i = int(idx[np.flatnonzero(bad)[0]])
             raise AdaptError(
@@ -481,27 +497,27 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
             )
         pc = fc[:, 0]
         pv = _average_runs(data.values, off, idx, pc, F)
-        if idx.size == len(new_counts):  # every leaf is a parent: its runs are the parents', in order
-            return HpData(pv, new_counts)
-        pv_parts = [(np.arange(idx.size), pv)]
+        if every:  # every leaf is in a family: the parents' runs are all the runs, in order
+            return HpData(pv, pc.copy())
     else:
+        fam = np.arange(m.shape[0]) if every else (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
         kv = _gather_runs(data.values, off, fam, counts[fam])
         pv, pc = _hp_user(transfer.coarsen(kv, counts[fam].copy()), idx.size, shape, data.values.dtype, f"{name}: coarsen")
-        pv_parts = [(np.arange(idx.size), pv)]
-    parent_pos = np.flatnonzero(m[keep])
+    keep = ~family_members(m, dim)
+    new_counts = counts[keep]
+    is_parent = m[keep]
+    parent_pos = np.flatnonzero(is_parent)
     new_counts[parent_pos] = pc
     # the kept leaves' runs, with each family's run replaced by its parent's
     src = np.flatnonzero(keep)
-    is_parent = m[keep]
     new_off = np.concatenate([[0], np.cumsum(new_counts)])
     out = np.empty((int(new_off[-1]), *shape), dtype=data.values.dtype)
     single = ~is_parent
     if single.any():
         pos = _run_index(new_off, np.flatnonzero(single), new_counts[single], out.shape[0])
         out[pos] = _gather_runs(data.values, off, src[single], new_counts[single])
-    for sel, vals in pv_parts:
-        if sel.size and vals.size:
-            out[_run_index(new_off, parent_pos[sel], pc[sel], out.shape[0])] = vals.reshape(-1, *shape)
+    if pv.size:
+        out[_run_index(new_off, parent_pos, pc, out.shape[0])] = pv.reshape(-1, *shape)
     return HpData(out, new_counts)
 
 
@@ -830,7 +846,7 @@ def adapt_state(
                 def do_coarsen(op: Coarsen = op) -> None:
                     res = sfc_coarsen(state["forest"], 1, state["__mark"], minlevel=op.minlevel)
                     if res.steps:
-                        state["__mark"] = state["__mark"][~_family_members(res.steps[0].mask, 1 << dim)]
+                        state["__mark"] = state["__mark"][~family_members(res.steps[0].mask, dim)]
                     apply(res.steps, res.forest)
 
                 call.run(do_coarsen)
@@ -973,14 +989,6 @@ def _balance_parallel(call: Call, forest: Forest, conn: Any, connect: str) -> tu
         steps.append(AdaptStep("refine", mark))
         forest = refine_step(forest, mark)
     return tuple(steps), forest
-
-
-def _family_members(first: np.ndarray, F: int) -> np.ndarray:
-    out = np.zeros(first.shape[0], dtype=bool)
-    idx = np.flatnonzero(first)
-    for c in range(1, F):
-        out[idx + c] = True
-    return out
 
 
 def _weights(state: dict[str, Any], names: list[str], dim: int) -> np.ndarray:

@@ -41,6 +41,7 @@ __all__ = [
     "balance_queries",
     "coarsen",
     "coarsen_step",
+    "family_members",
     "family_starts",
     "refine",
     "refine_step",
@@ -191,6 +192,10 @@ def family_starts(forest: Forest) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     if n < F:
         return out
+    if n % F == 0 and _aligned_families(forest).all():
+        # leaves F i .. F i + F - 1 are a family for every i: a leaf is in one family at most, so these are all
+        out[::F] = True
+        return out
     k = n - F + 1
     lev = forest.level[:k]
     # int32 side (2**30 at level 0 fits; anchors plus a side wrap only where level 0 is refused anyway)
@@ -208,8 +213,64 @@ def family_starts(forest: Forest) -> np.ndarray:
     return out
 
 
+def _aligned_families(forest: Forest) -> np.ndarray:
+    """Return whether leaves ``F i .. F i + F - 1`` are a family, for each i (``n`` a multiple of ``F = 2**dim``).
+
+    The test of :func:`family_starts` on the leaves reshaped to rows of
+    ``F``: one pass over each column, ``n / F`` long.
+    """
+    d = forest.dim
+    F = 1 << d
+    # contiguous first (a forest read from a file holds views of its records, 13 or 17 bytes apart): one pass each
+    lev = np.ascontiguousarray(forest.level).reshape(-1, F)
+    tree = np.ascontiguousarray(forest.tree).reshape(-1, F)
+    l0, t0 = lev[:, 0], tree[:, 0]
+    h = np.left_shift(np.int32(1), (MAXLEVEL[d] - l0).astype(np.int32))
+    ok = l0 >= 1
+    cols = [np.ascontiguousarray(c).reshape(-1, F) for c in forest.coords()]
+    for c in cols:
+        ok &= (c[:, 0] & h) == 0  # child 0: the parent's anchor
+    for c_i in range(1, F):
+        ok &= lev[:, c_i] == l0
+        ok &= tree[:, c_i] == t0
+        for a, c in enumerate(cols):
+            ok &= (c[:, c_i] == c[:, 0] + h) if (c_i >> a) & 1 else (c[:, c_i] == c[:, 0])
+    return ok
+
+
+def _tiles(first: np.ndarray, F: int) -> bool:
+    """Whether the families whose first leaves are marked are all the leaves: marks at ``0, F, 2 F, ...`` and nowhere else.
+
+    Then a family's members are a row of the leaves reshaped to rows of ``F``: no index array is needed.
+    """
+    n = first.shape[0]
+    return n % F == 0 and bool(first[::F].all()) and int(np.count_nonzero(first)) * F == n
+
+
+def family_members(first: np.ndarray, dim: int) -> np.ndarray:
+    """Return the members ``1 .. 2**dim - 1`` of the families whose first leaves are marked (the leaves a coarsening drops).
+
+    Not collective, vectorized.
+
+    Parameters
+    ----------
+    first : (n,) numpy.ndarray of bool
+        The first leaf of each family (e.g. an :class:`AdaptStep`'s coarsen mask).
+    dim : {2, 3}
+
+    Returns
+    -------
+    (n,) numpy.ndarray of bool
+    """
+    return _members(first, 1 << dim)
+
+
 def _members(first: np.ndarray, F: int) -> np.ndarray:
     """Mark members 1 .. F - 1 of the families whose first leaves are marked."""
+    if _tiles(first, F):
+        every = np.ones(first.shape[0], dtype=bool)
+        every[::F] = False
+        return every
     out = np.zeros(first.shape[0], dtype=bool)
     idx = np.flatnonzero(first)
     for c in range(1, F):
@@ -245,6 +306,10 @@ def coarsen_step(forest: Forest, first: Any, *, check: bool = True) -> Forest:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise AdaptError(f"coarsen: leaf {i} does not start a complete family of {1 << d} siblings among the leaves given")
+    F = 1 << d
+    if _tiles(m, F):  # every leaf in a family: the parents are the first leaves, by slicing
+        coords = [c[::F] for c in forest.coords()]
+        return Forest(forest.tree[::F], forest.level[::F] - np.int8(1), *coords, num_trees=forest.num_trees)
     keep = ~_members(m, 1 << d)
     lev = forest.level[keep] - m[keep].astype(np.int8)
     # child 0's anchor is its parent's
@@ -313,7 +378,7 @@ def refine(forest: Forest, levels: int = 1, marker: Any = None, *, maxlevel: int
             break
         steps.append(AdaptStep("refine", m))
         forest = refine_step(forest, m)
-        mark = np.repeat(mark, np.where(m, 1 << d, 1))
+        mark = np.repeat(mark, 1 << d) if m.all() else np.repeat(mark, np.where(m, 1 << d, 1))
     return Adapted(forest, tuple(steps))
 
 
@@ -371,15 +436,16 @@ def coarsen(forest: Forest, levels: int = 1, marker: Any = None, *, minlevel: in
         if not first.any():
             break
         n = len(forest)
-        allm = mark[: n - F + 1].copy()
-        for c in range(1, F):
-            allm &= mark[c : n - F + 1 + c]
-        first[: n - F + 1] &= allm
-        if not first.any():
-            break
+        if not mark.all():
+            allm = mark[: n - F + 1].copy()
+            for c in range(1, F):
+                allm &= mark[c : n - F + 1 + c]
+            first[: n - F + 1] &= allm
+            if not first.any():
+                break
         steps.append(AdaptStep("coarsen", first))
         forest = coarsen_step(forest, first, check=False)
-        mark = mark[~_members(first, F)]
+        mark = mark[::F].copy() if _tiles(first, F) else mark[~_members(first, F)]
     return Adapted(forest, tuple(steps))
 
 
