@@ -664,30 +664,56 @@ def _move(call: Call, items: dict[str, Any], cur: Partition, new: Partition) -> 
     return result
 
 
-def _keep(call: Call, rec: np.ndarray, cur: Partition, target: Partition, dim: int) -> Partition:
-    """:func:`~amrckpt.partition.keep_families` of ``target`` for leaves distributed as ``cur`` (records ``rec``).
+def _keep(call: Call, forest: Forest, cur: Partition, target: Partition) -> Partition:
+    """:func:`~amrckpt.partition.keep_families` of ``target`` for leaves distributed as ``cur`` (this rank's: ``forest``).
 
-    Collective: the leaves of the windows around the cuts of ``target``
-    (:func:`~amrckpt.partition.family_window`, at most ``2 * 2**dim - 2``
-    per cut) are gathered from the ranks that hold them (O(P) small
-    records), each rank takes its own window; then keep_families' one allgather.
+    Collective.  Each rank needs the leaves of its window around its cut of
+    ``target`` (:func:`~amrckpt.partition.family_window`, at most
+    ``2 * 2**dim - 2``); the ranks that hold them under ``cur`` send them,
+    point-to-point (:func:`_alltoall`: a holder sends to the ranks whose cuts
+    lie within ``2**dim - 1`` leaves of its range, found by a binary search
+    of the cuts); then keep_families' one allgather of the new cuts.
     """
     r = call.comm.rank
-    c0, n = int(cur.global_first_quadrant[r]), rec.shape[0]
-    mine = np.zeros(n, dtype=bool)
-    for q in range(1, target.size):  # the windows of every rank's cut: at most 2 * 2**dim - 2 leaves each
-        s, k = family_window(target, q, dim)
-        mine[max(0, s - c0) : max(0, min(n, s + k - c0))] = True
-    got = call.allgather((c0 + np.flatnonzero(mine), rec[mine]), what="adapt: family windows")
-    idx = np.concatenate([i for i, _ in got]).astype(np.int64)
-    allrec = np.concatenate([a for _, a in got])
-    idx, first = np.unique(idx, return_index=True)
-    allrec = allrec[first]
-    start, count = family_window(target, r, dim)
-    sel = (idx >= start) & (idx < start + count)
-    w = allrec[sel]
-    coords = [w[c] for c in ("x", "y", "z")[:dim]]
-    return keep_families(target, w["tree"], w["level"], coords, maxlevel=MAXLEVEL[dim], comm=call.comm)
+    d = forest.dim
+    F = 1 << d
+    a, b = cur.local_range(r)
+    outgoing: dict[int, bytes] = {}
+    if b > a:
+        cuts = target.global_first_quadrant[:-1]
+        q0 = max(1, int(np.searchsorted(cuts, a - F + 1, side="right")))
+        q1 = int(np.searchsorted(cuts, b + F - 1, side="left"))
+        for q in range(q0, q1):  # a loop over the ranks whose windows hold some of this rank's leaves
+            s, k = family_window(target, q, d)
+            lo, hi = max(s, a), min(s + k, b)
+            if hi > lo:
+                outgoing[q] = _window_rows(forest, lo - a, hi - a, lo).tobytes()
+    got = _alltoall(call, outgoing)
+    start, count = family_window(target, r, d)
+    w = call.run(_window_of, got, start, count, d)
+    if w is None:
+        return keep_families(target, [], [], [[]] * d, maxlevel=MAXLEVEL[d], comm=call.comm)
+    return keep_families(target, w[:, 1], w[:, 2], [w[:, 3 + i] for i in range(d)], maxlevel=MAXLEVEL[d], comm=call.comm)
+
+
+def _window_rows(forest: Forest, i: int, j: int, first: int) -> np.ndarray:
+    """Leaves ``i:j`` of ``forest`` as (j - i, 3 + dim) little-endian int64 rows: global index, tree, level, coordinates."""
+    out = np.empty((j - i, 3 + forest.dim), dtype="<i8")
+    out[:, 0] = np.arange(first, first + j - i)
+    out[:, 1] = forest.tree[i:j]
+    out[:, 2] = forest.level[i:j]
+    for k, c in enumerate(forest.coords()):
+        out[:, 3 + k] = c[i:j]
+    return out
+
+
+def _window_of(got: dict[int, bytes], start: int, count: int, d: int) -> np.ndarray:
+    """Return the window from the rows its holders sent, in order; AdaptError unless they are leaves ``start .. start + count``."""
+    parts = [np.frombuffer(v, dtype="<i8").reshape(-1, 3 + d) for _, v in sorted(got.items()) if v]
+    w = np.concatenate(parts) if parts else np.zeros((0, 3 + d), dtype="<i8")
+    if not np.array_equal(w[:, 0], np.arange(start, start + count)):
+        raise AdaptError(f"adapt: the leaves around this rank's cut are {w[:, 0].tolist()}, not {count} from {start}")
+    return w
 
 
 # ------------------------------------------------------------------ the whole adaptation, on every rank
@@ -839,7 +865,7 @@ def adapt_state(
                 if call.comm.size > 1 and not fresh:  # each family whole on one rank again: a few leaves move
                     call.agree("adapt: coarsen")
                     cur = Partition.from_counts(call.allgather_int(len(state["forest"]), what="adapt: counts"))
-                    kept = _keep(call, _records(state["forest"]), cur, cur, dim)
+                    kept = _keep(call, state["forest"], cur, cur)
                     if not np.array_equal(kept.global_first_quadrant, cur.global_first_quadrant):
                         state.update(_moved(call, state, cur, kept))
 
@@ -891,7 +917,7 @@ def adapt_state(
     else:
         new = Partition.uniform(cur.N, call.comm.size)
     if families and call.comm.size > 1:
-        new = _keep(call, _records(state["forest"]), cur, new, dim)
+        new = _keep(call, state["forest"], cur, new)
     if call.comm.size > 1 and not np.array_equal(new.global_first_quadrant, cur.global_first_quadrant):
         state.update(_moved(call, state, cur, new))
     out = dict(values)
