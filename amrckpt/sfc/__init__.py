@@ -50,14 +50,9 @@ Keys are numpy.uint64: 60 bits in 2D, 57 bits in 3D.
 from __future__ import annotations
 
 from ._adapt import (
-    CONNECT_TYPES,
     Adapted,
     AdaptStep,
-    BalanceQueries,
     apply_steps,
-    balance,
-    balance_answers,
-    balance_queries,
     coarsen,
     coarsen_step,
     family_members,
@@ -65,6 +60,7 @@ from ._adapt import (
     refine,
     refine_step,
 )
+from ._balance import CONNECT_TYPES, BalanceQueries, balance, balance_answers, balance_queries
 from ._builtin import shell_map
 from ._connectivity import P4EST_ONDISK_FORMAT, Connectivity
 from ._forest import Forest, mesh_record_dtype
