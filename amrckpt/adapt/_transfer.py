@@ -22,9 +22,11 @@ __all__ = ["apply_cells", "apply_hp", "change_degree"]
 
 
 def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
-    """Sum ``2**k`` arrays pairwise in order: ((a0 + a1) + (a2 + a3)) + ..."""
-    while len(parts) > 1:
+    """Sum ``2**k`` arrays pairwise in order: ((a0 + a1) + (a2 + a3)) + ... (new arrays for the first sums, in place after)."""
+    if len(parts) > 1:
         parts = [parts[i] + parts[i + 1] for i in range(0, len(parts), 2)]
+    while len(parts) > 1:
+        parts = [np.add(parts[i], parts[i + 1], out=parts[i]) for i in range(0, len(parts), 2)]
     return parts[0]
 
 
@@ -154,7 +156,7 @@ def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, ma
         rlen = np.repeat(counts[a:b], reps)  # the output's runs: each leaf's, once or F times
         rpos = np.cumsum(rlen) - rlen
         o = out[int(S[a]) : int(S[b])]
-        take = np.repeat((np.repeat(offsets[a:b], reps) - rpos).astype(np.intp), rlen)
+        take = np.repeat((np.repeat(offsets[a:b], reps) - rpos).astype(np.intp, copy=False), rlen)
         take += np.arange(o.shape[0], dtype=np.intp)
         np.take(values, take, axis=0, out=o, mode="clip")  # positions in range by construction
     return out
@@ -182,9 +184,9 @@ def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc
     for a, b in _chunks(P0, _CHUNK_VALUES // F):
         c = pc[a:b]
         o = out[int(P0[a]) : int(P0[b])]
-        base = np.repeat((fo[a:b] - P0[a:b]).astype(np.intp), c)
+        base = np.repeat((fo[a:b] - P0[a:b]).astype(np.intp, copy=False), c)
         base += np.arange(int(P0[a]), int(P0[b]), dtype=np.intp)
-        step = np.repeat(c.astype(np.intp), c)
+        step = np.repeat(c.astype(np.intp, copy=False), c)
         parts = []
         for r in range(F):
             if r:
