@@ -21,7 +21,10 @@ and their fields on its own (refinement and the coarsening of a family are
 local to the leaves of that family), and the leaves then move to the
 partition asked for (uniform or weighted over the new leaves, families kept
 if asked) by point-to-point exchanges between the ranks whose ranges
-overlap.  Nothing of size N is gathered.  Every value depends only on the
+overlap.  Keeping families whole (between coarsening levels, and for
+``allow_for_coarsening``) moves each cut that splits a family; the few
+leaves around a cut come from the ranks that hold them, point-to-point.
+Nothing of size N is gathered.  Every value depends only on the
 leaf or family it comes from, combined in a fixed order, so the adapted
 state, and the file saved from it, are the same on any number of ranks.
 :class:`Balance` on more than one rank runs the rounds of the serial ripple

@@ -141,13 +141,25 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
     return out
 
 
+def _rows(values: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
+    """Return the values as (n, c, ...) rows when each of the n leaves holds the same c > 0 values, else None."""
+    if counts.shape[0] == 0 or int(counts[0]) == 0 or not bool((counts == counts[0]).all()):
+        return None
+    return values.reshape(counts.shape[0], int(counts[0]), *values.shape[1:])
+
+
 def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, mask: np.ndarray, F: int) -> np.ndarray:
     """Return the runs of the leaves, those of the marked leaves ``F`` times in a row (their children's). Vectorized.
 
     Per chunk of output (a loop over chunks, not leaves): the position in
     ``values`` of each value out, one repeat and one add, then one ``take``
-    straight into the output.
+    straight into the output.  When every leaf holds as many values, the
+    leaves are rows: one repeat of whole rows.
     """
+    rows = _rows(values, counts)
+    if rows is not None:
+        got: np.ndarray = np.repeat(rows, F if mask.all() else np.where(mask, F, 1), axis=0)
+        return got.reshape(-1, *values.shape[1:])
     n_out = np.where(mask, F, 1)
     S = _offsets(n_out * counts)
     out = np.empty((int(S[-1]), *values.shape[1:]), dtype=values.dtype)
@@ -175,8 +187,14 @@ def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc
     Per chunk of parents' values (a loop over chunks): the position of
     each value of child 0 (one repeat and one add), ``F`` gathers, each
     after an in-place shift by the count, summed pairwise in child order
-    into the output, times ``2**-dim``.
+    into the output, times ``2**-dim``.  When every leaf holds as many
+    values, the leaves are rows: ``F`` takes of whole rows.
     """
+    rows = _rows(values, offsets[1:] - offsets[:-1])
+    if rows is not None:
+        parent = _pairwise_sum([np.take(rows, first + r, axis=0) for r in range(F)])
+        parent *= values.dtype.type(1.0 / F)
+        return parent.reshape(-1, *values.shape[1:])
     P0 = _offsets(pc)
     out = np.empty((int(P0[-1]), *values.shape[1:]), dtype=values.dtype)
     scale = values.dtype.type(1.0 / F)
