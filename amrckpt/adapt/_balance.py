@@ -72,7 +72,7 @@ def balance_parallel(call: Call, forest: Forest, conn: Any, connect: str) -> tup
             theirs = BalanceQueries(z, a[:, 0], a[:, 1 : 1 + d].T, a[:, 1 + d : 1 + 2 * d].T, a[:, 1 + 2 * d], a[:, 2 + 2 * d] != 0)
             j, split = balance_answers(forest, theirs, ctype)
             mark[j[split & (j >= 0)]] = True
-        changed = call.allreduce(sums=[int(mark.sum())], what="adapt: balance round").sums[0]
+        changed = call.reduction("adapt: balance round").sum("marked", int(mark.sum())).run().sum("marked")
         if not changed:
             break
         steps.append(AdaptStep("refine", mark))

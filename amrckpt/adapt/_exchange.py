@@ -56,8 +56,8 @@ def _move(call: Call, items: dict[str, Any], cur: Partition, new: Partition) -> 
     sources = np.flatnonzero(recv)
     lo = min([int(t) - r for t in targets] + [r - int(s) for s in sources] + [0])
     hi = max([int(t) - r for t in targets] + [r - int(s) for s in sources] + [0])
-    got = call.allreduce(maxima=[-lo, hi], what="adapt: move leaves").maxima
-    lo, hi = -int(got[0]), int(got[1])
+    got = call.reduction("adapt: move leaves").min("distance", lo).max("distance", hi).run()
+    lo, hi = int(got.min("distance")), int(got.max("distance"))
     start = np.concatenate([[0], np.cumsum(send)])
     pieces: dict[int, dict[str, Any]] = {}
     for k in range(lo, hi + 1):
@@ -144,8 +144,8 @@ def alltoall(call: Call, outgoing: dict[int, bytes]) -> dict[int, bytes]:
     """
     r, P = call.comm.rank, call.comm.size
     ks = [q - r for q in outgoing if q != r]
-    got = call.allreduce(maxima=[-min([*ks, 0]), max([*ks, 0])], what="adapt: exchange").maxima
-    lo, hi = -int(got[0]), int(got[1])
+    got = call.reduction("adapt: exchange").min("distance", min([*ks, 0])).max("distance", max([*ks, 0])).run()
+    lo, hi = int(got.min("distance")), int(got.max("distance"))
     received: dict[int, bytes] = {}
     if r in outgoing:
         received[r] = outgoing[r]
