@@ -278,3 +278,25 @@ def test_hp_user_functions_and_their_shapes() -> None:
     assert np.count_nonzero(conv.values) == 3
     with pytest.raises(AdaptError, match="tensor-product"):
         change_degree(ac.HpData(np.arange(3.0), [3]), 1, 2)
+
+
+@pytest.mark.parametrize("P", [2, 3, 5, 6])
+def test_families_kept_after_an_adaptation_are_keep_families_of_the_whole_forest(tmp_path: Path, original: Path, P: int) -> None:
+    """The cuts moved off families after a refinement (windows sent between ranks) are keep_families' on the serial result."""
+
+    def hot(forest: Any, fields: Any) -> Any:
+        return np.asarray(fields["rho"]) > 0.6
+
+    serial = ac.load(original, Advection, adapt=Refine(marker=hot)).state.mesh
+    assert len(serial) > 4 * P
+
+    def body(comm: Any) -> Any:
+        loaded = ac.load(original, Advection, comm=comm, adapt=Refine(marker=hot), allow_for_coarsening=True)
+        target = Partition.uniform(len(serial), comm.size)
+        s, k = ac.partition.family_window(target, comm.rank, 2)
+        coords = [serial.x[s : s + k], serial.y[s : s + k]]
+        ref = ac.partition.keep_families(target, serial.tree[s : s + k], serial.level[s : s + k], coords, maxlevel=30, comm=comm)
+        return loaded.partition.global_first_quadrant, ref.global_first_quadrant
+
+    for got, ref in run_threads(P, body):
+        assert np.array_equal(got, ref)

@@ -135,4 +135,5 @@ def test_bench_adapt_quick(tmp_path: Path) -> None:
     result, stdout = run_quick("bench_adapt.py", tmp_path)
     assert set(result["seconds"]) == {"load coarse", "refine", "load fine", "coarsen"}
     assert set(result["ratios"]) == {"refine / load coarse", "refine / load fine", "coarsen / load fine"}
+    assert set(result["ratios_fastest"]) == set(result["ratios"])
     assert all(v > 0 for v in result["ratios"].values()) and "refine / load fine" in stdout

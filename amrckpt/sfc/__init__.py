@@ -51,20 +51,17 @@ Keys are numpy.uint64: 60 bits in 2D, 57 bits in 3D.
 from __future__ import annotations
 
 from ._adapt import (
-    CONNECT_TYPES,
     Adapted,
     AdaptStep,
-    BalanceQueries,
     apply_steps,
-    balance,
-    balance_answers,
-    balance_queries,
     coarsen,
     coarsen_step,
+    family_members,
     family_starts,
     refine,
     refine_step,
 )
+from ._balance import CONNECT_TYPES, BalanceQueries, balance, balance_answers, balance_queries
 from ._builtin import shell_map
 from ._complete import ForestGap, forest_gap
 from ._connectivity import P4EST_ONDISK_FORMAT, Connectivity
@@ -85,6 +82,7 @@ __all__ = [
     "balance_queries",
     "coarsen",
     "coarsen_step",
+    "family_members",
     "family_starts",
     "refine",
     "refine_step",

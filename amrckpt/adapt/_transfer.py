@@ -1,0 +1,372 @@
+"""How the fields follow one step of the mesh on one rank: cells and hp fields, refined or coarsened; an hp field's degree.
+
+Not collective, vectorized: the loops run over the ``2**dim`` children,
+chunks of values (:data:`_CHUNK_VALUES`) and distinct degrees, never over
+leaves.  A step is an :class:`amrckpt.sfc.AdaptStep`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Any
+
+import numpy as np
+
+from ..container import HpData
+from ..errors import AdaptError
+from ..sfc import AdaptStep, family_members
+from ._ops import CellTransfer, HpTransfer
+
+__all__ = ["apply_cells", "apply_hp", "change_degree"]
+
+
+def _pairwise_sum(parts: list[np.ndarray]) -> np.ndarray:
+    """Sum ``2**k`` arrays pairwise in order: ((a0 + a1) + (a2 + a3)) + ... (new arrays for the first sums, in place after)."""
+    if len(parts) > 1:
+        parts = [parts[i] + parts[i + 1] for i in range(0, len(parts), 2)]
+    while len(parts) > 1:
+        parts = [np.add(parts[i], parts[i + 1], out=parts[i]) for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def _check_out(got: Any, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> np.ndarray:
+    a = np.asarray(got)
+    if a.shape != shape:
+        raise AdaptError(f"{what} returned shape {a.shape}, not {shape}")
+    if a.dtype != dtype:
+        if not np.can_cast(a.dtype, dtype, casting="same_kind"):
+            raise AdaptError(f"{what} returned dtype {a.dtype}, not {dtype}")
+        a = a.astype(dtype)
+    return a
+
+
+def apply_cells(values: np.ndarray, step: AdaptStep, dim: int, transfer: CellTransfer, name: str = "cells") -> np.ndarray:
+    r"""Return a cells field's values after one step of the mesh. Not collective, vectorized.
+
+    Parameters
+    ----------
+    values : (n, \*shape) numpy.ndarray
+        Over the leaves before the step.
+    step : amrckpt.sfc.AdaptStep
+    dim : {2, 3}
+    transfer : CellTransfer
+    name : str, optional
+        The field's name, for errors.
+
+    Returns
+    -------
+    (n', \*shape) numpy.ndarray
+        Over the leaves after the step, the same dtype.
+
+    Raises
+    ------
+    AdaptError
+        Averaging a dtype that is not float or complex, or a user function
+        returning the wrong shape or dtype.
+    """
+    F = 1 << dim
+    m = step.mask
+    if values.shape[0] != m.shape[0]:
+        raise AdaptError(f"{name}: {values.shape[0]} values for {m.shape[0]} leaves")
+    out: np.ndarray
+    if step.kind == "refine":
+        if m.shape[0] and m.all():  # every leaf: a repeat by a scalar
+            out = np.repeat(values, F, axis=0)
+            if transfer.refine == "inject":
+                return out
+        else:
+            out = np.repeat(values, np.where(m, F, 1), axis=0)
+        idx = np.flatnonzero(m)
+        if transfer.refine != "inject" and idx.size:
+            counts = np.where(m, F, 1)
+            start = np.cumsum(counts) - counts
+            kids = _check_out(transfer.refine(values[idx]), (idx.size, F, *values.shape[1:]), values.dtype, f"{name}: refine")
+            pos = (start[idx][:, None] + np.arange(F)[None, :]).reshape(-1)
+            out[pos] = kids.reshape(-1, *values.shape[1:])
+        return out
+    idx = np.flatnonzero(m)
+    if idx.size * F == m.shape[0] and transfer.coarsen == "average" and values.dtype.kind in "fc":
+        # every leaf is in a family (families consecutive from leaf 0): members by reshaping, no gathers
+        fam = values.reshape(idx.size, F, *values.shape[1:])
+        parent: np.ndarray = _pairwise_sum([fam[:, c] for c in range(F)])
+        parent *= values.dtype.type(1.0 / F)
+        return parent
+    members = family_members(m, dim)
+    out = values[~members]
+    if idx.size == 0:
+        return out
+    where = np.flatnonzero(m[~members])
+    if transfer.coarsen == "average":
+        if values.dtype.kind not in "fc":
+            raise AdaptError(f"{name}: cannot average values of dtype {values.dtype}; give CellTransfer(coarsen=fn)")
+        parent = _pairwise_sum([values[idx + c] for c in range(F)]) * values.dtype.type(1.0 / F)
+    else:
+        kids = values[(idx[:, None] + np.arange(F)[None, :]).reshape(-1)].reshape(idx.size, F, *values.shape[1:])
+        parent = _check_out(transfer.coarsen(kids), (idx.size, *values.shape[1:]), values.dtype, f"{name}: coarsen")
+    out[where] = parent
+    return out
+
+
+def _run_index(offsets: np.ndarray, src: np.ndarray, counts: np.ndarray, size: int) -> np.ndarray:
+    """Return the positions of the runs ``offsets[s] .. offsets[s] + counts[k]`` for ``s = src[k]``, concatenated.
+
+    One repeat and an in-place add (numpy.intp: what indexing takes without a conversion).
+    """
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    take = np.repeat((offsets[src] - starts).astype(np.intp), counts)
+    take += np.arange(total, dtype=np.intp)
+    return take
+
+
+_CHUNK_VALUES = 1 << 16
+"""Values per chunk of the hp transfers (of the larger side: the children's): the chunk's index arrays stay in a core's cache."""
+
+
+def _chunks(starts: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Return ``(a, b)``: consecutive ranges of runs of about ``size`` values (``starts``: the runs' offsets and the total)."""
+    k = starts.shape[0] - 1
+    if k <= 0:
+        return []
+    marks = np.searchsorted(starts, np.arange(size, int(starts[-1]), size), side="left")
+    bounds = np.unique(np.concatenate([[0], marks, [k]])).tolist()
+    return list(itertools.pairwise(bounds))
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """``[0, cumsum(counts)]``, int64."""
+    out = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _rows(values: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
+    """Return the values as (n, c, ...) rows when each of the n leaves holds the same c > 0 values, else None."""
+    if counts.shape[0] == 0 or int(counts[0]) == 0 or not bool((counts == counts[0]).all()):
+        return None
+    return values.reshape(counts.shape[0], int(counts[0]), *values.shape[1:])
+
+
+def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, mask: np.ndarray, F: int) -> np.ndarray:
+    """Return the runs of the leaves, those of the marked leaves ``F`` times in a row (their children's). Vectorized.
+
+    Per chunk of output (a loop over chunks, not leaves): the position in
+    ``values`` of each value out, one repeat and one add, then one ``take``
+    straight into the output.  When every leaf holds as many values, the
+    leaves are rows: one repeat of whole rows.
+    """
+    rows = _rows(values, counts)
+    if rows is not None:
+        got: np.ndarray = np.repeat(rows, F if mask.all() else np.where(mask, F, 1), axis=0)
+        return got.reshape(-1, *values.shape[1:])
+    n_out = np.where(mask, F, 1)
+    S = _offsets(n_out * counts)
+    out = np.empty((int(S[-1]), *values.shape[1:]), dtype=values.dtype)
+    for a, b in _chunks(S, _CHUNK_VALUES):
+        reps = n_out[a:b]
+        rlen = np.repeat(counts[a:b], reps)  # the output's runs: each leaf's, once or F times
+        rpos = np.cumsum(rlen) - rlen
+        o = out[int(S[a]) : int(S[b])]
+        take = np.repeat((np.repeat(offsets[a:b], reps) - rpos).astype(np.intp, copy=False), rlen)
+        take += np.arange(o.shape[0], dtype=np.intp)
+        np.take(values, take, axis=0, out=o, mode="clip")  # positions in range by construction
+    return out
+
+
+def _pairwise_into(parts: list[np.ndarray], out: np.ndarray) -> None:
+    """Sum ``2**k >= 2`` arrays pairwise in order into ``out``, as :func:`_pairwise_sum`, in place of the parts."""
+    while len(parts) > 2:
+        parts = [np.add(parts[i], parts[i + 1], out=parts[i]) for i in range(0, len(parts), 2)]
+    np.add(parts[0], parts[1], out=out)
+
+
+def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray:
+    """Return the parents' runs: value k of the family at leaf i is the pairwise mean of ``values[offsets[i] + r c + k]``.
+
+    Per chunk of parents' values (a loop over chunks): the position of
+    each value of child 0 (one repeat and one add), ``F`` gathers, each
+    after an in-place shift by the count, summed pairwise in child order
+    into the output, times ``2**-dim``.  When every leaf holds as many
+    values, the leaves are rows: ``F`` takes of whole rows.
+    """
+    rows = _rows(values, offsets[1:] - offsets[:-1])
+    if rows is not None:
+        parent = _pairwise_sum([np.take(rows, first + r, axis=0) for r in range(F)])
+        parent *= values.dtype.type(1.0 / F)
+        return parent.reshape(-1, *values.shape[1:])
+    P0 = _offsets(pc)
+    out = np.empty((int(P0[-1]), *values.shape[1:]), dtype=values.dtype)
+    scale = values.dtype.type(1.0 / F)
+    fo = offsets[first]
+    for a, b in _chunks(P0, _CHUNK_VALUES // F):
+        c = pc[a:b]
+        o = out[int(P0[a]) : int(P0[b])]
+        base = np.repeat((fo[a:b] - P0[a:b]).astype(np.intp, copy=False), c)
+        base += np.arange(int(P0[a]), int(P0[b]), dtype=np.intp)
+        step = np.repeat(c.astype(np.intp, copy=False), c)
+        parts = []
+        for r in range(F):
+            if r:
+                base += step
+            parts.append(np.take(values, base, axis=0, mode="clip"))  # positions in range by construction
+        _pairwise_into(parts, o)
+        o *= scale
+    return out
+
+
+def _gather_runs(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenate the runs ``values[offsets[s]:offsets[s] + counts[k]]`` for ``s = src[k]``, vectorized (one ``take``)."""
+    if int(counts.sum()) == 0:
+        return values[:0]
+    out: np.ndarray = values[_run_index(offsets, src, counts, values.shape[0])]
+    return out
+
+
+def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name: str = "hp") -> HpData:
+    """Return an hp field's values after one step of the mesh. Not collective, vectorized.
+
+    Raises
+    ------
+    AdaptError
+        Averaging a family whose members have different counts or a dtype
+        that is not float or complex, or a user function returning values
+        that do not fit.
+    """
+    F = 1 << dim
+    m = step.mask
+    counts = data.counts
+    if counts.shape[0] != m.shape[0]:
+        raise AdaptError(f"{name}: {counts.shape[0]} leaves of values for {m.shape[0]} leaves")
+    off = data.offsets
+    idx = np.flatnonzero(m)
+    shape = data.values.shape[1:]
+    if step.kind == "refine":
+        n_out = np.where(m, F, 1)
+        new_counts = np.repeat(counts, F) if idx.size == m.shape[0] else np.repeat(counts, n_out)
+        if transfer.refine == "inject" or idx.size == 0:
+            return HpData(_inject_runs(data.values, off, counts, m, F), new_counts)
+        src = np.repeat(np.arange(m.shape[0]), n_out)
+        pv = _gather_runs(data.values, off, idx, counts[idx])
+        kv, kc = hp_user(transfer.refine(pv, counts[idx].copy()), idx.size * F, shape, data.values.dtype, f"{name}: refine")
+        # children of refined leaves from kv, kc; others as they are
+        new_counts[np.repeat(m, n_out)] = kc
+        return HpData(_merge_runs(data, m, n_out, src, kv, kc, new_counts), new_counts)
+    if idx.size == 0:
+        return HpData(data.values, counts.copy())
+    every = idx.size * F == m.shape[0]  # every leaf is in a family: the members are the leaves in order
+    if transfer.coarsen == "average":
+        if data.values.dtype.kind not in "fc":
+            raise AdaptError(f"{name}: cannot average values of dtype {data.values.dtype}; give HpTransfer(coarsen=fn)")
+        fc = counts.reshape(-1, F) if every else counts[(idx[:, None] + np.arange(F)[None, :]).reshape(-1)].reshape(idx.size, F)
+        bad = fc[:, 1] != fc[:, 0]
+        for c in range(2, F):
+            bad |= fc[:, c] != fc[:, 0]
+        if bad.any():
+            i = int(idx[np.flatnonzero(bad)[0]])
+            raise AdaptError(
+                f"{name}: the family at leaf {i} has members of different counts {fc[bad][0].tolist()}; give HpTransfer(coarsen=fn)"
+            )
+        pc = fc[:, 0]
+        pv = _average_runs(data.values, off, idx, pc, F)
+        if every:  # every leaf is in a family: the parents' runs are all the runs, in order
+            return HpData(pv, pc.copy())
+    else:
+        fam = np.arange(m.shape[0]) if every else (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
+        kv = _gather_runs(data.values, off, fam, counts[fam])
+        pv, pc = hp_user(transfer.coarsen(kv, counts[fam].copy()), idx.size, shape, data.values.dtype, f"{name}: coarsen")
+    keep = ~family_members(m, dim)
+    new_counts = counts[keep]
+    is_parent = m[keep]
+    parent_pos = np.flatnonzero(is_parent)
+    new_counts[parent_pos] = pc
+    # the kept leaves' runs, with each family's run replaced by its parent's
+    src = np.flatnonzero(keep)
+    new_off = np.concatenate([[0], np.cumsum(new_counts)])
+    out = np.empty((int(new_off[-1]), *shape), dtype=data.values.dtype)
+    single = ~is_parent
+    if single.any():
+        pos = _run_index(new_off, np.flatnonzero(single), new_counts[single], out.shape[0])
+        out[pos] = _gather_runs(data.values, off, src[single], new_counts[single])
+    if pv.size:
+        out[_run_index(new_off, parent_pos, pc, out.shape[0])] = pv.reshape(-1, *shape)
+    return HpData(out, new_counts)
+
+
+def _merge_runs(
+    data: HpData, m: np.ndarray, n_out: np.ndarray, src: np.ndarray, kv: np.ndarray, kc: np.ndarray, new_counts: np.ndarray
+) -> np.ndarray:
+    """Return the values after a refinement: unrefined leaves' runs as they were, refined leaves' children from ``kv``."""
+    new_off = np.concatenate([[0], np.cumsum(new_counts)])
+    out = np.empty((int(new_off[-1]), *data.values.shape[1:]), dtype=data.values.dtype)
+    child = np.repeat(m, n_out)
+    plain = np.flatnonzero(~child)
+    if plain.size:
+        out[_run_index(new_off, plain, new_counts[plain], out.shape[0])] = _gather_runs(
+            data.values, data.offsets, src[plain], new_counts[plain]
+        )
+    kids = np.flatnonzero(child)
+    if kids.size:
+        out[_run_index(new_off, kids, kc, out.shape[0])] = kv
+    return out
+
+
+def hp_user(got: Any, n: int, shape: tuple[int, ...], dtype: np.dtype[Any], what: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        values, counts = got
+    except (TypeError, ValueError) as exc:
+        raise AdaptError(f"{what} must return (values, counts), not {type(got).__name__}") from exc
+    c = np.asarray(counts)
+    if c.shape != (n,) or c.dtype.kind not in "iu" or (c.size and int(c.min()) < 0):
+        raise AdaptError(f"{what} returned counts of shape {c.shape} and dtype {c.dtype}, not ({n},) non-negative integers")
+    c = c.astype(np.int64)
+    v = _check_out(values, (int(c.sum()), *shape), dtype, what)
+    return v, c
+
+
+def change_degree(data: HpData, degree: int, dim: int, name: str = "hp") -> HpData:
+    r"""Return tensor-product modal coefficients truncated or zero-padded to degree ``degree``. Not collective, vectorized.
+
+    A leaf of degree q holds ``(q + 1)**dim`` values (times the field's
+    per-value shape): coefficients ``c[a_1, ..., a_dim]``, ``a_i <= q``, the
+    last index fastest.  The new leaf holds ``(degree + 1)**dim``: those
+    with every ``a_i <= degree``, zeros where ``a_i > q``.  For an orthogonal
+    basis truncation is the L2 projection onto the lower degree.  Loops over
+    the distinct degrees only.
+
+    Parameters
+    ----------
+    data : HpData
+        Counts ``(q + 1)**dim`` per leaf.
+    degree : int
+        The new degree, ``>= 0``.
+    dim : {2, 3}
+
+    Raises
+    ------
+    AdaptError
+        A count that is not ``(q + 1)**dim``, or a negative degree.
+    """
+    p = operator.index(degree)
+    if p < 0:
+        raise AdaptError(f"{name}: degree must be >= 0, not {p}")
+    counts = data.counts
+    q = np.rint(np.power(counts.astype(np.float64), 1.0 / dim)).astype(np.int64) - 1
+    bad = ((q + 1) ** dim != counts) | (q < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise AdaptError(f"{name}: leaf {i} holds {int(counts[i])} values, not (q + 1)**{dim} of a tensor-product basis")
+    shape = data.values.shape[1:]
+    new_counts = np.full(counts.shape[0], (p + 1) ** dim, dtype=np.int64)
+    out = np.zeros((int(new_counts.sum()), *shape), dtype=data.values.dtype)
+    off = data.offsets
+    for qq in np.unique(q):  # a loop over the distinct degrees
+        leaves = np.flatnonzero(q == qq)
+        k = int(min(p, qq)) + 1
+        block = _gather_runs(data.values, off, leaves, counts[leaves]).reshape(leaves.size, *([int(qq) + 1] * dim), *shape)
+        dst = np.zeros((leaves.size, *([p + 1] * dim), *shape), dtype=data.values.dtype)
+        sl = (slice(None), *([slice(0, k)] * dim))
+        dst[sl] = block[sl]
+        pos = (leaves[:, None] * (p + 1) ** dim + np.arange((p + 1) ** dim)[None, :]).reshape(-1)
+        out[pos] = dst.reshape(-1, *shape)
+    return HpData(out, new_counts)
