@@ -652,8 +652,9 @@ def to_vtkhdf(
         tree, the cell arrays on every node (a leaf's own values, a coarse
         node's the mean of its children, :func:`htg_values`), one
         checkpoint (no series, no particles), written by rank 0, which
-        holds whole trees at a time (about ``chunk_leaves`` leaves, or one
-        larger tree: a one-tree forest is held whole).
+        reads whole trees at a time (about ``chunk_leaves`` leaves, or one
+        larger tree: a one-tree forest is held whole) and writes the rows
+        of two chunks at a time while it makes the next two.
 
     Returns
     -------
