@@ -619,9 +619,9 @@ def test_export_cells_are_the_per_leaf_corners(adv: tuple[Path, Any], cube: tupl
 
 def test_points_do_not_depend_on_chunks_or_ranks(adv: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Blocks of 64 leaves: chunks that cut them, and every rank's part of a parallel export, give the same file."""
-    from amrckpt.export import _vtkhdf
+    from amrckpt.export import _unstructured
 
-    monkeypatch.setattr(_vtkhdf, "POINT_BLOCK_LEAVES", 64)
+    monkeypatch.setattr(_unstructured, "POINT_BLOCK_LEAVES", 64)
     path, g = adv
     want = _datasets(ac.export.to_vtkhdf(path, tmp_path / "a.vtkhdf", ranks=3, chunk_leaves=g.N).path)
     for chunk in (1, 7, 100):
@@ -630,8 +630,8 @@ def test_points_do_not_depend_on_chunks_or_ranks(adv: tuple[Path, Any], monkeypa
             np.testing.assert_array_equal(got[n], want[n], err_msg=f"{n} (chunks of {chunk})")
     assert len(want["Points"]) < 4 * g.N // 2
     h5py = need("h5py")
-    steps = _vtkhdf._survey([path], "first", 3, True, None, None)
-    w = _vtkhdf._Writer(steps, steps[0].arrays, [], False, False, True, None, 30, True)
+    steps = _unstructured._survey([path], "first", 3, True, None, None)
+    w = _unstructured._Writer(steps, steps[0].arrays, [], False, False, True, None, 30, True)
     for P in (2, 3, 5):  # what each rank of a parallel export writes, on one file: the serial export's datasets
         plan, starts = w.plan(np.array([w.count(r, P) for r in range(P)]))
         with h5py.File(tmp_path / f"p{P}.vtkhdf", "w") as h5:
