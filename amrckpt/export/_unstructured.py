@@ -353,9 +353,9 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
     """Write leaves ``job.a .. job.b - 1`` of one step: cells ``job.chunk`` leaves at a time, points a block at a time.
 
     Not collective.  With ``prefetch`` one worker thread reads the next
-    chunks and converts their values, a second places the points of each
-    block completed, and this thread writes them through the sink (reads
-    and numpy release the GIL): serial exports only, where no MPI call is
+    chunks, converts their values and places the points of each block
+    completed, and this thread writes them through the sink (reads and
+    numpy release the GIL): serial exports only, where no MPI call is
     made off the main thread.  ``sink_of()`` gives the sink once the first
     chunks are on their way (it may create the file meanwhile).
 
@@ -392,7 +392,7 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         return s, e, cells, list(blocks.feed(s, leaves))
 
     def place(done: list[tuple[int, np.ndarray]]) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        """Place the points of the blocks completed (on the placing thread, in order): where they go, points, corners."""
+        """Place the points of the blocks completed (in order): where they go, points, corners."""
         out = []
         for first, block in done:
             if np.dtype(points_dtype) == np.float32 and int(block["level"].max()) > float32_level:
@@ -415,34 +415,31 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
             sink.put("Points", rows.points_before + at, pts)
             sink.put("Connectivity", rows.conn_before + nv * first, corners)
 
+    def make(s: int, e: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, int, np.ndarray, np.ndarray]]]:
+        """Read and convert leaves ``s .. e - 1`` and place the points of the blocks they complete (in chunk order)."""
+        s, e, cells, done = convert(s, e)
+        return s, e, cells, place(done)
+
     chunks = [(s, min(s + chunk, b)) for s in range(a, b, chunk)]
     if prefetch and len(chunks) > 1:
-        # Three stages on three threads: read and convert (chunks queued ahead, so that the worker goes on as soon
-        # as it ends one), place the points of each block completed, write (this thread, without the GIL).
-        with (
-            Pool(1, "amrckpt-export") as reading,
-            Pool(1, "amrckpt-points") as placing,
-        ):
+        # Two threads: one reads, converts and places chunk after chunk (queued ahead, so that it goes on as soon as it
+        # ends one), this one writes them.  h5py holds the GIL while HDF5 writes: a third thread would only wait for it.
+        with Pool(1, "amrckpt-export") as making:
             todo = iter(chunks)
-            reads = deque(reading.submit(convert, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
-            places: deque[Any] = deque()
+            made = deque(making.submit(make, *c) for c in itertools.islice(todo, PREFETCH_CHUNKS))
             sink = sink_of()
-            while reads:
-                s, e, cells, done = reads.popleft().result()
+            while made:
+                s, e, cells, placed = made.popleft().result()
                 for c in itertools.islice(todo, 1):
-                    reads.append(reading.submit(convert, *c))
-                places.append(placing.submit(place, done))
+                    made.append(making.submit(make, *c))
                 write_cells(s, e, cells)
-                while len(places) > 1 or (places and places[0].done()):
-                    write_points(places.popleft().result())
-            while places:
-                write_points(places.popleft().result())
+                write_points(placed)
     else:
         sink = sink_of()
         for c in chunks:
-            s, e, cells, done = convert(*c)
+            s, e, cells, placed = make(*c)
             write_cells(s, e, cells)
-            write_points(place(done))
+            write_points(placed)
     if num_leaves == 0 and a == 0 and not rows.num_particles:
         sink.put("Offsets", off0, np.zeros(1, dtype=ids))
 
