@@ -463,7 +463,7 @@ class _Rows:
     nodes per depth, tree ids) as it goes.  A batch goes whole into one
     staging: a staging holds about ``capacity`` rows, or one larger batch.
     ``read()`` gives the next batch of trees and their leaves' values, or
-    None after the last (it may wait for a reading thread).
+    None after the last.
     """
 
     def __init__(self, plan: _Plan, read: Callable[[], tuple[int, np.ndarray, list[np.ndarray]] | None], capacity: int) -> None:
@@ -560,7 +560,7 @@ def write_htg(call: Call, h5py: Any, path: Path, out: Path, opts: HtgOptions) ->
             batches = _tree_batches(r, plan, chunk)
 
             def read_next() -> tuple[int, np.ndarray, list[np.ndarray]] | None:
-                """Read the next batch of trees and their leaves' values (on the reading thread)."""
+                """Read the next batch of trees and their leaves' values (on the making thread)."""
                 got = next(batches, None)
                 if got is None:
                     return None
