@@ -250,11 +250,3 @@ def crc32_of_pieces(bufs: Iterable[tuple[int, Any]], known: Iterable[tuple[int, 
             crc = crc32(view[pos - off : stop - off], crc)
             pos = stop
     return crc
-
-
-def combine_terms(terms: Iterable[int]) -> int:
-    """XOR of the terms of all ranks: the section's CRC32."""
-    out = 0
-    for t in terms:
-        out ^= t
-    return out

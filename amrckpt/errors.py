@@ -32,6 +32,7 @@ __all__ = [
     "IncompleteCheckpointError",
     "LaunchError",
     "ManagerError",
+    "ManagerIOError",
     "P4estFormatError",
     "PartitionError",
     "SchemaError",
@@ -206,6 +207,35 @@ class ChecksumError(CheckpointError):
 
 class ManagerError(AmrckptError, RuntimeError):
     """A checkpoint manager cannot do its job: its directory is in use or not writable."""
+
+
+class ManagerIOError(ManagerError, OSError):
+    """The file system refused an operation on a manager's directory or node cache.
+
+    Raised, on every rank, when the directory cannot be made, listed,
+    locked or renamed in, or a cached pieces file cannot be opened: the
+    message names the path and the cause, ``errno`` is that of the
+    ``OSError`` (e.g. ``errno.EMFILE``), and the ``OSError`` is chained as
+    ``__cause__`` on the rank that met it.  Nothing is deleted or set aside
+    for it: it is never taken for damage.  Built as ``ManagerIOError(errno,
+    message)``; catch it as ``OSError`` or as ``ManagerError``.
+    """
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 2 and (args[0] is None or isinstance(args[0], int)):
+            code, message = args
+            if code is None:
+                super().__init__(message)
+                return
+            super().__init__(code, message)
+            self.errno, self.strerror = int(code), str(message)  # type: ignore[call-overload]
+            return
+        super().__init__(*args)
+
+    @classmethod
+    def of(cls, message: str, exc: OSError) -> ManagerIOError:
+        """Return the error for ``exc`` with ``message`` (``errno`` kept)."""
+        return cls(exc.errno, f"{message}: {exc.strerror or exc}")
 
 
 class StepAlreadyExistsError(ManagerError):

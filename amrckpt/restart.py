@@ -65,7 +65,7 @@ class Loaded(Generic[S]):
 def _partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool, families: bool = False) -> Partition:
     """Return the partition of mesh ``ms``'s leaves over the ranks of ``comm`` (families kept together). Collective."""
     part = _base_partition(spec, ms, r, comm, first)
-    if not families or (spec == "writer" and first):
+    if not families:
         return part
     start, count = family_window(part, comm.rank, ms.dim)
     with collective(comm, "load: keep families") as call:
@@ -188,11 +188,13 @@ def load(
         Keep every family of sibling leaves (``2**dim`` leaves of one
         parent) on one rank, as p4est's ``p4est_partition_ext`` with
         ``partition_for_coarsening`` does, so that a restarted p4est code
-        can coarsen any family: each cut of the uniform, weighted or given
-        partition that splits a family moves to its start or end
+        can coarsen any family: each cut of the uniform, weighted, writer's
+        or given partition that splits a family moves to its start or end
         (:func:`amrckpt.partition.keep_families`; each rank reads the few
         leaves around its own cut, then one allgather of one int64 per rank).
-        Not for ``"writer"`` (the partition is the writer's).
+        With ``"writer"``, the writer's partition where it keeps every
+        family whole (a p4est code's after ``p4est_partition_ext`` with
+        ``partition_for_coarsening``), else the cuts that split one moved.
     access : amrckpt.scda.FileAccess, optional
         ``info`` and ``backend`` as one value; the keyword arguments given override it.
     adapt : amrckpt.adapt.Adapt, Refine, Coarsen, Balance or a sequence of them, optional

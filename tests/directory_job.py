@@ -249,6 +249,9 @@ def main() -> int:
     from mpi4py import MPI
 
     faulthandler.dump_traceback_later(240, exit=True)  # a hang ends the job (the campaign counts it)
+    # amrckpt's collective calls replace that timer while they run (the stall watchdog): a hang inside one ends the
+    # job after twice this timeout plus a grace
+    os.environ.setdefault("AMRCKPT_COLLECTIVE_TIMEOUT", "60")
     comm = MPI.COMM_WORLD
     fn = globals()["case_" + a.case.replace("-", "_")]
     extra = {"seed": a.seed, "background": a.background} if a.case == "enospc-run" else {}

@@ -108,6 +108,7 @@ class Verdict:
     kinds: set[str] = field(default_factory=set)  # hang, crash, not agreed, foreign, no errno, lost, set aside, ...
     seconds: float = 0.0
     stalls: int = 0  # jobs run again before this trial (see run_jobs)
+    watchdog: bool = False  # the save job was ended by amrckpt's stall watchdog (a rank stuck inside MPI), not hung
 
     def problem(self, kind: str, text: str) -> None:
         self.kinds.add(kind)
@@ -184,7 +185,12 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
             elif t["id"] in reports:  # the hang
                 reports[t["id"]]["stderr"] = tail
             elif (out / f"{t['id']}.{mode}.start").exists():
-                reports[t["id"]] = {"failure": "crash", "rc": rc, "stderr": tail}
+                whole = err.read_text(errors="replace")
+                if STALL_MARK in whole:  # amrckpt's stall watchdog ended the job, with its message: bounded, not a crash
+                    mine = [ln for ln in whole.splitlines() if ln.startswith(f"[{t['id']} rank ")]
+                    reports[t["id"]] = {"failure": "watchdog", "rc": rc, "stderr": tail, "lines": mine}
+                else:
+                    reports[t["id"]] = {"failure": "crash", "rc": rc, "stderr": tail}
             else:
                 rest.append(t)
         if stalled:
@@ -230,9 +236,29 @@ def _agreed(v: Verdict, op: dict[str, Any], per_rank: list[dict[str, Any]]) -> b
     return True
 
 
+STALL_MARK = "has made no progress for"
+"""What amrckpt's stall watchdog prints before it ends a job whose rank is stuck inside MPI (amrckpt.comm._watchdog)."""
+
+
+def _returned_before_the_watchdog(t: Trial, lines: list[str]) -> int:
+    """The newest step whose save every rank reported ``ok`` on stderr before the watchdog ended the job (0: none)."""
+    ok: dict[int, set[int]] = {}
+    for ln in lines:
+        head, _, rest = ln.partition("] ")
+        rank = int(head.rsplit(" ", 1)[-1])
+        words = rest.split()
+        if len(words) >= 3 and words[0] == "save" and words[2] == "ok":
+            ok.setdefault(int(words[1].rstrip(":")), set()).add(rank)
+    return max((s for s, ranks in ok.items() if len(ranks) == t.P), default=0)
+
+
 def judge(t: Trial, save: dict[str, Any], verify: dict[str, Any] | None) -> Verdict:
     """The verdict of one trial from its save and verify reports."""
     v = Verdict(t, stalls=save.get("job_stalls", 0) + (verify or {}).get("job_stalls", 0))
+    if save.get("failure") == "watchdog":  # bounded, with its message; the restart must still lose nothing
+        v.watchdog = True
+        v.expected = _returned_before_the_watchdog(t, save.get("lines", []))
+        return _judge_restart(v, t, v.expected, verify)
     if "failure" in save:
         said = f"{save.get('stderr', '')[-30000:]} {save.get('stacks', '')[-3000:]}"
         v.problem(save["failure"], f"save job on {t.P} ranks: {said}")
@@ -263,6 +289,11 @@ def judge(t: Trial, save: dict[str, Any], verify: dict[str, Any] | None) -> Verd
             v.problem("lost", f"the restore under faults restored step {rs['step']}, not {expected}")
     elif any(o["op"] == "restore" and o["result"] == "ok" for o in r0["ops"]):
         v.problem("lost", f"the restore under faults restored nothing, not step {expected}")
+    return _judge_restart(v, t, expected, verify)
+
+
+def _judge_restart(v: Verdict, t: Trial, expected: int, verify: dict[str, Any] | None) -> Verdict:
+    """Judge the restart without faults at another P: nothing set aside that verifies, the newest returned step."""
     if verify is None:
         return v
     if "failure" in verify:
@@ -309,7 +340,7 @@ def campaign(root: Path, seeds: Iterable[int], *, batch: int = 4, log: Any = Non
             saves |= run_jobs("save", P, [spec(t) for t in group], out, log)
     verifies: dict[str, dict[str, Any]] = {}
     for Q in sorted({t.restart for t in trials}):
-        mine = [t for t in trials if t.restart == Q and "failure" not in saves[t.id]]
+        mine = [t for t in trials if t.restart == Q and saves[t.id].get("failure", "watchdog") == "watchdog"]
         for k in range(0, len(mine), 2 * batch):
             verifies |= run_jobs("verify", Q, [spec(t) for t in mine[k : k + 2 * batch]], out, log)
     return [judge(t, saves[t.id], verifies.get(t.id)) for t in trials]
@@ -337,6 +368,10 @@ def table(verdicts: list[Verdict]) -> str:
     lines.append("trials with a problem, by kind:")
     lines += [f"    {kinds.get(k, 0):5d}  {k}" for k in KINDS]
     lines.append(f"trials without a problem: {sum(not v.kinds for v in verdicts)} of {len(verdicts)}")
+    lines.append(
+        f"save jobs ended by amrckpt's stall watchdog (a rank stuck inside MPI; message printed, job aborted, "
+        f"the restart judged as above): {sum(v.watchdog for v in verdicts)}"
+    )
     stalls = sum(v.stalls for v in verdicts)
     lines.append(f"jobs killed and run again after stopping outside any trial (libfiu at start-up): {stalls}")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ TRIALS = 40
 # manager's directory-level errors (listing the directory, its lock, the node cache's directory) are ManagerError,
 # a class without errno, for an OSError that has one (issue 33: "every failure one agreed amrckpt error with its
 # errno").  Remove it from here when ManagerError carries the errno.
-KNOWN_OPEN = {"errno dropped"}
+KNOWN_OPEN: set[str] = set()
 SEED = 7  # trial i has seed 7 * 10**6 + i, as ``fiu_campaign.py --seed 7`` draws them
 
 

@@ -102,12 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
         "against the CRC32s in its index (and its scda structure against the index); any\n"
         "other scda file is walked section by section, reading every byte and decoding every\n"
         "compressed section. A damaged file gets one line naming the section and byte range.\n"
+        "The forest of a p4est or p8est checkpoint (convert --from p4est) must be complete, as\n"
+        "p4est's are: a hole is reported as INVALID, naming its quadrant and tree.\n"
         "Runs in parallel under mpiexec -n P.\n\n"
         "example:\n  amrckpt verify run/ckpt-*.scda && echo all intact",
         _cmd_verify,
     )
     p.add_argument("files", metavar="FILE", nargs="+", help="scda files or checkpoints")
     p.add_argument("--strict", action="store_true", help="also check the data padding of plain scda files (the paper ignores it)")
+    p.add_argument(
+        "--complete",
+        action="store_true",
+        help="check that every mesh is a complete forest, as p4est's are (default: the meshes of p4est and p8est checkpoints)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON list of results instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only when stderr is a terminal)")
 
@@ -124,10 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         "With --from p4est, IN is a file of p4est_save_ext (p8est_save_ext) and OUT a checkpoint\n"
         "(schema p4est or p8est: the connectivity as the mesh's geometry, the quadrant data as\n"
         "the cells field 'data'; a saved partition goes to OUT.run.json); with --to p4est, IN\n"
-        "is a checkpoint and OUT the p4est file of its first mesh, which p4est_load_ext loads.\n"
+        "is a checkpoint and OUT the p4est file of its first mesh, which p4est_load_ext loads, with\n"
+        "the cells field --data FIELD (default 'data') as quadrant data.\n"
         "Runs in parallel under mpiexec -n P.\n\n"
         "example:\n  amrckpt convert --encode big.scda small.scda\n  amrckpt convert --decode --style mime in.scda out.scda\n"
-        "  amrckpt convert forest.p4est forest.scda --from p4est\n  amrckpt convert forest.scda forest.p4est --to p4est",
+        "  amrckpt convert forest.p4est forest.scda --from p4est\n  amrckpt convert forest.scda forest.p4est --to p4est\n"
+        "  amrckpt convert heat.scda heat.p4est --to p4est --data u",
         _cmd_convert,
     )
     p.add_argument("input", metavar="IN", help="the file to read")
@@ -148,9 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
         default="uniform",
         help="--to p4est: the ranks' shares: uniform, or the checkpoint's writing partition (from its run record)",
     )
-    p.add_argument(
-        "--data-field", default="data", metavar="NAME", help="--to p4est: the cells field written as quadrant data (default: data)"
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--data",
+        "--data-field",
+        dest="data_field",
+        default="data",
+        metavar="FIELD",
+        help="--to p4est: the cells field written as p4est's quadrant data, its bytes per leaf (default: data; "
+        "without one, the fields that could serve are named)",
     )
+    g.add_argument("--no-data", action="store_true", help="--to p4est: write no quadrant data (p4est loads it with data_size 0)")
 
     p = _subparser(
         sub,

@@ -51,10 +51,6 @@ def safe_str(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _q(b: bytes) -> str:
-    return f'"{safe_text(b)}"'
-
-
 def _human(n: int) -> str:
     if n < 1024:
         return f"{n} B"

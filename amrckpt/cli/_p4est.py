@@ -41,7 +41,7 @@ def _convert_p4est(call: Call, args: argparse.Namespace, src: str, dst: str) -> 
                     comm=call.comm,
                     partition=args.partition,
                     save_partition=args.save_partition,
-                    data_field=args.data_field,
+                    data_field=None if args.no_data else args.data_field,
                 )
                 what = f"a p4est file of {nbytes} bytes"
     except AmrckptError as exc:

@@ -10,7 +10,13 @@ from ..comm import collective
 from ..container import VerifyReport, verify_file
 from ._common import EXIT_BAD, EXIT_OK, _dump_json, _out, _progress, _world_comm, safe_str
 
-STATUS = {"incomplete": "INCOMPLETE", "damaged": "DAMAGED", "unreadable": "UNREADABLE", "not-scda": "NOT-SCDA"}
+STATUS = {
+    "incomplete": "INCOMPLETE",
+    "damaged": "DAMAGED",
+    "unreadable": "UNREADABLE",
+    "not-scda": "NOT-SCDA",
+    "invalid": "INVALID",
+}
 """The status printed for a file, by the kind of its first problem."""
 
 
@@ -57,7 +63,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         docs = []
         try:
             for p in paths:
-                docs.append(_doc(verify_file(p, comm=call.comm, strict=args.strict, progress=bar)))
+                docs.append(_doc(verify_file(p, comm=call.comm, strict=args.strict, progress=bar, complete=args.complete or None)))
                 if call.rank == 0 and not args.json:
                     _print(docs[-1])
         finally:

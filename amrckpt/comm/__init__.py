@@ -25,6 +25,7 @@ from ._call import (
     watch,
 )
 from ._mpi import MPIComm, is_mpi4py_comm
+from ._reduction import Reduction, Totals
 from ._thread import ThreadComm, run_threads, thread_rank
 from ._watchdog import DEFAULT_TIMEOUT, install_excepthook
 
@@ -37,8 +38,10 @@ __all__ = [
     "MPIComm",
     "ReduceOp",
     "Reduced",
+    "Reduction",
     "SerialComm",
     "ThreadComm",
+    "Totals",
     "agreed_error",
     "as_comm",
     "collective",

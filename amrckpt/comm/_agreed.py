@@ -61,7 +61,8 @@ def agreed_error(error: BaseException | None, descs: Sequence[Description | None
 
     The class is that of the lowest failing rank's error (the lowest whose
     error is not only a report of another rank's failure, ``remote``) if it is of
-    amrckpt's tree (:class:`~amrckpt.errors.CollectiveError` otherwise), its
+    amrckpt's tree (otherwise :class:`~amrckpt.errors.ScdaIOError` for an
+    ``OSError`` with an errno, :class:`~amrckpt.errors.CollectiveError` for anything else), its
     message names that rank and the others that failed, and
     :attr:`~amrckpt.errors.AmrckptError.rank_errors` maps each failing rank
     to ``"Class: message"``.  ``errno`` is kept for OSError classes.  On a
@@ -76,7 +77,10 @@ def agreed_error(error: BaseException | None, descs: Sequence[Description | None
             error.rank_errors = {0: text}
         error._amrckpt_agreed = True  # type: ignore[attr-defined]
         return error
-    cls = _tree_class(cls_name) if cls_name is not None else errors.CollectiveError
+    if cls_name is not None:
+        cls = _tree_class(cls_name)
+    else:  # not of amrckpt's tree: an OS error keeps its errno (as ScdaIOError), anything else is a CollectiveError
+        cls = errors.ScdaIOError if code is not None else errors.CollectiveError
     if cls_name is None:
         message = f"rank {first} failed: {text}"
     elif size > 1:

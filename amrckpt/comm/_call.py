@@ -53,12 +53,16 @@ from ._agreed import _ranks, agreed_error, describe
 from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, digest_of
 from ._launch import launched_task
 from ._mpi import MPIComm, is_mpi4py_comm
+from ._reduction import Reduction
 from ._thread import ThreadComm
 from ._watchdog import (
+    arm,
     collective_timeout,
+    disarm,
     install_excepthook,
     notices,
     record,
+    stall_limit,
     timeout_error,
 )
 
@@ -298,7 +302,15 @@ class collective:
     def __enter__(self) -> Call:
         if not self._outer:
             if self._call.size > 1:
-                self._call.meet(self._timeout)  # bounded: before any blocking collective of the call
+                call = self._call
+                if isinstance(_inner(call.comm), MPIComm):  # a call stuck inside MPI ends the job, never hangs
+                    key = _key(call.comm)
+                    call._cell = arm(id(call), call.op, call.seq, call.rank, call.size, stall_limit(key))
+                try:
+                    call.meet(self._timeout)  # bounded: before any blocking collective of the call
+                except BaseException:
+                    disarm(id(call))
+                    raise
             record(self._call.op, self._call.seq, "entered")
             calls: dict[Any, Call] = getattr(_open, "calls", None) or {}
             _open.calls = {**calls, _key(self._call.comm): self._call}
@@ -323,6 +335,8 @@ class collective:
                 call.fail(exc)
                 call.agree()
         finally:
+            if call._cell is not None:
+                disarm(id(call))
             calls = dict(getattr(_open, "calls", {}))
             calls.pop(_key(call.comm), None)
             _open.calls = calls
@@ -371,7 +385,7 @@ class Call:
         This rank's first error since the last agreement.
     """
 
-    __slots__ = ("__weakref__", "_exchanges", "_unagreed", "comm", "error", "op", "seq")
+    __slots__ = ("__weakref__", "_cell", "_exchanges", "_unagreed", "comm", "error", "op", "seq")
 
     def __init__(self, comm: Comm, op: str) -> None:
         self.comm = comm
@@ -380,6 +394,7 @@ class Call:
         self.error: BaseException | None = None
         self._exchanges = 0
         self._unagreed = False
+        self._cell: list[float] | None = None  # the stall watchdog's progress cell (an MPI call of several ranks)
 
     @property
     def rank(self) -> int:
@@ -415,11 +430,6 @@ class Call:
         """
         exc._amrckpt_agreed = True  # type: ignore[attr-defined]
         return exc
-
-    def pop_error(self) -> BaseException | None:
-        """Take this rank's pending error back (to raise a better one first, e.g. a damaged section's). Not collective."""
-        error, self.error = self.error, None
-        return error
 
     def run(self, fn: Callable[..., T], *args: Any, on: int | None = None, always: bool = False, **kwargs: Any) -> T | None:
         """Run a step on this rank (on rank ``on`` only, if given); keep its exception for the next agreement.
@@ -515,7 +525,7 @@ class Call:
             exc.op, exc.seq, exc.ended = self.op, self.seq, {}
             raise self.agreed(exc)
         d = self._tag()
-        self._exchanges += 1
+        self._step()
         timeout = collective_timeout(key) if timeout is None else min(timeout, collective_timeout(key))
         watch = notices(key)
         ended: dict[int, str] = {}
@@ -559,6 +569,12 @@ class Call:
         if "mpi4py.MPI" in sys.modules:
             install_excepthook()
         raise self.agreed(exc)
+
+    def _step(self) -> None:
+        """Count an exchange; it is progress for the stall watchdog (:func:`~amrckpt.comm._watchdog.arm`)."""
+        self._exchanges += 1
+        if self._cell is not None:
+            self._cell[0] = time.monotonic()
 
     def _tag(self) -> int:
         """Return the digest of this call and exchange: operation, sequence number, position (62 bits)."""
@@ -620,7 +636,7 @@ class Call:
             [int(v) for v in xors] if ok else [],
             root_value if ok and self.comm.rank == root else None,
         )
-        self._exchanges += 1
+        self._step()
         got = self.comm.allreduce_columns(payload)
         if got.maxima[1] != -got.maxima[2]:
             self._mismatch(what)
@@ -635,6 +651,10 @@ class Call:
             got.value,
             [got.maxima[3 + 2 * i] == -got.maxima[4 + 2 * i] for i in range(len(eq))],
         )
+
+    def reduction(self, what: str = "") -> Reduction:
+        """Start a reduction of named channels (:class:`~amrckpt.comm.Reduction`), run as one allreduce. Not collective."""
+        return Reduction(self, what)
 
     def agree(self, what: str = "") -> None:
         """Raise on every rank the agreed error if any rank holds one (one allreduce). Collective.
@@ -683,7 +703,7 @@ class Call:
         payload = Columns(
             [int(v) for v in sums] if ok else [], [int(v) for v in maxima] if ok else [], [int(v) for v in xors] if ok else []
         )
-        self._exchanges += 1
+        self._step()
         got = self.comm.exscan_columns(payload) or Columns([], [], [])
         return Reduced(_fit(got.sums, len(sums), 0), _fit(got.maxima, len(maxima), NONE), _fit(got.xors, len(xors), 0), None, [])
 
@@ -715,7 +735,7 @@ class Call:
                 self.fail(errors.ScdaArgumentError(f"{what or self.op}: {list(values)[:4]} do not fit int64"))
         mine[0] = 0 if self.error is None else 1
         mine[1] = d
-        self._exchanges += 1
+        self._step()
         got = self.comm.allgather_array(mine)
         if (got[:, 1] != d).any():
             self._mismatch(what)
@@ -740,7 +760,7 @@ class Call:
             As :meth:`allreduce`.
         """
         d = self._tag()
-        self._exchanges += 1
+        self._step()
         got = self.comm.allgather((self.error is not None, d, None if self.error is not None else obj))
         if any(t != d for _, t, _ in got):
             self._mismatch(what)
@@ -757,19 +777,19 @@ class Call:
         is the call's first exchange.
         """
         self._first_agrees()
-        self._exchanges += 1
+        self._step()
         return self.comm.allreduce_array(values, op)
 
     def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
         """Pass byte strings to the rank below (:meth:`amrckpt.comm.MPIComm.relay_down`). Collective, not agreeing."""
         self._first_agrees()
-        self._exchanges += 1
+        self._step()
         return self.comm.relay_down(data, send=send, receive=receive, forward=forward)
 
     def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
         """Send bytes to ``dest``, receive from ``source`` (:meth:`amrckpt.comm.Comm.sendrecv`). Not agreeing."""
         self._first_agrees()
-        self._exchanges += 1
+        self._step()
         return self.comm.sendrecv(data, dest, source)
 
     def _first_agrees(self) -> None:

@@ -16,12 +16,33 @@ or the ``collective_timeout=`` of a :class:`~amrckpt.CheckpointManager` for
 its communicator; default :data:`DEFAULT_TIMEOUT`.  It bounds how long the
 ranks may arrive apart at a call (the skew of their programs), not how long
 a call takes: a save of any size passes it.
+
+After the meeting, a rank can still be stuck *inside* a call: in an MPI
+collective that another rank never reaches, in ROMIO's own deadlock, or in
+a read of a hung file server.  Python cannot release it from there, so the
+*stall watchdog* ends the job instead of letting it hang: a call of an MPI
+job of several processes that makes no progress (no exchange between the
+ranks) for :func:`stall_limit` seconds, twice the timeout, prints its
+message, the flight recorder and every thread's stack on stderr, and calls
+``MPI_Abort``.  It is a daemon thread (started once per process, at the
+first such call) that wakes every second.  Where the stuck call holds the
+interpreter lock (a pickle-based mpi4py collective, a C extension that does
+not release it) that thread cannot run, so every such call also sets
+:func:`faulthandler.dump_traceback_later` with ``exit=True`` for a grace
+period after the limit, and the thread moves it on while the call makes
+progress: the interpreter's own C timer then prints every thread's stack
+and ends the process, and the launcher ends the job.  That timer is the
+process's one: amrckpt sets it while such a call runs and cancels it after,
+which replaces a timer set by the program (e.g. pytest's
+``faulthandler_timeout``).
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import faulthandler
+import logging
 import os
 import sys
 import threading
@@ -39,6 +60,7 @@ __all__ = [
     "install_excepthook",
     "record",
     "set_timeout",
+    "stall_limit",
     "timeout_error",
 ]
 
@@ -292,3 +314,117 @@ def install_excepthook() -> None:
             traceback.print_exc()
 
     sys.excepthook = hook
+
+
+# -- the stall watchdog -------------------------------------------------------------------------------------------
+
+POLL = 1.0
+"""Seconds between two looks of the stall watchdog at the open calls."""
+
+_calls: dict[int, tuple[str, int, int, int, float, list[float]]] = {}  # id -> (op, seq, rank, size, limit, [progress])
+_calls_lock = threading.Lock()  # also serializes the calls of faulthandler's timer
+_armed: list[float] = []  # the deadline (time.monotonic()) faulthandler's timer is set for, if it is
+_stall_thread: Any = None
+_log = logging.getLogger("amrckpt.comm")
+
+
+def stall_limit(key: Any = None) -> float:
+    """Return the seconds a call of the communicator ``key`` may go without progress before the job is ended. Not collective.
+
+    Twice :func:`collective_timeout`: 20 minutes by default.
+    """
+    return 2.0 * collective_timeout(key)
+
+
+def _grace(limit: float) -> float:
+    """Seconds faulthandler's timer waits after the stall watchdog's own limit."""
+    return min(60.0, limit / 2)
+
+
+def _set_timer(deadline: float, now: float) -> None:
+    """Set faulthandler's timer (``exit=True``) for ``deadline``; hold ``_calls_lock``."""
+    try:
+        faulthandler.dump_traceback_later(max(POLL, deadline - now), exit=True)
+    except RuntimeError:  # its C thread cannot start now (no memory): the watchdog's next look tries again
+        _armed.clear()
+        return
+    _armed[:] = [deadline]
+
+
+def arm(ident: int, op: str, seq: int, rank: int, size: int, limit: float) -> list[float]:
+    """Watch the call ``ident`` for stalls; return its progress cell (``cell[0] = time.monotonic()`` is progress). Not collective.
+
+    Sets faulthandler's timer if no open call has, and starts the
+    watchdog's thread at the first call of the process; a thread that
+    cannot start leaves the calls to the timer alone (logged once): no rank
+    takes another path for it.
+    """
+    global _stall_thread
+    now = time.monotonic()
+    cell = [now]
+    with _calls_lock:
+        _calls[ident] = (op, seq, rank, size, limit, cell)
+        if not _armed:
+            _set_timer(now + limit + _grace(limit), now)
+        start = _stall_thread is None
+        if start:
+            _stall_thread = False  # started once, or tried once
+    if start:
+        from .._threads import start_thread
+
+        try:
+            _stall_thread = start_thread(_watch_stalls, "amrckpt-stall-watchdog")
+        except errors.ThreadStartError as exc:
+            _log.warning("the stall watchdog's thread cannot start (%s): only faulthandler's timer ends a stuck call", exc)
+    return cell
+
+
+def disarm(ident: int) -> None:
+    """Stop watching the call ``ident``; cancel faulthandler's timer if no call is open. Not collective."""
+    with _calls_lock:
+        _calls.pop(ident, None)
+        if not _calls and _armed:
+            faulthandler.cancel_dump_traceback_later()
+            _armed.clear()
+
+
+def _watch_stalls() -> None:
+    """End the job when a watched call makes no progress for its limit (the watchdog's thread).
+
+    While calls make progress, it moves faulthandler's timer on, so that
+    the timer fires only for a call that stalled while holding the
+    interpreter lock (where this thread cannot run).
+    """
+    while True:
+        time.sleep(POLL)
+        now = time.monotonic()
+        with _calls_lock:
+            calls = list(_calls.values())
+            if calls:
+                deadline = min(cell[0] + limit + _grace(limit) for *_, limit, cell in calls)
+                if not _armed or abs(deadline - _armed[0]) > POLL:
+                    _set_timer(deadline, now)
+        for op, seq, rank, size, limit, cell in calls:
+            if now - cell[0] > limit:
+                _abort_stalled(op, seq, rank, size, limit, now - cell[0])
+
+
+def _abort_stalled(op: str, seq: int, rank: int, size: int, limit: float, stalled: float) -> None:
+    """Print why, the flight recorder and every thread's stack; end the MPI job (``MPI_Abort``)."""
+    try:
+        sys.stderr.write(
+            f"amrckpt: rank {rank} of {size}: {op} (call {seq} on its communicator) has made no progress for "
+            f"{stalled:.0f} s (the limit is {limit:g} s, twice AMRCKPT_COLLECTIVE_TIMEOUT) after every rank met at its "
+            "start: a rank is stuck inside MPI or the file system (a collective that another rank never reaches, a "
+            "deadlock inside MPI-IO, a hung file server), and Python cannot release it from there. The MPI job is "
+            "ended (MPI_Abort) so that it does not hang; its checkpoints are as a kill leaves them (the newest one "
+            "that was committed is whole). This rank's last calls: " + " | ".join(flight_recorder()) + "\n"
+        )
+        sys.stderr.flush()
+        faulthandler.dump_traceback(all_threads=True)
+        time.sleep(0.5)  # the process manager forwards what this rank printed before it kills the job
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(1)
+    finally:
+        os._exit(1)

@@ -197,16 +197,16 @@ def _write_streams(
         at += len(chunks)
         sizes = np.fromiter((len(x) for x in e), dtype=np.uint64, count=len(e))
         per.append((e, sizes, int(sizes.sum()) if sizes.size else 0))
-    below = call.exscan(sums=[nb for _, _, nb in per]).sums
+    below = call.reduction("fwrite_varray: offsets").sum("nbytes", [nb for _, _, nb in per]).below().sum("nbytes")
     c0, nck = -(-lo // K), -(-hi // K) - -(-lo // K)  # this rank's chunks: those that start among its leaves
     # Totals by maxima: the largest inclusive prefix is the total; the largest count; the last rank with any.
-    maxima: list[int] = []
-    for (_, _, nb), b in zip(per, below, strict=True):
-        maxima += [b + nb, nb, r if nb else 0]
-    got = call.allreduce(maxima=[*maxima, nck, r if nck else 0], what="fwrite_varray").maxima
-    cmost, clast = got[-2], got[-1]
+    red = call.reduction("fwrite_varray")
+    for j, ((_, _, nb), b) in enumerate(zip(per, below, strict=True)):
+        red.max(f"{j}.total", b + nb).max(f"{j}.most", nb).max(f"{j}.last", r if nb else 0)
+    got = red.max("chunks.most", nck).max("chunks.last", r if nck else 0).run()
+    cmost, clast = got.max("chunks.most"), got.max("chunks.last")
     for j, ((e, sizes, nb), b, (_, _, ustr)) in enumerate(zip(per, below, streams, strict=True)):
-        total, most, last = got[3 * j : 3 * j + 3]
+        total, most, last = got.max(f"{j}.total"), got.max(f"{j}.most"), got.max(f"{j}.last")
         sink.fwrite_varray(b"".join(e), Share(nck, c0, -(-N // K), cmost, clast), sizes, Share(nb, b, total, most, last), ustr)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -12,8 +13,9 @@ from .._crc import SectionCrc
 from ..comm import Call, collective
 from ..errors import AmrckptError, IncompleteCheckpointError, ScdaError
 from ..scda import Problem, exact_reader, open_read
-from ._convention import FOOTER_NBYTES, FOOTER_USER_STRING, Index
-from ._reader import CheckpointInfo, read_index_on_root, read_info
+from ..sfc import forest_gap
+from ._convention import FOOTER_NBYTES, FOOTER_USER_STRING, Index, MeshSpec
+from ._reader import CheckpointInfo, CheckpointReader, read_index_on_root, read_info
 
 __all__ = ["Problem", "VerifyReport", "is_checkpoint", "locate_index", "verify", "verify_file"]
 
@@ -72,32 +74,67 @@ def is_checkpoint(path: str | os.PathLike[str]) -> bool:
     return head[32:42] == b"F amrckpt " or tail.startswith(b"I " + FOOTER_USER_STRING + b" ")
 
 
-def verify(path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, structure: bool = True) -> VerifyReport:
-    """Check that a checkpoint is complete and intact.
+P4EST_SCHEMAS = ("p4est", "p8est")
+"""The schemas of p4est's forests (:func:`amrckpt.p4est.p4est_schema`): their meshes must be complete."""
+
+
+def verify(
+    path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, structure: bool = True, complete: bool | None = None
+) -> VerifyReport:
+    """Check that a checkpoint is complete and intact, and that a p4est forest in it covers its trees.
 
     Collective; the bytes of every section in the index are read, spread
     evenly over the ranks, and their CRC32s combined (one allreduce) and
     compared with the index.  With ``structure``, rank 0 also walks the scda
     sections (:func:`amrckpt.scda.scan`) and compares them with the index.
+    Where the bytes are intact and ``complete`` asks for it, each Morton
+    mesh is checked to be a complete forest, as p4est's ``p4est_is_valid``
+    checks its forests (``p4est_tree_is_complete``): each rank reads its
+    uniform share of the leaves and the one before it
+    (:func:`amrckpt.sfc.forest_gap`; O(N / P) reading and work per rank,
+    three small collectives per mesh).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
+    info : optional
+        MPI-IO hints.
+    structure : bool, optional
+        Also compare the scda structure with the index (rank 0).
+    complete : bool or None, optional
+        Check that the meshes are complete forests: None (default) for the
+        checkpoints of p4est forests (schemas ``p4est`` and ``p8est``, what
+        ``amrckpt convert --from p4est`` writes), True for every Morton
+        mesh, False never (amrckpt's own meshes may hold any linear set of
+        leaves).
 
     Returns
     -------
     VerifyReport
         Never raises for a damaged file: the report says what is wrong, the
-        same on every rank.
+        same on every rank; a forest with a hole is a problem of kind
+        ``invalid`` naming its quadrant and tree.
     """
     with collective(comm, "verify") as call:
-        return _verify(call, os.fspath(path), info, structure)
+        return _verify(call, os.fspath(path), info, structure, complete)
 
 
 def verify_file(
-    path: str | os.PathLike[str], *, comm: Any = None, strict: bool = False, progress: Any = None, info: Any = None
+    path: str | os.PathLike[str],
+    *,
+    comm: Any = None,
+    strict: bool = False,
+    progress: Any = None,
+    info: Any = None,
+    complete: bool | None = None,
 ) -> VerifyReport:
     """Check any file: a checkpoint by :func:`verify`, any other scda file by :func:`amrckpt.scda.verify`. Collective.
 
     Rank 0 tells the kinds apart (a checkpoint's header, or its footer at
     the end).  ``strict`` checks a plain file's data padding; ``progress``
-    (``update(nbytes)``) is told the bytes read.
+    (``update(nbytes)``) is told the bytes read; ``complete`` is
+    :func:`verify`'s.
 
     Returns
     -------
@@ -117,7 +154,7 @@ def verify_file(
         if isinstance(got, Problem):
             return VerifyReport(spath, False, [got], None, None)
         if got:
-            rep = _verify(call, spath, info, True)
+            rep = _verify(call, spath, info, True, complete)
             size = call.on_root(lambda: _size(spath), what="verify: size")
             nsec = len(rep.info.index.sections) + 1 if rep.info is not None else None
             if progress is not None and size is not None:
@@ -146,7 +183,7 @@ def _located(path: str) -> Index | Problem:
         return scda.problem_of(exc, not_scda=not magic_ok)
 
 
-def _verify(call: Call, spath: str, info: Any, structure: bool) -> VerifyReport:
+def _verify(call: Call, spath: str, info: Any, structure: bool, complete: bool | None = None) -> VerifyReport:
     got = call.on_root(lambda: _located(spath), what="verify: index")
     if isinstance(got, Problem):
         return VerifyReport(spath, False, [got], None)
@@ -177,7 +214,58 @@ def _verify(call: Call, spath: str, info: Any, structure: bool) -> VerifyReport:
             problems.append(scda.problem_of(exc))
     if structure:
         problems += call.on_root(lambda: _structure_problems(spath, index), what="verify: structure")
+    if ck is not None and not problems and complete is not False:
+        meshes = [ms for ms in ck.manifest.meshes if ms.curve == "morton" and ms.num_leaves]
+        if complete or ck.manifest.schema_name in P4EST_SCHEMAS:
+            problems += _forest_problems(call, spath, meshes, info)
     return VerifyReport(spath, not problems, problems, ck)
+
+
+def _forest_problems(call: Call, spath: str, meshes: list[MeshSpec], info: Any) -> list[Problem]:
+    """Return the first hole of each mesh that is not a complete forest (``invalid``), or why it was not read. Collective."""
+    if not meshes:
+        return []
+    out: list[Problem] = []
+    rank, size = call.rank, call.size
+    try:
+        with CheckpointReader(spath, comm=call.comm, verify=True, access=scda.FileAccess.of(info=info)) as r:
+            for ms in meshes:
+                N = ms.num_leaves
+                a, b = N * rank // size, N * (rank + 1) // size
+                before = int(0 < a < b)
+
+                def local(ms: MeshSpec = ms, a: int = a, b: int = b, before: int = before, N: int = N) -> Any:
+                    rec = r.read_mesh(a - before, b - a + before, ms.field)
+                    mine = rec[before:]
+                    prior = None
+                    if before:
+                        p = rec[0]
+                        prior = (int(p["tree"]), int(p["level"]), int(p["x"]), int(p["y"]), int(p["z"]) if ms.dim == 3 else None)
+                    z = mine["z"] if ms.dim == 3 else None
+                    return forest_gap(
+                        mine["tree"],
+                        mine["level"],
+                        mine["x"],
+                        mine["y"],
+                        z,
+                        first_index=a,
+                        num_leaves=N,
+                        num_trees=ms.num_trees,
+                        before=prior,
+                    )
+
+                gap = call.run(local)
+                # The lowest index of a gap, and the lowest rank that found it: (index * P + rank), least over the ranks.
+                key = (gap.index if gap is not None else N) * size + rank
+                first = int(call.reduction("verify: forest").min("first gap", key).run().min("first gap"))
+                if first // size < N:
+                    said = "" if gap is None else gap.message
+                    message: str = call.on_root(functools.partial(str, said), root=first % size, what="verify: forest gap")
+                    text = f"mesh {ms.field!r} is not a complete forest, as p4est's forests are: {message}"
+                    out.append(Problem("invalid", text, ms.field))
+    except (AmrckptError, OSError) as exc:
+        out.append(scda.problem_of(exc))
+    return out
 
 
 def locate_index(path: str) -> Index:
@@ -242,7 +330,7 @@ def _crc_ranges(path: str, ranges: list[tuple[int, int]], call: Call, info: Any)
                 s.add(pos, buf)
                 pos += k
             terms.append(s.term(end))
-        crcs = call.allreduce(xors=terms, what="verify: CRC32s").xors
+        crcs = call.reduction("verify: CRC32s").xor("crc terms", terms).run().xor("crc terms")
         return [None if out else crc for crc, out in zip(crcs, outside, strict=True)]
     finally:
         backend.close()

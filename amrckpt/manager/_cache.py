@@ -50,7 +50,7 @@ from .._files import LOCAL, FileSystem, open_regular, pwrite_exact, read_regular
 from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, current_call, digest_of
 from ..container import RUN_RECORD_LIMIT
-from ..errors import ManagerError, ScdaIOError, ScdaUsageError
+from ..errors import ManagerError, ManagerIOError, ScdaIOError, ScdaUsageError
 from ..scda import Backend, FileAccess, os_error
 from ._lock import DirectoryLock
 from ._names import StepNames
@@ -73,6 +73,9 @@ _log = get_logger("amrckpt.manager")
 
 EXTENSION = ".cache"
 STEP_JSON = "step.json"
+_EVIDENCE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.EINVAL, errno.EFBIG})
+"""The errors of :func:`amrckpt._files.read_regular` that say what a file is (missing, a link, not regular, too big)."""
+
 STEP_JSON_LIMIT = RECORD_LIMIT + 2 * RUN_RECORD_LIMIT
 """The largest ``step.json`` read, in bytes: a step record (at most 1 MiB) and a run record, escaped as a JSON string."""
 MAGIC = b"amrckpt pieces 1"
@@ -598,16 +601,22 @@ def read_pieces(path: Path, verify: bool = True) -> Pieces:
     try:
         fd = open_regular(path)  # never a link followed, never a FIFO waited on
     except OSError as exc:
-        raise ManagerError(f"{path.name}: {exc.strerror or exc}") from exc
+        raise ManagerIOError.of(path.name, exc) from exc
+    raw = None
     try:
         st = os.fstat(fd)
         if st.st_size == 0:
             raise ManagerError(f"{path.name}: not a pieces file")
         raw = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as exc:
-        raise ManagerError(f"{path.name}: {exc.strerror or exc}") from exc
+        raise ManagerIOError.of(path.name, exc) from exc
     finally:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError as exc:  # an I/O error like any other: never a raw OSError out of one rank's step
+            if raw is not None:
+                raw.close()
+            raise ManagerIOError.of(f"{path.name}: cannot close", exc) from exc
     return parse_pieces(raw, path.name, verify)
 
 
@@ -713,7 +722,12 @@ class PiecesBackend:
             fd = os.open(self._file, flags)
         except OSError:
             fd = -1
-        st = os.fstat(fd) if fd >= 0 else None
+        try:
+            st = os.fstat(fd) if fd >= 0 else None
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise os_error(exc, str(self._file), "cannot check") from exc
         if st is None or not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()):
             if fd >= 0:
                 os.close(fd)
@@ -838,7 +852,7 @@ class CacheLevel:
             if not stat.S_ISDIR(os.lstat(self.path).st_mode):
                 raise ManagerError(f"the node cache {str(self.path)!r} is not a directory")
         except OSError as exc:
-            raise ManagerError(f"cannot use the node cache {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot use the node cache {str(self.path)!r}", exc) from exc
         self.tmpfs = on_tmpfs(self.path)
         if lock:
             self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
@@ -877,7 +891,11 @@ class CacheLevel:
             pass
         except OSError as exc:
             raise os_error(exc, str(tmp), "cannot make") from exc
-        if not stat.S_ISDIR(os.lstat(tmp).st_mode):
+        try:
+            st = os.lstat(tmp)
+        except OSError as exc:
+            raise os_error(exc, str(tmp), "cannot check") from exc
+        if not stat.S_ISDIR(st.st_mode):
             raise ScdaIOError(17, f"{tmp}: not a directory (a link?)")
         return tmp
 
@@ -933,16 +951,29 @@ class CacheLevel:
             raise ScdaIOError(exc.errno or 5, f"cannot commit the cached step {step}: {exc.strerror or exc}") from exc
 
     def info(self, step: int) -> dict[str, Any] | None:
-        """Return the ``step.json`` of the cached ``step``, or None if it is missing, not a regular file or does not parse.
+        """Return the ``step.json`` of the cached ``step``; None if missing, unusable or unreadable. Not collective."""
+        return self.read_info(step)[0]
+
+    def read_info(self, step: int) -> tuple[dict[str, Any] | None, ManagerIOError | None]:
+        """Return the ``step.json`` of the cached ``step`` (None: missing, not regular, not parsing), and the I/O error met.
 
         Read by :func:`amrckpt._files.read_regular` (never following a link,
-        never waiting on a FIFO), at most :data:`STEP_JSON_LIMIT` bytes. Not collective.
+        never waiting on a FIFO), at most :data:`STEP_JSON_LIMIT` bytes.  An
+        error of the file system that is not evidence of what the file is
+        (``EIO``, ``ENOMEM``, a failed ``close``...) is returned, not taken
+        for a missing record: the flush or the restart fails with it. Not collective.
         """
         try:
-            out = json.loads(read_regular(self.step_path(step) / STEP_JSON, STEP_JSON_LIMIT))
-        except (OSError, ValueError, RecursionError):
-            return None
-        return out if isinstance(out, dict) and out.get("step") == step else None
+            raw = read_regular(self.step_path(step) / STEP_JSON, STEP_JSON_LIMIT)
+        except OSError as exc:
+            if exc.errno in _EVIDENCE:
+                return None, None
+            return None, ManagerIOError.of(f"cannot read {STEP_JSON} of the cached step {step}", exc)
+        try:
+            out = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None, None
+        return (out if isinstance(out, dict) and out.get("step") == step else None), None
 
     def remove(self, name: str) -> None:
         """Remove a step directory (or a file) of this level; a link is unlinked, never followed. Never raises.

@@ -326,7 +326,7 @@ def root_extra(call: Call, pieces: Pieces) -> tuple[int, list[tuple[int, bytes]]
     (one allgather of a few dozen bytes per section and rank, once per
     restart), with the size (one allreduce).
     """
-    size = int(call.allreduce(maxima=[pieces.end], what="cache: file size").maxima[0])
+    size = int(call.reduction("cache: file size").max("end", pieces.end).run().max("end"))
     small = [] if call.comm.rank == 0 else [(o, bytes(b)) for o, b in pieces.pieces if b.nbytes <= MAX_PADDING]
     got = call.allgather(small, what="cache: the paddings to the root")
     return size, [p for some in got[1:] for p in some] if call.comm.rank == 0 else []

@@ -31,6 +31,7 @@ from ..errors import (
     CheckpointError,
     CheckpointSkippedWarning,
     ManagerError,
+    ManagerIOError,
     ScdaCountError,
     ScdaError,
     ScdaIOError,
@@ -186,7 +187,7 @@ class CheckpointDirectory:
             self.path.mkdir(parents=True, exist_ok=True)
             st = self.path.stat()
         except OSError as exc:
-            raise ManagerError(f"cannot use the checkpoint directory {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot use the checkpoint directory {str(self.path)!r}", exc) from exc
         if not stat.S_ISDIR(st.st_mode):
             raise ManagerError(f"cannot use the checkpoint directory {str(self.path)!r}: not a directory")
         self._identity = (st.st_dev, st.st_ino)
@@ -196,7 +197,7 @@ class CheckpointDirectory:
             self._tidy()
         except OSError as exc:
             self.close()
-            raise ManagerError(f"cannot use the checkpoint directory {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot use the checkpoint directory {str(self.path)!r}", exc) from exc
         except BaseException:
             self.close()
             raise
@@ -261,9 +262,11 @@ class CheckpointDirectory:
         try:
             st = self.path.stat()
         except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # not evidence that it is gone: an I/O error
+                raise ManagerIOError.of(f"cannot check the checkpoint directory {str(self.path)!r}", exc) from exc
             raise ManagerError(
                 f"the checkpoint directory {str(self.path)!r} is gone ({exc.strerror or exc}): it was removed "
-                "or moved away while this manager used it; nothing was saved"
+                "or moved away while this manager used it; nothing was saved",
             ) from exc
         if self._identity is not None and (st.st_dev, st.st_ino) != self._identity:
             raise ManagerError(
@@ -284,7 +287,7 @@ class CheckpointDirectory:
         try:
             names = os.listdir(self.path)
         except OSError as exc:
-            raise ManagerError(f"cannot list the checkpoint directory {str(self.path)!r}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot list the checkpoint directory {str(self.path)!r}", exc) from exc
         return self.names.listing(names)
 
     def steps(self) -> dict[int, Path]:
@@ -476,7 +479,7 @@ class CheckpointDirectory:
         try:
             self.delete(step)
         except OSError as exc:
-            raise ManagerError(f"cannot delete {path.name}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot delete {path.name}", exc) from exc
         self.write_index()
         self.log.info("deleted %s", path.name)
 
@@ -672,9 +675,10 @@ class CheckpointDirectory:
             )
         except OSError as exc:
             if must:
-                raise ManagerError(
+                raise ManagerIOError(
+                    exc.errno,
                     f"the checkpoint of step {step} is damaged ({problem}) and cannot be renamed aside "
-                    f"({exc.strerror or exc}): it is not overwritten, and nothing was saved"
+                    f"({exc.strerror or exc}): it is not overwritten, and nothing was saved",
                 ) from exc
             skipped = Skipped(step, path, problem, None, unreadable, f"{exc.strerror or exc}")
         self.log.info("%s", skipped.message())

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import mmap
 import os
@@ -31,7 +32,7 @@ from typing import Any
 from .._files import new_token, open_regular
 from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, collective
-from ..errors import ManagerError
+from ..errors import ManagerError, ManagerIOError
 from ..scda import MAX_CALL_NBYTES, FileAccess, open_backend, os_error
 from ..schema import CheckpointSchema, save
 from ._cache import CacheLevel, NodeLayout, Pieces, parse_pieces, pieces_name, read_pieces
@@ -56,23 +57,28 @@ class Cached:
 
 
 def _send_view(path: Path) -> Any:
-    """Map a pieces file read-only for sending (None if it cannot be read: the partner is told "sent nothing").
+    """Map a pieces file read-only for sending (None if it is missing: the partner is told "sent nothing").
 
-    A step of a collective call (:meth:`~amrckpt.comm.Call.run`): a failing
-    ``close(2)`` raises :class:`~amrckpt.errors.ScdaIOError` there, agreed,
+    A step of a collective call (:meth:`~amrckpt.comm.Call.run`): an I/O
+    error (open, fstat, mmap, a failing ``close(2)``) raises
+    :class:`~amrckpt.errors.ScdaIOError` with its errno there, agreed,
     instead of leaving this rank out of the partner exchange.
     """
     try:
         fd = open_regular(path)  # never a link followed, never a FIFO waited on
-    except OSError:
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise os_error(exc, str(path), "cannot open") from exc
     view = None
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_size > 0:
             view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        view = None
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise os_error(exc, str(path), "cannot map") from exc
     try:
         os.close(fd)
     except OSError as exc:
@@ -213,28 +219,44 @@ def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool)
 
     def keep() -> None:
         if got is None:
-            raise ManagerError(f"partner copy: rank {source} sent nothing")
+            exc = ManagerError(f"partner copy: rank {source} sent nothing")
+            exc.remote = True  # type: ignore[attr-defined]  # a report of the sender's failure: its own error is agreed first
+            raise exc
         _write_new(tmp / pieces_name(source), got, sync)
 
     call.run(keep)
 
 
-def _own(level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int, verify: bool) -> tuple[Pieces | None, str]:
-    """Read this rank's pieces of the cached ``step`` from its node (None and why not, if it cannot)."""
-    info = level.info(step)
+def _own(
+    level: CacheLevel, layout: NodeLayout, step: int, rank: int, size: int, verify: bool
+) -> tuple[Pieces | None, str, ManagerIOError | None]:
+    """Read this rank's pieces of the cached ``step`` from its node.
+
+    Returns the pieces, or None with why not; and the I/O error met, if
+    any (not evidence of anything missing or damaged: a partner's copy may
+    still serve, else the flush fails with it).
+    """
+    info, error = level.read_info(step)
+    if error is not None:
+        return None, str(error), error
     if info is None:
-        return None, f"node {layout.node(rank)} has no committed cached step {step}"
+        return None, f"node {layout.node(rank)} has no committed cached step {step}", None
     if info.get("size") != size or info.get("layout") != layout.digest:
-        return None, f"the cached step {step} was written by another process count or node layout"
+        return None, f"the cached step {step} was written by another process count or node layout", None
     try:
         got = read_pieces(level.step_path(step) / pieces_name(rank), verify)
+    except ManagerIOError as exc:
+        if exc.errno == errno.ENOENT:
+            return None, str(exc), None
+        why = f"cannot read rank {rank}'s pieces of the cached step {step}: {exc.strerror}"
+        return None, why, ManagerIOError(exc.errno, why)
     except ManagerError as exc:
-        return None, str(exc)
+        return None, str(exc), None
     nbytes = info.get("nbytes")
     if not isinstance(nbytes, int) or got.end > nbytes:
         got.close()
-        return None, f"the pieces of rank {rank} reach beyond the {nbytes} bytes of the cached step {step}: damaged"
-    return got, ""
+        return None, f"the pieces of rank {rank} reach beyond the {nbytes} bytes of the cached step {step}: damaged", None
+    return got, "", None
 
 
 def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, *, verify: bool = True) -> Pieces:
@@ -248,11 +270,14 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, 
 
     Raises
     ------
+    ManagerIOError
+        On every rank, if some rank's pieces could not be read for an I/O
+        error (its ``errno``) and no partner's copy served.
     ManagerError
         On every rank, if some rank's pieces are on no node (or damaged on every node).
     """
     rank, P = call.comm.rank, call.comm.size
-    mine, why = _own(level, layout, step, rank, P, verify)
+    mine, why, io_error = _own(level, layout, step, rank, P, verify)
     needs = call.allgather_ints([int(mine is None)], what="flush: find the pieces")
     for k in range(1, layout.partners + 1):
         if not needs.any():
@@ -260,8 +285,8 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, 
         q = layout.held(rank, k)  # the rank whose k-th copy this node keeps (None: none)
         send = q is not None and bool(needs[q])
         raw = None
-        if q is not None and send and level.info(step) is not None:
-            raw = _send_view(level.step_path(step) / pieces_name(q))
+        if q is not None and send and level.info(step) is not None:  # a step: its error is agreed, never one rank's exit
+            raw = call.run(_send_view, level.step_path(step) / pieces_name(q))
         got = call.sendrecv(raw, q if send else None, layout.holder(rank, k) if needs[rank] else None)
         if raw is not None:
             with contextlib.suppress(BufferError):
@@ -276,6 +301,9 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, 
         lost = [int(r) for r in needs.nonzero()[0]]
         if mine is None:
             _log.info("rank %d: no copy of its pieces of the cached step %d: %s", rank, step, why)
+            if io_error is not None:  # an I/O error, not a piece missing: fail with it (errno kept), agreed
+                call.fail(io_error)
+        call.agree("flush: find the pieces")
         raise call.agreed(ManagerError(f"the cached step {step} is incomplete: no copy of the pieces of ranks {lost[:8]}"))
     assert mine is not None
     return mine
@@ -322,13 +350,15 @@ def flush_step(
         if pieces is None:
             pieces = gather_pieces(call, level, layout, step)
         try:
+            info, info_error = level.read_info(step)
             nbytes = commit_pieces(
                 call,
                 directory,
                 step,
                 pieces.pieces,
                 pieces.nrounds,
-                level.info(step),
+                info,
+                info_error=info_error,
                 access=access,
                 keep_policy=keep_policy,
                 log=log,
@@ -350,6 +380,7 @@ def commit_pieces(
     access: FileAccess,
     keep_policy: KeepPolicy,
     log: RankLogger,
+    info_error: BaseException | None = None,
 ) -> int:
     """Write this rank's ``pieces`` of the cached ``step``'s file into the shared directory; commit it with its records. Collective.
 
@@ -380,12 +411,17 @@ def commit_pieces(
     key = P - comm.rank if info is not None and isinstance(info.get("records"), dict) else 0
     end = max((off + b.nbytes for off, b in pieces), default=0)
     held = sum(b.nbytes for _, b in pieces)
-    top = call.allreduce(maxima=[key, end, nrounds, -(-held // MAX_CALL_NBYTES)], what="flush: records").maxima
-    if top[0] == 0:
+    red = call.reduction("flush: records").max("records holder", key).max("end", end).max("rounds", nrounds)
+    top = red.max("rounds held", -(-held // MAX_CALL_NBYTES)).run()
+    holder = top.max("records holder")  # P - the lowest rank that holds the records (0: none)
+    if holder == 0:
+        if info is None and info_error is not None:  # not missing: unreadable (its errno), agreed
+            call.fail(info_error)
+        call.agree("flush: records")
         raise call.agreed(ManagerError(f"the cached step {step} has no step.json on any node"))
-    text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - top[0], what="flush: records")
+    text = call.allreduce(root_value=json.dumps(info["records"]) if info else None, root=P - holder, what="flush: records")
     records = {k: str(v).encode() for k, v in json.loads(str(text.value)).items()}
-    nbytes, rounds = int(top[1]), max(1, int(top[2]), int(top[3]))
+    nbytes, rounds = int(top.max("end")), max(1, int(top.max("rounds")), int(top.max("rounds held")))
 
     def write(tmp: Path) -> _Flushed:
         a = access.replace(truncate=True)
@@ -424,5 +460,5 @@ def newest_cached(call: Call, level: CacheLevel, layout: NodeLayout, below: int 
         return -1
 
     got = call.run(local)
-    top = int(call.allreduce(maxima=[got if got is not None else -1], what="cache: newest step").maxima[0])
+    top = int(call.reduction("cache: newest step").max("step", got if got is not None else -1).run().max("step"))
     return None if top < 0 else top

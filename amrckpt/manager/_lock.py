@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .._files import LOCAL, FileSystem, pread_exact
 from .._logging import RankLogger
-from ..errors import ManagerError
+from ..errors import ManagerError, ManagerIOError
 
 __all__ = ["LOCK", "DirectoryLock"]
 
@@ -85,7 +85,7 @@ class DirectoryLock:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _refuse(path, "is a symbolic link") from exc
-            raise ManagerError(f"cannot use the checkpoint directory {str(directory)!r}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot use the checkpoint directory {str(directory)!r}", exc) from exc
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -119,7 +119,7 @@ class DirectoryLock:
                     log.warning("the lock of %s is held, but its owner line could not be written: %s", directory, exc)
         except OSError as exc:  # fstat or the read of the owner line: an error of amrckpt's tree, never a raw OSError
             _close_quietly(fd)
-            raise ManagerError(f"cannot use the checkpoint directory {str(directory)!r}: {exc.strerror or exc}") from exc
+            raise ManagerIOError.of(f"cannot use the checkpoint directory {str(directory)!r}", exc) from exc
         except BaseException:
             _close_quietly(fd)
             raise

@@ -19,7 +19,6 @@ from ..comm import Call, Comm, collective, collective_method, current_call, inst
 from ..errors import (
     AmrckptError,
     ManagerError,
-    ScdaUsageError,
 )
 from ..restart import Loaded, load
 from ..scda import FileAccess
@@ -350,13 +349,17 @@ class CheckpointManager(Generic[S]):
             newest one and ``overwrite`` is False; nothing is written.
         ManagerError
             On every rank, if ``metrics`` or ``metadata`` are not JSON or
-            differ between ranks.
+            differ between ranks, or if the manager is closed (nothing is
+            written).
         SchemaError, ScdaIOError
             On every rank, if the state is invalid or the save fails; the
             previous checkpoints are untouched and no temporary file stays.
         """
         if self._closed:
-            raise ScdaUsageError("CheckpointManager.save: the manager is closed")
+            raise ManagerError(
+                "CheckpointManager.save: the manager is closed (close() or the end of its with block); "
+                "open a new CheckpointManager on the directory to save again"
+            )
         with collective(self.comm, "CheckpointManager.save"):
             return self._save(step, state, force, overwrite, time_value, metrics, metadata)
 

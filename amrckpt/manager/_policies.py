@@ -440,8 +440,9 @@ def shared_decision(call: Call, policy: SavePolicy, moment: Moment) -> Decision:
     local = call.run(ask) or Decision(False, False, "")
     P = call.comm.size
     key = P - call.comm.rank if local.save else 0  # the largest key is the lowest saving rank
-    got = call.allreduce(maxima=[int(local.save), int(local.halt), key], root_value=local.reason, root=0, what="decide")
-    save, halt, top = got.maxima
+    red = call.reduction("decide").max("save", int(local.save)).max("halt", int(local.halt)).max("lowest saving rank", key)
+    got = red.root(local.reason, 0).run()
+    save, halt, top = got.max("save"), got.max("halt"), got.max("lowest saving rank")
     if not save:
         return Decision(False, bool(halt), "")
     if top == P:  # rank 0 saves: its reason came with the decision

@@ -284,8 +284,8 @@ def agreed_facts(call: Call, metrics: Any, metadata: Any, on_root: Callable[[], 
     """
     extra, text = call.run(json_facts, metrics, metadata) or ({}, "")
     root = call.run(lambda: (on_root() if on_root is not None else None,), on=0)
-    got = call.allreduce(equal=[digest_of(text)], root_value=root, root=0, what="save: metrics")
-    if not got.equal[0]:
+    got = call.reduction("save: metrics").equal("facts", digest_of(text)).root(root, 0).run()
+    if not got.equal("facts"):
         texts = call.allgather(text, what="save: metrics")  # only when they differ: name the ranks
         ranks = [r for r, t in enumerate(texts) if t != texts[0]]
         raise call.agreed(

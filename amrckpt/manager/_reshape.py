@@ -98,7 +98,8 @@ def newest_other_shape(call: Call, cache: NodeCache, prefix: str, layout: NodeLa
     count or node layout than ``layout`` (this job's).
     """
     got = call.run(lambda: max(_other_shape(cache, prefix, layout, None, below), default=-1))
-    top = int(call.allreduce(maxima=[got if got is not None else -1], what="cache: newest step of another shape").maxima[0])
+    red = call.reduction("cache: newest step of another shape").max("step", got if got is not None else -1)
+    top = int(red.run().max("step"))
     return None if top < 0 else top
 
 
@@ -157,11 +158,13 @@ def flush_other_shape(
     one = next(iter(facts)) if len(facts) == 1 else None
     bad = len(facts) > 1 or (one is not None and not all(isinstance(v, int) and 0 <= v < 1 << 62 for v in one))
     vals = [int(v) for v in one] if one is not None and not bad else [-1, -1, -1]  # type: ignore[arg-type]
-    low = [-v for v in vals] if one is not None and not bad else [_LOW] * 3
-    top = call.allreduce(maxima=[int(bad), *vals, *low], what="cache: the shape of a cached step").maxima
-    if top[0] or not 1 <= top[1] <= _MAX_RANKS or any(int(top[1 + k]) != -int(top[4 + k]) for k in range(3)):
+    low = vals if one is not None and not bad else [-_LOW] * 3  # a rank that saw no copy has no say in the minimum
+    red = call.reduction("cache: the shape of a cached step").max("disagree", int(bad))
+    top = red.max("shape", vals).min("shape", low).run()
+    high, least = top.max("shape"), top.min("shape")
+    if top.max("disagree") or not 1 <= high[0] <= _MAX_RANKS or high != least:
         raise call.agreed(ManagerError(f"the copies of the cached step {step} disagree on its shape (ranks, layout, bytes)"))
-    P_old, old_layout, file_nbytes = int(top[1]), int(top[2]), int(top[3])
+    P_old, old_layout, file_nbytes = int(high[0]), int(high[1]), int(high[2])
     files = _files([p for p, _ in seen])
     qs = np.fromiter((q for q in files if q < P_old), dtype=np.int64)
     key = np.full(P_old, Q, dtype=np.int64)

@@ -94,6 +94,7 @@ class NodeLevel:
         self._retiring: Worker | None = None  # ... and started
         self._flushing: int | None = None
         self._error: BaseException | None = None
+        self._pending: BaseException | None = None  # a background flush's error, for the next save unless made moot
         self._comm: Comm | None = None
         self._threads = False
         mpi = getattr(call.comm, "mpi_comm", None)
@@ -202,8 +203,13 @@ class NodeLevel:
         """Save into the node caches; flush in the background if the flush policy (or ``halt``) asks. Collective.
 
         ``facts`` are the step record's (reason, time, metrics...).  Returns
-        the seconds the cached save blocked.
+        the seconds the cached save blocked.  Once the step is cached, this
+        save succeeds: an error of a flush (an earlier background flush, or
+        the start of this step's) is raised by the next save, before it
+        saves anything, unless a newer flush succeeds first.
         """
+        if self._pending is not None:
+            self._settle()  # an earlier background flush failed: raise it before this step is saved (unless moot)
         name = directory.names.build_name(step)
 
         def records(result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
@@ -218,7 +224,11 @@ class NodeLevel:
         finally:
             self.start_retention()  # after the save's last collective call
         if flush:
-            self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
+            try:
+                self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
+            except AmrckptError as exc:  # agreed; the step is cached: this save succeeded, the next one reports it
+                self._pending = exc
+                self.log.warning("the flush of the cached step %d could not run (%s); the next save raises it", step, exc)
         return done.seconds
 
     # -- flushing ---------------------------------------------------------------------------------
@@ -246,9 +256,25 @@ class NodeLevel:
 
         Collective on ``comm``.  A flush in progress is waited for first (one
         at a time); the cache's retention of the last save may go on (it
-        removes older steps, never the one flushed).
+        removes older steps, never the one flushed).  An error of the flush
+        waited for is not raised here, after this step was cached: it is
+        kept for the next save, which raises it before it saves anything,
+        unless this newer flush succeeds (which makes it moot; logged at
+        WARNING either way).
         """
-        self._wait_flush()
+        failed = self._flushing
+        joined, err = self._join_flush()
+        if err is not None:
+            self._pending = err
+            self.log.warning(
+                "the background flush of the cached step %s failed (%s); step %d is flushed now, "
+                "and the error is raised by the next save unless this flush succeeds",
+                failed,
+                err,
+                step,
+            )
+        elif joined:
+            self._pending = None
 
         def run(c: Comm) -> None:
             flush_step(c, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log)
@@ -257,6 +283,7 @@ class NodeLevel:
 
         if not (background and self._threads and self._comm is not None):
             run(comm)
+            self._pending = None  # made moot by this newer flush
             return
 
         def target() -> None:
@@ -274,17 +301,32 @@ class NodeLevel:
     def wait(self) -> None:
         """Wait for the flush in progress and the cache's retention; raise the flush's error (on every rank). Collective-safe."""
         self.wait_retention()
-        self._wait_flush()
+        self._settle()
 
-    def _wait_flush(self) -> None:
-        """Wait for the flush in progress (not the retention, which removes other steps); raise its error. Collective-safe."""
+    def _join_flush(self) -> tuple[bool, BaseException | None]:
+        """Wait for the flush in progress, if any; return whether there was one, and its error. Collective-safe."""
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join()
         self._flushing = None
         err, self._error = self._error, None
+        return thread is not None, err
+
+    def _settle(self) -> None:
+        """Wait for the flush in progress; raise its error, else an earlier one that it did not make moot. Collective-safe.
+
+        A background flush's error is the same on every rank (the flush is
+        collective and agrees on its errors), so every rank raises it.
+        """
+        joined, err = self._join_flush()
+        pending, self._pending = self._pending, None
         if err is not None:
             raise err
+        if pending is not None and joined:
+            self.log.warning("a newer flush succeeded after a failed one: %s", pending)
+            return
+        if pending is not None:
+            raise pending
 
     def busy(self) -> bool:
         """Whether a flush is in progress. Not collective."""

@@ -56,6 +56,12 @@ def p4est_schema(connectivity: Connectivity, data_size: int) -> type[CheckpointS
     return model
 
 
+def _per_leaf_of(fs: Any, mesh: str) -> bool:
+    """Whether field ``fs`` holds values per leaf of ``mesh`` (a Cells field of it): one that can be p4est's quadrant data."""
+    h = handler_for(fs.kind)
+    return bool(h.per_leaf and h.reads_as == "values" and (fs.mesh or mesh) == mesh)
+
+
 def p4est_to_checkpoint(
     source: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -157,8 +163,10 @@ def checkpoint_to_p4est(
     save_partition : bool, optional
         Save the partition in the file (``p4est_save_ext``'s ``save_partition``).
     data_field : str or None, optional
-        The Cells field written as quadrant data (its bytes per leaf);
-        None, or a checkpoint without it: no data.
+        The field of values per leaf of the mesh (``Cells``) written as
+        quadrant data, its bytes per leaf (``data_size`` = its itemsize
+        times its shape's product); default ``"data"``, the field of a
+        checkpoint converted from p4est.  None: no data (``save_data`` 0).
     package_version : str, optional
         Recorded in the connectivity header; default the one the
         checkpoint kept from a p4est file, else p4est's "2.2".
@@ -175,7 +183,10 @@ def checkpoint_to_p4est(
     CheckpointError
         On every rank: no mesh, a geometry that is not a p4est connectivity.
     SchemaError
-        On every rank: ``data_field`` names a field that is not per leaf,
+        On every rank: ``data_field`` names a field that is not per leaf
+        or that the checkpoint does not hold (when it holds fields that
+        could serve, the message names them: without data, p4est loads the
+        file only with ``data_size`` 0, "invalid data size" otherwise);
         leaves that are not a complete forest in Morton order.
     """
     c = as_comm(comm)
@@ -197,12 +208,24 @@ def checkpoint_to_p4est(
     forest = getattr(state, ms.field)
     data = None
     names = {fs.name: fs for fs in m.fields}
-    if data_field is not None and data_field in names:
-        fs = names[data_field]
-        h = handler_for(fs.kind)
-        if not (h.per_leaf and h.reads_as == "values") or (fs.mesh or ms.field) != ms.field:
+    if data_field is not None:
+        fs = names.get(data_field)
+        if fs is None:
+            usable = [f.name for f in m.fields if _per_leaf_of(f, ms.field)]
+            if usable or data_field != DATA_FIELD:
+                raise SchemaError(
+                    f"{os.fspath(source)!r} has no field {data_field!r} to write as p4est's quadrant data; "
+                    + (
+                        f"fields of values per leaf of mesh {ms.field!r} that could: {', '.join(map(repr, usable))}"
+                        if usable
+                        else "it has no field of values per leaf"
+                    )
+                    + " (amrckpt convert --to p4est --data FIELD; --no-data for a file without data)"
+                )
+        elif not _per_leaf_of(fs, ms.field):
             raise SchemaError(f"field {data_field!r} is a {fs.kind} field, not per leaf of mesh {ms.field!r}: no quadrant data")
-        data = getattr(state, data_field)
+        else:
+            data = getattr(state, data_field)
     if package_version is None:
         block = getattr(state, "p4est", None)
         given = block.get("package_version") if isinstance(block, dict) else None

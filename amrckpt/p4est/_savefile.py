@@ -26,7 +26,7 @@ from .. import scda
 from ..comm import Call, Comm, collective
 from ..errors import P4estFormatError, ScdaFileNotFoundError, ScdaIOError, SchemaError
 from ..partition import Partition
-from ..sfc import P4EST_ONDISK_FORMAT, Connectivity, Forest
+from ..sfc import P4EST_ONDISK_FORMAT, QMAXLEVEL, Connectivity, Forest, ForestGap, forest_gap
 
 __all__ = ["P4estFile", "P4estHeader", "read_p4est", "read_p4est_header", "write_p4est"]
 
@@ -318,26 +318,33 @@ def _read(call: Call, where: str, partition: Any, data: bool, check: bool, info:
         )
     rec = header.record_nbytes
     a, b = part.local_range(c.rank)
-    buf = np.empty((b - a) * rec, dtype=np.uint8)
+    before = int(check and 0 < a < b)  # the quadrant before this rank's: the completeness across ranks, checked here
+    buf = np.empty((b - a + before) * rec, dtype=np.uint8)
     f = scda.open_backend(where, "r", c, info=info, backend=backend)
-    call.run(
-        f.read_gathered, [(header.data_offset + a * rec, memoryview(buf))], _nrounds(int(part.elem_counts.max()) * rec), always=True
-    )
+    rounds = _nrounds((int(part.elem_counts.max()) + 1) * rec)
+    call.run(f.read_gathered, [(header.data_offset + (a - before) * rec, memoryview(buf))], rounds, always=True)
     f.close()  # on every rank; its errors are kept by the call
-    got = call.run(_records, buf, header, part, c, data, check, where)
+    got = call.run(_records, buf, before, header, part, c, data, check, where)
     call.agree("read_p4est")
     assert got is not None
     return P4estFile(header, got[0], got[1], part)
 
 
 def _records(
-    buf: np.ndarray, header: P4estHeader, part: Partition, c: Comm, data: bool, check: bool, where: str
+    buf: np.ndarray, before: int, header: P4estHeader, part: Partition, c: Comm, data: bool, check: bool, where: str
 ) -> tuple[Forest, Any]:
+    """Return this rank's forest and data from its records (after ``before`` records of the quadrant before them).
+
+    With ``check``: ranges and alignment (:meth:`Forest.from_p4est`), then
+    completeness (:func:`amrckpt.sfc.forest_gap`, ``p4est_tree_is_complete``:
+    it implies the curve order), the quadrant before this rank's included.
+    """
     dim, ds = header.dim, header.data_size
     rec = header.record_nbytes
-    n = buf.shape[0] // rec
-    rows = buf.reshape(n, rec)
+    rows = buf.reshape(buf.shape[0] // rec, rec)
+    prior, rows = rows[:before], rows[before:]
     quads = rows[:, : 4 * (dim + 1)].copy().view("<i4")
+    first = part.local_range(c.rank)[0]
     try:
         forest = Forest.from_p4est(
             quads,
@@ -347,15 +354,44 @@ def _records(
             connectivity=header.connectivity,
             check=check,
         )
-        if check:
-            forest.check_order()
+        gap = _gap(forest, prior, header, first) if check else None
+        if gap is not None:
+            forest.check_order()  # an overlap or a quadrant out of order is named as such
     except SchemaError as exc:
-        first = part.local_range(c.rank)[0]
         raise _error(
             f"{where!r}: the quadrants of rank {c.rank} are damaged: {exc}", "quadrants", header.data_offset + first * rec
         ) from exc
+    if gap is not None:
+        raise _error(
+            f"{where!r}: the quadrants are not a complete forest, which p4est_load_ext refuses ('invalid forest'): {gap}",
+            "quadrants",
+            header.data_offset + gap.index * rec,
+        )
     quad_data = np.ascontiguousarray(rows[:, 4 * (dim + 1) :]) if data and ds else None
     return forest, quad_data
+
+
+def _gap(forest: Forest, prior: np.ndarray, header: P4estHeader, first: int) -> ForestGap | None:
+    """Return the first hole in this rank's quadrants, or between the quadrant before them (``prior``: 0 or 1 record) and them."""
+    before = None
+    if prior.shape[0]:
+        dim = header.dim
+        q = prior[0, : 4 * (dim + 1)].copy().view("<i4")
+        if not 0 <= int(q[dim]) <= QMAXLEVEL[dim]:
+            return None  # damaged: the rank that holds it names it
+        tree = int(np.searchsorted(header.pertree, first - 1, side="right")) - 1
+        before = (tree, int(q[dim]), int(q[0]), int(q[1]), int(q[2]) if dim == 3 else None)
+    return forest_gap(
+        forest.tree,
+        forest.level,
+        forest.x,
+        forest.y,
+        forest.z,
+        first_index=first,
+        num_leaves=header.num_quadrants,
+        num_trees=header.connectivity.num_trees,
+        before=before,
+    )
 
 
 def write_p4est(
@@ -444,11 +480,12 @@ def _write(
     rows = call.run(data_rows)
     mine = int(rows.shape[1]) if rows is not None else 0
     # A rank without quadrants has no say in the data size (the maxima of size and -size over the others).
-    res = call.allreduce(maxima=[mine, -mine] if n else [-1, -(2**61)], what="write_p4est").maxima
-    if res[0] >= 0 and res[0] != -res[1]:
+    got = call.reduction("write_p4est").max("data size", mine if n else -1).min("data size", mine if n else 2**61).run()
+    largest, smallest = int(got.max("data size")), int(got.min("data size"))
+    if largest >= 0 and largest != smallest:
         raise call.agreed(SchemaError("write_p4est: the ranks' data have different sizes per quadrant"))
     assert rows is not None
-    ds = max(res[0], 0)
+    ds = max(largest, 0)
     if not n:
         rows = np.zeros((0, ds), dtype=np.uint8)
     q = forest.to_p4est(comm=c, connectivity=connectivity)

@@ -498,9 +498,10 @@ def _weighted(local_weights: Any, call: Call, size: Any) -> Partition:
     wbits = int(np.float64(float(stats[2])).view(np.int64))
     # Collective 1: agree on errors; N, the integer total, P (the maxima of P and of -P, offset to stay >= 0),
     # float or not, the largest weight.
-    got = call.allreduce(sums=[n, isum], maxima=[P, 2**32 - P, stats[1], wbits], what="weights")
-    (N, Wint), (pmax, pneg, is_float, wmax_bits) = got.sums, got.maxima
-    if pmax != 2**32 - pneg:  # an error: one more allgather names every size
+    red = call.reduction("weights").sum("N", n).sum("weight", isum).max("size", P).min("size", P)
+    got = red.max("float", stats[1]).max("largest weight bits", wbits).run()
+    N, Wint, is_float, wmax_bits = got.sum("N"), got.sum("weight"), got.max("float"), got.max("largest weight bits")
+    if got.max("size") != got.min("size"):  # an error: one more allgather names every size
         sizes = call.allgather_int(P, what="size")
         raise PartitionError(f"size must be the same on every rank, not {sorted(set(sizes.tolist()))}")
     if N > MAX_ELEMENTS:
@@ -518,9 +519,10 @@ def _weighted(local_weights: Any, call: Call, size: Any) -> Partition:
         wq = w
         local_sum = isum
     # Collective 2: this rank's first element and weight prefix S_first.
-    first, prefix = call.exscan(sums=[n, local_sum]).sums
+    scan = call.reduction("weights: prefix").sum("elements", n).sum("weight", local_sum).below()
+    first, prefix = scan.sum("elements"), scan.sum("weight")
     # Collective 3 (float weights): the total of the quantized weights.
-    W = call.allreduce(sums=[local_sum], what="weights").sums[0] if is_float else Wint
+    W = call.reduction("weights").sum("quantized", local_sum).run().sum("quantized") if is_float else Wint
     if W > MAX_ELEMENTS:
         raise PartitionError(f"the integer weights total {W}, more than 2**63 - 1")
     cand = np.full(P - 1, N, dtype=np.int64)

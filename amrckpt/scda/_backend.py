@@ -407,7 +407,7 @@ class MPIIOBackend:
             try:
                 # One allreduce agrees on the open and on the largest size any rank saw: a file that existed is
                 # emptied (MPI_File_set_size, collective); a new one is not (one collective call fewer per save).
-                existed = call.allreduce(maxima=[found[0]], what="fopen").maxima[0] > 0
+                existed = call.reduction("fopen").max("size seen", found[0]).run().max("size seen") > 0
                 if mode == "w" and truncate and existed:
                     call.run(set_size_0, always=True)
                     if not defer:  # deferred: agreed with the writer's other errors when it closes
@@ -418,7 +418,8 @@ class MPIIOBackend:
 
     def _close_after_failed_open(self, call: Call) -> None:
         """Close the handles if every rank holds one (``MPI_File_close`` is collective). Collective."""
-        everyone = call.allreduce(maxima=[int(self._fh is None)], what="close after a failed open").maxima[0] == 0
+        red = call.reduction("close after a failed open").max("without a handle", int(self._fh is None))
+        everyone = red.run().max("without a handle") == 0
         if everyone:
             with contextlib.suppress(self._MPI.Exception):
                 self._fh.Close()

@@ -370,7 +370,7 @@ class GatheredExecutor:
             for s in plan.scans:  # a field whose sizes do not fit is not read on; the others are
                 s.value = plan.try_(s.local) if not plan.failed_read else None  # no sizes from a failed read
                 sums.append(s.value or 0)
-            below = self._call().exscan(sums=sums).sums
+            below = self._call().reduction("read: offsets").sum("sizes", sums).below().sum("sizes")
             for s, before in zip(plan.scans, below, strict=True):
                 if s.value is not None:
                     plan.try_(functools.partial(s.then, before))

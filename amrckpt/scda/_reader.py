@@ -158,8 +158,11 @@ class ScdaReader:
 
     def _agree(self, what: str, digest: int | None = None) -> None:
         """Agree on every rank's errors and, with ``digest``, that the collective arguments are the same. Collective."""
-        got = self.call.allreduce(equal=() if digest is None else (digest,), what=what)
-        if got.equal and not got.equal[0]:
+        red = self.call.reduction(what)
+        if digest is not None:
+            red.equal("arguments", digest)
+        got = red.run()
+        if digest is not None and not got.equal("arguments"):
             raise self.call.agreed(
                 ScdaArgumentError(
                     f"{what}: collective arguments differ between ranks (every rank must pass the same counts, sizes and root)"
@@ -224,8 +227,9 @@ class ScdaReader:
             raise ScdaUsageError("section_crcs: open the file with checksum=True")
         with collective(self.comm, "scda.section_crcs") as call:
             terms = call.run(lambda: [(s.term(e), s.complete) for _, e, s in self._crc_log]) or []  # type: ignore[union-attr]
-            got = call.allreduce(maxima=[0 if ok else 1 for _, ok in terms], xors=[t for t, _ in terms], what="section_crcs")
-        incomplete, crcs = got.maxima, got.xors
+            red = call.reduction("section_crcs").max("incomplete", [0 if ok else 1 for _, ok in terms])
+            got = red.xor("crc terms", [t for t, _ in terms]).run()
+        incomplete, crcs = got.max("incomplete"), got.xor("crc terms")
         return [(o, e, None if bad else c) for (o, e, _), bad, c in zip(self._crc_log, incomplete, crcs, strict=True)]
 
     # -- headers ----------------------------------------------------------

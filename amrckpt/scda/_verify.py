@@ -4,7 +4,9 @@
 structure the command-line tool prints, and a program tests): ``incomplete``
 (the file is cut short), ``damaged`` (its bytes are not what its structure
 or checksums say), ``unreadable`` (the file system refused to read it:
-``EACCES``, ``EIO``) and ``not-scda`` (it is no scda file at all).
+``EACCES``, ``EIO``), ``not-scda`` (it is no scda file at all) and
+``invalid`` (its bytes are intact, but what they hold breaks a rule of its
+content: a p4est forest with a hole).
 :func:`verify` walks any scda file, section by section, through the
 collective reader; a checkpoint is checked by :func:`amrckpt.verify`.
 """
@@ -24,7 +26,7 @@ from ._scan import FileInfo, scan
 
 __all__ = ["FileReport", "Problem", "ProblemKind", "is_scda", "line_style", "problem_of", "safe_text", "verify"]
 
-ProblemKind = Literal["incomplete", "damaged", "unreadable", "not-scda"]
+ProblemKind = Literal["incomplete", "damaged", "unreadable", "not-scda", "invalid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +35,10 @@ class Problem:
 
     Attributes
     ----------
-    kind : {"incomplete", "damaged", "unreadable", "not-scda"}
+    kind : {"incomplete", "damaged", "unreadable", "not-scda", "invalid"}
         What is wrong: the file is cut short, its bytes are wrong, it
-        cannot be read, or it is not an scda file.
+        cannot be read, it is not an scda file, or its intact bytes hold
+        something invalid (a forest that is not complete).
     message : str
         A sentence naming the section and bytes where known (text from the
         file in it is escaped: ``repr``).

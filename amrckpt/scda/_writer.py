@@ -224,8 +224,8 @@ class ScdaWriter:
             if self._pending is not None:
                 self.call.fail(self._pending)
                 self._pending = None
-            got = self.call.allreduce(equal=[digest], root_value=root_value, root=root, what=what)
-            if not got.equal[0]:
+            got = self.call.reduction(what).equal("arguments", digest).root(root_value, root).run()
+            if not got.equal("arguments"):
                 raise self.call.agreed(ScdaArgumentError(f"{what}: {_DIFFER}"))
             return got.value
         self._digest = digest_of(self._digest, what, digest, root_value)
@@ -278,20 +278,19 @@ class ScdaWriter:
             nbytes = sum(b.nbytes for _, b in self._queue)
             ncontig = _backend.contiguous_calls(self._queue)
             try:
-                got = call.allreduce(
-                    maxima=[nbytes, ncontig], xors=terms if self._checksum else [], equal=[self._digest], what="write"
-                )
+                red = call.reduction("write").max("bytes", nbytes).max("contiguous calls", ncontig)
+                got = red.xor("crc terms", terms if self._checksum else []).equal("arguments", self._digest).run()
             except ScdaError as exc:
                 self._failed = exc
                 raise
-            if not got.equal[0]:
+            if not got.equal("arguments"):
                 self._failed = call.agreed(ScdaArgumentError(f"write: {_DIFFER}"))
                 raise self._failed
-        self._nrounds = max(1, -(-got.maxima[0] // _backend.MAX_CALL_NBYTES))
-        self._ncontiguous = got.maxima[1]
+        self._nrounds = max(1, -(-got.max("bytes") // _backend.MAX_CALL_NBYTES))
+        self._ncontiguous = got.max("contiguous calls")
         self._terms = terms
-        self._settled = got.xors
-        return list(got.xors)
+        self._settled = got.xor("crc terms")
+        return list(self._settled)
 
     def local_crcs(self) -> list[int]:
         """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
@@ -318,7 +317,8 @@ class ScdaWriter:
         if not self._checksum:
             raise ScdaUsageError("section_crcs: open the file with checksum=True")
         with collective(self.comm, "scda.section_crcs") as call:
-            return call.allreduce(xors=self._terms, what="section_crcs").xors
+            got = call.reduction("section_crcs").xor("crc terms", self._terms).run()
+            return list(got.xor("crc terms"))
 
     def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         err: ScdaError | None = None

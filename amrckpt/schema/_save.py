@@ -204,44 +204,47 @@ def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _A
     measured = call.run(_measures, prep) or [(0, 0)] * len(prep)
     nbytes = [m[0] for m in measured]
     r = call.rank
-    equal: list[int] = []
-    maxima: list[int] = []
+    red = call.reduction("save: check the state")
     if prepared is not None:
-        equal += [_schema_digest(cls), digest(repr([(m.dim, m.num_trees, m.curve) for _, m in meshes]).encode())]
+        red.equal("schema", _schema_digest(cls))
+        red.equal("meshes", digest(repr([(m.dim, m.num_trees, m.curve) for _, m in meshes]).encode()))
         for p in prep:
-            equal += [p.digest % (1 << 62), digest_of(p.shape)]
-        for (_, m), b in zip(meshes, bounds, strict=True):
-            bd = digest_of(b, len(m)) if b is not None else NONE
-            maxima += [bd, -bd if b is not None else NONE, r if b is not None else -1, -r if b is not None else -call.size]
-        for j in range(len(prep)):
-            maxima += [counts[j], nbytes[j], r if counts[j] else 0, r if nbytes[j] else 0]
-        maxima += [m[1] for m in measured]  # the largest values per leaf of an hp field (its count dtype)
-    got = call.allreduce(sums=counts + nbytes, maxima=maxima, equal=equal, what="save: check the state")
-    if not got.equal[0]:
+            red.equal(f"{p.name}.value", p.digest % (1 << 62)).equal(f"{p.name}.shape", digest_of(p.shape))
+        for (j, m), b in zip(meshes, bounds, strict=True):
+            bd = digest_of(b, len(m)) if b is not None else None
+            name = prep[j].name
+            red.max(f"{name}.leaves", bd if bd is not None else NONE).min(f"{name}.leaves", bd if bd is not None else -NONE)
+            red.max(f"{name}.rank", r if b is not None else -1).min(f"{name}.rank", r if b is not None else call.size)
+        for j, p in enumerate(prep):
+            red.sum(f"{p.name}.count", counts[j]).sum(f"{p.name}.nbytes", nbytes[j])
+            red.max(f"{p.name}.count", counts[j]).max(f"{p.name}.nbytes", nbytes[j])
+            red.max(f"{p.name}.last count", r if counts[j] else 0).max(f"{p.name}.last nbytes", r if nbytes[j] else 0)
+            red.max(f"{p.name}.per leaf", measured[j][1])  # the largest values per leaf of an hp field (its count dtype)
+    got = red.run()
+    assert prepared is not None  # a rank that failed before it prepared its state made the run above raise
+    if not got.equal("schema"):
         raise call.agreed(SchemaError("the ranks save different schemas (their name, version or fields differ)"))
-    if not got.equal[1]:
+    if not got.equal("meshes"):
         raise call.agreed(SchemaError("the ranks' meshes disagree on dimension, number of trees or curve"))
-    for k, name in enumerate(names):
-        if not got.equal[2 + 2 * k]:
+    for name in names:
+        if not got.equal(f"{name}.value"):
             raise call.agreed(SchemaError(f"field {name!r} differs between ranks; it must be the same on every rank"))
-        if not got.equal[3 + 2 * k]:
+        if not got.equal(f"{name}.shape"):
             raise call.agreed(SchemaError(f"field {name!r} has a different shape on some ranks; it must be the same on every rank"))
-    res, k = got.maxima, 0
     for j, _ in meshes:
-        bmax, bmin, rmax, rmin = res[k], -res[k + 1], res[k + 2], -res[k + 3]
-        if rmax > rmin and bmax == bmin:
+        name = prep[j].name
+        if got.max(f"{name}.rank") > got.min(f"{name}.rank") and got.max(f"{name}.leaves") == got.min(f"{name}.leaves"):
             raise call.agreed(
                 SchemaError(
                     f"mesh {names[j]!r}: every rank passed the same {counts[j]} leaves: each rank must pass only its own part "
                     "of the mesh (its leaves of a partition along the curve, e.g. amrckpt.Partition.uniform), not the whole mesh"
                 )
             )
-        k += 4
-    n = len(prep)
-    below = call.exscan(sums=counts + nbytes, maxima=[_key(b[2], b[3]) if b is not None else -1 for b in bounds])
+    scan = call.reduction("save: offsets").sum("counts", counts).sum("nbytes", nbytes)
+    below = scan.max("last leaf", [_key(b[2], b[3]) if b is not None else -1 for b in bounds]).below()
 
     def follow() -> None:
-        for (j, _), b, prev in zip(meshes, bounds, below.maxima, strict=True):
+        for (j, _), b, prev in zip(meshes, bounds, below.max("last leaf"), strict=True):
             if b is not None and prev > _key(b[0], b[1]):
                 raise SchemaError(
                     f"mesh {names[j]!r}: the leaves are not in curve order across ranks: the first leaf of rank {r} "
@@ -251,12 +254,12 @@ def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _A
 
     call.run(follow)  # agreed on by the save's next agreement (the writer's), before any byte is written
     cs, bs = [], []
-    for j in range(n):
-        cmax, bmax, clast, blast = res[k : k + 4]
-        cs.append(scda.Share(counts[j], below.sums[j], got.sums[j], cmax, clast))
-        bs.append(scda.Share(nbytes[j], below.sums[n + j], got.sums[n + j], bmax, blast))
-        k += 4
-    return _Agreed(cs, bs, [int(x) for x in res[k : k + n]])
+    for j, p in enumerate(prep):
+        cmax, clast = got.max(f"{p.name}.count"), got.max(f"{p.name}.last count")
+        bmax, blast = got.max(f"{p.name}.nbytes"), got.max(f"{p.name}.last nbytes")
+        cs.append(scda.Share(counts[j], below.sum("counts")[j], got.sum(f"{p.name}.count"), cmax, clast))
+        bs.append(scda.Share(nbytes[j], below.sum("nbytes")[j], got.sum(f"{p.name}.nbytes"), bmax, blast))
+    return _Agreed(cs, bs, [int(got.max(f"{p.name}.per leaf")) for p in prep])
 
 
 def save(

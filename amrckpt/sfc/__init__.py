@@ -24,7 +24,8 @@ order of any adaptive leaf set, an ancestor right before its first
 descendant (p4est ``p4est_quadrant_compare``); the forest order is tree
 major (:func:`sfc_order`).  A forest is *linear* when its leaves are in that
 order and do not overlap (:func:`check_linear_forest`, p4est
-``p4est_tree_is_linear``), and *complete* when they also cover every tree.
+``p4est_tree_is_linear``), and *complete* when they also cover every tree
+(:func:`forest_gap`, p4est ``p4est_tree_is_complete``, checked on any slice).
 
 Curves
 ------
@@ -65,6 +66,7 @@ from ._adapt import (
     refine_step,
 )
 from ._builtin import shell_map
+from ._complete import ForestGap, forest_gap
 from ._connectivity import P4EST_ONDISK_FORMAT, Connectivity
 from ._forest import Forest, mesh_record_dtype
 from ._keys import CURVES, MAXLEVEL, QMAXLEVEL, ROOT_LEN, Curve, hilbert_keys, leaf_ranges, morton_decode, morton_keys, sfc_keys
@@ -88,6 +90,7 @@ __all__ = [
     "refine_step",
     "Connectivity",
     "Forest",
+    "ForestGap",
     "Curve",
     "MAXLEVEL",
     "P4EST_ONDISK_FORMAT",
@@ -96,6 +99,7 @@ __all__ = [
     "ROOT_LEN",
     "Leaves",
     "check_linear_forest",
+    "forest_gap",
     "hilbert_keys",
     "is_linear_forest",
     "leaf_ranges",

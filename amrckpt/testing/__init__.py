@@ -24,10 +24,10 @@ Nothing here is imported by ``import amrckpt``.
 
 from __future__ import annotations
 
-from .._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
 from ._backends import CountingBackend, CountingLocalFile, FaultyBackend, WrapperBackend
 from ._comm_tests import CommTests
 from ._conformance import BackendTests
+from ._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
 from ._files import FaultyFileSystem
 from ._steps import InjectedStepError, StepFaults, failing_steps
 from ._wrappers import COLLECTIVES, CountingComm, FaultyComm, WrapperComm

@@ -19,9 +19,9 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _faults
 from ..comm import Call, Comm, collective
 from ..scda import Backend, BackendOpener, FileAccess, LocalFile, open_backend, os_error
+from . import _faults
 
 __all__ = ["CountingBackend", "CountingLocalFile", "FaultyBackend", "WrapperBackend"]
 

@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._faults import inject_faults
 from ..comm import Comm, collective
 from ..errors import AmrckptError, ChecksumError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError
 from ..scda import BackendOpener, FileAccess, GatheredExecutor, LocalExecutor, LocalFile, ReadPlan, open_backend
+from ._faults import inject_faults
 
 __all__ = ["BackendTests"]
 

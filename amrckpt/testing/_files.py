@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import _faults
 from .._files import LOCAL, FileSystem
+from . import _faults
 
 __all__ = ["FaultyFileSystem"]
 

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import _faults
 from ..comm import Columns, Comm, ReduceOp, as_comm
+from . import _faults
 
 __all__ = ["CountingComm", "FaultyComm", "WrapperComm"]
 

@@ -267,6 +267,70 @@ def test_a_rank_that_comes_after_the_others_gave_up_does_not_go_on_alone(tmp_pat
     assert seconds < 30, seconds
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_rank_stuck_inside_mpi_in_a_call_ends_the_job(tmp_path: Path, n: int) -> None:
+    """After the meeting, the last rank blocks in an MPI barrier the others never reach (as in ROMIO's ``MPI_File_open``
+    deadlock of libfiu seed 1000021), the others in the call's next exchange: the stall watchdog ends the job after
+    twice the timeout, naming the call. Before: it hung."""
+    p, seconds = run_job(
+        tmp_path,
+        """
+        from amrckpt.comm import collective
+        other = comm.Dup()
+        with collective(comm, "test: a step stuck inside MPI") as call:
+            if rank == comm.size - 1:
+                other.Barrier()  # never matched: stuck inside MPI (mpi4py releases the interpreter lock)
+            call.agree()
+        print("rank", rank, "passed", flush=True)
+        """,
+        n,
+        limit=60,
+    )
+    assert p.returncode != 0 and "passed" not in p.stdout, p.stdout + p.stderr
+    assert 2 * TIMEOUT <= seconds < 2 * TIMEOUT + 30, seconds
+    assert "test: a step stuck inside MPI (call 1 on its communicator) has made no progress" in p.stderr, p.stderr
+    assert "The MPI job is ended (MPI_Abort)" in p.stderr and 'job.py", line' in p.stderr, p.stderr  # and every stack
+
+
+def test_a_rank_stuck_holding_the_interpreter_lock_ends_the_job(tmp_path: Path) -> None:
+    """Every rank stuck in a C call that holds the interpreter lock (the watchdog's thread cannot run): faulthandler's
+    timer, set by the call, prints the stacks and ends the process, and the launcher ends the job."""
+    p, seconds = run_job(
+        tmp_path,
+        """
+        import ctypes
+        from amrckpt.comm import collective
+        with collective(comm, "test: a step holding the interpreter lock") as call:
+            ctypes.PyDLL(None).sleep(600)  # PyDLL keeps the interpreter lock through the C call
+        print("rank", rank, "passed", flush=True)
+        """,
+        2,
+        limit=60,
+    )
+    assert p.returncode != 0 and "passed" not in p.stdout, p.stdout + p.stderr
+    assert seconds < 2 * TIMEOUT + 30, seconds
+    assert "Timeout" in p.stderr and "job.py" in p.stderr, p.stderr  # faulthandler's dump of the stuck stack
+
+
+def test_a_long_call_that_makes_progress_is_not_ended(tmp_path: Path) -> None:
+    """Exchanges keep a call alive: 10 s of steps 1 s apart (more than twice the 3 s timeout) pass."""
+    p, _ = run_job(
+        tmp_path,
+        """
+        from amrckpt.comm import collective
+        with collective(comm, "test: a long call") as call:
+            for _ in range(10):
+                time.sleep(1.0)
+                call.agree()
+        time.sleep(2 * 3 + 5)  # after the call: nothing armed any more
+        print("rank", rank, "passed", flush=True)
+        """,
+        2,
+        limit=60,
+    )
+    assert p.returncode == 0 and p.stdout.count("passed") == 2, p.stdout + p.stderr
+
+
 def test_a_call_on_one_thread_rank_only_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMRCKPT_COLLECTIVE_TIMEOUT", "0.5")
 

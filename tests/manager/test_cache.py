@@ -349,3 +349,79 @@ def test_every_log_record_carries_rank_and_size(tmp_path: Path) -> None:
         log.setLevel(old)
     uneven = [line for line in handler.lines if "different numbers of ranks" in line]
     assert uneven and uneven[0].startswith("0/") and all(line.split()[0].count("/") == 1 for line in handler.lines)
+
+
+def _failing_flushes(monkeypatch: pytest.MonkeyPatch, failing: set[int]) -> None:
+    """Make the flushes of the steps in ``failing`` raise an I/O error (EIO) in the flush thread."""
+    from amrckpt.manager import _twolevel
+
+    real = _twolevel.flush_step
+
+    def flush_step(comm: Any, level: Any, layout: Any, directory: Any, step: int, **kw: Any) -> int:
+        if step in failing:
+            raise ac.errors.ManagerIOError(errno.EIO, f"injected: the flush of step {step} failed")
+        return real(comm, level, layout, directory, step, **kw)
+
+    monkeypatch.setattr(_twolevel, "flush_step", flush_step)
+
+
+def test_a_failed_background_flush_made_moot_by_a_newer_one_fails_no_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seed 1000193 of the libfiu campaign: a later save raised an earlier flush's error after it had cached its own step."""
+    _failing_flushes(monkeypatch, {2})
+    cache = ac.NodeCache(tmp_path / "cache", keep=10)
+    kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(2), "cache": cache}
+    with ac.CheckpointManager(tmp_path / "shared", Advection, **kw) as mgr:
+        for s in range(1, 7):
+            mgr.save(s, state(s))  # none raises: the flush of 4 succeeded after the one of 2 failed
+        mgr.wait()
+        assert mgr.all_steps() == [4, 6]
+    assert "the background flush of the cached step 2 failed" in caplog.text
+
+
+def test_a_failed_background_flush_is_raised_by_the_next_save_before_it_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error names the flush and its errno; the save that raises it caches nothing, the steps saved before stay."""
+    _failing_flushes(monkeypatch, {2, 4})
+    cache = ac.NodeCache(tmp_path / "cache", keep=10)
+    kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(2), "cache": cache}
+    with ac.CheckpointManager(tmp_path / "shared", Advection, **kw) as mgr:
+        for s in range(1, 5):
+            mgr.save(s, state(s))  # the error of step 2's flush is kept while step 4's flush runs
+        with pytest.raises(ac.errors.ManagerIOError, match="flush of step 4") as got:
+            mgr.save(5, state(5))
+        assert got.value.errno == errno.EIO
+        assert [c.step for c in list_cache(tmp_path / "cache" / "node-0")] == [1, 2, 3, 4]  # 5 was not saved
+        mgr.close(flush=False)
+    monkeypatch.undo()  # the file system works again
+    with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
+        assert mgr.restore_latest() is not None and mgr.restored_step == 4  # the newest step whose save returned
+
+
+def test_a_flush_thread_that_cannot_start_fails_the_next_save_not_the_cached_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libfiu seed 1000052: the flush thread of step 4 could not start (mmap), and the save of step 4, whose step was
+    cached, raised ThreadStartError; the restart then restored that step: a save that raised but committed."""
+    from amrckpt.comm import Call
+
+    real = Call.start_thread
+
+    def start_thread(self: Call, target: Any, name: str) -> Any:
+        if name == "amrckpt-flush-4":
+            raise self.agreed(ac.errors.ThreadStartError(f"cannot start the thread {name!r}: injected"))
+        return real(self, target, name)
+
+    monkeypatch.setattr(Call, "start_thread", start_thread)
+    cache = ac.NodeCache(tmp_path / "cache", keep=10)
+    kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(2), "cache": cache}
+    with ac.CheckpointManager(tmp_path / "shared", Advection, **kw) as mgr:
+        for s in range(1, 5):
+            mgr.save(s, state(s))  # step 4 is cached; its flush could not start: reported by the next save
+        with pytest.raises(ac.errors.ThreadStartError, match="amrckpt-flush-4"):
+            mgr.save(5, state(5))
+        assert [c.step for c in list_cache(tmp_path / "cache" / "node-0")] == [1, 2, 3, 4]  # 5 was not saved
+        mgr.save(5, state(5))  # the next try saves
+    assert mgr.all_steps()[-1] == 5  # flushed at close

@@ -165,8 +165,8 @@ def test_a_failing_read_of_the_lock_file_is_a_manager_error_on_every_rank(
 
     monkeypatch.setattr(_lock, "pread_exact", pread_exact)
     got = run_threads(P, lambda comm: outcome(lambda: manager(tmp_path, comm)), timeout=60)
-    assert got == [("ManagerError", None)] * P
-    with pytest.raises(ac.ManagerError, match=r"cannot use the checkpoint directory .*: Input/output error"):
+    assert got == [("ManagerIOError", errno.EIO)] * P
+    with pytest.raises(ac.errors.ManagerIOError, match=r"cannot use the checkpoint directory .*: Input/output error"):
         manager(tmp_path)
     monkeypatch.undo()
     with manager(tmp_path) as mgr:  # the failed attempts left the lock free

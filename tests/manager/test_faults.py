@@ -21,11 +21,10 @@ from checkpoint_cases import Advection
 from fault_trials import Trials, TrialSpec, state
 
 import amrckpt as ac
-from amrckpt import _faults
-from amrckpt._faults import FaultSpec, inject_faults
 from amrckpt.comm import SerialComm, run_threads
 from amrckpt.manager import EveryNSteps
-from amrckpt.testing import FaultyBackend, FaultyComm, FaultyFileSystem
+from amrckpt.testing import FaultyBackend, FaultyComm, FaultyFileSystem, _faults
+from amrckpt.testing._faults import FaultSpec, inject_faults
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -189,7 +189,7 @@ def test_directory_gone_under_a_running_manager(tmp_path: Path, how: str) -> Non
     if how == "replaced":
         assert latest_error == "no error" and not list(d.iterdir())  # nothing written into the new directory
     else:
-        assert latest_error.startswith("ManagerError: cannot list the checkpoint directory")
+        assert latest_error.startswith("ManagerIOError: [Errno 2] cannot list the checkpoint directory")
         assert not d.exists()  # not made again behind the user's back
     if how != "removed":
         assert_restores(moved, 1)  # the checkpoints moved with the directory, intact

@@ -395,3 +395,12 @@ def test_abort_on_error_ends_the_whole_job(tmp_path: Path) -> None:
     assert p.returncode != 0 and "passed the barrier" not in p.stdout, p.stdout + p.stderr
     log = Path(f"{tmp_path / 'ckpt'}.rank1.log").read_text()
     assert "aborting the MPI job" in log and "RuntimeError: a bug on rank 1 only" in log, log + p.stderr
+
+
+def test_a_save_on_a_closed_manager_is_a_manager_error(tmp_path: Path) -> None:
+    """Before: an ScdaUsageError, an error of the file layer, for a manager's state."""
+    mgr = ac.CheckpointManager(tmp_path / "ckpt", Advection)
+    mgr.close()
+    with pytest.raises(ac.ManagerError, match=r"the manager is closed .*open a new CheckpointManager"):
+        mgr.save(10, state(10, None), force=True)
+    assert not list((tmp_path / "ckpt").glob("ckpt-*"))

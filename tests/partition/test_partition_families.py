@@ -148,3 +148,34 @@ def test_load_keeps_families_together(tmp_path: Path, spec: str, Q: int) -> None
     assert not any(((starts < c) & (c < starts + 4)).any() for c in new[1:-1])
     plain = run_threads(Q, lambda comm: ac.load(path, Heat, comm=comm, partition=spec).partition)  # type: ignore[arg-type]
     assert new == expected(lv, plain[0])
+
+
+def test_the_writer_partition_keeps_families_when_asked(tmp_path: Path) -> None:
+    """partition="writer" with allow_for_coarsening: the writer's cuts that split a family move, as p4est's correction does."""
+    lv = random_forest(2, 2, seed=3, level=2, rounds=2)
+    N, P = lv.num_leaves, 3
+    starts = families(lv)
+    cuts = [0, N // 3 + 1, 2 * N // 3 - 1, N]  # the writer's partition
+    writer = Partition.from_offsets(cuts)
+    assert any(((starts < c) & (c < starts + 4)).any() for c in cuts[1:-1]), "the writer must split a family"
+    path = tmp_path / "w.scda"
+
+    def write(comm: Any) -> None:
+        a, b = writer.local_range(comm.rank)
+        mesh = ac.Forest(lv.tree[a:b], lv.level[a:b], lv.x[a:b], lv.y[a:b], num_trees=2)
+        ac.save(Heat(mesh=mesh, T=np.arange(a, b, dtype="<f8")), path, comm=comm, run_record=True)
+
+    run_threads(P, write)
+    plain = run_threads(P, lambda comm: ac.load(path, Heat, comm=comm, partition="writer").partition)
+    assert all(p == writer for p in plain)
+
+    def read(comm: Any) -> tuple[Partition, bool]:
+        loaded = ac.load(path, Heat, comm=comm, partition="writer", allow_for_coarsening=True)
+        a, b = loaded.partition.local_range(comm.rank)  # type: ignore[union-attr]
+        return loaded.partition, np.array_equal(loaded.state.T, np.arange(a, b))  # type: ignore[return-value]
+
+    out = run_threads(P, read)
+    assert all(ok for _, ok in out) and all(p == out[0][0] for p, _ in out)
+    new = out[0][0].global_first_quadrant.tolist()
+    assert new == expected(lv, writer) and new != cuts
+    assert not any(((starts < c) & (c < starts + 4)).any() for c in new[1:-1])

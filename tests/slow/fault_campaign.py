@@ -43,6 +43,9 @@ def worker(first: int, count: int, backend: str, directory: Path, out: Path) -> 
     from fault_trials import Trials, TrialSpec
     from mpi4py import MPI
 
+    # amrckpt's collective calls set faulthandler's timer themselves (the stall watchdog) and cancel it after: a hang
+    # inside a call ends the job after twice this timeout plus a grace, within TRIAL_TIMEOUT.
+    os.environ.setdefault("AMRCKPT_COLLECTIVE_TIMEOUT", str(TRIAL_TIMEOUT // 4))
     w = MPI.COMM_WORLD
     d = Path(w.bcast(tempfile.mkdtemp(prefix="fault-", dir=directory) if w.rank == 0 else None))
     trials = Trials(d, w, save_kwargs={"backend": backend})

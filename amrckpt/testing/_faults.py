@@ -58,9 +58,9 @@ and leave the block at the same point of its sequence of collective calls.  ``se
 
 Cost when off
 -------------
-Nothing for the file backends and communicators: the faults come from the
-wrappers a test selects.  The manager's ``rename`` and ``fsync`` hooks are
-``if _faults.ACTIVE is not None`` (a module attribute read, tens of nanoseconds).
+None: the faults come only from the wrappers of :mod:`amrckpt.testing` that a
+test selects (:class:`FaultyBackend`, :class:`FaultyFileSystem`,
+:class:`FaultyComm`); the package below imports nothing of this module.
 
 Usage
 -----
@@ -72,7 +72,7 @@ In a test, on every rank::
 
 For a whole process (a job under ``mpiexec``), the environment variable
 ``AMRCKPT_FAULTS="every_n=20,seed=7,ranks=1:3,kinds=write:mpi,limit=1"`` does
-the same from ``import amrckpt`` on, for the calls of the wrappers.
+the same from ``import amrckpt.testing`` on, for the calls of the wrappers.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .comm import thread_rank
-from .errors import CommError
+from ..comm import thread_rank
+from ..errors import CommError
 
 __all__ = ["ACTIVE", "KINDS", "Fault", "FaultPlan", "FaultSpec", "home_rank", "inject_faults", "io_error_at"]
 
