@@ -14,8 +14,11 @@ compressed in chunks of 16384 leaves.  Printed:
   and the bytes it read (counted through the backend's file opener);
 * for each ``--chunk-mib``: the sum and mean of ``rho`` and the sum of
   ``vel`` on a ``LocalCluster(n_workers=2, threads_per_worker=1,
-  processes=True)``, their time, and each worker's peak resident memory
-  (``ru_maxrss``) against its memory before the reduction;
+  processes=True)``, their time, and each worker's peak of allocations
+  during the reductions (tracemalloc, started and read in each worker by
+  ``client.run`` around them: Python objects and numpy buffers), against
+  the chunk of ``vel``.  ``ru_maxrss`` would not do: it is the process's
+  lifetime peak, not one reduction's;
 * ``load``: ``ac.load`` of ``rho`` and ``vel`` and numpy's sums, the reference (equal to 1e-12).
 """
 
@@ -24,10 +27,10 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import resource
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -62,13 +65,17 @@ def build(leaves: int, path: Path) -> None:
     )  # fmt: skip
 
 
-def rss_peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def trace_start() -> None:
+    """In a worker: start tracing allocations (numpy reports its buffers to tracemalloc)."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
 
 
-def rss_now_mib() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def trace_peak_mib() -> float:
+    """In a worker: the peak of traced allocations since :func:`trace_start`, in MiB; stop tracing."""
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,18 +109,19 @@ def main(argv: list[str] | None = None) -> int:
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl, Client(cl) as client:
             for mib in args.chunk_mib:
                 client.restart()
-                base = client.run(rss_now_mib)
                 with xr.open_dataset(path, engine=AmrckptBackendEntrypoint, chunks={}, chunk_nbytes=int(mib * 2**20)) as dc:
                     n = dc.rho.encoding["preferred_chunks"]["leaf"]
+                    dc.rho.sum().compute()  # the workers import and open what they need, outside the measure
+                    client.run(trace_start)
                     t = time.perf_counter()
                     s, m, v = (float(dc.rho.sum().compute()), float(dc.rho.mean().compute()), dc.vel.sum("leaf").compute().values)
                     dt = time.perf_counter() - t
-                peak = client.run(rss_peak_mib)
+                    peak = client.run(trace_peak_mib)
                 ok = np.isclose(s, want[0], rtol=1e-12) and np.isclose(m, want[1], rtol=1e-12)
                 ok = ok and np.allclose(v, want[2], rtol=1e-12)
                 print(
                     f"chunk {mib:g} MiB ({n} leaves of vel, {n * 16 / 2**20:.0f} MiB): reduction {dt:.2f} s, equal {ok}; "
-                    + ", ".join(f"worker peak {peak[w]:.0f} MiB (before {base[w]:.0f} MiB)" for w in sorted(peak))
+                    + ", ".join(f"worker peak {peak[w]:.1f} MiB" for w in sorted(peak))
                 )
     return 0
 

@@ -129,7 +129,7 @@ class _Depth:
     leaves: np.ndarray | slice  # leaves of this level (indices into the batch, or a range of them), in curve order
     parents: int  # nodes that are refined (parents of the next depth's nodes, in groups of 2**dim)
     perm: np.ndarray | None  # the nodes, in curve order, in concat(parents, leaves); None: one of them is empty
-    dest: np.ndarray  # the row of each node (in curve order) in the batch's rows
+    dest: np.ndarray  # the row of each node (in curve order) in the batch's rows (empty where ``runs`` say it)
     runs: tuple[tuple[int, int, int], ...] | None  # with few trees: (first node, first row, nodes) of each tree
 
 
@@ -194,23 +194,33 @@ def htg_layout(level: np.ndarray, tree_starts: np.ndarray, dim: int) -> HtgLayou
     lev = np.asarray(level)
     n = len(lev)
     T = len(tree_starts) - 1
-    D = int(lev.max()) + 1 if n else 1
-    raw: list[tuple[np.ndarray, int, np.ndarray | None, np.ndarray]] = []
+    per_level = np.bincount(lev, minlength=1) if n else np.zeros(1, dtype=np.int64)  # one pass: the levels present
+    D = len(per_level)
+    raw: list[tuple[np.ndarray | slice, int, np.ndarray | None, np.ndarray]] = []
     first: np.ndarray | None = None  # first leaf of each node of the depth below
     for d in range(D - 1, -1, -1):
-        leaves = np.flatnonzero(lev == d)
+        k = int(per_level[d])
+        leaves: np.ndarray | slice
+        if k == n:  # every leaf of the batch has this level (a uniform batch): no search
+            leaves, ids = slice(0, n), np.arange(n, dtype=np.int64)
+        elif k:
+            ids = np.flatnonzero(lev == d)
+            whole = int(ids[-1]) - int(ids[0]) + 1 == k
+            leaves = slice(int(ids[0]), int(ids[-1]) + 1) if whole else ids
+        else:
+            leaves, ids = slice(0, 0), np.empty(0, dtype=np.int64)
         if first is not None and len(first) % C:
             raise CheckpointError(
                 f"the leaves are not a complete forest: {len(first)} nodes of level {d + 1} are not whole families"
             )
-        parents = first[::C] if first is not None else np.empty(0, dtype=np.intp)
+        parents = first[::C] if first is not None else np.empty(0, dtype=np.int64)
         perm: np.ndarray | None = None
-        if len(parents) and len(leaves):
-            every = np.concatenate([parents, leaves])
+        if len(parents) and k:
+            every = np.concatenate([parents, ids])
             perm = np.argsort(every, kind="stable")  # two sorted runs: one merge
             nodes = every[perm]
         else:
-            nodes = parents if len(parents) else leaves
+            nodes = parents if len(parents) else ids
         raw.append((leaves, len(parents), perm, nodes))
         first = nodes
     raw.reverse()
@@ -227,26 +237,34 @@ def htg_layout(level: np.ndarray, tree_starts: np.ndarray, dim: int) -> HtgLayou
     bits = np.zeros(rows, dtype=bool)
     depths = []
     for d, (leaves, n_parents, perm, nodes) in enumerate(raw):
-        dest = np.repeat(base2[:, d] - bounds[:-1, d], counts[:, d]) + np.arange(len(nodes), dtype=np.int64)
-        if n_parents:
-            bits[dest] = perm < n_parents if perm is not None else True
         has = np.flatnonzero(counts[:, d])
         runs: tuple[tuple[int, int, int], ...] | None = None
-        if len(has) <= RUNS_MAX:
+        if len(has) <= RUNS_MAX:  # few trees: the nodes of each tree are a slice of its rows
             runs = tuple((int(bounds[t, d]), int(base2[t, d]), int(counts[t, d])) for t in has)
-        whole = len(leaves) and int(leaves[-1]) - int(leaves[0]) + 1 == len(leaves)
-        sel: np.ndarray | slice = slice(int(leaves[0]), int(leaves[-1]) + 1) if whole else leaves
-        depths.append(_Depth(sel, n_parents, perm, dest, runs))
+            dest = np.empty(0, dtype=np.int64)
+            if n_parents:
+                refined = perm < n_parents if perm is not None else None
+                for node, row, m in runs:
+                    bits[row : row + m] = True if refined is None else refined[node : node + m]
+        else:
+            dest = np.repeat(base2[:, d] - bounds[:-1, d], counts[:, d]) + np.arange(len(nodes), dtype=np.int64)
+            if n_parents:
+                bits[dest] = perm < n_parents if perm is not None else True
+        depths.append(_Depth(leaves, n_parents, perm, dest, runs))
     # each tree's deepest depth has no bits: its rows are the end of the tree's rows
-    tree_end = base[D::D] if D else base[1:]
-    last = counts[np.arange(T), depth_per_tree - 1] if T else np.zeros(0, dtype=np.int64)
-    keep_len = np.diff(np.concatenate([[0], tree_end])) - last
-    lengths = np.stack([keep_len, last], axis=1).reshape(-1)
-    keep = np.repeat(np.tile([True, False], T), lengths)
-    return HtgLayout(dim, rows, bits[keep], depth_per_tree, counts[counts > 0], tuple(depths))
+    if T <= RUNS_MAX:
+        ends = base2[np.arange(T), depth_per_tree - 1] if T else np.zeros(0, dtype=np.int64)
+        descriptor = np.concatenate([bits[base[t * D] : ends[t]] for t in range(T)]) if T else bits[:0]
+    else:
+        tree_end = base[D::D]
+        last = counts[np.arange(T), depth_per_tree - 1]
+        keep_len = np.diff(np.concatenate([[0], tree_end])) - last
+        lengths = np.stack([keep_len, last], axis=1).reshape(-1)
+        descriptor = bits[np.repeat(np.tile([True, False], T), lengths)]
+    return HtgLayout(dim, rows, descriptor, depth_per_tree, counts[counts > 0], tuple(depths))
 
 
-def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells") -> np.ndarray:
+def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells", out: np.ndarray | None = None) -> np.ndarray:
     """Return an array's value on every node of the layout: the leaves' own, each coarse node's the mean of its children.
 
     Not collective; vectorized (a loop over depths).  The children of a
@@ -265,14 +283,18 @@ def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells") -> 
     source : str, optional
         The :class:`CellArray` source (``"level"``: the depth of each node;
         ``"tree"``: each node's tree).
+    out : (layout.rows,) or (layout.rows, ncomp) numpy.ndarray of ``values.dtype``, optional
+        Where the rows go (a slice of a larger buffer); a new array by default.
 
     Returns
     -------
     (layout.rows,) or (layout.rows, ncomp) numpy.ndarray of ``values.dtype``
+        ``out``, if given.
     """
     C = 1 << layout.dim
     rest = values.shape[1:]
-    out = np.empty((layout.rows, *rest), dtype=values.dtype)
+    if out is None:
+        out = np.empty((layout.rows, *rest), dtype=values.dtype)
     integer = values.dtype.kind in "iub"
     child: np.ndarray | None = None
     for d in range(len(layout.depths) - 1, -1, -1):
@@ -284,12 +306,8 @@ def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells") -> 
                 pv: np.ndarray = np.full((dep.parents, *rest), d, dtype=values.dtype)
             elif source == "tree":  # a family's tree is its parent's: no mean to take
                 pv = child[::C]
-            else:  # the mean of each family: 2**dim strided sums (faster than a reduction over an axis of 4 or 8)
-                fam = child.reshape(dep.parents, C, *rest)
-                pv = fam[:, 0].astype(np.float64)
-                for c in range(1, C):
-                    pv += fam[:, c]
-                pv *= 1.0 / C
+            else:
+                pv = _family_means(child, dep.parents, C)
             cur = pv if dep.perm is None else np.concatenate([pv, lv.astype(pv.dtype, copy=False)])[dep.perm]
         else:
             cur = lv
@@ -301,6 +319,25 @@ def htg_values(layout: HtgLayout, values: np.ndarray, source: str = "cells") -> 
             out[dep.dest] = put
         child = cur
     return out
+
+
+def _family_means(child: np.ndarray, parents: int, C: int) -> np.ndarray:
+    """Return the float64 mean of each family of ``C`` consecutive rows of ``child``, ``(parents, *child.shape[1:])``.
+
+    ``2**dim`` strided sums, one component at a time (each a long 1-D loop:
+    faster than a reduction over an axis of 4 or 8, or than rows of a few
+    components), in the order ``((c_0 + c_1) + c_2) + ...``, then times ``1 / C``.
+    """
+    flat = child.reshape(len(child), -1)
+    pv = np.empty((parents, flat.shape[1]), dtype=np.float64)
+    for j in range(flat.shape[1]):
+        fam = flat[:, j].reshape(parents, C)
+        col = pv[:, j]
+        np.add(fam[:, 0], fam[:, 1], out=col, dtype=np.float64)
+        for c in range(2, C):
+            col += fam[:, c]
+    pv *= 1.0 / C
+    return pv.reshape(parents, *child.shape[1:])
 
 
 @dataclass(frozen=True)
@@ -378,27 +415,105 @@ def _create(h5: Any, plan: _Plan, names: Sequence[str]) -> dict[str, Any]:
     return d
 
 
+def _join(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Concatenate contiguous 1-D record arrays as bytes (numpy copies records field by field, several times slower)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts]).view(parts[0].dtype)
+
+
 def _tree_batches(reader: Any, plan: _Plan, chunk: int) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(first leaf, leaves)`` of batches of whole trees, about ``chunk`` leaves each (a larger tree whole)."""
-    pending: list[np.ndarray] = []
+    pending: list[np.ndarray] = []  # leaves read and not yielded: start .. s - 1
     start = 0
     N = plan.num_leaves
     for s in range(0, N, chunk):
         got = reader.read_mesh(s, min(chunk, N - s), plan.mesh)
-        goes_on = bool(pending) and pending[-1]["tree"][-1] == got["tree"][0]  # a tree from the chunk before
-        pending.append(got)
-        e = s + len(got)
-        if e == N:
-            cut = e
-        else:  # up to the last tree that starts in this chunk (it may go on)
-            k = int(np.searchsorted(got["tree"], got["tree"][-1]))
-            if k == 0 and (goes_on or s == start):
-                continue
-            cut = s + k
-        leaves = pending[0] if len(pending) == 1 else np.concatenate(pending)
-        yield start, leaves[: cut - start]
-        pending = [leaves[cut - start :]] if cut < e else []
-        start = cut
+        tree = got["tree"]
+        if s + len(got) == N:
+            yield start, _join([*pending, got])
+            return
+        # up to the last tree that starts in this chunk (it may go on)
+        k = int(np.searchsorted(tree, tree[-1]))
+        if k == 0 and (not pending or pending[-1]["tree"][-1] == tree[0]):  # one tree since start: read on
+            pending.append(got)
+            continue
+        yield start, _join([*pending, got[:k]]) if k else _join(pending)
+        pending = [got[k:]]
+        start = s + k
+
+
+WRITE_CHUNKS = 2
+"""Rows of a HyperTreeGrid export staged per write: this many times ``chunk_leaves`` (or one larger batch of trees)."""
+
+
+@dataclass
+class _Staging:
+    """Rows ``first .. first + rows - 1`` of every cell array, made and not yet written (a buffer of each array)."""
+
+    buffers: dict[str, np.ndarray]
+    first: int = 0
+    rows: int = 0
+
+
+class _Rows:
+    """Makes the rows of every cell array, batch of trees after batch, into staging buffers (on one thread).
+
+    Keeps what the file's tree datasets need (descriptor bits, depths,
+    nodes per depth, tree ids) as it goes.  A batch goes whole into one
+    staging: a staging holds about ``capacity`` rows, or one larger batch.
+    ``read()`` gives the next batch of trees and their leaves' values, or
+    None after the last.
+    """
+
+    def __init__(self, plan: _Plan, read: Callable[[], tuple[int, np.ndarray, list[np.ndarray]] | None], capacity: int) -> None:
+        self.plan, self.read, self.capacity = plan, read, max(1, capacity)
+        self.row = 0  # rows made so far
+        self.held: tuple[HtgLayout, list[np.ndarray]] | None = None  # a batch that did not fit in the last staging
+        self.bits: list[np.ndarray] = []
+        self.depths: list[np.ndarray] = []
+        self.per_depth: list[np.ndarray] = []
+        self.tree_ids: list[np.ndarray] = []
+
+    def staging(self, rows: int | None = None) -> _Staging:
+        """Return empty buffers of ``rows`` rows (``capacity`` by default) for every cell array."""
+        n = self.capacity if rows is None else rows
+        return _Staging({a.name: np.empty((n,) if a.ncomp == 1 else (n, a.ncomp), dtype=a.dtype) for a in self.plan.arrays})
+
+    def _next(self) -> tuple[HtgLayout, list[np.ndarray]] | None:
+        """Take the next batch of trees and lay out its hyper trees; keep its tree datasets."""
+        got = self.read()
+        if got is None:
+            return None
+        _, leaves, values = got
+        tree = leaves["tree"]
+        starts = np.concatenate([[0], np.flatnonzero(tree[1:] != tree[:-1]) + 1, [len(leaves)]]).astype(np.int64)
+        layout = htg_layout(leaves["level"], starts, self.plan.dim)
+        self.bits.append(layout.descriptor)
+        self.depths.append(layout.depth_per_tree)
+        self.per_depth.append(layout.cells_per_tree_depth)
+        self.tree_ids.append(self.plan.grid.tree_index[tree[starts[:-1]]])
+        return layout, values
+
+    def fill(self, st: _Staging) -> _Staging:
+        """Make the rows of the next batches into ``st`` until it is full or the trees end (``st.rows == 0``: none left)."""
+        st.first, st.rows = self.row, 0
+        cap = len(next(iter(st.buffers.values()))) if st.buffers else 0
+        while True:
+            batch, self.held = (self.held, None) if self.held is not None else (self._next(), None)
+            if batch is None:
+                return st
+            layout, values = batch
+            if st.rows and st.rows + layout.rows > cap:  # does not fit: the next staging takes it
+                self.held = batch
+                return st
+            if layout.rows > cap:  # a batch larger than a staging: buffers of its own (replace these)
+                st.buffers = self.staging(layout.rows).buffers
+                cap = layout.rows
+            for a, v in zip(self.plan.arrays, values, strict=True):
+                htg_values(layout, v, a.source, out=st.buffers[a.name][st.rows : st.rows + layout.rows])
+            st.rows += layout.rows
+            self.row += layout.rows
 
 
 @dataclass(frozen=True)
@@ -442,52 +557,41 @@ def write_htg(call: Call, h5py: Any, path: Path, out: Path, opts: HtgOptions) ->
         C = 1 << plan.dim
         with replacing(out) as tmp, h5py.File(tmp, "w") as h5, open_reader(path, verify=verify) as r:
             sink = RowSink(_create(h5, plan, names))
-            row = 0
-            bits, depths, per_depth, tree_ids = [], [], [], []
-            tree_index = plan.grid.tree_index
             batches = _tree_batches(r, plan, chunk)
 
-            def read_next() -> tuple[HtgLayout, list[np.ndarray], np.ndarray] | None:
-                """Read the next batch of trees and lay out its hyper trees (on the reading thread)."""
+            def read_next() -> tuple[int, np.ndarray, list[np.ndarray]] | None:
+                """Read the next batch of trees and their leaves' values (on the making thread)."""
                 got = next(batches, None)
                 if got is None:
                     return None
                 s, leaves = got
-                tree = leaves["tree"]
-                starts = np.flatnonzero(np.diff(tree, prepend=np.int64(-1)))
-                layout = htg_layout(leaves["level"], np.append(starts, len(leaves)).astype(np.int64), plan.dim)
-                return layout, leaf_values(plan.arrays, r, leaves, s, plan.num_leaves), tree[starts]
+                return s, leaves, leaf_values(plan.arrays, r, leaves, s, plan.num_leaves)
 
-            # Three stages on three threads (reads, numpy and HDF5's writes overlap where they release the GIL): one
-            # reads the next batch of trees, one makes the rows of each array of this batch, this one writes them.
-            with (
-                Pool(1, "amrckpt-htg-read") as reading,
-                Pool(1, "amrckpt-htg-rows") as making,
-            ):
-                todo = reading.submit(read_next)
-                while (done := todo.result()) is not None:
-                    todo = reading.submit(read_next)
-                    layout, values, trees = done
-                    made = [making.submit(htg_values, layout, v, a.source) for a, v in zip(plan.arrays, values, strict=True)]
-                    for a, rows in zip(plan.arrays, made, strict=True):
-                        sink.put(a.name, row, rows.result())
-                    row += layout.rows
-                    bits.append(layout.descriptor)
-                    depths.append(layout.depth_per_tree)
-                    per_depth.append(layout.cells_per_tree_depth)
-                    tree_ids.append(tree_index[trees])
+            # Two threads: one reads batches of trees and makes their rows into one of two staging buffers, this one
+            # writes the other (h5py holds the GIL while HDF5 writes: a third thread would only wait for it).
+            with Pool(1, "amrckpt-htg-rows") as making:
+                rows = _Rows(plan, read_next, WRITE_CHUNKS * chunk)
+                spare: _Staging | None = rows.staging()
+                todo = making.submit(rows.fill, rows.staging())
+                while (done := todo.result()).rows:
+                    assert spare is not None
+                    todo = making.submit(rows.fill, spare)
+                    for a in plan.arrays:
+                        sink.put(a.name, done.first, done.buffers[a.name][: done.rows])
+                    spare = done
+            row = rows.row
             expect = plan.num_leaves + (plan.num_leaves - plan.num_trees) // (C - 1)
             if row != expect:
                 raise CheckpointError(f"{path}: the leaves make {row} nodes, a complete forest of its size {expect}")
             root = sink.d["root"]
-            desc = np.concatenate(bits) if bits else np.zeros(0, dtype=bool)
+            desc = np.concatenate(rows.bits) if rows.bits else np.zeros(0, dtype=bool)
             root.create_dataset("Descriptors", data=np.packbits(desc))  # vtkBitArray: the first bit is the highest
             root.create_dataset("DescriptorsSize", data=np.array([len(desc)], dtype=np.int64))
-            ids = np.concatenate(tree_ids).astype(np.int64) if tree_ids else np.zeros(0, dtype=np.int64)
-            dpt = np.concatenate(depths) if depths else np.zeros(0, dtype=np.int64)
+            ids = np.concatenate(rows.tree_ids).astype(np.int64) if rows.tree_ids else np.zeros(0, dtype=np.int64)
+            dpt = np.concatenate(rows.depths) if rows.depths else np.zeros(0, dtype=np.int64)
             root.create_dataset("TreeIds", data=ids)
             root.create_dataset("DepthPerTree", data=dpt)
-            root.create_dataset("NumberOfCellsPerTreeDepth", data=np.concatenate(per_depth) if per_depth else dpt)
+            root.create_dataset("NumberOfCellsPerTreeDepth", data=np.concatenate(rows.per_depth) if rows.per_depth else dpt)
             root.create_dataset("NumberOfTrees", data=np.array([len(ids)], dtype=np.int64))
             root.create_dataset("NumberOfDepths", data=np.array([int(dpt.sum())], dtype=np.int64))
             root.create_dataset("NumberOfCells", data=np.array([row], dtype=np.int64))

@@ -18,7 +18,9 @@ class RowSink:
     hyperslab; no copy when ``data`` already has the dataset's dtype and is
     C-contiguous).  A dataset created chunked and unlimited along its rows
     (``maxshape=(None, ...)``) grows as rows are written past its end
-    (:meth:`h5py.Dataset.resize`).  Not collective: under the ``mpio``
+    (:meth:`h5py.Dataset.resize`).  The sink is the datasets' only writer
+    while it writes: it asks h5py for a dataset's rows once and keeps
+    count of them.  Not collective: under the ``mpio``
     driver each rank writes its own rows independently; the writers of one
     file share a sink on one thread.
 
@@ -31,7 +33,7 @@ class RowSink:
 
     def __init__(self, datasets: dict[str, Any]) -> None:
         self.d = datasets
-        self._grows: dict[str, bool] = {}
+        self._rows: dict[str, tuple[int, bool]] = {}  # each dataset's rows and whether it grows (asking h5py costs)
 
     def put(self, name: str, start: int, data: Any) -> None:
         """Write ``data`` (rows of dataset ``name``, in its row shape) from row ``start``. Not collective.
@@ -57,13 +59,14 @@ class RowSink:
         n = a.shape[0]
         if not n:
             return
-        grows = self._grows.get(name)
-        if grows is None:
-            grows = self._grows[name] = ds.maxshape[0] is None
-        if grows and start + n > ds.shape[0]:
+        known = self._rows.get(name)
+        rows, grows = known if known is not None else (ds.shape[0], ds.maxshape[0] is None)
+        if start + n > rows:
+            if not grows:
+                raise ValueError(f"rows {start} .. {start + n - 1} of {name!r} pass its end ({rows} rows)")
             ds.resize(start + n, axis=0)
-        elif start + n > ds.shape[0]:
-            raise ValueError(f"rows {start} .. {start + n - 1} of {name!r} pass its end ({ds.shape[0]} rows)")
+            rows = start + n
+        self._rows[name] = (rows, grows)
         ds.write_direct(a, dest_sel=np.s_[start : start + n])
 
     def close(self) -> None:
