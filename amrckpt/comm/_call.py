@@ -305,7 +305,8 @@ class collective:
                 call = self._call
                 if isinstance(_inner(call.comm), MPIComm):  # a call stuck inside MPI ends the job, never hangs
                     key = _key(call.comm)
-                    call._cell = arm(id(call), call.op, call.seq, call.rank, call.size, stall_limit(key))
+                    call._limit = stall_limit(key)
+                    call._cell = arm(id(call), call.op, call.seq, call.rank, call.size, call._limit)
                 try:
                     call.meet(self._timeout)  # bounded: before any blocking collective of the call
                 except BaseException:
@@ -385,7 +386,7 @@ class Call:
         This rank's first error since the last agreement.
     """
 
-    __slots__ = ("__weakref__", "_cell", "_exchanges", "_unagreed", "comm", "error", "op", "seq")
+    __slots__ = ("__weakref__", "_cell", "_exchanges", "_limit", "_unagreed", "comm", "error", "op", "seq")
 
     def __init__(self, comm: Comm, op: str) -> None:
         self.comm = comm
@@ -395,6 +396,7 @@ class Call:
         self._exchanges = 0
         self._unagreed = False
         self._cell: list[float] | None = None  # the stall watchdog's progress cell (an MPI call of several ranks)
+        self._limit = 0.0  # and its stall limit (seconds)
 
     @property
     def rank(self) -> int:
@@ -574,7 +576,7 @@ class Call:
         """Count an exchange; it is progress for the stall watchdog (:func:`~amrckpt.comm._watchdog.arm`)."""
         self._exchanges += 1
         if self._cell is not None:
-            self._cell[0] = time.monotonic()
+            _watchdog.progress(self._cell, self._limit)
 
     def _tag(self) -> int:
         """Return the digest of this call and exchange: operation, sequence number, position (62 bits)."""

@@ -324,6 +324,7 @@ POLL = 1.0
 _calls: dict[int, tuple[str, int, int, int, float, list[float]]] = {}  # id -> (op, seq, rank, size, limit, [progress])
 _calls_lock = threading.Lock()  # also serializes the calls of faulthandler's timer
 _armed: list[float] = []  # the deadline (time.monotonic()) faulthandler's timer is set for, if it is
+_last_set = [0.0]  # when it was set last (time.monotonic())
 _stall_thread: Any = None
 _log = logging.getLogger("amrckpt.comm")
 
@@ -349,6 +350,7 @@ def _set_timer(deadline: float, now: float) -> None:
         _armed.clear()
         return
     _armed[:] = [deadline]
+    _last_set[0] = now
 
 
 def arm(ident: int, op: str, seq: int, rank: int, size: int, limit: float) -> list[float]:
@@ -377,6 +379,21 @@ def arm(ident: int, op: str, seq: int, rank: int, size: int, limit: float) -> li
         except errors.ThreadStartError as exc:
             _log.warning("the stall watchdog's thread cannot start (%s): only faulthandler's timer ends a stuck call", exc)
     return cell
+
+
+def progress(cell: list[float], limit: float) -> None:
+    """Note progress of a watched call (an exchange begins); move faulthandler's timer on, at most once a second. Not collective.
+
+    From the calling thread itself, so that the timer is set for this
+    exchange even if it then holds the interpreter lock until the end (a
+    pickle-based mpi4py collective), where the watchdog's thread cannot run.
+    """
+    now = time.monotonic()
+    cell[0] = now
+    if now - _last_set[0] > POLL:
+        with _calls_lock:
+            deadline = min(c[0] + lim + _grace(lim) for *_, lim, c in _calls.values()) if _calls else now + limit + _grace(limit)
+            _set_timer(deadline, now)
 
 
 def disarm(ident: int) -> None:
