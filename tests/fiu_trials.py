@@ -260,7 +260,7 @@ def judge(t: Trial, save: dict[str, Any], verify: dict[str, Any] | None) -> Verd
         v.expected = _returned_before_the_watchdog(t, save.get("lines", []))
         return _judge_restart(v, t, v.expected, verify)
     if "failure" in save:
-        said = f"{save.get('stderr', '')[-30000:]} {save.get('stacks', '')[-3000:]}"
+        said = f"{save.get('stderr', '')[-30000:]} {save.get('stacks', '')[-20000:]}"
         v.problem(save["failure"], f"save job on {t.P} ranks: {said}")
         return v
     v.seconds = save["seconds"]
@@ -297,7 +297,7 @@ def _judge_restart(v: Verdict, t: Trial, expected: int, verify: dict[str, Any] |
     if verify is None:
         return v
     if "failure" in verify:
-        said = f"{verify.get('stderr', '')[-30000:]} {verify.get('stacks', '')[-3000:]}"
+        said = f"{verify.get('stderr', '')[-30000:]} {verify.get('stacks', '')[-20000:]}"
         v.problem(verify["failure"], f"restart on {t.restart} ranks: {said}")
         return v
     w = verify["ranks"][0]
