@@ -330,7 +330,12 @@ class collective:
             if exc is None:
                 if call._unagreed:
                     call.agree()
-            elif isinstance(exc, Exception) and call.size > 1 and not getattr(exc, "_amrckpt_agreed", False):
+            elif (
+                isinstance(exc, Exception)
+                and call.size > 1
+                and not getattr(exc, "_amrckpt_agreed", False)
+                and _broken(call.comm) is None  # nothing can be agreed any more (a timeout, a desync): raise at once
+            ):
                 # An exception outside a step: this rank's own, which the others do not know about.  Agree on it
                 # (best effort: the other ranks are at their next exchange; every call's code is written so that it is one).
                 call.fail(exc)
@@ -642,6 +647,8 @@ class Call:
         got = self.comm.allreduce_columns(payload)
         if got.maxima[1] != -got.maxima[2]:
             self._mismatch(what)
+        if got.maxima[1] != d:
+            self._desynced("allreduce", what)
         if got.maxima[0] > 0:
             self._raise_agreed()
         self._unagreed = False
@@ -702,12 +709,21 @@ class Call:
         """
         self._first_agrees()
         ok = self.error is None
-        payload = Columns(
-            [int(v) for v in sums] if ok else [], [int(v) for v in maxima] if ok else [], [int(v) for v in xors] if ok else []
+        d = self._tag()
+        payload = Columns(  # the tag always: the ranks below must be at this exchange of this call
+            [int(v) for v in sums] if ok else [],
+            [d, -d] + ([int(v) for v in maxima] if ok else []),
+            [int(v) for v in xors] if ok else [],
         )
         self._step()
-        got = self.comm.exscan_columns(payload) or Columns([], [], [])
-        return Reduced(_fit(got.sums, len(sums), 0), _fit(got.maxima, len(maxima), NONE), _fit(got.xors, len(xors), 0), None, [])
+        got = self.comm.exscan_columns(payload)
+        if got is None:  # rank 0: nothing below
+            got = Columns([], [d, -d], [])
+        if got.maxima[0] != d or got.maxima[1] != -d:
+            self._desynced("exscan", "")
+        return Reduced(
+            _fit(got.sums, len(sums), 0), _fit(got.maxima[2:], len(maxima), NONE), _fit(got.xors, len(xors), 0), None, []
+        )
 
     def allgather_ints(self, values: Sequence[int], what: str = "") -> np.ndarray:
         """Every rank's int64 ``values``, by rank, agreeing on errors: one ``MPI_Allgather`` of ``8 (k + 2)`` bytes per rank.
@@ -821,6 +837,32 @@ class Call:
         exc._amrckpt_agreed = True  # type: ignore[attr-defined]
         self.error = None
         self._unagreed = False
+        raise exc
+
+    def _desynced(self, exchange: str, what: str) -> None:
+        """Raise on this rank alone: its exchange returned another call's result, so the ranks cannot agree any more.
+
+        A rank that made one collective fewer or more than the others (a bug, or
+        a step that escaped the helper) meets the others' next exchange with an
+        earlier or later one of its own; MPI may match them, and the result
+        carries another call's tag.  Nothing can be agreed on this
+        communicator after that: it is marked broken (every later call raises
+        at once) and, under MPI, an uncaught error ends the job
+        (:func:`~amrckpt.comm._watchdog.install_excepthook`) instead of
+        leaving the other ranks waiting.
+        """
+        exc = errors.CollectiveMismatchError(
+            f"rank {self.rank} of {self.size}: the {exchange} of {self.op} (call {self.seq} on this communicator, "
+            f"exchange {self._exchanges}{': ' + what if what else ''}) met another collective call of other ranks: "
+            "a rank made a collective call that the others did not make. Every rank must make the same amrckpt "
+            "calls in the same order. This communicator cannot agree any more: an uncaught error ends the MPI job."
+        )
+        exc.rank_errors = {self.rank: f"CollectiveMismatchError: in {self.op} (call {self.seq})"}
+        _mark_broken(self.comm, f"rank {self.rank}'s {self.op} (call {self.seq}) met another call's {exchange}")
+        self.error = None
+        self._unagreed = False
+        if "mpi4py.MPI" in sys.modules:
+            install_excepthook()
         raise exc
 
     def _raise_agreed(self) -> None:
