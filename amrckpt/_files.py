@@ -198,6 +198,27 @@ def kind_of(mode: int) -> str:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
+class FileKindError(OSError):
+    """What :func:`open_regular` and :func:`read_regular` found out about a file: a link, not regular, too big.
+
+    Evidence in the file system (an ``lstat`` or ``fstat`` said so), unlike
+    an ``OSError`` with the same errno from a failing system call.
+    """
+
+
+def is_evidence(exc: OSError, path: str | os.PathLike[str]) -> bool:
+    """Return whether ``exc`` says what ``path`` is, as the file system confirms, rather than that a call failed. Not collective.
+
+    True for a :class:`FileKindError`, and for ``ENOENT``/``ENOTDIR`` when
+    ``path`` is indeed missing (``lstat`` finds nothing).  An injected or
+    transient error with one of these numbers (``ELOOP`` from ``open`` on a
+    regular file) is not evidence: a reader reports it as an I/O error.
+    """
+    if isinstance(exc, FileKindError):
+        return True
+    return exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.lexists(path)
+
+
 def open_regular(path: str | os.PathLike[str]) -> int:
     """Open a regular file for reading, never following a link and never blocking; return its descriptor. Not collective.
 
@@ -219,21 +240,22 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     try:
         fd = os.open(where, _READ)
     except OSError as exc:
-        if exc.errno == errno.ELOOP and _is_link(where):
-            raise OSError(errno.ELOOP, "a symbolic link (links are not followed)", where) from exc
+        if exc.errno == errno.ELOOP and is_link(where):
+            raise FileKindError(errno.ELOOP, "a symbolic link (links are not followed)", where) from exc
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
-            raise OSError(code, f"{kind_of(mode)}, not a regular file", where)
+            raise FileKindError(code, f"{kind_of(mode)}, not a regular file", where)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def _is_link(path: str) -> bool:
+def is_link(path: str | os.PathLike[str]) -> bool:
+    """Return whether ``path`` is a symbolic link (False if ``lstat`` fails). Not collective."""
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
     except OSError:
@@ -353,12 +375,12 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise OSError(errno.EFBIG, f"{size} bytes, more than the {limit} expected", os.fspath(path))
+            raise FileKindError(errno.EFBIG, f"{size} bytes, more than the {limit} expected", os.fspath(path))
         data = pread_exact(fd, size + 1, 0)
         if len(data) > size:  # grown since: read on, as far as the limit allows
             data += pread_exact(fd, limit + 1 - len(data), len(data))
         if len(data) > limit:
-            raise OSError(errno.EFBIG, f"more than the {limit} bytes expected", os.fspath(path))
+            raise FileKindError(errno.EFBIG, f"more than the {limit} bytes expected", os.fspath(path))
         return data
     finally:
         os.close(fd)

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .._crc import crc32, crc32_of_pieces, pool
-from .._files import LOCAL, FileSystem, open_regular, pwrite_exact, read_regular
+from .._files import LOCAL, FileSystem, is_evidence, open_regular, pwrite_exact, read_regular
 from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, current_call, digest_of
 from ..container import RUN_RECORD_LIMIT
@@ -73,8 +73,6 @@ _log = get_logger("amrckpt.manager")
 
 EXTENSION = ".cache"
 STEP_JSON = "step.json"
-_EVIDENCE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.EINVAL, errno.EFBIG})
-"""The errors of :func:`amrckpt._files.read_regular` that say what a file is (missing, a link, not regular, too big)."""
 
 STEP_JSON_LIMIT = RECORD_LIMIT + 2 * RUN_RECORD_LIMIT
 """The largest ``step.json`` read, in bytes: a step record (at most 1 MiB) and a run record, escaped as a JSON string."""
@@ -966,7 +964,7 @@ class CacheLevel:
         try:
             raw = read_regular(self.step_path(step) / STEP_JSON, STEP_JSON_LIMIT)
         except OSError as exc:
-            if exc.errno in _EVIDENCE:
+            if is_evidence(exc, self.step_path(step) / STEP_JSON):  # missing, a link, not regular, too big
                 return None, None
             return None, ManagerIOError.of(f"cannot read {STEP_JSON} of the cached step {step}", exc)
         try:

@@ -23,7 +23,7 @@ import stat
 import time
 from pathlib import Path
 
-from .._files import LOCAL, FileSystem, pread_exact
+from .._files import LOCAL, FileSystem, is_link, pread_exact
 from .._logging import RankLogger
 from ..errors import ManagerError, ManagerIOError
 
@@ -83,7 +83,7 @@ class DirectoryLock:
             except FileExistsError:
                 fd = os.open(path, _OPEN, 0o644)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
+            if exc.errno == errno.ELOOP and is_link(path):  # confirmed: an ELOOP of a failing open is an I/O error
                 raise _refuse(path, "is a symbolic link") from exc
             raise ManagerIOError.of(f"cannot use the checkpoint directory {str(directory)!r}", exc) from exc
         try:

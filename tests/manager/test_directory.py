@@ -191,6 +191,25 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path: Path, P: int) -> None:
     assert victim.read_text() == "precious\n" and (d / LOCK).is_symlink()
 
 
+def test_an_eloop_from_opening_a_regular_lock_file_is_an_io_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libfiu seed 3000121: ``open`` of the lock file failed with an injected ``ELOOP`` and the manager called the
+    regular lock file "a symbolic link" (a ManagerError without errno).  Only a link that ``lstat`` confirms is one."""
+    with manager(tmp_path):
+        pass  # the lock file exists, regular
+    real = os.open
+
+    def failing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if Path(path).name == LOCK:
+            raise OSError(errno.ELOOP, "Too many levels of symbolic links", str(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", failing)
+    with pytest.raises(ac.ManagerError) as got:
+        manager(tmp_path)
+    assert isinstance(got.value, OSError) and got.value.errno == errno.ELOOP, got.value
+    assert "symbolic link" not in str(got.value).split(":")[0], got.value
+
+
 def test_a_lock_file_the_library_did_not_create_is_refused(tmp_path: Path) -> None:
     """Before: any file named ``.amrckpt.lock`` was truncated and overwritten."""
     (tmp_path / LOCK).write_text("my notes\n")
