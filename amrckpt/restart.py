@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from .adapt import Adapt, adapt_state
-from .comm import Comm, collective, current_call
+from .comm import Comm, collective, current_call, mpi_of
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, handler_for, read_info, verify
 from .errors import AdaptError, AmrckptError, SchemaError
 from .partition import Partition, family_window, keep_families
@@ -323,7 +323,8 @@ def _load(
             c, schema, values, fields, parts, checked, r.path, target, adapt, partition, allow_for_coarsening, conn
         )
     first = parts.get(m.meshes[0].field) if m.meshes else None
-    return Loaded(state, first, ck, verified, getattr(c, "mpi_comm", None), parts)
+    mc = mpi_of(c)
+    return Loaded(state, first, ck, verified, mc.mpi_comm if mc is not None else None, parts)
 
 
 def _adapted_mesh(m: Manifest, adapt: Adapt | None, path: str) -> str | None:

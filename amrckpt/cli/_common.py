@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import sys
 from typing import Any
 
 from .. import scda
-from ..comm import Comm
+from ..comm import Comm, world_comm
 from ..container import dtype_from_json
 from ..errors import AmrckptError, ScdaDecodeError
 from ..scda import safe_text as safe_text
@@ -102,18 +100,10 @@ def _progress(total: int, desc: str, comm: Comm, enabled: bool) -> Any:
 
 def _world_comm() -> Any:
     """Return MPI.COMM_WORLD when started by mpiexec/srun on more than one process; None otherwise."""
-    size = 1
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
-        with contextlib.suppress(ValueError):
-            size = max(size, int(os.environ.get(var, "1")))
-    if size <= 1:
-        return None
-    from mpi4py import MPI
-
-    if MPI.COMM_WORLD.Get_size() <= 1:
-        return None
-    _RANK[0] = MPI.COMM_WORLD.Get_rank()
-    return MPI.COMM_WORLD
+    world = world_comm()
+    if world is not None:
+        _RANK[0] = world.rank
+    return world
 
 
 # -- inspect ------------------------------------------------------------------

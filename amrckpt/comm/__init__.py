@@ -20,11 +20,12 @@ from ._call import (
     collective,
     collective_method,
     current_call,
+    mpi_of,
     require_comm,
     unwatch,
     watch,
 )
-from ._mpi import MPIComm, is_mpi4py_comm
+from ._mpi import MPIComm, is_mpi4py_comm, world_comm
 from ._reduction import Reduction, Totals
 from ._thread import ThreadComm, run_threads, thread_rank
 from ._watchdog import DEFAULT_TIMEOUT, install_excepthook
@@ -52,9 +53,11 @@ __all__ = [
     "digest_of",
     "install_excepthook",
     "is_mpi4py_comm",
+    "mpi_of",
     "require_comm",
     "run_threads",
     "thread_rank",
     "unwatch",
     "watch",
+    "world_comm",
 ]

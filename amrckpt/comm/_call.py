@@ -188,6 +188,18 @@ def _inner(comm: Comm) -> Comm:
         comm = w
 
 
+def mpi_of(comm: Any) -> MPIComm | None:
+    """Return the :class:`~amrckpt.comm.MPIComm` under ``comm`` (through amrckpt.testing's wrappers), or None. Not collective.
+
+    The one way to ask whether a communicator is MPI's and what its MPI
+    library and job are (:meth:`MPIComm.library_version`,
+    :meth:`MPIComm.thread_multiple`, :meth:`MPIComm.ranks_on_node`): code
+    outside the communicator layer never imports mpi4py.
+    """
+    c = _inner(comm)
+    return c if isinstance(c, MPIComm) else None
+
+
 def _key(comm: Comm) -> Any:
     """Identify the communicator ``comm`` wraps: the MPI handle, the thread group, or the object."""
     c = _inner(comm)

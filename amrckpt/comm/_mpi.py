@@ -6,6 +6,8 @@ does so when an :class:`MPIComm` is built, never at ``import amrckpt``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -15,7 +17,7 @@ import numpy as np
 from ..errors import CommError
 from ._base import Columns, ReduceOp, combine_columns
 
-__all__ = ["MPIComm", "is_mpi4py_comm"]
+__all__ = ["MPIComm", "is_mpi4py_comm", "world_comm"]
 
 T = TypeVar("T")
 
@@ -174,6 +176,39 @@ class MPIComm:
         """``MPI_Comm_free`` of a communicator made by :meth:`dup`. Collective."""
         self.mpi_comm.Free()
 
+    # -- what the MPI library and job are (so that mpi4py is imported here and in the MPI-IO backend only) ------
+
+    def library_version(self) -> str:
+        """Return the first line of ``MPI_Get_library_version`` (e.g. ``"MPICH Version: 4.2.0"``). Not collective."""
+        text: str = self._MPI.Get_library_version()
+        return text.strip().splitlines()[0] if text.strip() else ""
+
+    def thread_multiple(self) -> bool:
+        """Return whether MPI was initialised with ``MPI_THREAD_MULTIPLE`` (``MPI_Query_thread``). Not collective."""
+        return bool(self._MPI.Query_thread() >= self._MPI.THREAD_MULTIPLE)
+
+    def ranks_on_node(self) -> int:
+        """Return how many ranks of this communicator share this rank's node (``MPI_Comm_split_type`` shared). Collective."""
+        node = self._call("MPI_Comm_split_type", self.mpi_comm.Split_type, self._MPI.COMM_TYPE_SHARED)
+        try:
+            return int(node.Get_size())
+        finally:
+            node.Free()
+
+    def world_ranks(self) -> tuple[int, ...]:
+        """Return the ``MPI_COMM_WORLD`` rank of each rank of this communicator (``MPI_Group_translate_ranks``). Not collective."""
+        MPI = self._MPI
+        group, world = self.mpi_comm.Get_group(), MPI.COMM_WORLD.Get_group()
+        try:
+            return tuple(int(r) for r in MPI.Group.Translate_ranks(group, list(range(self._size)), world))
+        finally:
+            group.Free()
+            world.Free()
+
+    def abort(self, code: int = 1) -> None:
+        """``MPI_Abort`` of every process of this communicator's job. Not collective; does not return under a working MPI."""
+        self.mpi_comm.Abort(code)
+
     def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
         """Pass byte strings from each rank to the rank below it; point-to-point, called by every rank.
 
@@ -232,3 +267,21 @@ def _user_op(MPI: Any, fn: Callable[[Any, Any], Any]) -> Any:
     if op is None:
         op = _OPS[fn] = MPI.Op.Create(lambda a, b, dt=None: fn(a, b), commute=True)
     return op
+
+
+def world_comm() -> MPIComm | None:
+    """Return ``MPI_COMM_WORLD`` of a job that a launcher started on several processes, else None. Collective (``MPI_Init``).
+
+    mpi4py (and so MPI) is imported only when a launcher's variables
+    (``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ``MPI_LOCALNRANKS``) say that
+    there is more than one process: a serial command never starts MPI.
+    """
+    size = 1
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"):
+        with contextlib.suppress(ValueError):
+            size = max(size, int(os.environ.get(var, "1")))
+    if size <= 1:
+        return None
+    from mpi4py import MPI
+
+    return MPIComm(MPI.COMM_WORLD) if MPI.COMM_WORLD.Get_size() > 1 else None

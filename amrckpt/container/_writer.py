@@ -17,7 +17,7 @@ from .. import scda
 from .._crc import KnownCrcs
 from .._files import write_atomic
 from .._version import __version__
-from ..comm import Comm, as_comm
+from ..comm import Comm, as_comm, mpi_of
 from ..errors import ScdaUsageError
 from ._convention import (
     FOOTER_USER_STRING,
@@ -266,11 +266,8 @@ def run_record(comm: Any, global_first_quadrant: list[int] | None, saved_at: flo
         Wall-clock seconds of the save.
     """
     c = as_comm(comm)
-    mpi = None
-    if getattr(c, "mpi_comm", None) is not None:
-        from mpi4py import MPI
-
-        mpi = MPI.Get_library_version().strip().splitlines()[0]
+    m = mpi_of(c)
+    mpi = m.library_version() if m is not None else None
     return RunRecord(
         writer_size=c.size,
         global_first_quadrant=global_first_quadrant,

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from .._files import replacing
 from .._logging import get_logger
-from ..comm import Call, collective
+from ..comm import Call, Comm, collective, mpi_of
 from ..errors import UnsupportedFormatError
 from ._arrays import HpSummary, checkpoint_paths, mesh_spec
 from ._geometry import mesh_geometry
@@ -271,7 +271,7 @@ def _export(
     if c.size > 1 and bool(h5py.get_config().mpi):
         counts = call.allgather_ints(w.count(c.rank, c.size), what="export: points of each rank")
         plan, starts = w.plan(counts)
-        with replacing(out_path, call) as tmp, h5py.File(tmp, "w", driver="mpio", comm=getattr(c, "mpi_comm", None)) as h5:
+        with replacing(out_path, call) as tmp, h5py.File(tmp, "w", driver="mpio", comm=_mpi4py_comm(c)) as h5:
             totals = w.write(c.rank, c.size, h5, plan, starts)
     else:
 
@@ -357,3 +357,9 @@ def vtkhdf_formats(
     except UnsupportedFormatError as exc:
         why = str(exc)
     return {"unstructured": None, "htg": why}
+
+
+def _mpi4py_comm(c: Comm) -> Any:
+    """Return the mpi4py communicator under ``c`` for h5py's ``mpio`` driver (None if ``c`` is not MPI's)."""
+    m = mpi_of(c)
+    return m.mpi_comm if m is not None else None

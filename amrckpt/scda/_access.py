@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..comm import Comm
+from ..comm import Comm, mpi_of
 from ..errors import ScdaArgumentError
 from ._backend import Backend, MPIIOBackend, PosixBackend
 from ._format import Style
@@ -153,7 +153,7 @@ def open_backend(
     where = os.fspath(path)
     if callable(a.backend):
         return a.backend(where, mode, comm, a, defer)
-    mpi = getattr(comm, "mpi_comm", None) is not None  # an MPIComm, or a wrapper of one (amrckpt.testing)
+    mpi = mpi_of(comm) is not None  # an MPIComm, or a wrapper of one (amrckpt.testing)
     name = a.backend if a.backend is not None else "mpiio" if mpi else "posix"
     if name == "posix":
         return PosixBackend(where, mode, comm, a.truncate)

@@ -87,7 +87,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..comm import thread_rank
+from ..comm import mpi_of, thread_rank
 from ..errors import CommError
 
 __all__ = ["ACTIVE", "KINDS", "Fault", "FaultPlan", "FaultSpec", "home_rank", "inject_faults", "io_error_at"]
@@ -282,19 +282,11 @@ _mpi_world_ranks: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.Weak
 
 def _world_ranks(comm: Any) -> tuple[int, ...]:
     """Return the world rank of each rank of ``comm`` (MPI: translated once per MPIComm)."""
-    mpi_comm = getattr(comm, "mpi_comm", None)
-    if mpi_comm is not None:
+    m = mpi_of(comm)
+    if m is not None:
         got = _mpi_world_ranks.get(comm)
         if got is None:
-            from mpi4py import MPI
-
-            group, world = mpi_comm.Get_group(), MPI.COMM_WORLD.Get_group()
-            try:
-                got = tuple(int(r) for r in MPI.Group.Translate_ranks(group, list(range(comm.size)), world))
-            finally:
-                group.Free()
-                world.Free()
-            _mpi_world_ranks[comm] = got
+            got = _mpi_world_ranks[comm] = m.world_ranks()
         return got
     if comm.size > 1:  # thread ranks: the group is the world
         return tuple(range(comm.size))

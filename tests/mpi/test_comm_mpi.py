@@ -34,3 +34,19 @@ class TestCountingWorld(TestWorld):
         out: list[T] = [None] * c.size  # type: ignore[list-item]
         out[c.rank] = fn(c)
         return out
+
+
+def test_what_the_mpi_library_and_job_are_comes_through_mpi_of() -> None:
+    """The facts that code outside amrckpt.comm used to import mpi4py for, through the one accessor (issue 34)."""
+    from mpi4py import MPI
+
+    from amrckpt.comm import SerialComm, mpi_of
+
+    c = MPIComm(world())
+    assert mpi_of(SerialComm()) is None and mpi_of(CountingComm(SerialComm())) is None
+    m = mpi_of(CountingComm(c))
+    assert m is c
+    assert m.library_version() == MPI.Get_library_version().strip().splitlines()[0]
+    assert m.thread_multiple() == (MPI.Query_thread() >= MPI.THREAD_MULTIPLE)
+    assert 1 <= m.ranks_on_node() <= c.size  # one node here: every rank
+    assert m.world_ranks() == tuple(range(c.size))
