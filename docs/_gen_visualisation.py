@@ -11,7 +11,7 @@ steps with a checkpoint every 200, exports the manager's directory with
 off-screen with pyvista (VTK's own vtkHDFReader reads the file); loads the
 last checkpoint in yt and saves a slice plot; saves a 3D checkpoint with
 ``examples/treemesh_checkpoint.py`` and draws a slice with ``amrckpt plot``.
-tests/test_export.py runs this script into a temporary directory, so the
+tests/export/test_export.py runs this script into a temporary directory, so the
 pictures can always be regenerated.  Needs the ``viz`` and ``examples``
 extras.
 """

@@ -64,7 +64,7 @@ def test_ci_parses_both_readme_commands_in_a_fresh_clone(clone: Path) -> None:
 
 def test_tests_that_need_shared_skip_in_a_fresh_clone(clone: Path) -> None:
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "not mpi and not slow"]
-    cmd += ["tests/interop", "tests/scda/test_codec.py", "tests/test_cli.py", "tests/property/test_fuzz_readers.py"]
+    cmd += ["tests/interop", "tests/scda/test_codec.py", "tests/cli/test_cli.py", "tests/property/test_fuzz_readers.py"]
     p = subprocess.run(cmd, cwd=clone, env=clean_env(clone), capture_output=True, text=True, timeout=600, check=False)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     assert not re.search(r"\d+ (failed|errors?)\b", p.stdout), p.stdout[-4000:]

@@ -19,7 +19,8 @@ a communicator or use amrckpt under MPI:
   ``StoreTests``): one body of tests of the backend's calls and of the
   read plans, subclassed for each backend and communicator.
 
-Nothing here is imported by ``import amrckpt``.
+Nothing here is imported by ``import amrckpt``; :mod:`amrckpt.testing.strategies`
+(hypothesis strategies for scda sections and partitions) needs hypothesis.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from _support import (
 from amrckpt import scda
 from amrckpt.comm import SerialComm
 from amrckpt.errors import ScdaArgumentError, ScdaFileNotFoundError
-from strategies import partitions, read_specs, section_specs, write_specs
+from amrckpt.testing.strategies import partitions, read_specs, section_specs, write_specs
 
 pytestmark = pytest.mark.mpi
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from amrckpt import _crc, scda
 from amrckpt.comm import run_threads
-from strategies import partitions, section_specs, write_into
+from amrckpt.testing.strategies import partitions, section_specs, write_into
 
 
 @given(st.binary(max_size=2000), st.binary(max_size=2000))

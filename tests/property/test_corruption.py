@@ -21,7 +21,7 @@ from _support import interop_dir, read_every_section
 from amrckpt import scda
 from amrckpt.comm import run_threads
 from amrckpt.errors import AmrckptError
-from strategies import section_specs, write_specs
+from amrckpt.testing.strategies import section_specs, write_specs
 
 _LIMIT = 64 << 20  # bytes of Python/numpy memory a small damaged file may cost at most
 # The test suite runs a modest campaign; a long one is a matter of this variable:

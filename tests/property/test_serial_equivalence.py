@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amrckpt.comm import run_threads
-from strategies import Spec, partitions, read_specs, section_specs, write_specs
+from amrckpt.testing.strategies import Spec, partitions, read_specs, section_specs, write_specs
 
 
 @st.composite

@@ -1,4 +1,13 @@
-"""Hypothesis strategies for scda section sequences and partitions (shared by tests)."""
+"""Hypothesis strategies for scda section sequences and partitions, for property tests of scda readers and writers.
+
+Needs hypothesis (the ``test`` extra); imported only as
+``amrckpt.testing.strategies``, never by ``import amrckpt.testing``.
+:func:`section_specs` draws one section of any type (``I``, ``B``, ``A``,
+``V``; scda paper section 2) with its user string, payload and ``encode``;
+:func:`partitions` draws ``elem_counts`` over P ranks; :func:`write_specs`
+and :func:`read_specs` write and read such a sequence through
+:mod:`amrckpt.scda`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from amrckpt import scda
+from .. import scda
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,7 @@ class Spec:
 
 @st.composite
 def section_specs(draw: Any) -> Spec:
+    """Draw one section: its type, user string (reserved magic strings where they would start a pair), payload, sizes, root."""
     t = draw(st.sampled_from("IBAV"))
     # The magic strings are reserved where they start a pair (I: B and A magic;
     # A: V magic); elsewhere they are ordinary strings that must not confuse a reader.
@@ -51,13 +61,13 @@ def section_specs(draw: Any) -> Spec:
 
 @st.composite
 def partitions(draw: Any, n: int, size: int) -> list[int]:
-    """A random partition of n elements over size ranks (empty ranks included)."""
+    """Draw ``elem_counts``: a partition of ``n`` elements over ``size`` ranks (empty ranks included)."""
     cuts = sorted(draw(st.lists(st.integers(0, n), min_size=size - 1, max_size=size - 1)))
     bounds = [0, *cuts, n]
     return [bounds[p + 1] - bounds[p] for p in range(size)]
 
 
-def write_specs(comm: Any, path: Any, specs: list[Spec], parts: list[list[int]], style: str) -> None:
+def write_specs(comm: Any, path: Any, specs: list[Spec], parts: list[list[int]], style: scda.Style) -> None:
     """Write ``specs`` on this rank with element partitions ``parts`` (one per section)."""
     with scda.fopen_write(path, b"property", comm=comm, style=style) as f:
         write_into(f, comm, specs, parts)
@@ -93,17 +103,22 @@ def read_specs(comm: Any, path: Any, parts: list[list[int]]) -> list[tuple[str, 
     with scda.fopen_read(path, comm=comm) as f:
         k = 0
         while (h := f.fread_section_header(decode=True)) is not None:
-            counts = parts[k] if h.type in "AV" else None
+            counts = parts[k]
+            local: bytes
             if h.type == "I":
                 local = f.fread_inline_data(root=0) or b""
             elif h.type == "B":
-                local = f.fread_block_data(root=0)
-                local = b"" if local is None else local.tobytes()
+                block = f.fread_block_data(root=0)
+                local = b"" if block is None else block.tobytes()
             elif h.type == "A":
-                local = f.fread_array_data(counts).tobytes()
+                local = _bytes(f.fread_array_data(counts))
             else:
                 s = f.fread_varray_sizes(counts)
-                local = f.fread_varray_data(counts, s, f.proc_sizes()).tobytes()
+                local = _bytes(f.fread_varray_data(counts, s, f.proc_sizes()))
             out.append((h.type, h.user_string, b"".join(comm.allgather(local))))
             k += 1
     return out
+
+
+def _bytes(a: np.ndarray | None) -> bytes:
+    return b"" if a is None else a.tobytes()
