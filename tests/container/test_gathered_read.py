@@ -160,7 +160,7 @@ def test_a_damaged_hp_count_is_a_checksum_error_not_a_hang(tmp_path: Path) -> No
         return str(info.value)
 
     assert all("'wide'" in msg for msg in run_threads(3, body))
-    with pytest.raises(ac.CheckpointError, match="'wide'"):
+    with pytest.raises(ac.errors.CheckpointError, match="'wide'"):
         ac.load(path, Layouts, verify=False)
 
 
@@ -195,7 +195,7 @@ def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path)
         with inject_faults(1, ranks=[1], kinds={"read"}, errno=errno.EIO, limit=1):
             try:
                 ac.load(path, Layouts, comm=comm, backend=FaultyBackend)
-            except ac.AmrckptError as exc:
+            except ac.errors.AmrckptError as exc:
                 return type(exc).__name__, getattr(exc, "errno", None)
         return "loaded", None
 
@@ -220,7 +220,7 @@ def test_a_damaged_section_header_is_a_checksum_error_on_every_rank(tmp_path: Pa
         return str(info.value)
 
     assert all("section 'modes'" in msg for msg in run_threads(3, body, timeout=30))
-    with pytest.raises(ac.CheckpointError, match="'modes'"):
+    with pytest.raises(ac.errors.CheckpointError, match="'modes'"):
         ac.load(path, Layouts, verify=False)
 
 

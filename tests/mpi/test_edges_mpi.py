@@ -145,7 +145,7 @@ def test_a_thread_that_cannot_start_is_an_agreed_error(mpi_tmp: Path, monkeypatc
     for ranks in subsets(w.size)[: 2 * w.size]:
         d = mpi_tmp / f"{what}-{'-'.join(map(str, ranks))}"
         kw: dict[str, Any] = {"background": True} if what == "background" else {
-            "cache": ac.NodeCache(str(d / "cache" / "{node}"), partners=0, node_size=w.size),
+            "cache": ac.manager.NodeCache(str(d / "cache" / "{node}"), partners=0, node_size=w.size),
             "flush_policy": EveryNSteps(1),
         }  # fmt: skip
         with bounded(), ac.CheckpointManager(d, Advection, comm=w, save_policy=EveryNSteps(1), **kw) as m:
