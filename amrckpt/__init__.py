@@ -2,7 +2,8 @@
 
 The top level holds what the README and the first pages of the docs use:
 the schema (:class:`CheckpointSchema` and its field kinds), :func:`save`,
-:func:`load`, :func:`read_info`, :func:`verify`, :class:`Partition`, the
+:func:`load`, :func:`read_info`, :func:`verify`, :class:`Partition`,
+:class:`FileAccess` (how they open the file, their ``access=``), the
 :class:`CheckpointManager` with the policies of the README, and the
 subpackages.  Every other public name lives in its subpackage: every error
 in :mod:`amrckpt.errors`, every save and keep policy in
@@ -32,6 +33,7 @@ from .container import Geometry
 from .manager import CheckpointManager, EveryNSteps, OnSignal
 from .partition import Partition
 from .restart import load, read_info, verify
+from .scda import FileAccess
 from .schema import (
     Array,
     Block,
@@ -88,6 +90,7 @@ __all__ = [
     "read_info",
     "verify",
     "Partition",
+    "FileAccess",
     # checkpointing a run (amrckpt.manager)
     "CheckpointManager",
     "EveryNSteps",

@@ -7,10 +7,12 @@ policies in ``amrckpt.manager``); ``dir(amrckpt)`` and ``__all__`` agree, and
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +72,46 @@ def test_every_top_level_name_is_used_by_the_readme_or_the_docs(name: str) -> No
 def test_names_left_out_stay_in_their_subpackage(module: str, name: str) -> None:
     assert name not in ac.__all__ and not hasattr(ac, name)
     assert name in getattr(ac, module).__all__
+
+
+# One file-options value, ``access=``, for save, load, read_info and verify.
+
+ENTRY_POINTS = {"save": ac.save, "load": ac.load, "read_info": ac.read_info, "verify": ac.verify}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_entry_points_take_access_and_no_loose_file_option(name: str) -> None:
+    params = inspect.signature(ENTRY_POINTS[name]).parameters
+    assert params["access"].kind is inspect.Parameter.KEYWORD_ONLY and params["access"].default is None
+    assert not {"style", "sync", "info", "backend", "truncate"} & set(params)
+    assert ac.FileAccess is ac.scda.FileAccess
+
+
+def test_access_writes_the_bytes_the_loose_keywords_wrote(tmp_path: Path) -> None:
+    from checkpoint_cases import Advection, global_state
+
+    g = global_state(seed=3, max_level=3)
+    state = g.local(0, g.N)
+    ac.save(state, tmp_path / "loose.scda", style="mime", sync=True, truncate=False)  # as code written before access=
+    ac.save(state, tmp_path / "access.scda", access=ac.FileAccess(style="mime", sync=True, truncate=False))
+    ac.save(state, tmp_path / "unix.scda", access=ac.FileAccess(backend="posix"))
+    assert (tmp_path / "loose.scda").read_bytes() == (tmp_path / "access.scda").read_bytes()
+    assert (tmp_path / "loose.scda").read_bytes() != (tmp_path / "unix.scda").read_bytes()
+    posix = ac.FileAccess(backend="posix")
+    assert ac.load(tmp_path / "access.scda", Advection, access=posix).state.step == state.step
+    assert ac.load(tmp_path / "access.scda", Advection, backend="posix").state.step == state.step
+    assert ac.read_info(tmp_path / "access.scda", access=posix).manifest.schema_name == "advection2d"
+    assert ac.verify(tmp_path / "access.scda", access=posix).ok
+
+
+def test_a_keyword_that_is_no_option_of_the_call_is_a_type_error(tmp_path: Path) -> None:
+    from checkpoint_cases import global_state
+
+    g = global_state(seed=3, max_level=2)
+    with pytest.raises(TypeError, match=r"save\(\) got an unexpected keyword argument 'chek_mesh'$"):
+        ac.save(g.local(0, g.N), tmp_path / "x.scda", chek_mesh=False)
+    with pytest.raises(TypeError, match=r"load\(\) got an unexpected keyword argument 'sync' \(pass access=amrckpt.FileAccess"):
+        ac.load(tmp_path / "x.scda", sync=True)
+    with pytest.raises(TypeError, match=r"verify\(\) got an unexpected keyword argument 'backend'"):
+        ac.verify(tmp_path / "x.scda", backend="posix")
+    assert not (tmp_path / "x.scda").exists()

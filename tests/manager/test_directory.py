@@ -522,11 +522,16 @@ def test_text_from_a_file_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixtu
 # -- finding 9: minor -----------------------------------------------------------------------------------
 
 
-def test_every_policy_is_at_the_top_level() -> None:
-    """Before: ``ac.manager.Never`` (and ``ac.manager.KeepAll``) were missing while every other policy was there."""
-    assert ac.manager.Never is ac.manager.Never and ac.manager.KeepAll is ac.manager.KeepAll
-    policies = [n for n in ac.manager.__all__ if n.startswith(("Keep", "Every", "On")) and n != "KeepPolicy"]
-    assert all(getattr(ac, n) is getattr(ac.manager, n) for n in policies)
+def test_every_policy_is_in_the_manager_and_the_top_level_holds_the_readmes() -> None:
+    """Before: ``ac.Never`` (and ``ac.KeepAll``) were missing while every other policy was at the top level.
+
+    Since issue 34 every policy is in ``amrckpt.manager`` and the top level
+    holds the two that the README uses, the same objects.
+    """
+    assert {"Never", "KeepAll", "AnyOf", "KeepAny"} <= set(ac.manager.__all__)
+    policies = [n for n in ac.manager.__all__ if n.startswith(("Keep", "Every", "On", "Never", "Before")) and n != "KeepPolicy"]
+    assert sorted(n for n in policies if n in ac.__all__) == ["EveryNSteps", "OnSignal"]
+    assert all(getattr(ac, n) is getattr(ac.manager, n) for n in ("EveryNSteps", "OnSignal"))
 
 
 def test_other_failing_ranks_are_named_in_english() -> None:

@@ -90,13 +90,13 @@ def _big_state(comm: Any) -> Advection:
 def test_close_errors_during_a_load_on_every_subset(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     w = world()
     path = mpi_tmp / "base.scda"
-    ac.save(_state(w, 3), path, comm=w, backend="posix")
+    ac.save(_state(w, 3), path, comm=w, access=ac.FileAccess(backend="posix"))
     want = ac.load(path, Advection, comm=w).state
     for backend in ("posix", "mpiio"):
         for ranks in subsets(w.size):
             with bounded(), failing_close(w.rank in ranks, monkeypatch) as hits:
                 try:
-                    ac.load(path, Advection, comm=w, backend=backend)
+                    ac.load(path, Advection, comm=w, access=ac.FileAccess(backend=backend))
                     outcome: Any = "loaded"
                 except errors.AmrckptError as exc:
                     outcome = (type(exc).__name__, getattr(exc, "errno", None), sorted(exc.rank_errors))

@@ -162,10 +162,10 @@ def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(
     ok = True
     for counts in (None, [0] * (w.size - 1) + [G.N]):
         path = mpi_tmp / f"contiguous-{counts is None}.scda"
-        ac.save(G.for_rank(w, counts), path, comm=w, info=hints)
+        ac.save(G.for_rank(w, counts), path, comm=w, access=ac.FileAccess(info=hints))
         w.Barrier()
         ok &= hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(ref.read_bytes()).digest()
-        loaded = ac.load(path, Advection, comm=w, info=hints)
+        loaded = ac.load(path, Advection, comm=w, access=ac.FileAccess(info=hints))
         lo, hi = loaded.partition.local_range(w.rank)
         try:
             assert_state_equal(loaded.state, G.local(lo, hi))
@@ -198,7 +198,7 @@ def test_a_read_that_fails_in_a_plan_read_in_groups_fails_the_load_on_every_rank
             got = "loaded"
             with inject_faults(1, ranks=ranks, kinds={"read"}, errno=errno.EIO, limit=1):
                 try:
-                    ac.load(path, Advection, comm=w, backend=FaultyBackend)
+                    ac.load(path, Advection, comm=w, access=ac.FileAccess(backend=FaultyBackend))
                 except ac.errors.AmrckptError as exc:
                     got = f"{type(exc).__name__} {getattr(exc, 'errno', None)}"
             ok &= got == f"ScdaIOError {errno.EIO}"

@@ -1056,9 +1056,9 @@ def test_unwritable_path_fails_on_every_rank(tmp_path: Path) -> None:
 def test_bad_style_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "c.scda"
     with pytest.raises(AmrckptError):
-        ac.save(G2.local(0, G2.N), path, style="dos")  # type: ignore[arg-type]
+        ac.save(G2.local(0, G2.N), path, access=ac.FileAccess(style="dos"))  # type: ignore[arg-type]
     assert not path.exists()
-    ac.save(G2.local(0, G2.N), path, style="mime")
+    ac.save(G2.local(0, G2.N), path, access=ac.FileAccess(style="mime"))
     assert_rich_equal(ac.load(path, Rich2).state, G2.local(0, G2.N))
     assert ac.verify(path).ok
 
