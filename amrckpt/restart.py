@@ -137,11 +137,10 @@ def load(
     partition: PartitionSpec = "uniform",
     fields: list[str] | None = None,
     verify: bool = True,
-    info: Any = None,
-    backend: str | None = None,
     allow_for_coarsening: bool = False,
     access: FileAccess | None = None,
     adapt: Any = None,
+    **file_options: Any,
 ) -> Loaded[S]:
     """Read a checkpoint on the current communicator, with a new partition of its leaves.
 
@@ -182,8 +181,6 @@ def load(
         from ``state``, built with ``model_construct``).  Without migrations only.
     verify : bool, optional
         Check CRC32s (one pass over the bytes read, by zlib-ng).
-    info, backend : optional
-        MPI-IO hints and backend, as for :func:`amrckpt.scda.fopen_read`.
     allow_for_coarsening : bool, optional
         Keep every family of sibling leaves (``2**dim`` leaves of one
         parent) on one rank, as p4est's ``p4est_partition_ext`` with
@@ -195,8 +192,9 @@ def load(
         With ``"writer"``, the writer's partition where it keeps every
         family whole (a p4est code's after ``p4est_partition_ext`` with
         ``partition_for_coarsening``), else the cuts that split one moved.
-    access : amrckpt.scda.FileAccess, optional
-        ``info`` and ``backend`` as one value; the keyword arguments given override it.
+    access : amrckpt.FileAccess, optional
+        How the file is opened: MPI-IO hints (``info``) and the byte
+        backend (:class:`~amrckpt.scda.FileAccess`); None: the defaults.
     adapt : amrckpt.adapt.Adapt, Refine, Coarsen, Balance or a sequence of them, optional
         Change the (first) mesh and its per-leaf fields while loading
         (:mod:`amrckpt.adapt`): refine, coarsen complete families, 2:1
@@ -207,6 +205,10 @@ def load(
         ``"weighted"`` over the new leaves; families kept with
         ``allow_for_coarsening``).  The result is an ordinary state of the
         schema, the same on any number of ranks.
+    **file_options
+        ``info`` and ``backend`` as loose keyword arguments, as ``load``
+        took them before ``access``: set on ``access``
+        (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass ``access`` instead.
 
     Returns
     -------
@@ -236,7 +238,7 @@ def load(
         isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema
     ):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
-    a = FileAccess.of(access, info=info, backend=backend)
+    a = FileAccess.of_call("load", access, file_options, ("info", "backend"))
     spec = None if adapt is None else Adapt.of(adapt)
     if spec is not None and not (isinstance(partition, str) and partition in ("uniform", "weighted")):
         raise AdaptError(f"load: with adapt, partition must be 'uniform' or 'weighted' (of the new leaves), not {partition!r}")

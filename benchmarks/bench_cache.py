@@ -119,7 +119,7 @@ def main() -> int:
     return 0
 
 
-def _restart(directory: Path, cache: ac.NodeCache | None) -> None:
+def _restart(directory: Path, cache: ac.manager.NodeCache | None) -> None:
     """Open a manager and restore its newest step (from the caches, in place, when they hold a newer one)."""
     with ac.CheckpointManager(directory, Bench, comm=comm, cache=cache) as m:
         got = m.restore_latest()
@@ -136,16 +136,16 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     policy = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(2)}
     mgrs: dict[str, ac.CheckpointManager[Bench]] = {
         "cached": ac.CheckpointManager(
-            shared_root / "c", Bench, comm=comm, cache=ac.NodeCache(str(cache_root / "c" / "{node}"), partners=0), **policy
+            shared_root / "c", Bench, comm=comm, cache=ac.manager.NodeCache(str(cache_root / "c" / "{node}"), partners=0), **policy
         ),
         "direct": ac.CheckpointManager(shared_root / "d", Bench, comm=comm, **policy),
     }
     if P >= 2:
-        cache = ac.NodeCache(str(cache_root / "p" / "{node}"), partners=1, keep=2, node_size=P // 2 if P % 2 == 0 else 1)
+        cache = ac.manager.NodeCache(str(cache_root / "p" / "{node}"), partners=1, keep=2, node_size=P // 2 if P % 2 == 0 else 1)
         mgrs["cached+partner"] = ac.CheckpointManager(shared_root / "p", Bench, comm=comm, cache=cache, **policy)
     ablation = "cached, no CRC32 (ablation)"
     mgrs[ablation] = ac.CheckpointManager(
-        shared_root / "a", Bench, comm=comm, cache=ac.NodeCache(str(cache_root / "a" / "{node}"), partners=0), **policy
+        shared_root / "a", Bench, comm=comm, cache=ac.manager.NodeCache(str(cache_root / "a" / "{node}"), partners=0), **policy
     )
     steps = {k: 0 for k in mgrs}
 
@@ -229,7 +229,9 @@ def run(st: Bench, cache_root: Path, shared_root: Path, a: argparse.Namespace) -
     ops = node | {between: saves["cached"], "direct": saves["direct"]}
     # Restarts: the newest step from the caches, in place (no flush), against the same state from the directory.
     restarts = {
-        "restart from cache": lambda: _restart(shared_root / "c", ac.NodeCache(str(cache_root / "c" / "{node}"), partners=0)),
+        "restart from cache": lambda: _restart(
+            shared_root / "c", ac.manager.NodeCache(str(cache_root / "c" / "{node}"), partners=0)
+        ),
         "restart from directory": lambda: _restart(shared_root / "d", None),
     }
     t |= interleaved(restarts, a.reps)

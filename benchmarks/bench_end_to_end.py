@@ -157,7 +157,10 @@ def end_to_end(a: argparse.Namespace, which: str) -> dict[str, Any]:
     out: dict[str, Any] = {"payload_bytes": total, "leaves": sum(counts)}
     save_new = {"amrckpt": lambda: ac.save(st, paths["amrckpt"], comm=comm), "raw": lambda: raw_write(False)}
     t_new = interleaved(save_new, a.reps, before=lambda name: remove(name))
-    save_warm = {"amrckpt": lambda: ac.save(st, paths["amrckpt"], comm=comm, truncate=False), "raw": lambda: raw_write(True)}
+    save_warm = {
+        "amrckpt": lambda: ac.save(st, paths["amrckpt"], comm=comm, access=ac.FileAccess(truncate=False)),
+        "raw": lambda: raw_write(True),
+    }
     t_warm = interleaved(save_warm, a.reps)
     load = {"amrckpt": lambda: ac.load(paths["amrckpt"], schema, comm=comm), "raw": raw_read}
     t_load = interleaved(load, a.reps)

@@ -157,8 +157,11 @@ def memory(n_per_rank: int, directory: Path, tag: int, info: Any) -> dict[str, A
     path = directory / f"amrckpt-bench-ranks-mem-{tag}"
     out: dict[str, Any] = {}
     for name, fn in (
-        ("save", lambda: ac.save(state, path, comm=cc, truncate=False, info=info)),
-        ("load", lambda: ac.load(path, Ranks, comm=cc, partition=ac.Partition.from_counts(counts), info=info)),
+        ("save", lambda: ac.save(state, path, comm=cc, access=ac.FileAccess(truncate=False, info=info))),
+        (
+            "load",
+            lambda: ac.load(path, Ranks, comm=cc, partition=ac.Partition.from_counts(counts), access=ac.FileAccess(info=info)),
+        ),
     ):
         fn()  # warm caches (imports, schema digests)
         comm.Barrier()
@@ -209,10 +212,10 @@ def main() -> None:
             mpi_info.Set(k, v)
 
     def save() -> None:
-        ac.save(state, path["save"], comm=cc, truncate=False, info=info)
+        ac.save(state, path["save"], comm=cc, access=ac.FileAccess(truncate=False, info=info))
 
     def load() -> None:
-        ac.load(path["save"], Ranks, comm=cc, partition=part, info=info)
+        ac.load(path["save"], Ranks, comm=cc, partition=part, access=ac.FileAccess(info=info))
 
     def raw_write() -> None:
         fh = MPI.File.Open(comm, str(path["raw"]), MPI.MODE_WRONLY | MPI.MODE_CREATE, mpi_info)

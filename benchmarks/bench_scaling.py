@@ -93,7 +93,7 @@ def measure(n_total: int, directory: Path, reps: int) -> dict[str, Any]:
     regime = {"warm": False}
 
     def save() -> None:
-        ac.save(state, path["save"], comm=comm, truncate=not regime["warm"])
+        ac.save(state, path["save"], comm=comm, access=ac.FileAccess(truncate=not regime["warm"]))
 
     def load() -> None:
         ac.load(path["save"], Scale, comm=comm, partition=ac.Partition.from_counts(counts))

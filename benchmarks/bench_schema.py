@@ -83,7 +83,7 @@ def main() -> None:
     regime = {"warm": False}  # truncate=False in the warm regime
 
     def schema_write() -> None:
-        ac.save(state, paths["schema"], comm=comm, truncate=not regime["warm"])
+        ac.save(state, paths["schema"], comm=comm, access=ac.FileAccess(truncate=not regime["warm"]))
 
     def scda_write(checksum: bool = False) -> None:
         with scda.fopen_write(

@@ -56,7 +56,7 @@ Checkpointing
 -------------
 The state (step, time, parameters, mesh, scalar, velocity, hp coefficients)
 is the schema :class:`AdvectionState`; the class :class:`Simulation` is
-decorated with :func:`amrckpt.checkpointable`, and a
+decorated with :func:`amrckpt.manager.checkpointable`, and a
 :class:`amrckpt.CheckpointManager` saves every ``--checkpoint-every`` steps,
 on SIGTERM or SIGUSR1 (then the run stops), before the time limit of a
 batch job (``--wall-time-margin``; then the run stops), and at the end.  ``--restart
@@ -260,7 +260,7 @@ def _first_positions(comm: Any, keys: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ the simulation
 
 
-@ac.checkpointable(AdvectionState)
+@ac.manager.checkpointable(AdvectionState)
 class Simulation:
     """The advection run on this rank: its leaves, their values, and the derived ghost layer.
 
@@ -326,7 +326,7 @@ class Simulation:
         cx, cy = self.centres()
         return initial_condition(cx, cy, self.params)
 
-    def __amrckpt_restored__(self, loaded: ac.Loaded[AdvectionState]) -> None:
+    def __amrckpt_restored__(self, loaded: ac.restart.Loaded[AdvectionState]) -> None:
         """Rebuild what a checkpoint does not hold (ghost layer, fluxes) on the communicator it was read on.
 
         Collective.  Checks that the restored velocity and reconstruction are
@@ -825,16 +825,16 @@ def main(argv: list[str] | None = None) -> int:
 
     policy = ac.EveryNSteps(args.checkpoint_every) | ac.OnSignal()
     if args.wall_time_margin > 0:  # inert outside a batch job; in one, the end comes from the scheduler (rank 0 asks)
-        policy = policy | ac.BeforeWallTime(min_margin=args.wall_time_margin, refresh=args.wall_time_refresh)
+        policy = policy | ac.manager.BeforeWallTime(min_margin=args.wall_time_margin, refresh=args.wall_time_refresh)
     t_start = time.perf_counter()
-    cache = ac.NodeCache(args.cache) if args.cache else None
+    cache = ac.manager.NodeCache(args.cache) if args.cache else None
     flush = ac.EveryNSteps(args.flush_every) if args.cache and args.flush_every > 0 else None
     with ac.CheckpointManager(
         args.dir,
         AdvectionState,
         comm=comm,
         save_policy=policy,
-        keep_policy=ac.KeepLast(args.keep),
+        keep_policy=ac.manager.KeepLast(args.keep),
         background=args.background,
         cache=cache,
         flush_policy=flush,

@@ -566,7 +566,7 @@ def describe(mesh: TreeMesh, layout: Layout, order: np.ndarray) -> list[str]:
 # --------------------------------------------------------------------------- save and restore
 
 
-def save(mesh: TreeMesh, model: np.ndarray, path: str, build: BuildParams, comm: Any = None) -> ac.SaveResult:
+def save(mesh: TreeMesh, model: np.ndarray, path: str, build: BuildParams, comm: Any = None) -> ac.schema.SaveResult:
     """Save a TreeMesh and its model as one checkpoint; every rank passes the same (serial) mesh and keeps its slice.
 
     Collective.
@@ -585,7 +585,7 @@ def save(mesh: TreeMesh, model: np.ndarray, path: str, build: BuildParams, comm:
 
     Returns
     -------
-    amrckpt.SaveResult
+    amrckpt.schema.SaveResult
     """
     layout = Layout.of(mesh)
     leaves = treemesh_leaves(mesh, layout)

@@ -81,8 +81,8 @@ def _close(mgr: ac.CheckpointManager[Any]) -> None:
     mgr.close()
 
 
-def _cache(d: Path) -> ac.NodeCache:
-    return ac.NodeCache(str(d / "cache" / "{node}"), partners=1, node_size=1)
+def _cache(d: Path) -> ac.manager.NodeCache:
+    return ac.manager.NodeCache(str(d / "cache" / "{node}"), partners=1, node_size=1)
 
 
 def _close_unflushed(mgr: ac.CheckpointManager[Any]) -> None:
@@ -202,19 +202,22 @@ CASES: list[Case] = [
 
 def _digest(value: Any) -> str:
     """What a call returned, comparable across ranks (rank-local parts such as a rank's leaves excluded)."""
-    if isinstance(value, (ac.VerifyReport, ac.scda.FileReport)):
+    if isinstance(value, (ac.restart.VerifyReport, ac.scda.FileReport)):
         value = (value.ok, tuple(value.problems))
-    elif isinstance(value, ac.Loaded):
+    elif isinstance(value, ac.restart.Loaded):
         value = tuple(value.partition.global_first_quadrant.tolist()) if value.partition is not None else None
-    elif isinstance(value, ac.CheckpointInfo):
+    elif isinstance(value, ac.restart.CheckpointInfo):
         value = value.manifest.model_dump_json()
-    elif isinstance(value, (ac.SaveResult, ac.SaveHandle, ac.container.ConvertResult, ac.scda.RewriteResult)) or value is None:
+    elif (
+        isinstance(value, (ac.schema.SaveResult, ac.manager.SaveHandle, ac.container.ConvertResult, ac.scda.RewriteResult))
+        or value is None
+    ):
         value = type(value).__name__
     elif isinstance(value, ac.Partition):
         value = tuple(value.global_first_quadrant.tolist())
-    elif isinstance(value, ac.StepMetadata):
+    elif isinstance(value, ac.manager.StepMetadata):
         value = (value.step, Path(value.path).name, value.info.manifest.model_dump_json())
-    elif isinstance(value, list) and value and isinstance(value[0], ac.CheckpointRecord):
+    elif isinstance(value, list) and value and isinstance(value[0], ac.manager.CheckpointRecord):
         value = [(r.step, r.valid) for r in value]
     elif isinstance(value, bytes):
         value = "bytes"  # this rank's own data
@@ -240,7 +243,7 @@ def attempt(case: Case, comm: Comm, d: Path, ranks: tuple[int, ...], at: int) ->
         with failing_steps(ranks, at) as faults:
             try:
                 what: tuple[Any, ...] = ("returned", _digest(case.act(comm, d, ctx)))
-            except ac.AmrckptError as exc:
+            except ac.errors.AmrckptError as exc:
                 what = ("raised", type(exc).__name__, tuple(sorted(exc.rank_errors)))
             except Exception as exc:  # noqa: BLE001 - a foreign exception is a finding
                 what = ("foreign", f"{type(exc).__name__}: {exc}")

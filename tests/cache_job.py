@@ -38,7 +38,7 @@ import amrckpt as ac
 
 def manager(a: Any, comm: Any) -> ac.CheckpointManager[Advection]:
     node_size = None if a.no_node_size else a.node_size if comm.size >= a.node_size else comm.size
-    cache = ac.NodeCache(str(Path(a.cache) / "{node}"), partners=a.partners, keep=2, node_size=node_size)
+    cache = ac.manager.NodeCache(str(Path(a.cache) / "{node}"), partners=a.partners, keep=2, node_size=node_size)
     flush = ac.EveryNSteps(a.flush_every) if a.flush_every else None
     return ac.CheckpointManager(
         a.directory, Advection, comm=comm, save_policy=ac.EveryNSteps(a.every), cache=cache, flush_policy=flush

@@ -55,7 +55,7 @@ from amrckpt.manager import EveryNSteps, KeepBest, KeepLast
 def outcome(fn: Any) -> list[Any]:
     try:
         fn()
-    except ac.AmrckptError as exc:
+    except ac.errors.AmrckptError as exc:
         return [type(exc).__name__, getattr(exc, "errno", None), str(exc)[:300]]
     return ["ok", None, ""]
 
@@ -201,7 +201,7 @@ def case_enospc_run(d: Path, comm: Any, backend: str, seed: int = 0, background:
                     pending = h
                 else:
                     events.append([step, "ok", None])
-            except ac.AmrckptError as exc:
+            except ac.errors.AmrckptError as exc:
                 events.append([step, type(exc).__name__, getattr(exc, "errno", None)])
         if pending is not None:
             settle(pending)

@@ -119,7 +119,7 @@ class Trials:
         with inject_faults(spec.every_n, seed=spec.seed, ranks=spec.ranks, kinds=spec.kinds, limit=spec.limit) as plan:
             try:
                 self.mgr.save(step, st, force=True)
-            except ac.AmrckptError as exc:
+            except ac.errors.AmrckptError as exc:
                 result = type(exc).__name__
             except Exception as exc:  # noqa: BLE001 - a foreign exception is a finding
                 result = f"foreign {type(exc).__name__}: {exc}"

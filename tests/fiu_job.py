@@ -63,7 +63,7 @@ def outcome(exc: BaseException | None) -> dict[str, Any]:
     """
     if exc is None:
         return {"result": "ok"}
-    name = type(exc).__name__ if isinstance(exc, ac.AmrckptError) else f"foreign {type(exc).__name__}"
+    name = type(exc).__name__ if isinstance(exc, ac.errors.AmrckptError) else f"foreign {type(exc).__name__}"
     root = exc
     for _ in range(20):  # the chain's innermost exception (bounded: a chain may loop)
         inner = root.__cause__ or root.__context__
@@ -83,13 +83,13 @@ def outcome(exc: BaseException | None) -> dict[str, Any]:
 
 def manager(t: dict[str, Any], comm: Any) -> ac.CheckpointManager[Advection]:
     """The trial's manager: its save mode and backend, KeepLast(3)."""
-    kw: dict[str, Any] = {"save_kwargs": {"backend": t["backend"]}, "keep_policy": ac.KeepLast(3)}
+    kw: dict[str, Any] = {"save_kwargs": {"backend": t["backend"]}, "keep_policy": ac.manager.KeepLast(3)}
     kw["save_policy"] = ac.EveryNSteps(10**9)
     if t["mode"] == "background":
         kw["background"] = True
     elif t["mode"] == "cached":
         node_size = 1 if comm.size <= 2 else 2
-        kw["cache"] = ac.NodeCache(str(Path(t["cache"]) / "{node}"), partners=1, keep=2, node_size=node_size)
+        kw["cache"] = ac.manager.NodeCache(str(Path(t["cache"]) / "{node}"), partners=1, keep=2, node_size=node_size)
         kw["flush_policy"] = ac.EveryNSteps(2)
     return ac.CheckpointManager(t["dir"], Advection, comm=comm, **kw)
 
@@ -171,7 +171,7 @@ def verify_trial(t: dict[str, Any], world: Any) -> dict[str, Any]:
     comm = world.Dup()
     try:
         cached = t["mode"] == "cached"  # the node caches on another job shape: their newest step flushed, then loaded
-        with manager(t, comm) if cached else ac.CheckpointManager(d, Advection, comm=comm, keep_policy=ac.KeepAll()) as mgr:
+        with manager(t, comm) if cached else ac.CheckpointManager(d, Advection, comm=comm, keep_policy=ac.manager.KeepAll()) as mgr:
             got = mgr.restore_latest()
             out["step"] = mgr.restored_step
             equal = True

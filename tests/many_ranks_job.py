@@ -43,7 +43,7 @@ def state_of(lo: int, hi: int) -> Many:
     return Many(step=7, mesh=mesh, rho=np.arange(lo, hi, dtype=np.float64), modes=ac.HpData(values, HP[lo:hi]))
 
 
-def check(loaded: ac.Loaded[Many], comm: MPI.Comm) -> None:
+def check(loaded: ac.restart.Loaded[Many], comm: MPI.Comm) -> None:
     """The loaded part is the global state's leaves of the loaded partition."""
     gfq = loaded.partition.global_first_quadrant
     lo, hi = int(gfq[comm.rank]), int(gfq[comm.rank + 1])

@@ -134,7 +134,7 @@ def install() -> None:
 def outcome(exc: BaseException | None) -> list[Any]:
     if exc is None:
         return ["ok", None, ""]
-    name = type(exc).__name__ if isinstance(exc, ac.AmrckptError) else f"foreign {type(exc).__name__}"
+    name = type(exc).__name__ if isinstance(exc, ac.errors.AmrckptError) else f"foreign {type(exc).__name__}"
     return [name, getattr(exc, "errno", None), str(exc)[:300]]
 
 
@@ -148,12 +148,12 @@ def main() -> int:
     directory, cache = root / "ckpt", root / "cache"
 
     def manager(comm: Any) -> ac.CheckpointManager[Advection]:
-        kw: dict[str, Any] = {"keep_policy": ac.KeepLast(3), "save_policy": ac.EveryNSteps(10**9)}
+        kw: dict[str, Any] = {"keep_policy": ac.manager.KeepLast(3), "save_policy": ac.EveryNSteps(10**9)}
         kw["save_kwargs"] = {"backend": "mpiio" if mode == "mpiio" else "posix"}
         if mode == "background":
             kw["background"] = True
         elif mode == "cached":
-            kw["cache"] = ac.NodeCache(str(cache / "{node}"), partners=1, keep=2, node_size=1)
+            kw["cache"] = ac.manager.NodeCache(str(cache / "{node}"), partners=1, keep=2, node_size=1)
             kw["flush_policy"] = ac.EveryNSteps(1)
         return ac.CheckpointManager(directory, Advection, comm=comm, **kw)
 
@@ -210,7 +210,7 @@ def main() -> int:
         results.append([n, *outcome(e)])
     every = world.gather(results, root=0)
     sites = [ln for got in world.gather(sites, root=0) or [] for ln in got]
-    with ac.CheckpointManager(directory, Advection, comm=world.Dup(), keep_policy=ac.KeepAll()) as m:
+    with ac.CheckpointManager(directory, Advection, comm=world.Dup(), keep_policy=ac.manager.KeepAll()) as m:
         got = m.restore_latest()
         restored = m.restored_step
         equal = got is not None and restored is not None

@@ -103,7 +103,7 @@ def ls_cache(root: Path) -> str:
 def flushed_before(root: Path, cached: set[int]) -> int:
     """Put an older step into the shared directory, as a flush before the kill would have (a direct save's bytes); return it."""
     step = min(cached) - 2
-    with ac.CheckpointManager(root / "shared", Advection, keep_policy=ac.KeepAll()) as mgr:
+    with ac.CheckpointManager(root / "shared", Advection, keep_policy=ac.manager.KeepAll()) as mgr:
         mgr.save(step, state_at(step, None, 2, LEVEL), force=True)
     return step
 

@@ -88,7 +88,7 @@ def test_parameters_documented_together_keep_their_own_defaults(site: tuple[subp
 
     assert default_of("sfc", "amrckpt.sfc.sfc_order", "z") == "None"
     assert default_of("sfc", "amrckpt.sfc.sfc_order", "x") == "required"
-    assert default_of("schema", "amrckpt.schema.save", "truncate") == "True"
+    assert default_of("schema", "amrckpt.schema.HpCells", "compress") == "False"
     assert default_of("manager", "amrckpt.manager.CheckpointManager.restore_latest", "fields") == "None"
     assert default_of("manager", "amrckpt.manager.CheckpointManager.restore_latest", "partition") == "&#34;uniform&#34;"
 

@@ -726,10 +726,37 @@ def _reads_as(fs: FieldSpec) -> str:
     return h.reads_as
 
 
-def read_info(path: str | os.PathLike[str], *, comm: Any = None, verify: bool = True, info: Any = None) -> CheckpointInfo:
+def read_info(
+    path: str | os.PathLike[str],
+    *,
+    comm: Any = None,
+    verify: bool = True,
+    access: scda.FileAccess | None = None,
+    **file_options: Any,
+) -> CheckpointInfo:
     """Read a checkpoint's manifest, index, (format 1) provenance, writing partition and run record (no field data).
 
     Collective (any number of ranks; serial with ``comm=None``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint.
+    comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
+        The communicator (None: serial, no MPI).
+    verify : bool, optional
+        Check the index and the metadata against their CRC32s.
+    access : amrckpt.FileAccess, optional
+        How the file is opened: MPI-IO hints, byte backend
+        (:class:`~amrckpt.scda.FileAccess`); None: the defaults.
+    **file_options
+        ``info`` as a loose keyword argument, as ``read_info`` took it before
+        ``access``: set on ``access``
+        (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass ``access`` instead.
+
+    Returns
+    -------
+    CheckpointInfo
 
     Raises
     ------
@@ -739,5 +766,6 @@ def read_info(path: str | os.PathLike[str], *, comm: Any = None, verify: bool = 
         If the index or manifest is malformed; ChecksumError if they do not
         match their CRC32s.
     """
-    with CheckpointReader(path, comm=comm, verify=verify, access=scda.FileAccess.of(info=info)) as r:
+    a = scda.FileAccess.of_call("read_info", access, file_options, ("info",))
+    with CheckpointReader(path, comm=comm, verify=verify, access=a) as r:
         return r.info

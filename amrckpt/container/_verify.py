@@ -79,7 +79,13 @@ P4EST_SCHEMAS = ("p4est", "p8est")
 
 
 def verify(
-    path: str | os.PathLike[str], *, comm: Any = None, info: Any = None, structure: bool = True, complete: bool | None = None
+    path: str | os.PathLike[str],
+    *,
+    comm: Any = None,
+    structure: bool = True,
+    complete: bool | None = None,
+    access: scda.FileAccess | None = None,
+    **file_options: Any,
 ) -> VerifyReport:
     """Check that a checkpoint is complete and intact, and that a p4est forest in it covers its trees.
 
@@ -98,8 +104,6 @@ def verify(
     ----------
     path : str or os.PathLike
     comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
-    info : optional
-        MPI-IO hints.
     structure : bool, optional
         Also compare the scda structure with the index (rank 0).
     complete : bool or None, optional
@@ -108,6 +112,13 @@ def verify(
         ``amrckpt convert --from p4est`` writes), True for every Morton
         mesh, False never (amrckpt's own meshes may hold any linear set of
         leaves).
+    access : amrckpt.FileAccess, optional
+        How the file is opened: MPI-IO hints, byte backend
+        (:class:`~amrckpt.scda.FileAccess`); None: the defaults.
+    **file_options
+        ``info`` as a loose keyword argument, as ``verify`` took it before
+        ``access``: set on ``access``
+        (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass ``access`` instead.
 
     Returns
     -------
@@ -116,8 +127,9 @@ def verify(
         same on every rank; a forest with a hole is a problem of kind
         ``invalid`` naming its quadrant and tree.
     """
+    a = scda.FileAccess.of_call("verify", access, file_options, ("info",))
     with collective(comm, "verify") as call:
-        return _verify(call, os.fspath(path), info, structure, complete)
+        return _verify(call, os.fspath(path), a, structure, complete)
 
 
 def verify_file(
@@ -126,21 +138,23 @@ def verify_file(
     comm: Any = None,
     strict: bool = False,
     progress: Any = None,
-    info: Any = None,
     complete: bool | None = None,
+    access: scda.FileAccess | None = None,
+    **file_options: Any,
 ) -> VerifyReport:
     """Check any file: a checkpoint by :func:`verify`, any other scda file by :func:`amrckpt.scda.verify`. Collective.
 
     Rank 0 tells the kinds apart (a checkpoint's header, or its footer at
     the end).  ``strict`` checks a plain file's data padding; ``progress``
-    (``update(nbytes)``) is told the bytes read; ``complete`` is
-    :func:`verify`'s.
+    (``update(nbytes)``) is told the bytes read; ``complete``, ``access``
+    and the loose ``info`` are :func:`verify`'s.
 
     Returns
     -------
     VerifyReport
         Never raises for a damaged or unreadable file; the same on every rank.
     """
+    a = scda.FileAccess.of_call("verify_file", access, file_options, ("info",))
     with collective(comm, "verify_file") as call:
         spath = os.fspath(path)
 
@@ -154,7 +168,7 @@ def verify_file(
         if isinstance(got, Problem):
             return VerifyReport(spath, False, [got], None, None)
         if got:
-            rep = _verify(call, spath, info, True, complete)
+            rep = _verify(call, spath, a, True, complete)
             size = call.on_root(lambda: _size(spath), what="verify: size")
             nsec = len(rep.info.index.sections) + 1 if rep.info is not None else None
             if progress is not None and size is not None:
@@ -183,14 +197,14 @@ def _located(path: str) -> Index | Problem:
         return scda.problem_of(exc, not_scda=not magic_ok)
 
 
-def _verify(call: Call, spath: str, info: Any, structure: bool, complete: bool | None = None) -> VerifyReport:
+def _verify(call: Call, spath: str, access: scda.FileAccess, structure: bool, complete: bool | None = None) -> VerifyReport:
     got = call.on_root(lambda: _located(spath), what="verify: index")
     if isinstance(got, Problem):
         return VerifyReport(spath, False, [got], None)
     index = got
     problems: list[Problem] = []
     try:
-        crcs = _crc_ranges(spath, [(e.offset, e.end) for e in index.sections], call, info)
+        crcs = _crc_ranges(spath, [(e.offset, e.end) for e in index.sections], call, access)
     except AmrckptError as exc:
         return VerifyReport(spath, False, [scda.problem_of(exc)], None)
     for e, crc in zip(index.sections, crcs, strict=True):
@@ -208,7 +222,7 @@ def _verify(call: Call, spath: str, info: Any, structure: bool, complete: bool |
             )
     ck = None
     try:
-        ck = read_info(spath, comm=call.comm, verify=True, info=info)
+        ck = read_info(spath, comm=call.comm, verify=True, access=access)
     except (AmrckptError, OSError) as exc:
         if not problems:
             problems.append(scda.problem_of(exc))
@@ -217,18 +231,18 @@ def _verify(call: Call, spath: str, info: Any, structure: bool, complete: bool |
     if ck is not None and not problems and complete is not False:
         meshes = [ms for ms in ck.manifest.meshes if ms.curve == "morton" and ms.num_leaves]
         if complete or ck.manifest.schema_name in P4EST_SCHEMAS:
-            problems += _forest_problems(call, spath, meshes, info)
+            problems += _forest_problems(call, spath, meshes, access)
     return VerifyReport(spath, not problems, problems, ck)
 
 
-def _forest_problems(call: Call, spath: str, meshes: list[MeshSpec], info: Any) -> list[Problem]:
+def _forest_problems(call: Call, spath: str, meshes: list[MeshSpec], access: scda.FileAccess) -> list[Problem]:
     """Return the first hole of each mesh that is not a complete forest (``invalid``), or why it was not read. Collective."""
     if not meshes:
         return []
     out: list[Problem] = []
     rank, size = call.rank, call.size
     try:
-        with CheckpointReader(spath, comm=call.comm, verify=True, access=scda.FileAccess.of(info=info)) as r:
+        with CheckpointReader(spath, comm=call.comm, verify=True, access=access) as r:
             for ms in meshes:
                 N = ms.num_leaves
                 a, b = N * rank // size, N * (rank + 1) // size
@@ -303,10 +317,10 @@ def _structure_problems(path: str, index: Index) -> list[Problem]:
 _VERIFY_CHUNK = 64 << 20
 
 
-def _crc_ranges(path: str, ranges: list[tuple[int, int]], call: Call, info: Any) -> list[int | None]:
+def _crc_ranges(path: str, ranges: list[tuple[int, int]], call: Call, access: scda.FileAccess) -> list[int | None]:
     """CRC32 of each byte range (None if it is not inside the file), the reading spread evenly over the ranks. Collective."""
     comm = call.comm
-    backend = scda.open_backend(path, "r", comm, info=info)
+    backend = scda.open_backend(path, "r", comm, access=access)
     terms = []
     try:
         size = backend.file_size()  # collective; a damaged index may name bytes that the file does not have

@@ -2,10 +2,11 @@
 
 :class:`FileAccess` holds the MPI-IO hints (``info``), the byte backend,
 whether an existing file is truncated, whether it is synced before closing
-and the line-break style of the scda padding.  A save, a load, an
-``fopen_*`` and the checkpoint writer and reader take it as one value
-(``access=``); the public entry points keep their keyword arguments, which
-:meth:`FileAccess.of` folds into it.  :func:`open_backend` opens a file
+and the line-break style of the scda padding.  ``amrckpt.save``,
+``amrckpt.load``, ``read_info``, ``verify``, the checkpoint writer and
+reader and the ``fopen_*`` take it as one value (``access=``); the
+``fopen_*``, which mirror libsc's ``sc_scda_fopen_*``, keep their keyword
+arguments too, which :meth:`FileAccess.of` folds into it.  :func:`open_backend` opens a file
 through the backend it names.
 """
 
@@ -22,6 +23,8 @@ from ._backend import Backend, MPIIOBackend, PosixBackend
 from ._format import Style
 
 __all__ = ["BackendOpener", "FileAccess", "LocalFileOpener", "open_backend"]
+
+_LOOSE = ("info", "backend", "truncate", "sync", "style")  # the file options that entry points took before access=
 
 
 class BackendOpener(Protocol):
@@ -106,6 +109,32 @@ class FileAccess:
         default = cls()
         changed = {k: v for k, v in options.items() if v != getattr(default, k)}
         return dataclasses.replace(base, **changed) if changed else base
+
+    @classmethod
+    def of_call(cls, call: str, access: FileAccess | None, options: dict[str, Any], accepted: tuple[str, ...]) -> FileAccess:
+        """Return the file access of a call to ``call`` (``"save"``...): ``access`` with the loose ``options`` set. Not collective.
+
+        ``amrckpt.save``, ``load``, ``read_info`` and ``verify`` take the
+        file options as one ``access=``; the keyword arguments that they
+        took before (``accepted``: some of ``info``, ``backend``,
+        ``truncate``, ``sync``, ``style``) are still folded in (:meth:`of`),
+        so that code written for them (amrckpt's manager and p4est
+        converter among it) runs unchanged.
+
+        Raises
+        ------
+        TypeError
+            For any other keyword argument, as Python does for an unexpected
+            one; the message names ``access=`` for a file option that
+            ``call`` never took.
+        ScdaArgumentError
+            As :meth:`of`.
+        """
+        for name in options:
+            if name not in accepted:
+                hint = f" (pass access=amrckpt.FileAccess({name}=...))" if name in _LOOSE else ""
+                raise TypeError(f"{call}() got an unexpected keyword argument {name!r}{hint}")
+        return cls.of(access, **options)
 
     def replace(self, **options: Any) -> FileAccess:
         """Return a copy with ``options`` changed (``dataclasses.replace``). Not collective."""

@@ -267,14 +267,10 @@ def save(
     path: str | os.PathLike[str],
     *,
     comm: Any = None,
-    style: scda.Style = "unix",
-    sync: bool = False,
     check_mesh: bool = True,
-    info: Any = None,
-    backend: str | None = None,
-    truncate: bool = True,
     run_record: bool = False,
     access: scda.FileAccess | None = None,
+    **file_options: Any,
 ) -> SaveResult:
     """Write a simulation's state as one scda checkpoint file.
 
@@ -300,10 +296,6 @@ def save(
         :class:`~amrckpt.CheckpointManager`.
     comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
         The communicator; None writes serially, without MPI.
-    style : {"unix", "mime"}, optional
-        Line breaks of the scda padding.
-    sync : bool, optional
-        ``fsync`` (``MPI_File_sync``) before closing.
     check_mesh : bool, optional
         Check each rank's leaves: in range (trees, levels, coordinates in
         their tree and aligned to their level) and in curve order without
@@ -311,16 +303,21 @@ def save(
         skips these local checks, for leaves valid by construction (a p4est
         forest: p4est does not check them either when it saves); the order
         of the ranks' parts along the curve is always checked.
-    info, backend, truncate : optional
-        MPI-IO hints, backend choice and truncation of an existing file, as
-        for :func:`amrckpt.scda.fopen_write`.
     run_record : bool, optional
         Also write the run record beside the file (``<path>.run.json``, by
         rank 0), so that ``load(partition="writer")`` can restore the
         writing partition.
-    access : amrckpt.scda.FileAccess, optional
-        ``style``, ``sync``, ``info``, ``backend`` and ``truncate`` as one
-        value; the keyword arguments given override it.
+    access : amrckpt.FileAccess, optional
+        How the file is opened and closed: MPI-IO hints (``info``), the
+        byte backend, truncation of an existing file, ``sync``
+        (``fsync``/``MPI_File_sync`` before closing) and the line breaks of
+        the scda padding (``style``); None: the defaults
+        (:class:`~amrckpt.scda.FileAccess`).
+    **file_options
+        ``style``, ``sync``, ``info``, ``backend`` and ``truncate`` as loose
+        keyword arguments, as ``save`` took them before ``access``: set on
+        ``access`` (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass
+        ``access`` instead.
 
     Returns
     -------
@@ -337,7 +334,7 @@ def save(
         On every rank, if the file cannot be written.
     """
     t0 = time.time()
-    a = scda.FileAccess.of(access, style=style, sync=sync, info=info, backend=backend, truncate=truncate)
+    a = scda.FileAccess.of_call("save", access, file_options, ("style", "sync", "info", "backend", "truncate"))
     with collective(comm, "save") as call:
         result, manifest, prepared = _save(call, state, path, a, check_mesh)
         first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)

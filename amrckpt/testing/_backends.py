@@ -84,7 +84,7 @@ class CountingBackend(WrapperBackend):
     ``counts`` (a :class:`collections.Counter`; one per rank)::
 
         counts = collections.Counter()
-        ac.save(state, path, comm=comm, backend=CountingBackend.over(counts))
+        ac.save(state, path, comm=comm, access=ac.FileAccess(backend=CountingBackend.over(counts)))
         assert counts == {"open": 1, "write_gathered": 1, "close": 1}
     """
 

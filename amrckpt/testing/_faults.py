@@ -67,7 +67,7 @@ Usage
 In a test, on every rank::
 
     with inject_faults(every_n=20, seed=7, ranks=[1], kinds={"write", "mpi"}) as plan:
-        ac.save(state, path, comm=FaultyComm(comm), backend=FaultyBackend)
+        ac.save(state, path, comm=FaultyComm(comm), access=ac.FileAccess(backend=FaultyBackend))
     plan.injected  # the faults injected on this process
 
 For a whole process (a job under ``mpiexec``), the environment variable

@@ -404,7 +404,7 @@ def test_plot_refuses_3d_damaged_and_missing_matplotlib(
 def test_ls_manager_directory_read_only(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     g = global_state(5, max_level=3)
     d = tmp_path / "run"
-    with ac.CheckpointManager(d, Advection, save_policy=ac.EveryNSteps(10), keep_policy=ac.KeepLast(5), sync=False) as m:
+    with ac.CheckpointManager(d, Advection, save_policy=ac.EveryNSteps(10), keep_policy=ac.manager.KeepLast(5), sync=False) as m:
         for step in (10, 20, 30):
             g.step, g.time = step, step / 100
             m.save(step, g.local(0, g.N))

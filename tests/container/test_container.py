@@ -299,10 +299,10 @@ def test_connectivity_is_format_3_and_meshes_without_one_stay_format_2(tmp_path:
     bad = star.manifest.model_dump() | {"format_version": 2}
     with pytest.raises(ValueError, match="format 3"):
         ac.container.Manifest.model_validate(bad)
-    boxes = ac.GeometrySpec(tree_lower=[[0.0, 0.0]], tree_upper=[[1.0, 1.0]])
+    boxes = ac.container.GeometrySpec(tree_lower=[[0.0, 0.0]], tree_upper=[[1.0, 1.0]])
     assert list(json.loads(boxes.model_dump_json())) == ["brick", "tree_lower", "tree_upper", "units", "vertices", "tree_to_vertex"]
     with pytest.raises(ValueError, match="connectivity, or tree_lower"):
-        ac.GeometrySpec()
+        ac.container.GeometrySpec()
 
 
 def test_mesh_geometry_declarations() -> None:
@@ -310,7 +310,9 @@ def test_mesh_geometry_declarations() -> None:
     per = ac.Mesh(dim=3, brick=(2, 1, 3), periodic=(True, False, True)).metadata[0].geometry
     conn = per.connectivity.to_connectivity(3)
     assert conn == sfc.Connectivity.brick((2, 1, 3), (True, False, True)) and per.periodic == [True, False, True]
-    shell = ac.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=ac.container.GeometryMap(kind="p8est shell", R1=1, R2=2))
+    shell = ac.container.GeometrySpec.of_connectivity(
+        sfc.Connectivity.shell(), map=ac.container.GeometryMap(kind="p8est shell", R1=1, R2=2)
+    )
     g = ac.Mesh(dim=3, geometry=shell).metadata[0].geometry
     assert g.map is not None and g.map.R2 == 2.0
     with pytest.raises(SchemaError, match="a 2D connectivity for a 3D mesh"):
@@ -414,7 +416,7 @@ def test_ranges_are_checked_against_the_index(tmp_path: Path) -> None:
         r.read_cells("vel", 0, 5)
         assert "vel" in r.check_crcs()
         r.read_cells("rho", 0, 5)
-        with pytest.raises(ac.ChecksumError, match="'rho'"):
+        with pytest.raises(ac.errors.ChecksumError, match="'rho'"):
             r.check_crcs()
     with CheckpointReader(path, verify=False) as r:
         r.read_cells("rho", 0, 5)
@@ -689,7 +691,7 @@ def test_ranges_of_layouts_are_checked_against_the_index(tmp_path: Path) -> None
         r.read_hp("modes", 0, 5)
         assert {"rho", "modes"} <= set(r.check_crcs())
         r.read_hp("wide", 3, 4)
-        with pytest.raises(ac.ChecksumError, match="'wide'"):
+        with pytest.raises(ac.errors.ChecksumError, match="'wide'"):
             r.check_crcs()
 
 
@@ -739,7 +741,7 @@ def test_write_chunks_bytes_do_not_depend_on_the_partition(tmp_path: Path, count
 def test_a_format_2_brick_keeps_its_row_major_numbering(tmp_path: Path) -> None:
     """Boxes per tree, as Mesh(brick=(4, 2)) wrote them in format 2 (row-major): read as they were written."""
     lo = [[float(k % 4), float(k // 4)] for k in range(8)]
-    old = ac.GeometrySpec(brick=[4, 2], tree_lower=lo, tree_upper=[[x + 1, y + 1] for x, y in lo])
+    old = ac.container.GeometrySpec(brick=[4, 2], tree_lower=lo, tree_upper=[[x + 1, y + 1] for x, y in lo])
 
     class OldBrick(ac.CheckpointSchema, name="old brick", version=1):
         mesh: ac.Forest = ac.Mesh(dim=2, geometry=old)
@@ -785,5 +787,5 @@ def test_a_damaged_chunk_read_in_part_is_a_checksum_error(tmp_path: Path) -> Non
     path.write_bytes(bytes(raw))
     with CheckpointReader(path) as r:
         r.read_cells("rho", 0, 7)  # the first chunk: intact
-        with pytest.raises(ac.ChecksumError, match="'rho'"):
+        with pytest.raises(ac.errors.ChecksumError, match="'rho'"):
             r.read_cells("rho", G.N - 3, 3)

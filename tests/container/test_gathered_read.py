@@ -160,7 +160,7 @@ def test_a_damaged_hp_count_is_a_checksum_error_not_a_hang(tmp_path: Path) -> No
         return str(info.value)
 
     assert all("'wide'" in msg for msg in run_threads(3, body))
-    with pytest.raises(ac.CheckpointError, match="'wide'"):
+    with pytest.raises(ac.errors.CheckpointError, match="'wide'"):
         ac.load(path, Layouts, verify=False)
 
 
@@ -194,8 +194,8 @@ def test_a_failed_read_on_one_rank_is_its_io_error_on_every_rank(tmp_path: Path)
     def body(comm: Any) -> tuple[str, int | None]:
         with inject_faults(1, ranks=[1], kinds={"read"}, errno=errno.EIO, limit=1):
             try:
-                ac.load(path, Layouts, comm=comm, backend=FaultyBackend)
-            except ac.AmrckptError as exc:
+                ac.load(path, Layouts, comm=comm, access=ac.FileAccess(backend=FaultyBackend))
+            except ac.errors.AmrckptError as exc:
                 return type(exc).__name__, getattr(exc, "errno", None)
         return "loaded", None
 
@@ -220,7 +220,7 @@ def test_a_damaged_section_header_is_a_checksum_error_on_every_rank(tmp_path: Pa
         return str(info.value)
 
     assert all("section 'modes'" in msg for msg in run_threads(3, body, timeout=30))
-    with pytest.raises(ac.CheckpointError, match="'modes'"):
+    with pytest.raises(ac.errors.CheckpointError, match="'modes'"):
         ac.load(path, Layouts, verify=False)
 
 
@@ -236,9 +236,9 @@ def test_file_operations_per_save_and_per_load(tmp_path: Path, P: int) -> None:
 
     def body(comm: Any) -> tuple[Counter[str], Counter[str]]:
         saved: Counter[str] = Counter()
-        ac.save(G.for_rank(comm), path, comm=comm, backend=CountingBackend.over(saved))
+        ac.save(G.for_rank(comm), path, comm=comm, access=ac.FileAccess(backend=CountingBackend.over(saved)))
         loaded: Counter[str] = Counter()
-        ac.load(path, Advection, comm=comm, backend=CountingBackend.over(loaded))
+        ac.load(path, Advection, comm=comm, access=ac.FileAccess(backend=CountingBackend.over(loaded)))
         return saved, loaded
 
     for saved, loaded in run_threads(P, body):
@@ -268,7 +268,7 @@ def test_a_load_reads_its_large_pieces_by_contiguous_calls(tmp_path: Path, P: in
 
     def body(comm: Any) -> Counter[str]:
         got: Counter[str] = Counter()
-        loaded = ac.load(path, _Big, comm=comm, backend=CountingBackend.over(got))
+        loaded = ac.load(path, _Big, comm=comm, access=ac.FileAccess(backend=CountingBackend.over(got)))
         lo, hi = loaded.partition.local_range(comm.rank)
         np.testing.assert_array_equal(loaded.state.rho, rho[lo:hi])
         return got

@@ -520,13 +520,13 @@ def test_a_damaged_section_is_refused_naming_it(layouts: Path, tmp_path: Path, n
     bad.write_bytes(bytes(raw))
     out = tmp_path / "bad.vtkhdf"
     for chunk in (7, ac.export.DEFAULT_CHUNK_LEAVES):
-        with pytest.raises(ac.ChecksumError, match=f"'{e.name}'") as info:
+        with pytest.raises(ac.errors.ChecksumError, match=f"'{e.name}'") as info:
             ac.export.to_vtkhdf(bad, out, chunk_leaves=chunk)
         assert info.value.section == e.name and not out.exists()
     try:  # unchecked: the damaged value is converted as it is, or its bytes do not fit (not said as damage)
         assert ac.export.to_vtkhdf(bad, out, verify=False).num_cells
-    except ac.AmrckptError as exc:
-        assert not isinstance(exc, ac.ChecksumError) and name in ("element", "chunked", "modes", "packed")
+    except ac.errors.AmrckptError as exc:
+        assert not isinstance(exc, ac.errors.ChecksumError) and name in ("element", "chunked", "modes", "packed")
 
 
 # -- shared corner points ---------------------------------------------------------------
@@ -668,7 +668,7 @@ def test_ranges_in_any_order_are_checked_without_a_second_pass(layouts: Path, tm
         with CheckpointReader(tmp_path / "bad.scda") as r:
             for start, count in ranges:
                 r.read_cells("plain", start, count)
-            with pytest.raises(ac.ChecksumError, match="'plain'"):
+            with pytest.raises(ac.errors.ChecksumError, match="'plain'"):
                 r.check_crcs()
     with CheckpointReader(layouts) as r:  # a range that holds the whole field: checked as it is read
         r.read_cells("plain", 0, N)

@@ -115,7 +115,7 @@ def test_star_leaves_by_the_vertex_map_particles_as_points_and_a_slash_in_units(
 
 def test_shell_and_periodic_brick(tmp_path: Path) -> None:
     need("h5py")
-    geo = ac.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=SHELL_MAP)
+    geo = ac.container.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=SHELL_MAP)
 
     class Shell(ac.CheckpointSchema, name="shell", version=1):
         mesh: ac.Forest = ac.Mesh(dim=3, geometry=geo)
@@ -183,7 +183,7 @@ def test_plot_slices_a_shell_into_an_annulus(tmp_path: Path, capsys: pytest.Capt
     need("matplotlib")
     from amrckpt.cli._plot import _plot_leaves
 
-    geo = ac.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=SHELL_MAP)
+    geo = ac.container.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=SHELL_MAP)
 
     class Shell(ac.CheckpointSchema, name="shell", version=1):
         mesh: ac.Forest = ac.Mesh(dim=3, geometry=geo)
@@ -211,7 +211,7 @@ def test_shared_points_stay_in_their_tree(which: str, tmp_path: Path) -> None:
         path, lv, parts = _star(tmp_path)
         place, M = sfc.Connectivity.star().map_points, len(parts)
     elif which == "shell":
-        geo = ac.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=SHELL_MAP)
+        geo = ac.container.GeometrySpec.of_connectivity(sfc.Connectivity.shell(), map=SHELL_MAP)
 
         class Shell(ac.CheckpointSchema, name="shell", version=1):
             mesh: ac.Forest = ac.Mesh(dim=3, geometry=geo)

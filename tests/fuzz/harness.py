@@ -170,7 +170,7 @@ def build_seeds(directory: Path, interop: Path | None, max_interop_bytes: int = 
 
         def body(comm: Any, p: Path = p, style: str = style, N: int = N) -> None:
             lo, hi = N * comm.rank // comm.size, N * (comm.rank + 1) // comm.size
-            ac.save(_fuzzy_state(3, 1, lo, hi), p, comm=comm, style=style)  # type: ignore[arg-type]
+            ac.save(_fuzzy_state(3, 1, lo, hi), p, comm=comm, access=ac.FileAccess(style=style))  # type: ignore[arg-type]
 
         run_threads(ranks, body)
         seeds.append(Seed(p.name, "checkpoint", p.read_bytes()))

@@ -40,9 +40,9 @@ def assert_flushed_is_the_direct_save(tmp_path: Path, step: int) -> None:
     assert sha(tmp_path / "shared" / f"ckpt-{step:012d}.scda") == sha(tmp_path / "direct.scda")
 
 
-def cache_one_step(tmp_path: Path) -> ac.NodeCache:
+def cache_one_step(tmp_path: Path) -> ac.manager.NodeCache:
     """Save step 1 into a node cache of one node, unflushed (as if the job were killed); return the cache."""
-    cache = ac.NodeCache(tmp_path / "cache")
+    cache = ac.manager.NodeCache(tmp_path / "cache")
     with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
         mgr.save(1, state(1))
         mgr.close(flush=False)
@@ -58,7 +58,7 @@ def assert_restored(loaded: Any, rank: int, step: int) -> None:
 
 
 def test_serial_cache_on_the_host_flushed_at_close_is_the_direct_save(tmp_path: Path) -> None:
-    cache = ac.NodeCache(tmp_path / "cache", keep=2)  # no {node}: node-<n> below it; the nodes are the hosts
+    cache = ac.manager.NodeCache(tmp_path / "cache", keep=2)  # no {node}: node-<n> below it; the nodes are the hosts
     with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
         for s in range(4):
             mgr.save(s, state(s))
@@ -70,7 +70,7 @@ def test_serial_cache_on_the_host_flushed_at_close_is_the_direct_save(tmp_path: 
 
 def test_thread_ranks_partners_and_flush(tmp_path: Path) -> None:
     def body(comm: Any) -> bool:
-        cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"), partners=1, node_size=1)
+        cache = ac.manager.NodeCache(str(tmp_path / "cache" / "{node}"), partners=1, node_size=1)
         with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, save_policy=EveryNSteps(1), cache=cache) as mgr:
             mgr.save(1, state(1, comm))
             mgr.close(flush=False)
@@ -180,7 +180,7 @@ def test_a_restart_with_another_partition(tmp_path: Path, how: str) -> None:
     """Another partition reads in place (the ranks send each other what they lack); "writer" needs the flushed file."""
 
     def body(comm: Any) -> bool:
-        cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"), node_size=1)
+        cache = ac.manager.NodeCache(str(tmp_path / "cache" / "{node}"), node_size=1)
         with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, save_policy=EveryNSteps(1), cache=cache) as mgr:
             mgr.save(1, state(1, comm))
             mgr.close(flush=False)
@@ -196,7 +196,7 @@ def test_a_restart_with_another_partition(tmp_path: Path, how: str) -> None:
 
 @pytest.mark.parametrize("kinds", [{"write"}, {"rename"}, {"fsync"}])
 def test_a_failed_flush_leaves_the_cached_step_and_the_directory(tmp_path: Path, kinds: set[str]) -> None:
-    cache = ac.NodeCache(tmp_path / "cache")
+    cache = ac.manager.NodeCache(tmp_path / "cache")
     kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(5), "cache": cache}
     with ac.CheckpointManager(
         tmp_path / "shared", Advection, fs=FaultyFileSystem(), save_kwargs={"backend": FaultyBackend}, **kw
@@ -205,7 +205,7 @@ def test_a_failed_flush_leaves_the_cached_step_and_the_directory(tmp_path: Path,
         mgr.flush()
         mgr.save(2, state(2))
         before = sorted(p.name for p in (tmp_path / "shared").iterdir())
-        with inject_faults(1, kinds=kinds, errno=errno.EIO), pytest.raises(ac.AmrckptError):
+        with inject_faults(1, kinds=kinds, errno=errno.EIO), pytest.raises(ac.errors.AmrckptError):
             mgr.flush()
         assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == before
         assert [(c.step, c.complete) for c in list_cache(tmp_path / "cache" / "node-0")] == [(1, True), (2, True)]
@@ -219,17 +219,17 @@ def test_damaged_or_cut_pieces_are_refused(tmp_path: Path) -> None:
     read_pieces(f).close()
     data = f.read_bytes()
     f.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    with pytest.raises(ac.ManagerError, match="CRC32"):
+    with pytest.raises(ac.errors.ManagerError, match="CRC32"):
         read_pieces(f)
     f.write_bytes(data[:-10])
-    with pytest.raises(ac.ManagerError, match="bytes"):
+    with pytest.raises(ac.errors.ManagerError, match="bytes"):
         read_pieces(f)
     with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
         assert mgr.restore_latest() is None  # the one cached step is damaged, nothing flushed: nothing to restart from
 
 
 def test_ls_shows_both_levels(tmp_path: Path) -> None:
-    cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"))
+    cache = ac.manager.NodeCache(str(tmp_path / "cache" / "{node}"))
     with ac.CheckpointManager(
         tmp_path / "shared", Advection, save_policy=EveryNSteps(1), flush_policy=EveryNSteps(2), cache=cache
     ) as mgr:
@@ -255,7 +255,7 @@ class HaltAt:
 
 
 def test_a_halt_flushes_the_step_in_the_background(tmp_path: Path) -> None:
-    cache = ac.NodeCache(tmp_path / "cache")
+    cache = ac.manager.NodeCache(tmp_path / "cache")
     with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=HaltAt(3), cache=cache) as mgr:
         for s in range(10):
             mgr.save(s, state(s))
@@ -270,8 +270,8 @@ def test_a_link_planted_as_the_node_cache_is_refused(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "node-0").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ac.ManagerError, match="not a directory"):
-        ac.CheckpointManager(tmp_path / "shared", Advection, cache=ac.NodeCache(tmp_path / "cache"))
+    with pytest.raises(ac.errors.ManagerError, match="not a directory"):
+        ac.CheckpointManager(tmp_path / "shared", Advection, cache=ac.manager.NodeCache(tmp_path / "cache"))
     assert not list((tmp_path / "elsewhere").iterdir())
 
 
@@ -297,7 +297,7 @@ def test_collectives_per_save_cached_and_direct(tmp_path: Path, P: int) -> None:
         cc = CountingComm(comm)
         out = {}
         for kind in ("cached", "direct"):
-            cache = ac.NodeCache(tmp_path / f"cache-{P}") if kind == "cached" else None
+            cache = ac.manager.NodeCache(tmp_path / f"cache-{P}") if kind == "cached" else None
             with ac.CheckpointManager(tmp_path / f"{kind}-{P}", Advection, comm=cc, save_policy=EveryNSteps(1), cache=cache) as mgr:
                 for s in range(3):  # from the third on a cached save recycles a pieces file
                     mgr.save(s, state(s, comm))
@@ -339,7 +339,7 @@ def test_every_log_record_carries_rank_and_size(tmp_path: Path) -> None:
     try:
 
         def body(comm: Any) -> None:
-            cache = ac.NodeCache(str(tmp_path / "cache" / "{node}"), partners=1, node_size=2)  # nodes of 2 and 1 ranks
+            cache = ac.manager.NodeCache(str(tmp_path / "cache" / "{node}"), partners=1, node_size=2)  # nodes of 2 and 1 ranks
             with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, save_policy=EveryNSteps(1), cache=cache) as mgr:
                 mgr.save(1, state(1, comm))
 
@@ -370,7 +370,7 @@ def test_a_failed_background_flush_made_moot_by_a_newer_one_fails_no_save(
 ) -> None:
     """Seed 1000193 of the libfiu campaign: a later save raised an earlier flush's error after it had cached its own step."""
     _failing_flushes(monkeypatch, {2})
-    cache = ac.NodeCache(tmp_path / "cache", keep=10)
+    cache = ac.manager.NodeCache(tmp_path / "cache", keep=10)
     kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(2), "cache": cache}
     with ac.CheckpointManager(tmp_path / "shared", Advection, **kw) as mgr:
         for s in range(1, 7):
@@ -385,7 +385,7 @@ def test_a_failed_background_flush_is_raised_by_the_next_save_before_it_saves(
 ) -> None:
     """The error names the flush and its errno; the save that raises it caches nothing, the steps saved before stay."""
     _failing_flushes(monkeypatch, {2, 4})
-    cache = ac.NodeCache(tmp_path / "cache", keep=10)
+    cache = ac.manager.NodeCache(tmp_path / "cache", keep=10)
     kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(2), "cache": cache}
     with ac.CheckpointManager(tmp_path / "shared", Advection, **kw) as mgr:
         for s in range(1, 5):
@@ -415,7 +415,7 @@ def test_a_flush_thread_that_cannot_start_fails_the_next_save_not_the_cached_one
         return real(self, target, name)
 
     monkeypatch.setattr(Call, "start_thread", start_thread)
-    cache = ac.NodeCache(tmp_path / "cache", keep=10)
+    cache = ac.manager.NodeCache(tmp_path / "cache", keep=10)
     kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(2), "cache": cache}
     with ac.CheckpointManager(tmp_path / "shared", Advection, **kw) as mgr:
         for s in range(1, 5):

@@ -61,7 +61,7 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def manager(root: Path, cache: ac.NodeCache) -> ac.CheckpointManager[Advection]:
+def manager(root: Path, cache: ac.manager.NodeCache) -> ac.CheckpointManager[Advection]:
     return ac.CheckpointManager(root / "shared", Advection, save_policy=EveryNSteps(1), cache=cache)
 
 
@@ -77,7 +77,7 @@ def test_the_oldest_step_is_written_again_with_the_bytes_of_a_new_file(where: Pa
     hashes: dict[bool, list[str]] = {}
     for recycle in (True, False):
         cache_dir = where / f"cache-{recycle}"
-        with manager(tmp_path / f"m-{recycle}", ac.NodeCache(cache_dir, keep=2, recycle=recycle)) as mgr:
+        with manager(tmp_path / f"m-{recycle}", ac.manager.NodeCache(cache_dir, keep=2, recycle=recycle)) as mgr:
             level = mgr._node.level  # type: ignore[union-attr]
             hashes[recycle] = []
             for s, n in enumerate(sizes):
@@ -94,7 +94,7 @@ def test_the_oldest_step_is_written_again_with_the_bytes_of_a_new_file(where: Pa
             mgr.close(flush=False)
         assert len(level.mappings) == 0 and not deleted_pieces_mappings()
     assert hashes[True] == hashes[False]
-    with manager(tmp_path / "m-True", ac.NodeCache(where / "cache-True", keep=2)) as mgr:  # read in place: the newest step
+    with manager(tmp_path / "m-True", ac.manager.NodeCache(where / "cache-True", keep=2)) as mgr:  # read in place: the newest step
         loaded = mgr.restore_latest()
         assert mgr.restored_from == "cache" and loaded.step == len(sizes) - 1
         want = state(len(sizes) - 1, sizes[-1])
@@ -103,7 +103,7 @@ def test_the_oldest_step_is_written_again_with_the_bytes_of_a_new_file(where: Pa
 
 def test_keep_one_never_recycles_the_only_step(where: Path, tmp_path: Path) -> None:
     cache_dir = where / "cache"
-    with manager(tmp_path, ac.NodeCache(cache_dir, keep=1)) as mgr:
+    with manager(tmp_path, ac.manager.NodeCache(cache_dir, keep=1)) as mgr:
         mgr.save(0, state(0))
         first = os.stat(pieces(cache_dir, 0)).st_ino
         mgr.save(1, state(1))
@@ -118,7 +118,7 @@ def test_a_link_planted_in_the_oldest_step_is_never_written_through(where: Path,
     victim = where / "victim"
     victim.write_bytes(b"not yours " * 4096)
     before = sha(victim)
-    with manager(tmp_path, ac.NodeCache(cache_dir, keep=2)) as mgr:
+    with manager(tmp_path, ac.manager.NodeCache(cache_dir, keep=2)) as mgr:
         mgr.save(0, state(0))
         mgr.save(1, state(1))
         mgr.wait()
@@ -136,7 +136,7 @@ def test_a_link_planted_in_the_oldest_step_is_never_written_through(where: Path,
         assert new.is_file() and not new.is_symlink() and st.st_nlink == 1 and st.st_ino != os.stat(victim).st_ino
         mgr.close(flush=False)
     assert sha(victim) == before and os.stat(victim).st_nlink == 1
-    with manager(tmp_path, ac.NodeCache(cache_dir, keep=2)) as mgr:
+    with manager(tmp_path, ac.manager.NodeCache(cache_dir, keep=2)) as mgr:
         loaded = mgr.restore_latest()
         assert mgr.restored_from == "cache"
         assert_state_equal(loaded.state, state(2))
@@ -149,18 +149,18 @@ def test_a_full_tmpfs_fails_a_growing_recycled_file_with_enospc_not_sigbus(tmp_p
         pytest.skip(why)
     small, big = G.N // 4, G.N
     with tmpfs(tmp_path / "shm", "64m") as d:
-        with manager(tmp_path, ac.NodeCache(d / "cache", keep=2)) as mgr:
+        with manager(tmp_path, ac.manager.NodeCache(d / "cache", keep=2)) as mgr:
             mgr.save(0, state(0, small))
             mgr.save(1, state(1, small))
             mgr.wait()
             filler = fill(d, 4096)
-            with pytest.raises(ac.ScdaIOError) as info:
+            with pytest.raises(ac.errors.ScdaIOError) as info:
                 mgr.save(2, state(2, big))
             assert info.value.errno == errno.ENOSPC
             filler.unlink()
             assert not list((d / "cache" / "node-0").glob(".ckpt-*"))  # the save's temporary directory removed
             mgr.close(flush=False)
-        with manager(tmp_path, ac.NodeCache(d / "cache", keep=2)) as mgr:
+        with manager(tmp_path, ac.manager.NodeCache(d / "cache", keep=2)) as mgr:
             loaded = mgr.restore_latest()
             assert mgr.restored_from == "cache" and loaded.step == 1
             assert_state_equal(loaded.state, state(1, small))
@@ -168,8 +168,8 @@ def test_a_full_tmpfs_fails_a_growing_recycled_file_with_enospc_not_sigbus(tmp_p
 
 
 def test_recycle_must_be_a_bool() -> None:
-    with pytest.raises(ac.ManagerError, match="recycle"):
-        ac.NodeCache("/dev/shm/x", recycle=1)  # type: ignore[arg-type]
+    with pytest.raises(ac.errors.ManagerError, match="recycle"):
+        ac.manager.NodeCache("/dev/shm/x", recycle=1)  # type: ignore[arg-type]
 
 
 def test_a_directory_swapped_in_after_the_check_is_moved_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,7 +214,7 @@ def test_a_tmpfs_file_that_cannot_be_mapped_or_allocated_is_written_with_pwritev
         hashes = {}
         for recycle in (True, False):
             cache_dir = d / f"cache-{recycle}"
-            with manager(tmp_path / f"m-{recycle}", ac.NodeCache(cache_dir, keep=2, recycle=recycle)) as mgr:
+            with manager(tmp_path / f"m-{recycle}", ac.manager.NodeCache(cache_dir, keep=2, recycle=recycle)) as mgr:
                 for s, n in enumerate(sizes):
                     mgr.save(s, state(s, n))
                 hashes[recycle] = [sha(pieces(cache_dir, s)) for s in (len(sizes) - 2, len(sizes) - 1)]

@@ -28,8 +28,8 @@ from amrckpt.manager import EveryNSteps, list_cache
 from amrckpt.manager._cache import node_directories
 
 
-def cache_of(tmp_path: Path, node_size: int | None, partners: int = 1) -> ac.NodeCache:
-    return ac.NodeCache(str(tmp_path / "cache" / "{node}"), partners=partners, node_size=node_size)
+def cache_of(tmp_path: Path, node_size: int | None, partners: int = 1) -> ac.manager.NodeCache:
+    return ac.manager.NodeCache(str(tmp_path / "cache" / "{node}"), partners=partners, node_size=node_size)
 
 
 def killed_job(tmp_path: Path, partners: int = 1, flushed: int | None = None) -> None:
@@ -109,7 +109,7 @@ def test_node_directories_expand_the_template(tmp_path: Path) -> None:
         (tmp_path / "c" / name / "sub").mkdir(parents=True)
     assert list(node_directories(tmp_path / "c" / "{node}" / "sub")) == [0, 1, 12]
     (tmp_path / "c" / "3").symlink_to(tmp_path / "c" / "1")  # a link is no node's directory
-    assert list(ac.NodeCache(str(tmp_path / "c" / "{node}")).existing()) == [0, 1, 12]
+    assert list(ac.manager.NodeCache(str(tmp_path / "c" / "{node}")).existing()) == [0, 1, 12]
     (tmp_path / "n" / "node-2").mkdir(parents=True)
     assert node_directories(tmp_path / "n") == {2: tmp_path / "n" / "node-2"}  # without {node}: node-<n> below it
 
@@ -122,7 +122,7 @@ def test_restore_of_a_step_only_the_caches_hold_flushes_it_then_loads_it(tmp_pat
     def body(comm: Any) -> list[int]:
         with ac.CheckpointManager(tmp_path / "shared", Advection, comm=comm, cache=cache_of(tmp_path, node_size)) as mgr:
             assert_restored(mgr.restore(2), comm.rank, 2)
-            with pytest.raises(ac.StepNotFoundError):
+            with pytest.raises(ac.errors.StepNotFoundError):
                 mgr.restore(1)  # in no cache either
             steps = mgr.all_steps()
             mgr.close(flush=False)

@@ -46,7 +46,7 @@ def outcome(fn: Any) -> tuple[str, int | None]:
     """``("ok", None)`` or the class and errno of the error."""
     try:
         fn()
-    except ac.AmrckptError as exc:
+    except ac.errors.AmrckptError as exc:
         return type(exc).__name__, getattr(exc, "errno", None)
     return "ok", None
 
@@ -114,7 +114,7 @@ def test_every_rank_raises_when_the_lock_file_is_a_fifo(tmp_path: Path, P: int) 
     os.mkfifo(tmp_path / LOCK)
     got = run_threads(P, lambda comm: outcome(lambda: manager(tmp_path, comm)), timeout=60)
     assert got == [("ManagerError", None)] * P
-    with pytest.raises(ac.ManagerError, match="is not a regular file: it is not a lock file of amrckpt"):
+    with pytest.raises(ac.errors.ManagerError, match="is not a regular file: it is not a lock file of amrckpt"):
         manager(tmp_path)
 
 
@@ -186,7 +186,7 @@ def test_a_lock_file_that_is_a_link_is_refused(tmp_path: Path, P: int) -> None:
     (d / LOCK).symlink_to(victim)
     got = run_threads(P, lambda comm: outcome(lambda: manager(d, comm)), timeout=60)
     assert got == [("ManagerError", None)] * P
-    with pytest.raises(ac.ManagerError, match="is a symbolic link"):
+    with pytest.raises(ac.errors.ManagerError, match="is a symbolic link"):
         manager(d)
     assert victim.read_text() == "precious\n" and (d / LOCK).is_symlink()
 
@@ -213,7 +213,7 @@ def test_an_eloop_from_opening_a_regular_lock_file_is_an_io_error(tmp_path: Path
 def test_a_lock_file_the_library_did_not_create_is_refused(tmp_path: Path) -> None:
     """Before: any file named ``.amrckpt.lock`` was truncated and overwritten."""
     (tmp_path / LOCK).write_text("my notes\n")
-    with pytest.raises(ac.ManagerError, match="holds something else than the owner line"):
+    with pytest.raises(ac.errors.ManagerError, match="holds something else than the owner line"):
         manager(tmp_path)
     assert (tmp_path / LOCK).read_text() == "my notes\n"
     (tmp_path / LOCK).write_text("pid 12 on node3 since 2024-01-01T00:00:00Z\n")  # a lock of an earlier version: taken
@@ -443,7 +443,7 @@ def test_a_damaged_checkpoint_is_kept_aside_never_overwritten(tmp_path: Path, P:
             mgr.save(2, state(2, comm))
             return [r.step, [(s.step, Path(s.kept_as).name[:31], s.unreadable) for s in r.skipped], mgr.all_steps()]
 
-    with pytest.warns(ac.CheckpointSkippedWarning, match="step 2 .* is damaged") as seen:
+    with pytest.warns(ac.errors.CheckpointSkippedWarning, match="step 2 .* is damaged") as seen:
         got = run_threads(P, body, timeout=60)
     assert len(seen) == 1
     assert got == [[1, [(2, "ckpt-000000000002.scda.damaged-", False)], [1, 2]]] * P
@@ -541,11 +541,16 @@ def test_text_from_a_file_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixtu
 # -- finding 9: minor -----------------------------------------------------------------------------------
 
 
-def test_every_policy_is_at_the_top_level() -> None:
-    """Before: ``ac.Never`` (and ``ac.KeepAll``) were missing while every other policy was there."""
-    assert ac.Never is ac.manager.Never and ac.KeepAll is ac.manager.KeepAll
-    policies = [n for n in ac.manager.__all__ if n.startswith(("Keep", "Every", "On")) and n != "KeepPolicy"]
-    assert all(getattr(ac, n) is getattr(ac.manager, n) for n in policies)
+def test_every_policy_is_in_the_manager_and_the_top_level_holds_the_readmes() -> None:
+    """Before: ``ac.Never`` (and ``ac.KeepAll``) were missing while every other policy was at the top level.
+
+    Since issue 34 every policy is in ``amrckpt.manager`` and the top level
+    holds the two that the README uses, the same objects.
+    """
+    assert {"Never", "KeepAll", "AnyOf", "KeepAny"} <= set(ac.manager.__all__)
+    policies = [n for n in ac.manager.__all__ if n.startswith(("Keep", "Every", "On", "Never", "Before")) and n != "KeepPolicy"]
+    assert sorted(n for n in policies if n in ac.__all__) == ["EveryNSteps", "OnSignal"]
+    assert all(getattr(ac, n) is getattr(ac.manager, n) for n in ("EveryNSteps", "OnSignal"))
 
 
 def test_other_failing_ranks_are_named_in_english() -> None:
@@ -556,7 +561,7 @@ def test_other_failing_ranks_are_named_in_english() -> None:
         with inject_faults(1, seed=3, ranks=[0, 1], kinds={"mpi"}, limit=1):
             try:
                 FaultyComm(comm).barrier()
-            except ac.CommError as exc:
+            except ac.errors.CommError as exc:
                 return str(exc)
         return "no error"
 

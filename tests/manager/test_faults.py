@@ -66,7 +66,7 @@ def test_faults_are_deterministic(tmp_path: Path) -> None:
                 for step in range(1, 6):
                     try:
                         mgr.save(step, state(step, None))
-                    except ac.AmrckptError:
+                    except ac.errors.AmrckptError:
                         pass
         return [(f.kind, f.call, f.what.replace(str(d), "")) for f in plan.injected]
 
@@ -77,7 +77,7 @@ def test_faults_are_deterministic(tmp_path: Path) -> None:
 def test_every_call_fails_with_the_errno_asked_for(tmp_path: Path) -> None:
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1), save_kwargs={"backend": FaultyBackend}) as mgr:
         mgr.save(1, state(1, None))
-        with inject_faults(1, kinds={"write"}, errno=errno.ENOSPC), pytest.raises(ac.ScdaIOError) as info:
+        with inject_faults(1, kinds={"write"}, errno=errno.ENOSPC), pytest.raises(ac.errors.ScdaIOError) as info:
             mgr.save(2, state(2, None))
         assert info.value.errno == errno.ENOSPC and "injected" in str(info.value)
         assert [r.step for r in mgr.history()] == [1]
@@ -89,11 +89,11 @@ def test_a_failed_directory_fsync_takes_the_rename_back(tmp_path: Path) -> None:
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1), fs=FaultyFileSystem()) as mgr:
         mgr.save(1, state(1, None))
         old = mgr.path_of(1).read_bytes()
-        with inject_faults(1, kinds={"fsync"}), pytest.raises(ac.ScdaIOError, match="cannot commit"):
+        with inject_faults(1, kinds={"fsync"}), pytest.raises(ac.errors.ScdaIOError, match="cannot commit"):
             mgr.save(2, state(2, None))
         assert not mgr.path_of(2).exists()
         # The same step again: the file it replaced comes back.
-        with inject_faults(1, kinds={"fsync"}), pytest.raises(ac.ScdaIOError):
+        with inject_faults(1, kinds={"fsync"}), pytest.raises(ac.errors.ScdaIOError):
             mgr.save(1, state(2, None), overwrite=True, force=True)
         assert mgr.path_of(1).read_bytes() == old and mgr.metadata(1).record["step"] == 1
         assert mgr.metadata(1).record_problem is None  # the records it replaced came back with it
@@ -120,7 +120,7 @@ def test_a_failed_commit_agreement_takes_the_rename_back(tmp_path: Path, monkeyp
             mgr.save(2, state(2, None))
         k = at[-1]
         seed = next(s for s in range(10**6) if _fails_only_call(s, k + 1, k))
-        with inject_faults(k + 1, seed=seed, kinds={"mpi"}, limit=1) as plan, pytest.raises(ac.CommError, match="injected"):
+        with inject_faults(k + 1, seed=seed, kinds={"mpi"}, limit=1) as plan, pytest.raises(ac.errors.CommError, match="injected"):
             mgr.save(3, state(3, None))
         assert [f.call for f in plan.injected] == [k]
         assert not mgr.path_of(3).exists() and mgr.latest().step == 2  # type: ignore[union-attr]
@@ -158,7 +158,7 @@ def test_environment_variable_injects_in_a_subprocess(tmp_path: Path) -> None:
         f"mgr = ac.CheckpointManager({str(tmp_path)!r}, Advection, save_kwargs={{'backend': FaultyBackend}})\n"
         "try:\n"
         "    mgr.save(1, state(1, None), force=True)\n"
-        "except ac.ScdaIOError as exc:\n"
+        "except ac.errors.ScdaIOError as exc:\n"
         "    print('raised', exc.errno)\n"
     )
     env = dict(os.environ, AMRCKPT_FAULTS="every_n=1,kinds=write,errno=EDQUOT")

@@ -92,7 +92,7 @@ def test_disk_full_on_a_real_tmpfs(small_fs: Path, P: int) -> None:
             try:
                 mgr.save(2, state(2, comm))
                 got: tuple[str, int | None] = ("saved", None)
-            except ac.AmrckptError as exc:
+            except ac.errors.AmrckptError as exc:
                 got = (type(exc).__name__, getattr(exc, "errno", None))
             comm.barrier()
             if comm.rank == 0:
@@ -114,7 +114,7 @@ def test_disk_full_injected(tmp_path: Path) -> None:
             with inject_faults(1, ranks=[comm.size - 1], kinds={"write"}, errno=errno.ENOSPC):
                 try:
                     mgr.save(2, state(2, comm))
-                except ac.ScdaIOError as exc:
+                except ac.errors.ScdaIOError as exc:
                     return f"{type(exc).__name__} {exc.errno}"
         return "saved"
 
@@ -132,7 +132,7 @@ def test_permission_denied_by_chmod(tmp_path: Path) -> None:
         mgr.save(1, state(1, None))
         tmp_path.chmod(0o500)
         try:
-            with pytest.raises(ac.ScdaPermissionError, match="Permission denied"):
+            with pytest.raises(ac.errors.ScdaPermissionError, match="Permission denied"):
                 mgr.save(2, state(2, None))
         finally:
             tmp_path.chmod(0o700)
@@ -146,7 +146,7 @@ def test_permission_denied_injected(tmp_path: Path) -> None:
             with inject_faults(1, ranks=[0], kinds={"open"}, errno=errno.EACCES):
                 try:
                     mgr.save(2, state(2, comm))
-                except ac.AmrckptError as exc:
+                except ac.errors.AmrckptError as exc:
                     return type(exc).__name__
         return "saved"
 
@@ -178,7 +178,7 @@ def test_directory_gone_under_a_running_manager(tmp_path: Path, how: str) -> Non
                 try:
                     call()
                     out.append("no error")
-                except ac.AmrckptError as exc:
+                except ac.errors.AmrckptError as exc:
                     out.append(f"{type(exc).__name__}: {exc}")
         return out
 
@@ -211,7 +211,7 @@ time.sleep(600)
 def test_second_manager_on_the_same_directory(tmp_path: Path) -> None:
     with manager(tmp_path) as first:
         first.save(1, state(1, None))
-        with pytest.raises(ac.ManagerError, match=rf"in use by another manager \(pid {os.getpid()} on .+ since "):
+        with pytest.raises(ac.errors.ManagerError, match=rf"in use by another manager \(pid {os.getpid()} on .+ since "):
             manager(tmp_path)
         first.save(2, state(2, None))  # the first one goes on
     with manager(tmp_path) as again:  # released on close
@@ -224,7 +224,7 @@ def test_a_killed_job_leaves_no_lock_behind(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        with pytest.raises(ac.ManagerError, match=rf"pid {holder.pid} on "):
+        with pytest.raises(ac.errors.ManagerError, match=rf"pid {holder.pid} on "):
             manager(tmp_path)
     finally:
         holder.send_signal(signal.SIGKILL)

@@ -74,7 +74,7 @@ def test_policies() -> None:
     combined = EveryNSteps(100) | EveryNSeconds(3600) | Never()
     assert combined.decide(m(300)).save and not combined.decide(m(301, now=10.0, last_time=0.0)).save
     assert (Decision(True, False, "a") | Decision(False, True, "b")) == Decision(True, True, "a; b")
-    with pytest.raises(ac.AmrckptError):
+    with pytest.raises(ac.errors.AmrckptError):
         EveryNSteps(0)
 
 
@@ -164,7 +164,7 @@ def test_restore_falls_back_when_the_newest_is_damaged(tmp_path: Path, caplog: p
     kept = {s: (tmp_path / f"ckpt-{s:012d}.scda").read_bytes() for s in (20, 30)}
     with ac.CheckpointManager(tmp_path, Advection) as mgr:
         assert [r.valid for r in mgr.history()] == [True, False, True]
-        with pytest.warns(ac.CheckpointSkippedWarning) as seen:
+        with pytest.warns(ac.errors.CheckpointSkippedWarning) as seen:
             loaded = mgr.restore_latest()
         assert mgr.restored_step == 10 == loaded.step
         assert_state_equal(loaded.state, state_at(10))
@@ -181,7 +181,7 @@ def test_failed_save_leaves_nothing_and_keeps_the_previous(tmp_path: Path) -> No
         mgr.save(1, state_at(1))
         bad = state_at(2)
         bad.rho = bad.rho.astype("<f4")
-        with pytest.raises(ac.SchemaError, match="'rho'"):
+        with pytest.raises(ac.errors.SchemaError, match="'rho'"):
             mgr.save(2, bad)
         assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".amrckpt")) == [
             "amrckpt-history.jsonl",
@@ -256,7 +256,7 @@ def test_background_errors_surface_on_every_rank(tmp_path: Path) -> None:
         mgr.save(1, st)
         try:
             mgr.wait()
-        except ac.SchemaError as exc:
+        except ac.errors.SchemaError as exc:
             return str(exc)
         finally:
             mgr.close()
@@ -275,7 +275,7 @@ def _with_step(st: Advection, step: int) -> Advection:
 # -- the decorator ----------------------------------------------------------------
 
 
-@ac.checkpointable(Advection, attributes={"rho": "density"})
+@ac.manager.checkpointable(Advection, attributes={"rho": "density"})
 class PlainSim:
     def __init__(self, g: Any) -> None:
         st = g.local(0, g.N)
@@ -289,7 +289,7 @@ class PlainSim:
         self.derived = f"rebuilt for leaves {loaded.partition.local_range(0)}"
 
 
-@ac.checkpointable(Advection)
+@ac.manager.checkpointable(Advection)
 @dataclasses.dataclass
 class DataSim:
     step: int
@@ -302,7 +302,7 @@ class DataSim:
     scratch: list[int] = dataclasses.field(default_factory=list)
 
 
-@ac.checkpointable(Advection)
+@ac.manager.checkpointable(Advection)
 class ModelSim(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     step: int
@@ -336,14 +336,14 @@ def test_checkpointable_classes(cls: Any, tmp_path: Path) -> None:
 
 
 def test_checkpointable_errors() -> None:
-    with pytest.raises(ac.SchemaError, match="no fields"):
-        ac.checkpointable(Advection, attributes={"nope": "x"})
+    with pytest.raises(ac.errors.SchemaError, match="no fields"):
+        ac.manager.checkpointable(Advection, attributes={"nope": "x"})
 
-    @ac.checkpointable(Advection)
+    @ac.manager.checkpointable(Advection)
     class Partial:
         step = 1
 
-    with pytest.raises(ac.SchemaError, match="no attribute 'time'"):
+    with pytest.raises(ac.errors.SchemaError, match="no attribute 'time'"):
         Partial().to_checkpoint()  # type: ignore[attr-defined]
 
 
@@ -366,7 +366,7 @@ def test_restore_latest_with_the_writing_partition(tmp_path: Path) -> None:
     run_threads(3, write)
     assert (tmp_path / f"ckpt-{10:012d}.scda.run.json").is_file()
     assert run_threads(3, read) == [(0, g.N - 2), (g.N - 2, g.N - 1), (g.N - 1, g.N)]
-    with pytest.raises(ac.SchemaError, match="written on 3 ranks; this job has 2"):
+    with pytest.raises(ac.errors.SchemaError, match="written on 3 ranks; this job has 2"):
         run_threads(2, read)
 
 

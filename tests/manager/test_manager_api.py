@@ -46,7 +46,7 @@ def outcome(call: Any) -> str:
     """What a call did: "ok", or the class name and message of its error."""
     try:
         call()
-    except ac.AmrckptError as exc:
+    except ac.errors.AmrckptError as exc:
         return f"{type(exc).__name__}: {exc}"
     return "ok"
 
@@ -97,7 +97,7 @@ def test_steps_metadata_restore_delete_on_P_ranks(tmp_path: Path, P: int, monkey
         (30, {"loss": 1 / 30, "ranks": P}, {"git": "abc123", "s": [30]}),
     ]
     assert [e["step"] for e in history_lines(tmp_path)] == [10, 30]  # delete removed the record too
-    assert isinstance(ac.StepNotFoundError("x"), LookupError)
+    assert isinstance(ac.errors.StepNotFoundError("x"), LookupError)
 
 
 def test_all_steps_and_latest_step_open_no_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,7 +153,7 @@ def test_existing_or_lower_step_raises_unless_overwrite(tmp_path: Path, P: int) 
     steps = [e["step"] for e in history_lines(tmp_path)]
     assert sorted(steps) == [10, 15, 20] and len(steps) == 3  # one record per step: no duplicate for the overwrite
     assert not list(tmp_path.glob(".ckpt-*")) and not list(tmp_path.glob(f".{HISTORY}*"))
-    assert issubclass(ac.StepAlreadyExistsError, ac.ManagerError)
+    assert issubclass(ac.errors.StepAlreadyExistsError, ac.errors.ManagerError)
 
 
 def test_a_step_that_restore_found_damaged_may_be_saved_again(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_a_step_that_restore_found_damaged_may_be_saved_again(tmp_path: Path) ->
     newest.write_bytes(blob)
     damaged = newest.read_bytes()
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10)) as mgr:
-        with pytest.warns(ac.CheckpointSkippedWarning, match="step 20 .* is damaged: ChecksumError"):
+        with pytest.warns(ac.errors.CheckpointSkippedWarning, match="step 20 .* is damaged: ChecksumError"):
             assert mgr.restore_latest() is not None and mgr.restored_step == 10
         assert mgr.save(20, state(20, None))  # the run goes on from 10 and writes 20 again; the damaged one is kept aside
         assert ac.verify(newest).ok and [e["step"] for e in history_lines(tmp_path)] == [10, 20]
@@ -175,7 +175,7 @@ def test_a_step_that_restore_found_damaged_may_be_saved_again(tmp_path: Path) ->
     newest.write_bytes(newest.read_bytes()[:-50])  # cut short: not even the metadata verify
     cut = newest.read_bytes()
     with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(10)) as mgr:
-        with pytest.warns(ac.CheckpointSkippedWarning, match="step 20 .* is damaged: IncompleteCheckpointError"):
+        with pytest.warns(ac.errors.CheckpointSkippedWarning, match="step 20 .* is damaged: IncompleteCheckpointError"):
             assert mgr.save(20, state(20, None))  # a damaged checkpoint does not block a save, and is not overwritten
     assert sorted(p.read_bytes() for p in tmp_path.glob("ckpt-000000000020.scda.damaged-*[0-9a-f]")) == sorted([damaged, cut])
 
@@ -224,7 +224,7 @@ def test_keep_best_chooses_by_metric() -> None:
     assert (KeepBest("loss", 1) | KeepLast(1)).keep_with_history(steps, hist) == {6}
     assert (KeepBest("loss", 1, mode="max") | KeepLast(1)).keep_with_history(steps, hist) == {1, 6}
     for bad in ({"metric": "x", "n": 0}, {"metric": "x", "n": True}, {"metric": "x", "n": 1, "mode": "best"}):
-        with pytest.raises(ac.AmrckptError):
+        with pytest.raises(ac.errors.AmrckptError):
             KeepBest(**bad)  # type: ignore[arg-type]
 
 
@@ -237,7 +237,7 @@ def test_keep_every_n_seconds_chooses_by_save_time() -> None:
     assert KeepEveryNSeconds(25).keep_with_history(steps, hist) == {0, 3, 6, 9}
     assert KeepEveryNSeconds(50).keep_with_history(steps, hist) == {0, 5, 10}
     assert KeepEveryNSeconds(30).keep(steps) == set()
-    with pytest.raises(ac.AmrckptError):
+    with pytest.raises(ac.errors.AmrckptError):
         KeepEveryNSeconds(0)
 
 
@@ -332,7 +332,7 @@ def test_warnings_come_once_per_job_not_once_per_rank(tmp_path: Path, caplog: py
             mgr.log.rank_warning("rank %d differs", comm.rank)
             return mgr.restored_step
 
-    with caplog.at_level(logging.INFO, logger="amrckpt"), pytest.warns(ac.CheckpointSkippedWarning) as seen:
+    with caplog.at_level(logging.INFO, logger="amrckpt"), pytest.warns(ac.errors.CheckpointSkippedWarning) as seen:
         assert run_threads(4, body, timeout=60) == [10] * 4
     assert len(seen) == 1  # the warning of rank 0 only
     skipping = [r for r in caplog.records if "skipped and kept aside" in r.getMessage()]
@@ -401,6 +401,6 @@ def test_a_save_on_a_closed_manager_is_a_manager_error(tmp_path: Path) -> None:
     """Before: an ScdaUsageError, an error of the file layer, for a manager's state."""
     mgr = ac.CheckpointManager(tmp_path / "ckpt", Advection)
     mgr.close()
-    with pytest.raises(ac.ManagerError, match=r"the manager is closed .*open a new CheckpointManager"):
+    with pytest.raises(ac.errors.ManagerError, match=r"the manager is closed .*open a new CheckpointManager"):
         mgr.save(10, state(10, None), force=True)
     assert not list((tmp_path / "ckpt").glob("ckpt-*"))

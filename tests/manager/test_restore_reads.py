@@ -184,7 +184,7 @@ def test_damage_found_twice_is_kept_aside(tmp_path: Path) -> None:
     blob = bytearray(p.read_bytes())
     blob[ac.read_info(p).index.entry("rho").offset + 100] ^= 1
     p.write_bytes(bytes(blob))
-    with manager(tmp_path) as mgr, pytest.warns(ac.CheckpointSkippedWarning, match="is damaged"):
+    with manager(tmp_path) as mgr, pytest.warns(ac.errors.CheckpointSkippedWarning, match="is damaged"):
         r = mgr.restore_latest()
     assert r.step == 1 and [s.step for s in r.skipped] == [2]
     assert len(list(tmp_path.glob(NEWEST + ".damaged-*[0-9a-f]"))) == 1
@@ -203,7 +203,7 @@ RESTART = """
     d = Path(sys.argv[1])
 
     def body(comm):
-        cache = ac.NodeCache(d / "cache") if sys.argv[2] == "cache" else None
+        cache = ac.manager.NodeCache(d / "cache") if sys.argv[2] == "cache" else None
         with ac.CheckpointManager(d / "shared", Advection, comm=comm, cache=cache) as mgr:
             try:
                 r = mgr.restore_latest()
@@ -260,7 +260,7 @@ def test_a_planted_checkpoint_is_a_clear_error(tmp_path: Path, kind: str) -> Non
 
 def cache_step_1(tmp_path: Path) -> Path:
     """Save step 1 into a node cache, unflushed; return the cached step's directory."""
-    cache = ac.NodeCache(tmp_path / "cache")
+    cache = ac.manager.NodeCache(tmp_path / "cache")
     with ac.CheckpointManager(tmp_path / "shared", Advection, save_policy=EveryNSteps(1), cache=cache) as mgr:
         mgr.save(1, state(1, None))
         mgr.close(flush=False)
@@ -282,7 +282,10 @@ def test_a_planted_cache_file_is_refused_without_blocking(tmp_path: Path, name: 
 def test_short_reads_of_a_cached_step(tmp_path: Path) -> None:
     """The cache's ``step.json`` and the load in place read whole under short reads."""
     cache_step_1(tmp_path)
-    with short_reads(5), ac.CheckpointManager(tmp_path / "shared", Advection, cache=ac.NodeCache(tmp_path / "cache")) as mgr:
+    with (
+        short_reads(5),
+        ac.CheckpointManager(tmp_path / "shared", Advection, cache=ac.manager.NodeCache(tmp_path / "cache")) as mgr,
+    ):
         r = mgr.restore_latest()
         assert (r.step, mgr.restored_from) == (1, "cache")
         assert_state_equal(r.state, state(1, None))
@@ -330,7 +333,7 @@ def test_retention_never_deletes_what_is_kept_aside(tmp_path: Path) -> None:
     blob[ac.read_info(p).index.entry("rho").offset + 100] ^= 1
     p.write_bytes(bytes(blob))
     with manager(d, keep_policy=KeepLast(1)) as mgr:
-        with pytest.warns(ac.CheckpointSkippedWarning):
+        with pytest.warns(ac.errors.CheckpointSkippedWarning):
             assert mgr.restore_latest().step == 1
         for s in range(2, 8):
             mgr.save(s, state(s, None))

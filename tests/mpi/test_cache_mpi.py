@@ -41,7 +41,7 @@ def sha(path: Path) -> str:
 
 
 def manager(tmp: Path, comm: Any, **kw: Any) -> ac.CheckpointManager[Advection]:
-    cache = ac.NodeCache(str(tmp / "cache" / "{node}"), partners=1, keep=kw.pop("keep", 2), node_size=node_size(comm.size))
+    cache = ac.manager.NodeCache(str(tmp / "cache" / "{node}"), partners=1, keep=kw.pop("keep", 2), node_size=node_size(comm.size))
     return ac.CheckpointManager(tmp / "shared", Advection, comm=comm, save_policy=EveryNSteps(10), cache=cache, **kw)
 
 
@@ -90,7 +90,7 @@ def test_recycled_pieces_files_on_dev_shm_give_the_direct_save(mpi_tmp: Path) ->
     root = Path(w.bcast(tempfile.mkdtemp(prefix="amrckpt-mpi-", dir=shm) if w.rank == 0 else None))
     ok = True
     try:
-        cache = ac.NodeCache(str(root / "{node}"), partners=1, keep=2, node_size=node_size(w.size))
+        cache = ac.manager.NodeCache(str(root / "{node}"), partners=1, keep=2, node_size=node_size(w.size))
         with ac.CheckpointManager(
             mpi_tmp / "shared", Advection, comm=w, save_policy=EveryNSteps(10), cache=cache, flush_policy=EveryNSteps(20)
         ) as mgr:
@@ -259,7 +259,7 @@ def test_nodes_of_different_sizes_keep_partner_copies_by_position(mpi_tmp: Path)
     w = world()
     if w.size < 3:
         pytest.skip("needs nodes of different sizes: at least 3 ranks")
-    cache = ac.NodeCache(str(mpi_tmp / "cache" / "{node}"), partners=1, node_size=w.size - 1)
+    cache = ac.manager.NodeCache(str(mpi_tmp / "cache" / "{node}"), partners=1, node_size=w.size - 1)
     with ac.CheckpointManager(mpi_tmp / "shared", Advection, comm=w, save_policy=EveryNSteps(10), cache=cache) as mgr:
         mgr.save(10, state(10, w))
         mgr.close(flush=False)

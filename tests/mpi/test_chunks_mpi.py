@@ -93,6 +93,6 @@ def test_a_damaged_hp_chunk_is_a_checksum_error_on_every_rank(mpi_tmp: Path) -> 
     msg = ""
     try:
         ac.load(path, Packed, comm=comm)
-    except ac.ChecksumError as exc:
+    except ac.errors.ChecksumError as exc:
         msg = str(exc)
     assert all_true("'modes'" in msg)

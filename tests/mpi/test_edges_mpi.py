@@ -90,13 +90,13 @@ def _big_state(comm: Any) -> Advection:
 def test_close_errors_during_a_load_on_every_subset(mpi_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     w = world()
     path = mpi_tmp / "base.scda"
-    ac.save(_state(w, 3), path, comm=w, backend="posix")
+    ac.save(_state(w, 3), path, comm=w, access=ac.FileAccess(backend="posix"))
     want = ac.load(path, Advection, comm=w).state
     for backend in ("posix", "mpiio"):
         for ranks in subsets(w.size):
             with bounded(), failing_close(w.rank in ranks, monkeypatch) as hits:
                 try:
-                    ac.load(path, Advection, comm=w, backend=backend)
+                    ac.load(path, Advection, comm=w, access=ac.FileAccess(backend=backend))
                     outcome: Any = "loaded"
                 except errors.AmrckptError as exc:
                     outcome = (type(exc).__name__, getattr(exc, "errno", None), sorted(exc.rank_errors))
@@ -145,7 +145,7 @@ def test_a_thread_that_cannot_start_is_an_agreed_error(mpi_tmp: Path, monkeypatc
     for ranks in subsets(w.size)[: 2 * w.size]:
         d = mpi_tmp / f"{what}-{'-'.join(map(str, ranks))}"
         kw: dict[str, Any] = {"background": True} if what == "background" else {
-            "cache": ac.NodeCache(str(d / "cache" / "{node}"), partners=0, node_size=w.size),
+            "cache": ac.manager.NodeCache(str(d / "cache" / "{node}"), partners=0, node_size=w.size),
             "flush_policy": EveryNSteps(1),
         }  # fmt: skip
         with bounded(), ac.CheckpointManager(d, Advection, comm=w, save_policy=EveryNSteps(1), **kw) as m:

@@ -32,7 +32,7 @@ def state(step: int, comm: Any) -> Advection:
     return st
 
 
-def _field_digest(loaded: ac.Loaded[Advection], comm: Any) -> str:
+def _field_digest(loaded: ac.restart.Loaded[Advection], comm: Any) -> str:
     """A hash of the restored fields in global order (gathered on every rank), independent of the partition."""
     parts = comm.allgather((loaded.state.rho.tobytes(), loaded.state.vel.tobytes(), loaded.state.modes.values.tobytes()))
     h = hashlib.sha256()
@@ -141,7 +141,7 @@ def test_background_error_on_one_rank_surfaces_on_every_rank(mpi_tmp: Path) -> N
         try:
             mgr.wait()
             got = ""
-        except ac.SchemaError as exc:
+        except ac.errors.SchemaError as exc:
             got = type(exc).__name__
         steps = [r.step for r in mgr.history()]
     assert w.allgather((got, steps)) == [("SchemaError", [1])] * w.size  # nothing of step 2 remains
@@ -174,13 +174,13 @@ def test_manager_api_agreed_on_every_rank(mpi_tmp: Path) -> None:
             try:
                 call()
                 out.append("no error")
-            except ac.StepAlreadyExistsError as exc:
+            except ac.errors.StepAlreadyExistsError as exc:
                 out.append(str(exc).split(":")[0])
         bad = {"rank": w.rank} if w.size > 1 else {"rank": "x", "y": object()}
         try:
             mgr.save(40, state(30, w), metadata=bad)
             out.append("no error")
-        except ac.ManagerError as exc:
+        except ac.errors.ManagerError as exc:
             out.append(type(exc).__name__)
         mgr.delete(20)
         out.append(mgr.all_steps())
@@ -224,7 +224,7 @@ def test_warnings_once_per_job(mpi_tmp: Path) -> None:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-    warned = w.allgather(len([x for x in seen if issubclass(x.category, ac.CheckpointSkippedWarning)]))
+    warned = w.allgather(len([x for x in seen if issubclass(x.category, ac.errors.CheckpointSkippedWarning)]))
     logged = w.allgather(len([r for r in records if "skipped and kept aside" in r.getMessage()]))
     assert warned == logged == [1] + [0] * (w.size - 1) and step == 10  # one report per job: rank 0's
     assert [(s.step, s.unreadable) for s in restored.skipped] == [(20, False)]

@@ -82,7 +82,7 @@ def test_schema_errors_on_every_rank(mpi_tmp: Path) -> None:
     st = G.for_rank(w)
     if w.rank == w.size - 1:
         st.rho = st.rho.astype("<f4")
-    with pytest.raises(ac.SchemaError) as info:
+    with pytest.raises(ac.errors.SchemaError) as info:
         ac.save(st, mpi_tmp / "bad.scda", comm=w)
     assert set(info.value.rank_errors) == {w.size - 1}
     assert "'rho'" in str(info.value)
@@ -99,7 +99,7 @@ def test_damage_is_reported_on_every_rank(mpi_tmp: Path) -> None:
         blob[e.offset + 200] ^= 0x01
         path.write_bytes(bytes(blob))
     w.Barrier()
-    with pytest.raises(ac.ChecksumError, match="'rho'"):
+    with pytest.raises(ac.errors.ChecksumError, match="'rho'"):
         ac.load(path, Advection, comm=w)
     report = ac.verify(path, comm=w)
     assert not report.ok and len(report.problems) == 1 and "'rho'" in report.problems[0].message
@@ -162,10 +162,10 @@ def test_large_pieces_by_contiguous_calls_give_the_same_file_and_state(
     ok = True
     for counts in (None, [0] * (w.size - 1) + [G.N]):
         path = mpi_tmp / f"contiguous-{counts is None}.scda"
-        ac.save(G.for_rank(w, counts), path, comm=w, info=hints)
+        ac.save(G.for_rank(w, counts), path, comm=w, access=ac.FileAccess(info=hints))
         w.Barrier()
         ok &= hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(ref.read_bytes()).digest()
-        loaded = ac.load(path, Advection, comm=w, info=hints)
+        loaded = ac.load(path, Advection, comm=w, access=ac.FileAccess(info=hints))
         lo, hi = loaded.partition.local_range(w.rank)
         try:
             assert_state_equal(loaded.state, G.local(lo, hi))
@@ -198,8 +198,8 @@ def test_a_read_that_fails_in_a_plan_read_in_groups_fails_the_load_on_every_rank
             got = "loaded"
             with inject_faults(1, ranks=ranks, kinds={"read"}, errno=errno.EIO, limit=1):
                 try:
-                    ac.load(path, Advection, comm=w, backend=FaultyBackend)
-                except ac.AmrckptError as exc:
+                    ac.load(path, Advection, comm=w, access=ac.FileAccess(backend=FaultyBackend))
+                except ac.errors.AmrckptError as exc:
                     got = f"{type(exc).__name__} {getattr(exc, 'errno', None)}"
             ok &= got == f"ScdaIOError {errno.EIO}"
     loaded = ac.load(path, Advection, comm=w)  # and without faults, the same file loads

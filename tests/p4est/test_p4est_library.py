@@ -208,7 +208,7 @@ def test_p4est_cannot_tell_a_flipped_bit_amrckpt_can(tmp_path: Path) -> None:
     entry = ac.read_info(ck).index.entry("data")
     raw[entry.offset + 200] ^= 0x10
     (tmp_path / "g.scda").write_bytes(bytes(raw))
-    with pytest.raises(ac.ChecksumError, match="'data'"):
+    with pytest.raises(ac.errors.ChecksumError, match="'data'"):
         ac.load(tmp_path / "g.scda")
     # A flipped quadrant coordinate, though, amrckpt sees in the p4est file too.
     blob = bytearray(src.read_bytes())

@@ -119,10 +119,10 @@ def test_a_checkpoint_without_a_connectivity(tmp_path: Path) -> None:
     assert read_p4est(tmp_path / "row.p4est").connectivity == sfc.Connectivity.brick((3, 1))
 
     class Boxes(ac.CheckpointSchema, name="boxes", version=1):
-        mesh: ac.Forest = ac.Mesh(dim=2, geometry=ac.GeometrySpec(tree_lower=[[0, 0]] * 3, tree_upper=[[1, 1]] * 3))
+        mesh: ac.Forest = ac.Mesh(dim=2, geometry=ac.container.GeometrySpec(tree_lower=[[0, 0]] * 3, tree_upper=[[1, 1]] * 3))
 
     ac.save(Boxes(mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=3)), tmp_path / "boxes.scda")
-    with pytest.raises(ac.CheckpointError, match="boxes"):
+    with pytest.raises(ac.errors.CheckpointError, match="boxes"):
         checkpoint_to_p4est(tmp_path / "boxes.scda", tmp_path / "boxes.p4est")
 
 
@@ -195,6 +195,6 @@ def test_write_p4est_refuses_bad_data(tmp_path: Path) -> None:
         run_threads(2, differ)
     with pytest.raises(SchemaError, match="connectivity"):
         write_p4est(tmp_path / "z.p4est", forest, sfc.Connectivity.unit(2))
-    with pytest.raises(ac.ScdaError) as info:
+    with pytest.raises(ac.errors.ScdaError) as info:
         read_p4est(tmp_path / "missing.p4est")
     assert isinstance(info.value, FileNotFoundError)

@@ -392,7 +392,7 @@ def test_bit_flips_are_caught_by_verification(tmp_path: Path) -> None:
         assert not report.ok and any(repr(e.name) in p.message for p in report.problems), (e.name, report.problems)
         # A ChecksumError naming the section, also where the damage broke the section's structure before its bytes
         # were read: the reader then CRCs the section, and damage is the better explanation.
-        with pytest.raises(ac.ChecksumError) as info:
+        with pytest.raises(ac.errors.ChecksumError) as info:
             ac.load(path, Advection)
         assert info.value.section == e.name, (pos, e.name, info.value)
     path.write_bytes(good)

@@ -1050,15 +1050,15 @@ def test_verify_and_read_info_on_many_ranks(tmp_path: Path, good_file: Any) -> N
 def test_unwritable_path_fails_on_every_rank(tmp_path: Path) -> None:
     path = tmp_path / "missing" / "dir" / "c.scda"
     errs = agreed_errors(3, lambda comm: ac.save(G2.local(G2.N * comm.rank // 3, G2.N * (comm.rank + 1) // 3), path, comm=comm))
-    assert all(isinstance(e, ac.ScdaIOError) for e in errs), errs
+    assert all(isinstance(e, ac.errors.ScdaIOError) for e in errs), errs
 
 
 def test_bad_style_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "c.scda"
     with pytest.raises(AmrckptError):
-        ac.save(G2.local(0, G2.N), path, style="dos")  # type: ignore[arg-type]
+        ac.save(G2.local(0, G2.N), path, access=ac.FileAccess(style="dos"))  # type: ignore[arg-type]
     assert not path.exists()
-    ac.save(G2.local(0, G2.N), path, style="mime")
+    ac.save(G2.local(0, G2.N), path, access=ac.FileAccess(style="mime"))
     assert_rich_equal(ac.load(path, Rich2).state, G2.local(0, G2.N))
     assert ac.verify(path).ok
 

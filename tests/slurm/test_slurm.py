@@ -67,7 +67,7 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "PMI_", "PMIX_", "OMPI_"))}
 
 
-def history(directory: Path) -> list[ac.CheckpointRecord]:
+def history(directory: Path) -> list[ac.manager.CheckpointRecord]:
     with ac.CheckpointManager(directory, adv.AdvectionState) as manager:
         return manager.history()
 

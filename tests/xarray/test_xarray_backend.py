@@ -256,7 +256,7 @@ def test_a_damaged_chunk_is_a_checksum_error_on_read(tmp_path: Path, every: tupl
     bad.write_bytes(bytes(raw))
     with xr.open_dataset(bad, engine=ENGINE) as ds:
         _ = ds.vel.isel(leaf=slice(0, 10)).values  # an intact chunk
-        with pytest.raises(ac.ChecksumError, match="'vel'"):
+        with pytest.raises(ac.errors.ChecksumError, match="'vel'"):
             _ = ds.vel.isel(leaf=slice(-3, None)).values
 
 
