@@ -204,7 +204,7 @@ def test_an_eloop_from_opening_a_regular_lock_file_is_an_io_error(tmp_path: Path
         return real(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", failing)
-    with pytest.raises(ac.ManagerError) as got:
+    with pytest.raises(ac.errors.ManagerError) as got:
         manager(tmp_path)
     assert isinstance(got.value, OSError) and got.value.errno == errno.ELOOP, got.value
     assert "symbolic link" not in str(got.value).split(":")[0], got.value
