@@ -13,20 +13,10 @@ from __future__ import annotations
 
 from ._agreed import agreed_error, describe
 from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, combine_columns, digest_of
-from ._call import (
-    Call,
-    Reduced,
-    as_comm,
-    collective,
-    collective_method,
-    current_call,
-    mpi_of,
-    require_comm,
-    unwatch,
-    watch,
-)
+from ._call import Call, Reduced, collective, collective_method, current_call, unwatch, watch
 from ._mpi import MPIComm, is_mpi4py_comm, world_comm
 from ._reduction import Reduction, Totals
+from ._registry import as_comm, mpi_of, require_comm
 from ._thread import ThreadComm, run_threads, thread_rank
 from ._watchdog import DEFAULT_TIMEOUT, install_excepthook
 
