@@ -78,7 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
         "cb_nodes=8); added to AMRCKPT_MPIIO_HINTS (docs/scaling.md lists values for Lustre and GPFS)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (
+        _add_inspect,
+        _add_verify,
+        _add_convert,
+        _add_plot,
+        _add_export,
+        _add_ls,
+    ):
+        add(sub)
+    return parser
 
+
+def _add_inspect(sub: Any) -> None:
+    """Add the ``inspect`` subcommand to ``sub``."""
     p = _subparser(
         sub,
         "inspect",
@@ -94,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     p.add_argument("--sections", action="store_true", help="also list the raw sections of each compressed pair, and data padding")
 
+
+def _add_verify(sub: Any) -> None:
+    """Add the ``verify`` subcommand to ``sub``."""
     p = _subparser(
         sub,
         "verify",
@@ -118,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON list of results instead of text")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (shown only when stderr is a terminal)")
 
+
+def _add_convert(sub: Any) -> None:
+    """Add the ``convert`` subcommand to ``sub``."""
     p = _subparser(
         sub,
         "convert",
@@ -169,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--no-data", action="store_true", help="--to p4est: write no quadrant data (p4est loads it with data_size 0)")
 
+
+def _add_plot(sub: Any) -> None:
+    """Add the ``plot`` subcommand to ``sub``."""
     p = _subparser(
         sub,
         "plot",
@@ -197,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=150, help="resolution (default 150)")
     p.add_argument("--slice", default=None, metavar="AXIS[=VALUE]", help="3D: the plane drawn (default z through the middle)")
 
+
+def _add_export(sub: Any) -> None:
+    """Add the ``export`` subcommand to ``sub``."""
     p = _subparser(
         sub,
         "export",
@@ -235,6 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="unstructured (default: any geometry, a series) or htg: a HyperTreeGrid of a brick (one checkpoint)",
     )
 
+
+def _add_ls(sub: Any) -> None:
+    """Add the ``ls`` subcommand to ``sub``."""
     p = _subparser(
         sub,
         "ls",
@@ -268,7 +296,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CACHE",
         help="also list the node caches under CACHE (two-level checkpoints; {node} expanded)",
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
