@@ -133,100 +133,124 @@ def adapt_state(
         without a connectivity.
     """
     forest: Forest = values[mesh]
-    dim = forest.dim
-    _check_ops(adapt, dim, call.comm.size, connectivity)
+    _check_ops(adapt, forest.dim, call.comm.size, connectivity)
     names = [n for n in values if n != mesh and n in kinds and kinds[n].per_leaf and kinds[n].mesh_name(n) == mesh]
     tkinds = {n: ("hp" if isinstance(values[n], HpData) else "cells") for n in names}
     transfers = call.run(lambda: {n: _transfer_of(n, tkinds[n], adapt) for n in names}) or {}
-    state: dict[str, Any] = {"forest": forest, **{n: values[n] for n in names}}
-    fresh = True  # the leaves as read: with families kept whole when the adaptation coarsens
-
-    def apply(steps: tuple[AdaptStep, ...], new_forest: Forest) -> None:
-        for s in steps:
-            for n in names:
-                t = transfers[n]
-                if isinstance(t, HpTransfer):
-                    state[n] = apply_hp(state[n], s, dim, t, n)
-                else:
-                    state[n] = apply_cells(state[n], s, dim, t, n)
-        state["forest"] = new_forest
-
-    def fields_of() -> dict[str, Any]:
-        return {n: state[n] for n in names}
-
+    a = _Adapting(call, forest, {n: values[n] for n in names}, transfers)
     for op in adapt.ops:
         if isinstance(op, Refine):
-
-            def do_refine(op: Refine = op) -> None:
-                m = _marker(op, state["forest"], fields_of(), "Refine")
-                res = sfc_refine(state["forest"], op.levels, m, maxlevel=op.maxlevel)
-                apply(res.steps, res.forest)
-
-            call.run(do_refine)
+            call.run(a.refine, op)
         elif isinstance(op, Coarsen):
-            mark = call.run(_marker, op, state["forest"], fields_of(), "Coarsen")
-            state["__mark"] = np.ones(len(state["forest"]), dtype=bool) if mark is None else mark
-            for _ in range(operator.index(op.levels)):
-                if call.comm.size > 1 and not fresh:  # each family whole on one rank again: a few leaves move
-                    call.agree("adapt: coarsen")
-                    cur = Partition.from_counts(call.allgather_int(len(state["forest"]), what="adapt: counts"))
-                    kept = keep(call, state["forest"], cur, cur)
-                    if not np.array_equal(kept.global_first_quadrant, cur.global_first_quadrant):
-                        state.update(moved(call, state, cur, kept))
-
-                def do_coarsen(op: Coarsen = op) -> None:
-                    res = sfc_coarsen(state["forest"], 1, state["__mark"], minlevel=op.minlevel)
-                    if res.steps:
-                        state["__mark"] = state["__mark"][~family_members(res.steps[0].mask, dim)]
-                    apply(res.steps, res.forest)
-
-                call.run(do_coarsen)
-                fresh = False
-            state.pop("__mark", None)
+            a.coarsen(op)
         else:
-            conn = op.connectivity if op.connectivity is not None else connectivity
-            if call.comm.size == 1:
-
-                def do_balance(op: Balance = op, conn: Any = conn) -> None:
-                    res = sfc_balance(state["forest"], conn, op.connect)
-                    apply(res.steps, res.forest)
-
-                call.run(do_balance)
-            else:
-                call.agree("adapt: balance")
-                steps, new_forest = balance_parallel(call, state["forest"], conn, op.connect)
-                call.run(apply, steps, new_forest)
-        fresh = False
-    for n in names:
-        t = transfers.get(n)
-        if isinstance(t, HpTransfer) and (t.degree is not None or t.convert is not None):
-
-            def do_hp(n: str = n, t: HpTransfer = t) -> None:
-                d = state[n]
-                if t.degree is not None:
-                    d = change_degree(d, t.degree, dim, n)
-                if t.convert is not None:
-                    v, c = hp_user(
-                        t.convert(d.values, d.counts.copy()), len(d), d.values.shape[1:], d.values.dtype, f"{n}: convert"
-                    )
-                    d = HpData(v, c)
-                state[n] = d
-
-            call.run(do_hp)
+            a.balance(op, op.connectivity if op.connectivity is not None else connectivity)
+        a.fresh = False
+    a.change_degrees()
     call.agree("adapt")
-    n_local = len(state["forest"])
-    cur = Partition.from_counts(call.allgather_int(n_local, what="adapt: counts"))
-    if target == "weighted":
-        w = call.run(weights, state, names, dim)
-        new = Partition.weighted(w if w is not None else np.zeros(n_local, dtype=np.int64), call.comm)
-    else:
-        new = Partition.uniform(cur.N, call.comm.size)
-    if families and call.comm.size > 1:
-        new = keep(call, state["forest"], cur, new)
-    if call.comm.size > 1 and not np.array_equal(new.global_first_quadrant, cur.global_first_quadrant):
-        state.update(moved(call, state, cur, new))
+    new = a.repartition(target, families)
     out = dict(values)
-    out[mesh] = state["forest"]
-    for n in names:
-        out[n] = state[n]
+    out[mesh] = a.forest
+    out.update(a.fields)
     return out, new
+
+
+class _Adapting:
+    """One rank's forest and fields of one mesh while an :class:`Adapt` runs (the steps of :func:`adapt_state`)."""
+
+    def __init__(self, call: Call, forest: Forest, fields: dict[str, Any], transfers: dict[str, Any]) -> None:
+        self.call, self.forest, self.fields, self.transfers = call, forest, fields, transfers
+        self.dim = forest.dim
+        self.fresh = True  # the leaves as read: with families kept whole when the adaptation coarsens
+
+    def apply(self, steps: tuple[AdaptStep, ...], new_forest: Forest) -> None:
+        """Carry every field through ``steps`` (not collective); the forest becomes ``new_forest``."""
+        for s in steps:
+            for n, t in self.transfers.items():
+                f = self.fields[n]
+                self.fields[n] = apply_hp(f, s, self.dim, t, n) if isinstance(t, HpTransfer) else apply_cells(f, s, self.dim, t, n)
+        self.forest = new_forest
+
+    def refine(self, op: Refine) -> None:
+        """One :class:`Refine` (not collective: run through ``call.run``)."""
+        m = _marker(op, self.forest, dict(self.fields), "Refine")
+        res = sfc_refine(self.forest, op.levels, m, maxlevel=op.maxlevel)
+        self.apply(res.steps, res.forest)
+
+    def coarsen(self, op: Coarsen) -> None:
+        """One :class:`Coarsen`, a level at a time; families made whole on one rank between levels. Collective."""
+        call = self.call
+        mark = call.run(_marker, op, self.forest, dict(self.fields), "Coarsen")
+        box = [np.ones(len(self.forest), dtype=bool) if mark is None else mark]
+        for _ in range(operator.index(op.levels)):
+            if call.comm.size > 1 and not self.fresh:  # each family whole on one rank again: a few leaves move
+                call.agree("adapt: coarsen")
+                cur = Partition.from_counts(call.allgather_int(len(self.forest), what="adapt: counts"))
+                kept = keep(call, self.forest, cur, cur)
+                if not np.array_equal(kept.global_first_quadrant, cur.global_first_quadrant):
+                    state = {"forest": self.forest, **self.fields, "__mark": box[0]}
+                    state.update(moved(call, state, cur, kept))
+                    self.forest, box[0] = state.pop("forest"), state.pop("__mark")
+                    self.fields = state
+
+            def step(op: Coarsen = op) -> None:
+                res = sfc_coarsen(self.forest, 1, box[0], minlevel=op.minlevel)
+                if res.steps:
+                    box[0] = box[0][~family_members(res.steps[0].mask, self.dim)]
+                self.apply(res.steps, res.forest)
+
+            call.run(step)
+            self.fresh = False
+
+    def balance(self, op: Balance, conn: Any) -> None:
+        """One :class:`Balance` (p4est's 2:1 balance; across ranks when there are several). Collective."""
+        call = self.call
+        if call.comm.size == 1:
+
+            def step() -> None:
+                res = sfc_balance(self.forest, conn, op.connect)
+                self.apply(res.steps, res.forest)
+
+            call.run(step)
+        else:
+            call.agree("adapt: balance")
+            steps, new_forest = balance_parallel(call, self.forest, conn, op.connect)
+            call.run(self.apply, steps, new_forest)
+
+    def change_degrees(self) -> None:
+        """Each hp field's degree change or conversion (:class:`HpTransfer` ``degree``, ``convert``). Collective."""
+        for n, t in self.transfers.items():
+            if isinstance(t, HpTransfer) and (t.degree is not None or t.convert is not None):
+
+                def step(n: str = n, t: HpTransfer = t) -> None:
+                    d = self.fields[n]
+                    if t.degree is not None:
+                        d = change_degree(d, t.degree, self.dim, n)
+                    if t.convert is not None:
+                        v, c = hp_user(
+                            t.convert(d.values, d.counts.copy()), len(d), d.values.shape[1:], d.values.dtype, f"{n}: convert"
+                        )
+                        d = HpData(v, c)
+                    self.fields[n] = d
+
+                self.call.run(step)
+
+    def repartition(self, target: Literal["uniform", "weighted"], families: bool) -> Partition:
+        """Move the leaves and fields to the ``target`` partition (families kept whole if ``families``). Collective."""
+        call = self.call
+        n_local = len(self.forest)
+        cur = Partition.from_counts(call.allgather_int(n_local, what="adapt: counts"))
+        state = {"forest": self.forest, **self.fields}
+        names = list(self.fields)
+        if target == "weighted":
+            w = call.run(weights, state, names, self.dim)
+            new = Partition.weighted(w if w is not None else np.zeros(n_local, dtype=np.int64), call.comm)
+        else:
+            new = Partition.uniform(cur.N, call.comm.size)
+        if families and call.comm.size > 1:
+            new = keep(call, self.forest, cur, new)
+        if call.comm.size > 1 and not np.array_equal(new.global_first_quadrant, cur.global_first_quadrant):
+            state.update(moved(call, state, cur, new))
+            self.forest = state.pop("forest")
+            self.fields = state
+        return new
