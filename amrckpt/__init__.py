@@ -55,7 +55,13 @@ _LAZY = ("export", "to_yt")  # amrckpt.export, imported on first use
 
 
 def __getattr__(name: str) -> _Any:
-    """Import :mod:`amrckpt.export` on first use (``amrckpt.export``, ``amrckpt.to_yt``)."""
+    """Import :mod:`amrckpt.export` on first use (``amrckpt.export``, ``amrckpt.to_yt``).
+
+    Raises
+    ------
+    AttributeError
+        On this rank, for a name the package does not have (as for any module).
+    """
     if name in _LAZY:
         import importlib
 
@@ -96,13 +102,13 @@ __all__ = [
     "EveryNSteps",
     "OnSignal",
     # looking at checkpoints (amrckpt.export, imported on first use)
-    "to_yt",
+    "to_yt",  # noqa: F822 - imported on first use (__getattr__)
     # subpackages
     "adapt",
     "comm",
     "container",
     "errors",
-    "export",
+    "export",  # noqa: F822 - imported on first use (__getattr__)
     "manager",
     "partition",
     "restart",

@@ -230,11 +230,12 @@ def open_regular(path: str | os.PathLike[str]) -> int:
 
     Raises
     ------
+    FileKindError
+        On this rank: ``ELOOP`` for a symbolic link, ``EISDIR`` for a
+        directory, ``EINVAL`` for another file that is not regular (the
+        message says what it is, the ``filename`` is ``path``).
     OSError
-        ``ELOOP`` for a symbolic link, ``EISDIR`` for a directory,
-        ``EINVAL`` for another file that is not regular (the message says
-        what it is, the ``filename`` is ``path``), or the error of
-        ``open``/``fstat``.
+        On this rank, the error of ``open``/``fstat``.
     """
     where = os.fspath(path)
     try:
@@ -324,8 +325,10 @@ def preadv_exact(fd: int, bufs: Sequence[memoryview], offset: int) -> int:
 
     Raises
     ------
+    InterruptedError
+        On this rank, after :data:`EINTR_RETRIES` interruptions (``EINTR``) in a row.
     OSError
-        The error of ``preadv`` (``EINTR`` after :data:`EINTR_RETRIES` interruptions in a row).
+        On this rank, any other error of ``preadv``.
     """
     left = [b for b in bufs if b.nbytes]
     done = 0
@@ -366,10 +369,11 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
 
     Raises
     ------
+    FileKindError
+        On this rank: ``ELOOP`` for a symbolic link, ``EISDIR``/``EINVAL`` for
+        a file that is not regular, ``EFBIG`` for one over ``limit`` bytes.
     OSError
-        ``ELOOP`` for a symbolic link, ``EISDIR``/``EINVAL`` for a file that
-        is not regular, ``EFBIG`` for one over ``limit`` bytes, or the error
-        of ``open``/``read``.
+        On this rank, the error of ``open``/``read``.
     """
     fd = open_regular(path)
     try:

@@ -78,7 +78,15 @@ def _partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: 
 
 
 def _base_partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, first: bool) -> Partition:
-    """Return the partition of mesh ``ms``'s leaves over the ranks of ``comm``. Collective."""
+    """Return the partition of mesh ``ms``'s leaves over the ranks of ``comm``. Collective.
+
+    Raises
+    ------
+    SchemaError
+        On every rank alike, if ``spec`` gives no partition of the mesh's leaves on the ranks of ``comm``: a Partition
+        of another N or size, ``"writer"`` where the writing partition is unknown or of another number of ranks, or no
+        partition at all.
+    """
     N = ms.num_leaves
     if isinstance(spec, Partition):
         if not first:
@@ -110,7 +118,13 @@ def _base_partition(spec: Any, ms: MeshSpec, r: CheckpointReader, comm: Comm, fi
 
 
 def _wanted(m: Manifest, fields: list[str] | None, migrate: bool, path: str) -> list[FieldSpec]:
-    """Return the fields to read: all, or those asked for and every inline field (step, time...)."""
+    """Return the fields to read: all, or those asked for and every inline field (step, time...).
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if a field asked for is not in the file.
+    """
     if fields is None or migrate:
         return list(m.fields)
     missing = sorted(set(fields) - {fs.name for fs in m.fields})
@@ -261,7 +275,13 @@ def _load(
     where = os.fspath(path)
 
     def select(m: Manifest) -> list[str]:
-        """On the root, before anything else is read: the schema, the migrations, the fields to read."""
+        """On the root, before anything else is read: the schema, the migrations, the fields to read.
+
+        Raises
+        ------
+        SchemaError
+            On this rank (the root), if the file holds another schema than ``schema``.
+        """
         if schema is None:
             return [fs.name for fs in _wanted(m, fields, False, where)]
         if m.schema_name != schema.__amrckpt_name__:
@@ -330,7 +350,13 @@ def _load(
 
 
 def _adapted_mesh(m: Manifest, adapt: Adapt | None, path: str) -> str | None:
-    """Return the mesh field that ``adapt`` changes (the first by default), or None without an adaptation."""
+    """Return the mesh field that ``adapt`` changes (the first by default), or None without an adaptation.
+
+    Raises
+    ------
+    AdaptError
+        On this rank, if the file holds no mesh, or none named as ``adapt.mesh``.
+    """
     if adapt is None:
         return None
     names = [ms.field for ms in m.meshes]
@@ -376,7 +402,14 @@ def _build(
     path: str,
     checked: set[str],
 ) -> S:
-    """Validate the (migrated) local fields against the schema and build the state. Not collective."""
+    """Validate the (migrated) local fields against the schema and build the state. Not collective.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if the fields read are not those of ``schema`` (fields it lacks, or it has fields the file
+        lacks).
+    """
     kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
     extra = sorted(set(values) - set(kinds))
     if extra:

@@ -25,6 +25,12 @@ def balance_parallel(call: Call, forest: Forest, conn: Any, connect: str) -> tup
     be split by one level; an allreduce says whether anything changed.  The
     rounds and their leaves are those of the serial ripple, so the result is
     the same forest on any number of ranks.
+
+    Raises
+    ------
+    AdaptError
+        On every rank alike (before any exchange), if ``conn`` is not a connectivity of the forest's dimension and
+        number of trees.
     """
     d = forest.dim
     if getattr(conn, "dim", None) != d or getattr(conn, "num_trees", None) != forest.num_trees:

@@ -127,7 +127,13 @@ def _window_rows(forest: Forest, i: int, j: int, first: int) -> np.ndarray:
 
 
 def _window_of(got: dict[int, bytes], start: int, count: int, d: int) -> np.ndarray:
-    """Return the window from the rows its holders sent, in order; AdaptError unless they are leaves ``start .. start + count``."""
+    """Return the window from the rows its holders sent, in order; AdaptError unless they are leaves ``start .. start + count``.
+
+    Raises
+    ------
+    AdaptError
+        On this rank, if the rows received are not the leaves ``start .. start + count - 1`` in order.
+    """
     parts = [np.frombuffer(v, dtype="<i8").reshape(-1, 3 + d) for _, v in sorted(got.items()) if v]
     w = np.concatenate(parts) if parts else np.zeros((0, 3 + d), dtype="<i8")
     if not np.array_equal(w[:, 0], np.arange(start, start + count)):

@@ -188,7 +188,13 @@ class Adapt:
 
     @classmethod
     def of(cls, spec: Any) -> Adapt:
-        """Return ``spec`` as an :class:`Adapt`: itself, one op, or a sequence of ops."""
+        """Return ``spec`` as an :class:`Adapt`: itself, one op, or a sequence of ops.
+
+        Raises
+        ------
+        AdaptError
+            On this rank, if ``spec`` is neither an Adapt, nor a Refine, Coarsen or Balance, nor a sequence of them.
+        """
         if isinstance(spec, Adapt):
             return spec
         if isinstance(spec, Refine | Coarsen | Balance):

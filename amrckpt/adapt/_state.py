@@ -61,7 +61,15 @@ def _levels(v: Any, what: str, lo: int, hi: int) -> int:
 
 
 def _check_ops(adapt: Adapt, dim: int, size: int, default_conn: Any) -> None:
-    """Check the ops against the mesh and the job: the same on every rank (no data), so raised directly."""
+    """Check the ops against the mesh and the job: the same on every rank (no data), so raised directly.
+
+    Raises
+    ------
+    AdaptError
+        On every rank alike (the check reads no data), if a level, a maxlevel, a minlevel or a degree is out of range,
+        a Balance's connect is not one of the dimension, or a Balance has no connectivity (neither its own nor the
+        checkpoint's).
+    """
     top = MAXLEVEL[dim] - 1
     for op in adapt.ops:
         if isinstance(op, Refine):

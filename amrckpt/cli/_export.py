@@ -10,7 +10,15 @@ from ._plot import _parse_brick_nd
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    """``amrckpt export SOURCE OUT``: a checkpoint or a manager's directory as VTKHDF (collective under mpiexec)."""
+    """``amrckpt export SOURCE OUT``: a checkpoint or a manager's directory as VTKHDF (collective under mpiexec).
+
+    Raises
+    ------
+    _UsageError
+        On this rank, before anything collective, if ``--ranks`` or ``--chunk`` is below 1 or SOURCE does not exist;
+        on every rank, if the export refuses ``--format`` or an argument (the agreed UnsupportedFormatError,
+        ValueError or FileNotFoundError).
+    """
     from ..errors import UnsupportedFormatError
     from ..export import ExportResult, to_vtkhdf
 

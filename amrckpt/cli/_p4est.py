@@ -12,7 +12,14 @@ from ._common import EXIT_BAD, EXIT_OK, _describe, _err, _out, _UsageError, _wor
 
 
 def convert_p4est(args: argparse.Namespace) -> int:
-    """Convert a p4est save file into a checkpoint, or a checkpoint into a p4est save file. Collective."""
+    """Convert a p4est save file into a checkpoint, or a checkpoint into a p4est save file. Collective.
+
+    Raises
+    ------
+    _UsageError
+        On this rank, before anything collective, if IN is not a file, OUT is IN, or ``--encode``, ``--decode`` or
+        ``--style`` is given.
+    """
     src, dst = os.fspath(args.input), os.fspath(args.output)
     if not os.path.isfile(src):
         raise _UsageError(f"{src}: no such file")

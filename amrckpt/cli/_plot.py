@@ -24,7 +24,13 @@ from ._common import _INSTALL_MATPLOTLIB, EXIT_BAD, EXIT_OK, _dtype_text, _err, 
 
 
 def _parse_brick_nd(text: str | None, dim: int) -> tuple[int, ...] | None:
-    """``--brick NX,NY[,NZ]`` as a tuple, or None without it (the geometry stored in the file places the trees)."""
+    """``--brick NX,NY[,NZ]`` as a tuple, or None without it (the geometry stored in the file places the trees).
+
+    Raises
+    ------
+    _UsageError
+        On this rank, if ``text`` is not ``dim`` positive tree counts.
+    """
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+)\s*[x,]\s*(\d+)\s*(?:[x,]\s*(\d+)\s*)?", text)
@@ -36,7 +42,13 @@ def _parse_brick_nd(text: str | None, dim: int) -> tuple[int, ...] | None:
 
 
 def _parse_slice(text: str | None) -> tuple[int, float | None]:
-    """``--slice AXIS[=VALUE]`` as (axis index, value or None for the middle of the domain)."""
+    """``--slice AXIS[=VALUE]`` as (axis index, value or None for the middle of the domain).
+
+    Raises
+    ------
+    _UsageError
+        On this rank, if ``text`` is not x, y or z, optionally followed by ``=`` and a number.
+    """  # noqa: DOC501 (its ValueError is caught inside)
     m = re.fullmatch(r"\s*([xyz])\s*(?:=\s*(\S+)\s*)?", text or "z")
     try:
         if m is None:
@@ -88,6 +100,12 @@ def _plot_leaves(
     through the middle of the domain).  The particles are the elements of
     Array fields of positions (:func:`amrckpt.export.plan_points`): all of
     them in 2D, those within 1% of the domain's extent of the plane in 3D.
+
+    Raises
+    ------
+    _UsageError
+        On this rank, if ``what`` is no field of the file, not a cell field or of a dtype that has no colour, or if
+        the plane cuts no leaf.
     """
     from ..export import (
         DEFAULT_CHUNK_LEAVES,

@@ -213,13 +213,13 @@ class SerialComm:
         return np.array(values, dtype=np.int64, copy=True)
 
     def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
-        """Return None (there is no rank above or below rank 0)."""
+        """Return None (there is no rank above or below rank 0)."""  # noqa: DOC501 (a guard against a caller's bug)
         if send or receive:
             raise AssertionError("relay_down: a single rank has no neighbour to send to or receive from")
         return None
 
     def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
-        """Return ``data`` (rank 0 sends to itself) or None."""
+        """Return ``data`` (rank 0 sends to itself) or None."""  # noqa: DOC501 (a guard against a caller's bug)
         if (dest is None) != (source is None) or dest not in (None, 0) or source not in (None, 0):
             raise AssertionError(f"sendrecv: a single rank sends only to itself (dest={dest}, source={source})")
         return None if source is None or data is None else bytes(data)
@@ -261,7 +261,13 @@ def digest_of(*args: Any) -> int:
 
 
 def relayed(posted: Sequence[tuple[bytes | None, bool, bool, bool]], rank: int) -> bytes | None:
-    """Return what ``rank`` receives in a relay, given every rank's ``(data, send, receive, forward)`` (for emulations)."""
+    """Return what ``rank`` receives in a relay, given every rank's ``(data, send, receive, forward)`` (for emulations).
+
+    Raises
+    ------
+    RuntimeError
+        On this rank, if ``rank`` receives but the rank above it sends nothing (a relay that would hang under MPI).
+    """
     q, parts = rank + 1, []
     while True:
         d, s, _, fwd = posted[q]

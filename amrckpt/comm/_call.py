@@ -718,7 +718,14 @@ class Call:
         raise exc
 
     def _raise_agreed(self) -> None:
-        """Raise the agreed error of the failing ranks: gather every rank's error and raise the agreed one (one more allgather)."""
+        """Raise the agreed error of the failing ranks: gather every rank's error and raise the agreed one (one more allgather).
+
+        Raises
+        ------
+        AmrckptError
+            On every rank: the agreed error of the failing ranks (:func:`agreed_error`, of the class of the lowest
+            failing rank's error).
+        """  # noqa: DOC501 (agreed_error() returns it)
         error = self.error
         self.error = None
         self._unagreed = False

@@ -67,7 +67,13 @@ class MPIComm:
         return self._size
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one MPI collective; an ``MPI.Exception`` becomes CommError (on this rank: MPI does not agree on it)."""
+        """Run one MPI collective; an ``MPI.Exception`` becomes CommError (on this rank: MPI does not agree on it).
+
+        Raises
+        ------
+        CommError
+            On this rank, if MPI raises an ``MPI.Exception`` (MPI does not agree on it).
+        """
         try:
             return fn(*args, **kwargs)
         except self._MPI.Exception as exc:
@@ -226,7 +232,7 @@ class MPIComm:
         bytes or None
             What this rank received (None if ``receive`` is False or the
             sender passed None).
-        """
+        """  # noqa: DOC501 (a guard against a caller's bug)
 
         def run() -> bytes | None:
             comm, got, req = self.mpi_comm, None, None

@@ -100,6 +100,11 @@ class Reduction:
         -------
         Totals
             The prefix of each channel, by name.
+
+        Raises
+        ------
+        ValueError
+            On this rank, before anything is sent, if the reduction has an ``equal`` channel or a root value.
         """
         lists, where = self._lists()
         if lists["equal"] or self._root[0] is not None:

@@ -104,7 +104,10 @@ class ThreadComm:
         return functools.reduce(combine_columns, below) if below else None
 
     def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
-        """Emulate ``MPI_Sendrecv`` of byte strings (each rank posts, then takes what ``source`` sent it). Collective here."""
+        """Emulate ``MPI_Sendrecv`` of byte strings (each rank posts, then takes what ``source`` sent it). Collective here.
+
+        A ``source`` that did not send to this rank is a caller's bug (MPI would hang): an AssertionError.
+        """  # noqa: DOC501 (a guard against a caller's bug)
         posted = self._gather((None if data is None else bytes(data), dest))
         if source is None:
             return None
@@ -138,7 +141,10 @@ class ThreadComm:
         self._group.barrier.wait()
 
     def relay_down(self, data: bytes | None, *, send: bool, receive: bool, forward: bool) -> bytes | None:
-        """Emulate :meth:`amrckpt.comm.MPIComm.relay_down` (each rank passes bytes to the rank below). Collective here."""
+        """Emulate :meth:`amrckpt.comm.MPIComm.relay_down` (each rank passes bytes to the rank below). Collective here.
+
+        ``send`` on rank 0, ``receive`` on the last rank or ``forward`` without both is a caller's bug: an AssertionError.
+        """  # noqa: DOC501 (a guard against a caller's bug)
         if (send and self._rank == 0) or (receive and self._rank == self.size - 1) or (forward and not (send and receive)):
             raise AssertionError(f"relay_down on rank {self._rank}: send={send} receive={receive} forward={forward}")
         posted = self._gather((None if data is None else bytes(data), send, receive, forward))

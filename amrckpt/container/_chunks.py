@@ -279,7 +279,10 @@ def write_chunks(sink: SectionSink, data: Any, elem_counts: Share, E: int, K: in
 
 
 def _segments(got: bytes, nleaves: int, cdt: np.dtype[Any], E: int, rank: int) -> tuple[bytes, bytes]:
-    """Split what the next ranks relayed (each a segment: 8-byte leaf count, counts, values) into counts and values."""
+    """Split what the next ranks relayed (each a segment: 8-byte leaf count, counts, values) into counts and values.
+
+    Segments that do not hold ``nleaves`` leaves break an invariant of the relay: an AssertionError.
+    """  # noqa: DOC501 (a guard of an internal invariant)
     counts, values = [], []
     pos = n = 0
     while pos < len(got):
@@ -457,6 +460,12 @@ class _Decode:
 
         Deflate expands at most ``MAX_INFLATE_RATIO``-fold: nothing is
         allocated for decoded data that the file cannot hold.
+
+        Raises
+        ------
+        CheckpointError
+            On this rank, if a chunk's stream of ``sizes`` bytes is too short to inflate to its values (more than
+            ``MAX_INFLATE_RATIO``-fold).
         """
         bad = self.n.astype(np.float64) * self.E > MAX_INFLATE_RATIO * (sizes.astype(np.float64) + 16)
         if bad.any():
@@ -520,7 +529,13 @@ def plan_chunks(
 
 
 def _check_hp_sections(csec: Section, vsec: Section, N: int, K: int, what: str) -> None:
-    """Check that both V sections of an hp field hold ceil(N / K) chunks, before anything is planned by them."""
+    """Check that both V sections of an hp field hold ceil(N / K) chunks, before anything is planned by them.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if a section does not hold the ceil(N / K) chunks the manifest describes.
+    """
     for sec in (csec, vsec):
         if sec.raw.elem_count != -(-N // K):
             raise CheckpointError(f"{what}: the section at byte {sec.entry.offset} is not the chunks the manifest describes")
@@ -558,7 +573,13 @@ def _plan_counts(
 
 
 def _as_counts(raw: np.ndarray, what: str) -> np.ndarray:
-    """Return decoded counts as int64, refusing those of ``<u8`` above 2**63 (no file holds that many values)."""
+    """Return decoded counts as int64, refusing those of ``<u8`` above 2**63 (no file holds that many values).
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if a count is 2**63 or more.
+    """
     c = raw.astype(np.int64)
     if c.size and int(c.min()) < 0:
         raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")

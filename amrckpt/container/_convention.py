@@ -171,7 +171,14 @@ class ConnectivitySpec(_Model):
         return out
 
     def to_connectivity(self, dim: int) -> Connectivity:
-        """Return the connectivity of a ``dim``-dimensional mesh (ConnectivityError if the arrays do not fit)."""
+        """Return the connectivity of a ``dim``-dimensional mesh (ConnectivityError if the arrays do not fit).
+
+        Raises
+        ------
+        ConnectivityError
+            On this rank, if the arrays do not fit a ``dim``-dimensional connectivity (``tree_to_attr`` not hex, for
+            one).
+        """
         attr = None
         if self.tree_to_attr is not None:
             try:
@@ -397,7 +404,13 @@ class Manifest(_Model):
         return next((m for m in self.meshes if m.field == fs.mesh), None)
 
     def field(self, name: str) -> FieldSpec:
-        """Return the spec of field ``name`` (KeyError if absent)."""
+        """Return the spec of field ``name`` (KeyError if absent).
+
+        Raises
+        ------
+        KeyError
+            On this rank, if the manifest has no field ``name``.
+        """
         for f in self.fields:
             if f.name == name:
                 return f
@@ -460,7 +473,13 @@ class Index(_Model):
     sections: list[IndexEntry]
 
     def entry(self, name: str) -> IndexEntry:
-        """Return the entry of section ``name`` (KeyError if absent)."""
+        """Return the entry of section ``name`` (KeyError if absent).
+
+        Raises
+        ------
+        KeyError
+            On this rank, if the index has no section ``name``.
+        """
         for e in self.sections:
             if e.name == name:
                 return e
@@ -475,7 +494,13 @@ def dtype_to_json(dt: np.dtype[Any]) -> str | list[Any]:
 
 
 def dtype_from_json(obj: Any, what: str) -> np.dtype[Any]:
-    """Invert :func:`dtype_to_json`; CheckpointError for anything else."""
+    """Invert :func:`dtype_to_json`; CheckpointError for anything else.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if ``obj`` is not a numpy dtype, or one with no fixed-size binary form.
+    """
 
     def tuples(x: Any) -> Any:
         return [tuple(tuples(i) for i in e) if isinstance(e, list) else e for e in x] if isinstance(x, list) else x
@@ -501,6 +526,8 @@ def parse_footer(user_string: bytes, data: bytes, what: str) -> tuple[int, int]:
     ------
     IncompleteCheckpointError
         If the section is not an amrckpt footer.
+    CheckpointError
+        On this rank, if the footer's data are malformed.
     """
     if user_string != FOOTER_USER_STRING:
         raise IncompleteCheckpointError(f"{what}: no amrckpt footer at the end of the file (the save did not finish)")

@@ -97,7 +97,13 @@ class Geometry:
 
     @classmethod
     def brick_of(cls, brick: tuple[int, ...], num_trees: int, dim: int, lower: Any = None, upper: Any = None) -> Geometry:
-        """Return a brick of ``brick`` trees per axis, row-major, the trees of size ``(upper - lower) / brick`` (formats 1, 2)."""
+        """Return a brick of ``brick`` trees per axis, row-major, the trees of size ``(upper - lower) / brick`` (formats 1, 2).
+
+        Raises
+        ------
+        ValueError
+            On this rank, if ``brick`` is not ``dim`` positive tree counts that hold ``num_trees`` trees.
+        """
         b = tuple(int(x) for x in brick)
         if len(b) != dim or min(b) < 1 or math.prod(b) < num_trees:
             raise ValueError(f"brick {b}: give {dim} positive tree counts per axis, holding {num_trees} trees")

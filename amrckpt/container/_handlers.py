@@ -271,7 +271,13 @@ class NDArrayHandler(BlockHandler):
 
 
 def _check_a(src: FieldSource, fs: FieldSpec, sec: Section, N: int, E: int, what: str, per_leaf: bool) -> None:
-    """Check an A section's N and E against the manifest, before anything is allocated by them."""
+    """Check an A section's N and E against the manifest, before anything is allocated by them.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if the section's N or E differs from the manifest's.
+    """
     what_n = "leaves" if per_leaf else "elements"
     h = sec.header
     if h.elem_count != N:
@@ -547,7 +553,14 @@ class HpHandler(FieldHandler):
         sink.fwrite_varray(payload.data, counts, _sizes(c, E), nbytes, ustr, encode=fs.compressed, level=payload.level)
 
     def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
-        r"""Plan ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf."""
+        r"""Plan ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf.
+
+        Raises
+        ------
+        CheckpointError
+            On this rank, if the sections do not have the manifest's leaves, or a leaf's size is not a multiple of the
+            element size.
+        """
         assert span is not None
         dt = self.value_dtype(fs, src.path)
         E = self.value_nbytes(src, fs)
@@ -578,7 +591,14 @@ class HpHandler(FieldHandler):
         return build
 
     def _plan_counts(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span, dt: np.dtype[Any], E: int) -> Build:
-        """Layout ``counts``: this rank's counts in the first read; its values, after a prefix sum of the counts, in the second."""
+        """Layout ``counts``: this rank's counts in the first read; its values, after a prefix sum of the counts, in the second.
+
+        Raises
+        ------
+        CheckpointError
+            On this rank, if the values section does not fit the counts (its element size, its length, a leaf of more
+            values than it holds).
+        """
         assert fs.count_dtype is not None
         cdt = np.dtype(fs.count_dtype)
         csec, vsec = sections_of(src, fs, 2)

@@ -104,7 +104,13 @@ class CheckpointInfo:
 
 
 def parse_model(model: Any, raw: bytes, what: str, path: str) -> Any:
-    """Validate JSON ``raw`` as pydantic ``model``; CheckpointError naming ``what`` and the first problem."""
+    """Validate JSON ``raw`` as pydantic ``model``; CheckpointError naming ``what`` and the first problem.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if ``raw`` is not valid JSON of ``model``.
+    """
     try:
         return model.model_validate_json(raw)
     except ValueError as exc:
@@ -128,7 +134,9 @@ def read_index_on_root(read: Any, size: int, path: str, *, verify: bool = True) 
         With ``verify``, if the index does not match the CRC32 in the footer.
     CheckpointError
         If the footer points where there is no index, or the index is malformed.
-    """
+    ScdaIOError
+        On this rank, if the file cannot be read (an I/O error is no verdict on its bytes).
+    """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     off = size - FOOTER_NBYTES
     not_a_footer = f"{path!r}: the last 96 bytes are not an amrckpt footer (the save did not finish?)"
     try:
@@ -189,7 +197,14 @@ def read_run_record(path: str | os.PathLike[str]) -> RunRecord | None:
 
 
 def check_manifest(m: Manifest, path: str) -> None:
-    """Check what reading relies on before the manifest is used (not collective)."""
+    """Check what reading relies on before the manifest is used (not collective).
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if the format version is not read by this release, a field or a mesh is named twice, a mesh
+        field is not one, a kind is unknown, or a per-leaf field has no mesh.
+    """
     if m.format_version not in READ_FORMAT_VERSIONS:
         raise CheckpointError(
             f"{path!r} is of amrckpt format {m.format_version}; this release ({m.amrckpt_version} wrote it) reads "
@@ -254,9 +269,17 @@ def read_metadata(f: scda.LocalFile, verify: bool, select: Callable[[Manifest], 
 
     Raises
     ------
-    IncompleteCheckpointError, ChecksumError, CheckpointError, ScdaError
-        As :class:`~amrckpt.container.CheckpointReader` says.
-    """
+    IncompleteCheckpointError
+        On this rank, if the file does not end in an amrckpt footer (the save did not finish, the file was cut short).
+    ChecksumError
+        On this rank, with ``verify``, if a section read does not match its CRC32 (damage, said by section).
+    CheckpointError
+        On this rank, if the index or the manifest is missing or malformed, or a section is not what the manifest describes.
+    ScdaIOError
+        On this rank, if the file cannot be read (an I/O error is no verdict on its bytes).
+    ScdaError
+        On this rank, if the file header is not that of an scda file and no amrckpt index explains it.
+    """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     path, read, size = f.path, f.read, f.size
     try:
         header_crc = scda.read_file_header(read, size, path)[2]
@@ -318,7 +341,14 @@ def explain(read: Any, size: int, e: IndexEntry, verify: bool, path: str, exc: B
 
     For a section whose structure broke a check before its bytes were
     CRC'd: damage is the better explanation, and says where.  Not collective.
-    """
+
+    Raises
+    ------
+    ChecksumError
+        On this rank, with ``verify``, if the bytes of ``e`` do not match its CRC32 (from ``exc``).
+    ScdaIOError
+        On this rank, if those bytes cannot be read.
+    """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     if not verify:
         return
     end = min(e.end, size)
@@ -333,7 +363,18 @@ def explain(read: Any, size: int, e: IndexEntry, verify: bool, path: str, exc: B
 
 
 def _block(read: Any, size: int, e: IndexEntry, user_string: bytes, verify: bool, path: str) -> bytes:
-    """Return the data of the block section of index entry ``e``, its CRC32 checked against the index with ``verify``."""
+    """Return the data of the block section of index entry ``e``, its CRC32 checked against the index with ``verify``.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if there is no block section of that user string at ``e``'s offset (with ``verify``, a
+        ChecksumError instead where the section's bytes do not match).
+    ChecksumError
+        On this rank, with ``verify``, if the section does not match its CRC32.
+    ScdaIOError
+        On this rank, if the file cannot be read.
+    """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     try:
         raw = read_raw_section(read, e.offset, size)
         if raw.type != "B" or raw.user_string != user_string or raw.end is None:
@@ -354,7 +395,18 @@ def _block(read: Any, size: int, e: IndexEntry, user_string: bytes, verify: bool
 
 
 def _format1_partition(read: Any, size: int, e: IndexEntry, verify: bool, path: str) -> list[int]:
-    """Format 1: the counts of the writing partition (an A section of P int64)."""
+    """Format 1: the counts of the writing partition (an A section of P int64).
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if the section is not an A section of int64 counts (with ``verify``, a ChecksumError instead
+        where its bytes do not match).
+    ChecksumError
+        On this rank, with ``verify``, if the section does not match its CRC32.
+    ScdaIOError
+        On this rank, if the file cannot be read.
+    """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     try:
         raw = read_raw_section(read, e.offset, size)
     except ScdaIOError:  # an I/O error is no verdict on the file's bytes: raised as it is
@@ -374,7 +426,13 @@ def _format1_partition(read: Any, size: int, e: IndexEntry, verify: bool, path: 
 
 
 def writer_partition_of(prov: Provenance, counts: list[int], path: str) -> Partition:
-    """Format 1: the writing partition, checked against the provenance."""
+    """Format 1: the writing partition, checked against the provenance.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if the partition and the provenance differ in their number of ranks.
+    """
     if len(counts) != prov.writer_size or sum(counts) < 0:
         raise CheckpointError(f"{path!r}: the writing partition has {len(counts)} ranks, the provenance {prov.writer_size}")
     return Partition.from_counts(counts)
@@ -401,6 +459,11 @@ def section_at(read: Any, size: int, e: IndexEntry, fs: FieldSpec, verify: bool,
     ChecksumError
         With ``verify``, an inline or block section (or an A section's
         padding) that does not match.
+    ScdaError
+        On this rank, if the section's bytes are not an scda section (with ``verify``, a ChecksumError instead where
+        they do not match).
+    ScdaIOError
+        On this rank, if the file cannot be read.
     """
     try:
         return _section_at(read, size, e, fs, verify, path)

@@ -146,7 +146,15 @@ class CheckpointReader:
     # -- the file on this rank --------------------------------------------------------------------------
 
     def _local(self, root: bool = False) -> scda.LocalFile:
-        """Return this rank's own descriptor of the file (POSIX reads), opened on first use. Not collective."""
+        """Return this rank's own descriptor of the file (POSIX reads), opened on first use. Not collective.
+
+        Raises
+        ------
+        ScdaIOError
+            On this rank, with ``root``, if the file cannot be opened.
+        CheckpointError
+            On this rank, without ``root``, if the file cannot be opened.
+        """
         if self._file is None:
             try:
                 opener = self.access.local_file or scda.LocalFile
@@ -274,6 +282,13 @@ class CheckpointReader:
         (the same on every rank): then, with ``verify`` and ``every_rank``,
         the root CRCs the field's sections (one more collective, on this
         error path only), so that damage is said as damage.
+
+        Raises
+        ------
+        AmrckptError
+            On every rank alike (the sections and the manifest are the same everywhere), if a section of ``fs`` does
+            not fit the manifest: the handler's error, or, with ``verify`` and ``every_rank``, the ChecksumError of a
+            section whose bytes do not match (agreed by one more collective).
         """
         self._cover(plan, self.sections(fs.name))
         try:
@@ -478,7 +493,7 @@ class CheckpointReader:
         ChecksumError
             On the calling rank, for fields read by ranges, naming the first
             section that does not match.
-        """
+        """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
         if not self.verify:
             return ()
         done = list(self._checked)
@@ -557,7 +572,16 @@ class CheckpointReader:
     def _read_range(
         self, name: str, start: int, count: int, planner: Callable[[scda.ReadPlan, FieldSpec, Span], Callable[[], Any]]
     ) -> Any:
-        """Run ``planner``'s plan of field ``name`` over elements ``start ..`` on this rank alone (:meth:`read_range`)."""
+        """Run ``planner``'s plan of field ``name`` over elements ``start ..`` on this rank alone (:meth:`read_range`).
+
+        Raises
+        ------
+        ValueError
+            On this rank, if field ``name`` is not read by ranges, or the leaves are not inside it.
+        AmrckptError
+            On this rank, the error of the read (with ``verify``, the ChecksumError of a section whose bytes do not
+            match).
+        """
         fs = self._field(name)
         h = handler_for(fs.kind)
         N = h.elem_count(fs, self.manifest)
@@ -593,6 +617,11 @@ class CheckpointReader:
         (count,) numpy.ndarray of :func:`mesh_record_dtype`
             Fields ``tree``, ``x``, ``y`` [, ``z``] (``<i4``; coordinates in units
             of ``2**-maxlevel`` of a tree) and ``level`` (``i1``), in curve order.
+
+        Raises
+        ------
+        CheckpointError
+            On this rank, if the file holds no mesh.
         """
         ms = self.manifest.mesh if mesh is None else next(m for m in self.manifest.meshes if m.field == mesh)
         if ms is None:
@@ -606,6 +635,11 @@ class CheckpointReader:
         Returns
         -------
         (count, \\*shape) numpy.ndarray of the field's dtype (as stored)
+
+        Raises
+        ------
+        ValueError
+            On this rank, if field ``name`` is not a cells (or array) field.
         """
         fs = self._field(name)
         if _reads_as(fs) != "values":
@@ -627,6 +661,11 @@ class CheckpointReader:
         counts : (count,) numpy.ndarray of int64
             Values per leaf.
         values : (sum(counts), \\*shape) numpy.ndarray of the field's dtype
+
+        Raises
+        ------
+        ValueError
+            On this rank, if field ``name`` is not an hp field.
         """
         fs = self._field(name)
         if _reads_as(fs) != "runs":

@@ -139,9 +139,13 @@ def convert(
 
     Raises
     ------
-    ChecksumError, CheckpointError, ScdaError
-        On every rank, if ``src`` is damaged or ``dst`` cannot be written.
-    """
+    ChecksumError
+        On every rank, if a section of ``src`` does not match its CRC32.
+    CheckpointError
+        On every rank, if ``src`` is damaged: not a checkpoint, or a section is not the field the manifest describes.
+    ScdaError
+        On every rank, if ``src`` is not a valid scda file or ``dst`` cannot be written.
+    """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     c = as_comm(comm)
     changed = 0
     with CheckpointReader(src, comm=c, verify=True) as r:

@@ -63,6 +63,12 @@ def plan_varray(
         entries), ``usizes`` (U entries, if asked), ``data`` (their bytes,
         uint8), ``psize`` and ``pdata`` (the partial element's), ``before``
         (bytes of the elements below ``first``).  Missing where the plan failed.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if the index ends the section before its data, or the element sizes do not add up to the
+        section.
     """
     v = sec.raw
     room = sec.entry.end - v.data_offset  # data and padding: the index says where the section ends

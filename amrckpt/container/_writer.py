@@ -197,6 +197,11 @@ class CheckpointWriter:
         Returns
         -------
         WriteResult
+
+        Raises
+        ------
+        ScdaUsageError
+            On every rank alike, if a field of the manifest was not written (the file is closed first).
         """
         if self.result is not None:
             return self.result

@@ -194,6 +194,14 @@ def plan_arrays(
     Returns
     -------
     list of CellArray
+
+    Raises
+    ------
+    ValueError
+        On this rank, if ``hp`` is neither "first" nor "mean", or ``ranks`` is below 1.
+    CheckpointError
+        On this rank, if two arrays of the export would have one name (a field named like level, tree, rank or
+        NAME.count).
     """
     if hp not in ("first", "mean"):
         raise ValueError(f"hp must be 'first' or 'mean', not {hp!r}")

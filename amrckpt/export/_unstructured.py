@@ -77,7 +77,13 @@ def _float32_level(geometry: Any, maxlevel: int, particles: bool) -> int:
 def _survey(
     paths: Sequence[Path], hp: HpSummary, ranks: int | None, verify: bool, brick: tuple[int, ...] | None, mesh: str | None
 ) -> list[_Step]:
-    """Read the metadata of every checkpoint (no field data)."""
+    """Read the metadata of every checkpoint (no field data).
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if a checkpoint holds no mesh, or the checkpoints mix 2D and 3D meshes.
+    """
     out = []
     for p in paths:
         with open_reader(p, verify=verify) as r:
@@ -392,7 +398,13 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         return s, e, cells, list(blocks.feed(s, leaves))
 
     def place(done: list[tuple[int, np.ndarray]]) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        """Place the points of the blocks completed (in order): where they go, points, corners."""
+        """Place the points of the blocks completed (in order): where they go, points, corners.
+
+        Raises
+        ------
+        _Float64Needed
+            On this rank, if the points are float32 and a leaf is finer than ``float32_level``.
+        """
         out = []
         for first, block in done:
             if np.dtype(points_dtype) == np.float32 and int(block["level"].max()) > float32_level:

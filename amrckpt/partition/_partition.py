@@ -20,7 +20,13 @@ MAX_RANKS = 2**31 - 1
 
 
 def _index(value: Any, what: str) -> int:
-    """Return ``value`` as a Python int, or raise PartitionError."""
+    """Return ``value`` as a Python int, or raise PartitionError.
+
+    Raises
+    ------
+    PartitionError
+        On this rank, if ``value`` is not an integer.
+    """
     try:
         return operator.index(value)
     except TypeError as exc:
@@ -28,7 +34,13 @@ def _index(value: Any, what: str) -> int:
 
 
 def _count_array(values: Any, what: str, length: int | None = None) -> np.ndarray:
-    """Return a 1-D int64 copy of integer ``values``, checking range and length."""
+    """Return a 1-D int64 copy of integer ``values``, checking range and length.
+
+    Raises
+    ------
+    PartitionError
+        On this rank, if ``values`` are not 1-D integers, not of ``length`` entries, or beyond the int64 limit.
+    """
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise PartitionError(f"{what} must be 1-D, not of shape {arr.shape}")
@@ -407,7 +419,13 @@ def _check_size(P: int) -> None:
 
 
 def _validate(counts: np.ndarray, gfq: np.ndarray) -> None:
-    """Check that int64 ``counts`` (P,) and offsets ``gfq`` (P + 1,) describe one partition."""
+    """Check that int64 ``counts`` (P,) and offsets ``gfq`` (P + 1,) describe one partition.
+
+    Raises
+    ------
+    PartitionError
+        On this rank, if the offsets do not start at 0, decrease, or disagree with ``counts``.
+    """
     _check_size(counts.shape[0])
     if gfq[0] != 0:
         raise PartitionError(f"global_first_quadrant[0] must be 0, not {int(gfq[0])}")
@@ -446,7 +464,14 @@ def _local_int_sum(w: np.ndarray, wmax: int) -> int:
 
 
 def _local_stats(local_weights: Any) -> tuple[np.ndarray, tuple[int, int, float | int]]:
-    """Validate this rank's weights; return them and ``(count, is_float, max weight)``."""
+    """Validate this rank's weights; return them and ``(count, is_float, max weight)``.
+
+    Raises
+    ------
+    PartitionError
+        On this rank, if the weights are not 1-D integers or floats, or a weight is negative, not finite, or above
+        2**63 - 1.
+    """
     w = np.asarray(local_weights)
     if w.ndim != 1:
         raise PartitionError(f"local_weights must be 1-D, not of shape {w.shape}")
@@ -483,6 +508,12 @@ def _weighted(local_weights: Any, call: Call, size: Any) -> Partition:
     largest weight), an exclusive scan (this rank's first element and
     weight prefix), for float weights one sum of the quantized weights, and
     the allreduce of the P - 1 cut points (an int64 array).
+
+    Raises
+    ------
+    PartitionError
+        On every rank, if ``size`` differs between the ranks, N exceeds the int64 limit, or the integer weights total
+        more than 2**63 - 1.
     """
 
     def local() -> tuple[int, np.ndarray, tuple[int, int, float | int], int]:

@@ -212,7 +212,7 @@ def decode_elements(
     ScdaDecodeError
         Naming the first element that fails a check, its global index and
         the file offset of its encoded bytes.
-    """
+    """  # noqa: DOC501 (fail() returns the ScdaDecodeError)
     T = np.asarray(enc_sizes, dtype=np.int64)
     U = np.asarray(usizes, dtype=np.uint64)
     n = T.shape[0]

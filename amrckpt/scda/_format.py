@@ -64,14 +64,26 @@ _LINE_END = {"unix": b"-\n", "mime": b"\r\n"}
 
 
 def check_style(style: str) -> Style:
-    """Return ``style`` if it is ``"unix"`` or ``"mime"``; raise ScdaArgumentError otherwise."""
+    """Return ``style`` if it is ``"unix"`` or ``"mime"``; raise ScdaArgumentError otherwise.
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``style`` is neither ``"unix"`` nor ``"mime"``.
+    """
     if style not in _LINE_END:
         raise ScdaArgumentError(f"style must be 'unix' or 'mime', not {style!r}")
     return style  # type: ignore[return-value]
 
 
 def to_bytes(value: bytes | bytearray | memoryview | str, what: str) -> bytes:
-    """Return a user or vendor string as bytes; ``str`` is encoded as UTF-8."""
+    """Return a user or vendor string as bytes; ``str`` is encoded as UTF-8.
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``value`` is neither bytes nor str.
+    """
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -84,6 +96,11 @@ def pad_string(s: bytes, d: int, style: Style) -> bytes:
 
     The padding is a space, ``p - 3`` dashes and ``"-\\n"`` (Unix) or
     ``"\\r\\n"`` (MIME), with ``p = d - len(s) >= 4``.
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``s`` is longer than ``d - 4`` bytes.
     """
     p = d - len(s)
     if p < 4:
@@ -155,6 +172,11 @@ def count_entry(letter: bytes, value: int, style: Style) -> bytes:
 
     Used for N and E entries (paper Figs. 3-5) and U entries (Figs. 6-7).
     ``value`` is a Python int of at most 26 digits.
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``value`` is not in [0, 10**26 - 1].
     """
     value = int(value)
     if value < 0 or value > MAX_COUNT:
@@ -184,7 +206,13 @@ def parse_count_entry(entry: bytes, letter: bytes, what: str) -> int:
 
 
 def file_header(vendor: bytes, user_string: bytes, style: Style) -> bytes:
-    """Return the 128-byte file header section F (paper Fig. 1, eq. 3)."""
+    """Return the 128-byte file header section F (paper Fig. 1, eq. 3).
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``vendor`` is longer than 20 bytes.
+    """
     if len(vendor) > MAX_VENDOR_NBYTES:
         raise ScdaArgumentError(f"vendor string of {len(vendor)} bytes; at most 20")
     check_user_string(user_string)
@@ -221,7 +249,13 @@ def parse_file_header(buf: bytes) -> tuple[bytes, bytes]:
 
 
 def check_user_string(user_string: bytes) -> None:
-    """Raise ScdaArgumentError if ``user_string`` is longer than 58 bytes."""
+    """Raise ScdaArgumentError if ``user_string`` is longer than 58 bytes.
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``user_string`` is longer than 58 bytes.
+    """
     if len(user_string) > MAX_USER_STRING_NBYTES:
         raise ScdaArgumentError(f"user string of {len(user_string)} bytes; at most 58")
 

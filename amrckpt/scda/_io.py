@@ -54,7 +54,7 @@ def preadv(fd: int, path: str, pieces: Sequence[Piece]) -> None:
         Where the file ends before a piece.
     ScdaIOError
         Where ``preadv`` fails (with its errno).
-    """
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     for off, bufs in coalesce(pieces):
         want = sum(b.nbytes for b in bufs)
         try:
@@ -77,7 +77,7 @@ def pread(fd: int, path: str, offset: int, nbytes: int, short: type[AmrckptError
         ``short`` (default :class:`ScdaCountError`) where the file ends first.
     ScdaIOError
         Where ``pread`` fails (with its errno).
-    """
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     try:
         b = pread_exact(fd, nbytes, offset)
     except OSError as exc:
@@ -99,7 +99,7 @@ def open_read(path: str) -> int:
         :class:`~amrckpt.errors.ScdaPermissionError`), ``ELOOP`` for a
         symbolic link, ``EISDIR`` or ``EINVAL`` for a FIFO, a device, a
         directory (the message says which).
-    """
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     try:
         return open_regular(path)
     except OSError as exc:
@@ -135,7 +135,14 @@ def _vectored(
     """Move ``bufs`` to byte ``off`` by ``call`` (``os.pwritev``), 512 buffers a call, until all moved.
 
     ``say(offset)`` gives the messages of a failed call and of a call that moved nothing.
-    """
+
+    Raises
+    ------
+    ScdaCountError
+        On this rank, with the second message of ``say``, if a call moves nothing.
+    ScdaIOError
+        On this rank, with the first message of ``say``, if a call fails (with its errno).
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     while bufs:
         try:
             n = call(fd, bufs[:512], off)
@@ -159,7 +166,13 @@ def rounds(bulk: Piece | None, max_bulk_nbytes: int, chunk: int) -> Iterator[Pie
 
 
 def byte_view(data: Any, what: str) -> memoryview:
-    """Return a flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous)."""
+    """Return a flat, contiguous, byte-format memoryview of any buffer (no copy when contiguous).
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``data`` is not a buffer.
+    """
     if isinstance(data, np.ndarray):
         if not data.flags.c_contiguous:
             data = np.ascontiguousarray(data)

@@ -131,7 +131,13 @@ class RawSection:
 
 
 def to_count(value: Any, what: str) -> int:
-    """Return a non-negative Python int from an int-like value, or raise ScdaArgumentError."""
+    """Return a non-negative Python int from an int-like value, or raise ScdaArgumentError.
+
+    Raises
+    ------
+    ScdaArgumentError
+        On this rank, if ``value`` is not an integer, or is negative.
+    """
     try:
         v = operator.index(value)
     except TypeError as exc:
@@ -299,6 +305,12 @@ def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Log
     With ``decode`` and a compression header (an I section with the B or A
     magic, an A section with the V magic), the partner section is parsed
     and the pair checked; any deviation is a :class:`ScdaDecodeError`.
+
+    Raises
+    ------
+    ScdaDecodeError
+        On this rank, with ``decode``, if a compression header is the last section, its partner section is not the one
+        it announces, or the pair is malformed.
     """
     t, user = first.type, first.user_string
     plain = (SectionHeader(t, user, first.elem_count, first.elem_size, False, first.offset), (first,))

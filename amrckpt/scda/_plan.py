@@ -478,7 +478,13 @@ class LocalFile:
 
     @property
     def size(self) -> int:
-        """The file's size in bytes (``fstat``)."""
+        """The file's size in bytes (``fstat``).
+
+        Raises
+        ------
+        ScdaIOError
+            On this rank, if ``fstat`` fails (with its errno).
+        """  # noqa: DOC501 (os_error() returns the ScdaIOError)
         try:
             return os.fstat(self._fd).st_size
         except OSError as exc:
@@ -508,7 +514,7 @@ class LocalFile:
         ------
         ScdaIOError
             If ``close(2)`` fails (with its errno; the descriptor is released all the same).
-        """
+        """  # noqa: DOC501 (os_error() returns the ScdaIOError)
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             try:

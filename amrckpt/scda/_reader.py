@@ -743,7 +743,14 @@ class ScdaReader:
         return np.zeros(0, np.uint64) if vals is None else vals
 
     def _v_sizes(self, p: _Pending, counts: list[int], want: bool) -> _VState:
-        """Read E_i (and U_i for a decoded section) for the partition ``counts``. Collective."""
+        """Read E_i (and U_i for a decoded section) for the partition ``counts``. Collective.
+
+        Raises
+        ------
+        ScdaCountError
+            On every rank, if an element size exceeds the file size, or the sizes with their padding end after the end
+            of the file.
+        """
         raw = p.raw
         sizes = self._entries(raw, b"E", raw.entries_offset, counts)
         usizes = None
@@ -769,7 +776,14 @@ class ScdaReader:
         return _VState(list(counts), sizes if want else None, usizes if want else None, sum(S[:r]), total, uproc)
 
     def _v_decode(self, p: _Pending, v: _VState, usizes: np.ndarray, nbytes: int, out: Any, skip: bool) -> np.ndarray | None:
-        """Read this rank's encoded elements of a decoded A or V section and decode them."""
+        """Read this rank's encoded elements of a decoded A or V section and decode them.
+
+        Raises
+        ------
+        ScdaDecodeError
+            On every rank (agreed by the gather of the encoded sizes), if a rank's uncompressed bytes cannot come from
+            its encoded bytes.
+        """
         raw = p.raw
         r = self.comm.rank
         enc = np.empty(0, np.uint8)
@@ -806,7 +820,13 @@ class ScdaReader:
         return result
 
     def _check_padding(self, raw: RawSection, n: int) -> None:
-        """Strict mode: the data padding after ``n`` data bytes is canonical (not collective)."""
+        """Strict mode: the data padding after ``n`` data bytes is canonical (not collective).
+
+        Raises
+        ------
+        ScdaFormatError
+            On this rank, if the padding is not canonical.
+        """
         pad = data_padding_nbytes(n)
         start = raw.data_offset + n
         buf = self._read_bytes(start - 1 if n else start, pad + (1 if n else 0))

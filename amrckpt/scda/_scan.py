@@ -145,8 +145,10 @@ def scan_partial(
     ------
     ScdaIOError
         If the file cannot be opened.
-    ScdaFormatError, ScdaCountError
-        If the file header itself cannot be read (nothing to list).
+    ScdaFormatError
+        On this rank, if the file header itself is malformed (nothing to list).
+    ScdaCountError
+        On this rank, if the file is shorter than its 128-byte file header (nothing to list).
     """
     path = os.fspath(path)
     fd = open_read(path)

@@ -268,6 +268,10 @@ class ScdaWriter:
             then unusable except for :meth:`fclose`, which writes nothing).
         ScdaUsageError
             If the writer was not opened with ``defer=True`` or is settled already.
+        ScdaArgumentError
+            On every rank, if the ranks' collective arguments differ.
+        ScdaError
+            On every rank, if the agreement fails (the file is then unusable except for :meth:`fclose`).
         """
         if not self._defer or self._settled is not None:
             raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
@@ -477,7 +481,10 @@ class ScdaWriter:
 
         Raises
         ------
-        ScdaArgumentError, ScdaIOError
+        ScdaArgumentError
+            On every rank, as for :meth:`fwrite_inline`, and if ``data`` is None on the root (on any rank of a
+            writer opened with ``defer=True``).
+        ScdaIOError
             On every rank, as for :meth:`fwrite_inline`.
         """
         what = "fwrite_block"
@@ -723,7 +730,14 @@ class ScdaWriter:
         return self._section_end(SectionRecord("V", ustr, off, end, False))
 
     def _share(self, counts: Any, what: str) -> tuple[Share, Any]:
-        """Return this rank's :class:`Share` of ``counts`` (a P-length sequence or a Share) and what to digest of it."""
+        """Return this rank's :class:`Share` of ``counts`` (a P-length sequence or a Share) and what to digest of it.
+
+        Raises
+        ------
+        ScdaArgumentError
+            On this rank, if ``counts`` is a Share that is no share of a partition (a negative count or offset, or
+            beyond its total).
+        """
         if isinstance(counts, Share):
             if counts.count < 0 or counts.offset < 0 or counts.total < counts.offset + counts.count:
                 raise ScdaArgumentError(f"{what}: {counts} is not a share of a partition")
@@ -781,6 +795,12 @@ class ScdaWriter:
 
         Collective: the encoded sizes are known only after encoding, so
         their share is agreed on here (one gather of one number per rank).
+
+        Raises
+        ------
+        ScdaError
+            On every rank, the agreed error of the gather of the encoded sizes (any rank's error in encoding, for
+            one).
         """
         call = self.call
         if self._defer and self._pending is not None:
@@ -834,6 +854,8 @@ class ScdaWriter:
         ------
         ScdaIOError
             On every rank, if any rank cannot close.
+        ScdaError
+            On every rank, if a writer opened with ``defer=True`` cannot open its file now.
         """
         if not self._is_open:
             return

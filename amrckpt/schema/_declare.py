@@ -277,7 +277,13 @@ Compress = bool | Literal["element"]
 
 
 def _element(compress: Any) -> bool:
-    """Return whether ``compress`` asks for the per-element convention (``"element"``) rather than chunks (``True``)."""
+    """Return whether ``compress`` asks for the per-element convention (``"element"``) rather than chunks (``True``).
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if ``compress`` is not False, True or ``"element"``.
+    """
     if isinstance(compress, str):
         if compress != "element":
             raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
@@ -288,7 +294,13 @@ def _element(compress: Any) -> bool:
 
 
 def _layout(compress: Any, chunks: Any) -> tuple[bool, int | None]:
-    """Return (per-element convention, leaves per chunk or None) of a field's ``compress`` and ``chunks``."""
+    """Return (per-element convention, leaves per chunk or None) of a field's ``compress`` and ``chunks``.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if ``chunks`` is not a positive int, or is given with ``compress="element"``.
+    """
     element = _element(compress)
     if chunks is not None:
         if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:

@@ -59,7 +59,13 @@ def json_value(cls: Any, name: str, value: Any) -> tuple[Any, int]:
 
 
 def json_bytes(value: Any, name: str) -> bytes:
-    """Compact JSON text (``Infinity``/``NaN`` for non-finite floats, as Python's json writes them)."""
+    """Compact JSON text (``Infinity``/``NaN`` for non-finite floats, as Python's json writes them).
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if the value cannot be serialized to JSON.
+    """
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=True).encode()
     except (TypeError, ValueError) as exc:

@@ -58,6 +58,11 @@ def _dtype_spec(spec: Any, what: str) -> tuple[np.dtype[Any], bool]:
     its byte order, which numpy reports as native (``'='``) for the machine's
     own: ``np.dtype("<f8")`` is native on a little-endian machine, so pin a
     byte order with a string.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if ``spec`` is not a numpy dtype, or one with no fixed-size binary form.
     """
     try:
         dt = np.dtype(spec)
@@ -218,7 +223,13 @@ class FieldKind(abc.ABC):
 
     @classmethod
     def _arrays(cls, fs: FieldSpec) -> dict[str, Any]:
-        """Return the keyword arguments of an array kind as the manifest entry gives them."""
+        """Return the keyword arguments of an array kind as the manifest entry gives them.
+
+        Raises
+        ------
+        SchemaError
+            On this rank, if the entry's dtype is not a numpy dtype of a fixed-size binary form.
+        """
         try:
             dt = dtype_from_json(fs.dtype, f"field {fs.name!r}")
         except CheckpointError as exc:
@@ -317,7 +328,13 @@ class MeshKind(FieldKind):
                 raise SchemaError(f"field {name!r}: {exc}") from exc
 
     def prepare(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool = True) -> Prepared:
-        """Check the mesh and pack its records; with ``check``, its ranges while packing (one pass over the leaves)."""
+        """Check the mesh and pack its records; with ``check``, its ranges while packing (one pass over the leaves).
+
+        Raises
+        ------
+        SchemaError
+            On this rank, if ``value`` is not a mesh, or (with ``check``) a leaf is out of range.
+        """
         self.check_value(name, value, None, check_values=False)
         try:
             records = value.to_records(check=check)
@@ -515,7 +532,13 @@ class NDArrayKind(CellsKind):
         }
 
     def check_shape(self, name: str, shape: list[int]) -> None:
-        """Check a file's recorded shape against the declaration (SchemaError)."""
+        """Check a file's recorded shape against the declaration (SchemaError).
+
+        Raises
+        ------
+        SchemaError
+            On this rank, if ``shape`` differs from the declared shape.
+        """
         if not self.any_shape and tuple(shape) != self.shape:
             raise SchemaError(f"field {name!r}: shape {tuple(shape)} in the file; the schema declares {self.shape}")
 
@@ -530,7 +553,13 @@ class NDArrayKind(CellsKind):
 
 
 def _from_json(cls: type[Any], name: str, value: Any, path: str) -> Any:
-    """Validate a JSON value read for field ``name`` of ``cls`` in JSON mode, as written (strict models, dates, tuples)."""
+    """Validate a JSON value read for field ``name`` of ``cls`` in JSON mode, as written (strict models, dates, tuples).
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if ``value`` does not validate as ``cls``.
+    """
     try:
         return adapter(cls, name).validate_json(json.dumps(value, allow_nan=True))
     except ValueError as exc:

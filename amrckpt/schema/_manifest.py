@@ -15,7 +15,13 @@ __all__ = ["schema_from_manifest"]
 
 
 def _kind_of(fs: FieldSpec, manifest: Manifest) -> tuple[Any, Any]:
-    """Return ``(annotation, FieldInfo)`` of one field as its manifest entry describes it (by the schema kind of its kind)."""
+    """Return ``(annotation, FieldInfo)`` of one field as its manifest entry describes it (by the schema kind of its kind).
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if the field's kind is unknown to this release.
+    """
     try:
         kind = KINDS[fs.kind]
     except KeyError:
@@ -24,7 +30,14 @@ def _kind_of(fs: FieldSpec, manifest: Manifest) -> tuple[Any, Any]:
 
 
 def schema_from_manifest(base: type[Any], manifest: Manifest) -> type[Any]:
-    """Implement :meth:`CheckpointSchema.from_manifest`."""
+    """Implement :meth:`CheckpointSchema.from_manifest`.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if a field's name is not a Python identifier (or is a keyword, or starts with ``_``), or its
+        kind is unknown to this release.
+    """
     fields: dict[str, Any] = {}
     for fs in manifest.fields:
         if not fs.name.isidentifier() or keyword.iskeyword(fs.name) or fs.name.startswith("_"):

@@ -252,7 +252,12 @@ def raise_fault(kind: str, comm: Comm, path: str) -> None:
 
     Whether it is due is drawn by the active plan of :func:`inject_faults`
     (or ``AMRCKPT_FAULTS``); nothing is raised outside one.
-    """
+
+    Raises
+    ------
+    ScdaIOError
+        On this rank, if a fault of ``kind`` is due (with the fault's errno).
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     if _faults.ACTIVE is None:
         return
     exc = _faults.io_error(kind, comm, path)

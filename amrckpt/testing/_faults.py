@@ -166,7 +166,14 @@ class FaultSpec:
 
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
-        """Read ``"every_n=20,seed=7,ranks=1:3,kinds=write:mpi,limit=1,errno=ENOSPC"`` (``AMRCKPT_FAULTS``)."""
+        """Read ``"every_n=20,seed=7,ranks=1:3,kinds=write:mpi,limit=1,errno=ENOSPC"`` (``AMRCKPT_FAULTS``).
+
+        Raises
+        ------
+        ValueError
+            On this rank, for a key other than every_n, seed, ranks, kinds, limit and errno, or a value that is not a
+            number or an errno name.
+        """
         kw: dict[str, Any] = {}
         for item in filter(None, (t.strip() for t in text.replace(";", ",").split(","))):
             key, _, value = item.partition("=")

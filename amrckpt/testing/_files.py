@@ -48,7 +48,14 @@ class FaultyFileSystem:
                 raise exc
 
     def write_new(self, path: Path, data: bytes, *, sync: bool) -> None:
-        """Fail as ``"write"`` (before the file is made) or ``"sync"`` (after it is written: it is then removed), or write."""
+        """Fail as ``"write"`` (before the file is made) or ``"sync"`` (after it is written: it is then removed), or write.
+
+        Raises
+        ------
+        OSError
+            On this rank, the injected fault of ``"write"`` or ``"sync"`` (the file is then removed), or the error of
+            the wrapped file system.
+        """
         self._fault("write", path)
         self.wrapped.write_new(path, data, sync=sync)
         if sync:

@@ -138,7 +138,13 @@ class CheckpointSource:
         return self.run(lambda r: r.manifest)
 
     def read_whole(self, name: str) -> Any:
-        """Field ``name`` whole: a block's JSON value or a replicated array (read and CRC'd by the root when opened)."""
+        """Field ``name`` whole: a block's JSON value or a replicated array (read and CRC'd by the root when opened).
+
+        Raises
+        ------
+        ValueError
+            On this rank, if field ``name`` is read by ranges (a field per leaf).
+        """
         fs_kind = self.run(lambda r: r.manifest.field(name).kind)
         if handler_for(fs_kind).partitioned:
             raise ValueError(f"field {name!r} is a {fs_kind} field: read it by ranges")
