@@ -10,12 +10,15 @@ numbered along the Morton curve of the brick, p4est_connectivity.c) and
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ConnectivityError
-from ._connectivity import _CHILDREN, _EDGES, _FACES, Connectivity
+from ._tables import _CHILDREN, _EDGES, _FACES
+
+if TYPE_CHECKING:
+    from ._connectivity import Connectivity
 
 __all__ = ["new_brick", "new_shell", "shell_map"]
 
@@ -63,7 +66,7 @@ def _brick_linear(tx: list[np.ndarray], logx: list[int], rankx: list[int]) -> np
     return ti
 
 
-def new_brick(n: list[int], per: list[bool]) -> Connectivity:
+def new_brick(n: list[int], per: list[bool], cls: type[Connectivity]) -> Connectivity:
     """``p4est_connectivity_new_brick`` / ``p8est_connectivity_new_brick``, vectorized over trees."""
     d = len(n)
     C, F = _CHILDREN[d], _FACES[d]
@@ -188,7 +191,7 @@ def new_brick(n: list[int], per: list[bool]) -> Connectivity:
         for a in range(1, d):
             f = f * (nn[a] + 1) + p[a]
         ttv[:, i] = vid[f]
-    return Connectivity(d, verts, ttv, ttt, ttf, **kw)
+    return cls(d, verts, ttv, ttt, ttf, **kw)
 
 
 # ---------------------------------------------------------------------------- the shell geometry
@@ -279,13 +282,13 @@ _SHELL_EDGE_TO_EDGE = """
 """
 
 
-def new_shell() -> Connectivity:
+def new_shell(cls: type[Connectivity]) -> Connectivity:
     """Return p8est's 24-tree spherical shell (``p8est_connectivity_new_shell``); see :meth:`Connectivity.shell`."""
     xy = np.array([(x, y) for y in (-1, 0, 1) for x in (-1, 0, 1)], dtype=np.float64)
     v = np.concatenate([np.column_stack([xy, np.full(9, z)]) for z in (1.0, 2.0)])
     cap = np.array([[0, 1, 3, 4], [1, 2, 4, 5], [3, 4, 6, 7], [4, 5, 7, 8]])
     ttv = np.tile(np.concatenate([cap, cap + 9], axis=1), (6, 1))
-    return Connectivity(
+    return cls(
         3,
         v,
         ttv,

@@ -17,14 +17,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConnectivityError
+from ._builtin import new_brick, new_shell
+from ._p4est_bytes import connectivity_sink, connectivity_source
+from ._tables import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT
 
 __all__ = ["P4EST_ONDISK_FORMAT", "Connectivity"]
 
-P4EST_ONDISK_FORMAT = {2: 0x2000009, 3: 0x3000009}
-"""``P4EST_ONDISK_FORMAT`` and ``P8EST_ONDISK_FORMAT`` of p4est 2.x: the first word of its connectivity and forest headers."""
-_FACES = {2: 4, 3: 6}
-_CHILDREN = {2: 4, 3: 8}
-_EDGES = 12
 _TOPIDX = np.dtype("<i4")  # p4est_topidx_t (int32_t)
 
 
@@ -494,9 +492,7 @@ class Connectivity:
         per = [bool(periodic)] * d if isinstance(periodic, (bool, int, np.bool_)) else [bool(p) for p in periodic]
         if len(per) != d:
             raise ConnectivityError(f"brick: periodic must be a bool or {d} bools, not {periodic!r}")
-        from ._builtin import new_brick
-
-        return new_brick(n, per)
+        return new_brick(n, per, cls)
 
     @classmethod
     def star(cls) -> Connectivity:
@@ -530,9 +526,7 @@ class Connectivity:
         other; :func:`shell_map` (p8est ``p8est_geometry_new_shell``) places
         them on the shell.
         """
-        from ._builtin import new_shell
-
-        return new_shell()
+        return new_shell(cls)
 
     # ------------------------------------------------------------------ p4est_connectivity_sink / _source
 
@@ -556,8 +550,6 @@ class Connectivity:
         ConnectivityError
             If ``package_version`` is longer than 24 bytes.
         """
-        from ._p4est_bytes import connectivity_sink
-
         return connectivity_sink(self, package_version)
 
     @classmethod
@@ -592,9 +584,7 @@ class Connectivity:
             a count is wrong, the bytes end early, or (``check``) the
             connectivity is not valid; ``section`` and ``offset`` name where.
         """
-        from ._p4est_bytes import connectivity_source
-
-        return connectivity_source(buf, offset=offset, check=check)
+        return connectivity_source(buf, cls, offset=offset, check=check)
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -11,12 +11,15 @@ Used by :meth:`Connectivity.to_p4est_bytes` and
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ConnectivityError, P4estFormatError
-from ._connectivity import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT, Connectivity
+from ._tables import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT
+
+if TYPE_CHECKING:
+    from ._connectivity import Connectivity
 
 __all__ = ["connectivity_sink", "connectivity_source"]
 
@@ -73,7 +76,7 @@ def connectivity_sink(conn: Connectivity, package_version: str = "") -> bytes:
     return b"".join(parts)
 
 
-def connectivity_source(buf: Any, *, offset: int = 0, check: bool = True) -> tuple[Connectivity, str, int]:
+def connectivity_source(buf: Any, cls: type[Connectivity], *, offset: int = 0, check: bool = True) -> tuple[Connectivity, str, int]:
     """Read a connectivity as ``p4est_connectivity_load`` does (see :meth:`Connectivity.from_p4est_bytes`)."""
     mv = memoryview(buf).cast("B")
     end = len(mv)
@@ -144,7 +147,7 @@ def connectivity_source(buf: Any, *, offset: int = 0, check: bool = True) -> tup
     if NC:
         ctt, ctc = take(nctt, "<i4"), take(nctt, "i1")
     try:
-        conn = Connectivity(dim, verts, ttv, ttt, ttf, tte, eoff, ett, ete, ttc, coff, ctt, ctc, tta)
+        conn = cls(dim, verts, ttv, ttt, ttf, tte, eoff, ett, ete, ttc, coff, ctt, ctc, tta)
         if check:
             conn.check()
     except ConnectivityError as exc:
