@@ -13,6 +13,7 @@ from ..container import Geometry, handler_for, write_run_record
 from ..errors import CheckpointError, SchemaError
 from ..partition import Partition
 from ..restart import Loaded, load
+from ..scda import FileAccess
 from ..schema import Block, CellData, Cells, CheckpointSchema, Forest, Mesh, SaveResult, save
 from ..sfc import Connectivity
 from ._savefile import DEFAULT_PACKAGE_VERSION, read_p4est, write_p4est
@@ -69,8 +70,7 @@ def p4est_to_checkpoint(
     comm: Any = None,
     partition: Literal["uniform", "saved"] | Partition = "uniform",
     check: bool = True,
-    info: Any = None,
-    backend: str | None = None,
+    access: FileAccess | None = None,
 ) -> SaveResult:
     """Convert a p4est save file (``p4est_save_ext``) into a checkpoint. Collective.
 
@@ -93,12 +93,13 @@ def p4est_to_checkpoint(
         does not depend on it).
     check : bool, optional
         Check the connectivity and the quadrants while reading.
-    info, backend : optional
-        MPI-IO hints and backend.
+    access : amrckpt.FileAccess, optional
+        How both files are opened (MPI-IO hints, backend; the checkpoint's
+        line breaks, sync).
 
     Returns
     -------
-    amrckpt.SaveResult
+    amrckpt.schema.SaveResult
 
     Raises
     ------
@@ -106,19 +107,19 @@ def p4est_to_checkpoint(
         On every rank, for a damaged or foreign file.
     """
     with collective(comm, "p4est_to_checkpoint") as call:
-        return _to_checkpoint(call, source, out, partition, check, info, backend)
+        return _to_checkpoint(call, source, out, partition, check, FileAccess.of(access))
 
 
-def _to_checkpoint(call: Call, source: Any, out: Any, partition: Any, check: bool, info: Any, backend: Any) -> SaveResult:
+def _to_checkpoint(call: Call, source: Any, out: Any, partition: Any, check: bool, access: FileAccess) -> SaveResult:
     """Convert: the body of :func:`p4est_to_checkpoint`, inside its collective call."""
     c = call.comm
-    pf = read_p4est(source, comm=c, partition=partition, data=True, check=check, info=info, backend=backend)
+    pf = read_p4est(source, comm=c, partition=partition, data=True, check=check, access=access)
     h = pf.header
     schema = p4est_schema(h.connectivity, h.data_size)
     values: dict[str, Any] = {"p4est": P4estSource(package_version=h.package_version), "mesh": pf.forest}
     if h.data_size:
         values[DATA_FIELD] = pf.data
-    result = save(schema(**values), out, comm=c, info=info, backend=backend, check_mesh=check)
+    result = save(schema(**values), out, comm=c, access=access, check_mesh=check)
     saved = h.saved_partition
     if saved is not None and result.run is not None:
         run = result.run.model_copy(
@@ -139,8 +140,7 @@ def checkpoint_to_p4est(
     data_field: str | None = DATA_FIELD,
     package_version: str | None = None,
     verify: bool = True,
-    info: Any = None,
-    backend: str | None = None,
+    access: FileAccess | None = None,
 ) -> int:
     """Write a checkpoint's (first) mesh as a p4est save file (``p4est_save_ext``). Collective.
 
@@ -170,8 +170,8 @@ def checkpoint_to_p4est(
     package_version : str, optional
         Recorded in the connectivity header; default the one the
         checkpoint kept from a p4est file, else p4est's "2.2".
-    verify, info, backend : optional
-        As for :func:`amrckpt.load`.
+    verify, access : optional
+        As for :func:`amrckpt.load` (``access`` opens the p4est file too).
 
     Returns
     -------
@@ -190,7 +190,7 @@ def checkpoint_to_p4est(
         leaves that are not a complete forest in Morton order.
     """
     c = as_comm(comm)
-    loaded: Loaded[Any] = load(source, comm=c, partition=partition, verify=verify, info=info, backend=backend)
+    loaded: Loaded[Any] = load(source, comm=c, partition=partition, verify=verify, access=access)
     m = loaded.info.manifest
     if not m.meshes:
         raise CheckpointError(f"{os.fspath(source)!r} holds no mesh: nothing to write as a p4est forest")
@@ -238,6 +238,5 @@ def checkpoint_to_p4est(
         comm=c,
         save_partition=save_partition,
         package_version=package_version,
-        info=info,
-        backend=backend,
+        access=access,
     )

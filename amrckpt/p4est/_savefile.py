@@ -26,6 +26,7 @@ from .. import scda
 from ..comm import Call, Comm, collective
 from ..errors import P4estFormatError, ScdaFileNotFoundError, ScdaIOError, SchemaError
 from ..partition import Partition
+from ..scda import FileAccess
 from ..sfc import P4EST_ONDISK_FORMAT, QMAXLEVEL, Connectivity, Forest, ForestGap, forest_gap
 
 __all__ = ["P4estFile", "P4estHeader", "read_p4est", "read_p4est_header", "write_p4est"]
@@ -254,8 +255,7 @@ def read_p4est(
     partition: Literal["uniform", "saved"] | Partition = "uniform",
     data: bool = True,
     check: bool = True,
-    info: Any = None,
-    backend: str | None = None,
+    access: FileAccess | None = None,
 ) -> P4estFile:
     """Read a file of ``p4est_save_ext`` (``p8est_save_ext``): each rank its own quadrants. Collective.
 
@@ -278,8 +278,8 @@ def read_p4est(
     check : bool, optional
         Check the connectivity (``p4est_connectivity_is_valid``) and the
         quadrants (ranges, alignment, curve order within the rank).
-    info, backend : optional
-        MPI-IO hints and backend, as for :func:`amrckpt.scda.fopen_read`.
+    access : amrckpt.FileAccess, optional
+        MPI-IO hints and backend, as for :func:`amrckpt.load`.
 
     Returns
     -------
@@ -296,10 +296,10 @@ def read_p4est(
         On every rank, if the file cannot be read.
     """
     with collective(comm, "read_p4est") as call:
-        return _read(call, os.fspath(path), partition, data, check, info, backend)
+        return _read(call, os.fspath(path), partition, data, check, FileAccess.of(access))
 
 
-def _read(call: Call, where: str, partition: Any, data: bool, check: bool, info: Any, backend: str | None) -> P4estFile:
+def _read(call: Call, where: str, partition: Any, data: bool, check: bool, access: FileAccess) -> P4estFile:
     """Read the file: the body of :func:`read_p4est`, inside its collective call."""
     c = call.comm
     header = read_p4est_header(where, comm=c, check=check)
@@ -320,7 +320,7 @@ def _read(call: Call, where: str, partition: Any, data: bool, check: bool, info:
     a, b = part.local_range(c.rank)
     before = int(check and 0 < a < b)  # the quadrant before this rank's: the completeness across ranks, checked here
     buf = np.empty((b - a + before) * rec, dtype=np.uint8)
-    f = scda.open_backend(where, "r", c, info=info, backend=backend)
+    f = scda.open_backend(where, "r", c, access=access)
     rounds = _nrounds((int(part.elem_counts.max()) + 1) * rec)
     call.run(f.read_gathered, [(header.data_offset + (a - before) * rec, memoryview(buf))], rounds, always=True)
     f.close()  # on every rank; its errors are kept by the call
@@ -403,8 +403,7 @@ def write_p4est(
     comm: Any = None,
     save_partition: bool = False,
     package_version: str = DEFAULT_PACKAGE_VERSION,
-    info: Any = None,
-    backend: str | None = None,
+    access: FileAccess | None = None,
 ) -> int:
     """Write a forest as ``p4est_save_ext`` (``p8est_save_ext``) does; each rank its own quadrants. Collective.
 
@@ -430,8 +429,8 @@ def write_p4est(
     package_version : str, optional
         ``P4EST_PACKAGE_VERSION`` recorded in the connectivity header (at
         most 24 bytes; p4est does not read it).
-    info, backend : optional
-        MPI-IO hints and backend, as for :func:`amrckpt.scda.fopen_write`.
+    access : amrckpt.FileAccess, optional
+        MPI-IO hints and backend, as for :func:`amrckpt.save`.
 
     Returns
     -------
@@ -447,7 +446,7 @@ def write_p4est(
         On every rank, if the file cannot be written.
     """
     with collective(comm, "write_p4est") as call:
-        return _write(call, os.fspath(path), forest, connectivity, data, save_partition, package_version, info, backend)
+        return _write(call, os.fspath(path), forest, connectivity, data, save_partition, package_version, FileAccess.of(access))
 
 
 def _write(
@@ -458,8 +457,7 @@ def _write(
     data: Any,
     save_partition: bool,
     package_version: str,
-    info: Any,
-    backend: str | None,
+    access: FileAccess,
 ) -> int:
     """Write the file: the body of :func:`write_p4est`, inside its collective call."""
     c = call.comm
@@ -510,7 +508,7 @@ def _write(
     if c.rank == 0:
         pieces.insert(0, (0, memoryview(head)))
     total = start + part.N * rec
-    f = scda.open_backend(where, "w", c, info=info, backend=backend)
+    f = scda.open_backend(where, "w", c, access=access)
     call.run(f.write_gathered, pieces, _nrounds(int(part.elem_counts.max()) * rec + start), always=True)
     f.close(size=total)  # on every rank; its errors are kept by the call
     call.agree("write_p4est")
