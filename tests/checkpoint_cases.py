@@ -28,6 +28,40 @@ class Advection(ac.CheckpointSchema, name="advection2d", version=2):
     modes: ac.HpData = ac.HpCells("<f8", description="(p+1)^2 modal coefficients")
 
 
+# -- a 3D state of every kind of cell field (the exporters' tests) -------------------------------------------
+
+
+class Heat3D(ac.CheckpointSchema, name="heat3d", version=1):
+    step: int = ac.Inline()
+    time: float = ac.Inline(units="s")
+    mesh: ac.Forest = ac.Mesh(dim=3)
+    T: ac.CellData = ac.Cells("<f4", units="K")
+    grad: ac.CellData = ac.Cells("<f8", shape=(3,), units="K/m")
+    flag: ac.CellData = ac.Cells("?")
+    z: ac.CellData = ac.Cells("<c16")
+    rec: ac.CellData = ac.Cells([("p", "<f4"), ("n", "<i2", (2,))])
+    modes: ac.HpData = ac.HpCells("<f8")
+
+
+def heat3d(seed: int, step: int, max_level: int = 3) -> tuple[Heat3D, Any]:
+    lv = random_forest(seed, num_trees=2, dim=3, max_level=max_level)
+    N = lv.num_leaves
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4, N)
+    state = Heat3D(
+        step=step,
+        time=0.25 * step,
+        mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, lv.z, num_trees=2),
+        T=rng.random(N).astype("<f4"),
+        grad=rng.standard_normal((N, 3)),
+        flag=rng.random(N) < 0.5,
+        z=rng.standard_normal(N) + 1j * rng.standard_normal(N),
+        rec=np.array([(k, (k, -k)) for k in range(N)], dtype=[("p", "<f4"), ("n", "<i2", (2,))]),
+        modes=ac.HpData(rng.standard_normal(int(counts.sum())), counts),
+    )
+    return state, lv
+
+
 @dataclass
 class GlobalState:
     """All leaves and data in global order; ``local(lo, hi)`` is a rank's part."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checkpoint_cases import global_state
+from checkpoint_cases import global_state, heat3d
 
 import amrckpt as ac
 from _support import all_true, world
@@ -47,8 +47,6 @@ def test_export_checkpoint_and_series_written_on_the_world(mpi_tmp: Path) -> Non
     res = ac.export.to_vtkhdf(path, mpi_tmp / "adv.vtkhdf", comm=w, ranks=w.size, chunk_leaves=100)
     series = ac.export.to_vtkhdf(mpi_tmp / "run", mpi_tmp / "run.vtkhdf", comm=w, chunk_leaves=100)
     if w.rank == 0:  # complex and record fields: their plans travel from rank 0 to the others
-        from test_export import heat3d
-
         ac.save(heat3d(2, step=1)[0], mpi_tmp / "cube.scda", comm=SerialComm())
     w.Barrier()
     cube = ac.export.to_vtkhdf(mpi_tmp / "cube.scda", mpi_tmp / "cube.vtkhdf", comm=w, hp="mean")
