@@ -33,7 +33,7 @@ from .._files import new_token, open_regular
 from .._logging import RankLogger, get_logger
 from ..comm import Call, Comm, collective
 from ..errors import ManagerError, ManagerIOError
-from ..scda import MAX_CALL_NBYTES, FileAccess, open_backend, os_error
+from ..scda import MAX_CALL_NBYTES, FileAccess, Style, open_backend, os_error
 from ..schema import CheckpointSchema, save
 from ._cache import CacheLevel, NodeLayout, Pieces, parse_pieces, pieces_name, read_pieces
 from ._directory import CheckpointDirectory
@@ -118,7 +118,8 @@ def cache_step(
     step: int,
     state: CheckpointSchema,
     *,
-    save_kwargs: dict[str, Any],
+    style: Style,
+    check_mesh: bool,
     records: Callable[[Any, float, float], Mapping[str, bytes]],
     keep: int,
     protect: set[int],
@@ -157,9 +158,9 @@ def cache_step(
         committed = False
         try:
             call.run(level.make_partial, step, token)
-            kw = {k: v for k, v in save_kwargs.items() if k not in ("backend", "info", "truncate", "access")}
             opener = level.opener(tmp, level.recyclable(step, keep, protect, comm.rank))
-            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, access=FileAccess(backend=opener), **kw)
+            access = FileAccess(backend=opener, style=style)
+            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, check_mesh=check_mesh, access=access)
             for k in range(1, layout.partners + 1):
                 _partner_copy(call, layout, k, tmp, level.sync)
             if layout.partners:

@@ -19,6 +19,7 @@ from typing import Any
 
 from .._logging import RankLogger
 from ..comm import Comm, collective
+from ..scda import FileAccess
 from ..schema import CheckpointSchema, save
 from ._directory import CheckpointDirectory
 from ._records import step_records
@@ -33,7 +34,8 @@ def commit_step(
     step: int,
     state: CheckpointSchema,
     *,
-    save_kwargs: dict[str, Any],
+    access: FileAccess,
+    check_mesh: bool,
     facts: dict[str, Any],
     keep_policy: KeepPolicy,
     log: RankLogger,
@@ -42,6 +44,10 @@ def commit_step(
 
     Parameters
     ----------
+    access : FileAccess
+        How the file is written (its ``sync`` is the directory's).
+    check_mesh : bool
+        As for :func:`amrckpt.save`.
     facts : dict
         What the step record holds besides the save's own facts: ``reason``,
         ``time``, ``metrics``, ``metadata``...
@@ -60,7 +66,7 @@ def commit_step(
     facts = {**facts, "keep_policy": repr(keep_policy)}
 
     def write(tmp: Path) -> Any:
-        return save(state, tmp, comm=comm, sync=directory.sync, **save_kwargs)
+        return save(state, tmp, comm=comm, sync=directory.sync, check_mesh=check_mesh, access=access)
 
     def records(name: str, result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
         return step_records(step, name, result, comm.size, t0, seconds, facts)

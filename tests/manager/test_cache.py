@@ -199,7 +199,7 @@ def test_a_failed_flush_leaves_the_cached_step_and_the_directory(tmp_path: Path,
     cache = ac.manager.NodeCache(tmp_path / "cache")
     kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(5), "cache": cache}
     with ac.CheckpointManager(
-        tmp_path / "shared", Advection, fs=FaultyFileSystem(), save_kwargs={"backend": FaultyBackend}, **kw
+        tmp_path / "shared", Advection, fs=FaultyFileSystem(), access=ac.scda.FileAccess(backend=FaultyBackend), **kw
     ) as mgr:
         mgr.save(1, state(1))
         mgr.flush()
@@ -398,6 +398,33 @@ def test_a_failed_background_flush_is_raised_by_the_next_save_before_it_saves(
     monkeypatch.undo()  # the file system works again
     with ac.CheckpointManager(tmp_path / "shared", Advection, cache=cache) as mgr:
         assert mgr.restore_latest() is not None and mgr.restored_step == 4  # the newest step whose save returned
+
+
+def test_close_flushes_the_newest_cached_step_after_its_background_flush_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background flush that failed keeps close from nothing: the newest cached step is flushed, then the error raised."""
+    from amrckpt.manager import _twolevel
+
+    real, tries = _twolevel.flush_step, []
+
+    def flush_step(comm: Any, level: Any, layout: Any, directory: Any, step: int, **kw: Any) -> int:
+        tries.append(step)
+        if len(tries) == 1:
+            raise ac.errors.ManagerIOError(errno.EIO, f"injected: the flush of step {step} failed")
+        return real(comm, level, layout, directory, step, **kw)
+
+    monkeypatch.setattr(_twolevel, "flush_step", flush_step)
+    cache = ac.manager.NodeCache(tmp_path / "cache", keep=10)
+    kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(4), "cache": cache}
+    mgr = ac.CheckpointManager(tmp_path / "shared", Advection, **kw)
+    for s in range(1, 5):
+        mgr.save(s, state(s))  # the flush of 4 starts in the background, and fails
+    with pytest.raises(ac.errors.ManagerIOError, match="flush of step 4") as got:
+        mgr.close()
+    assert got.value.errno == errno.EIO and tries == [4, 4]
+    with ac.CheckpointManager(tmp_path / "shared", Advection) as mgr:
+        assert mgr.all_steps() == [4]
 
 
 def test_a_flush_thread_that_cannot_start_fails_the_next_save_not_the_cached_one(

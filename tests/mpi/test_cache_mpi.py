@@ -94,7 +94,7 @@ def test_recycled_pieces_files_on_dev_shm_give_the_direct_save(mpi_tmp: Path) ->
         with ac.CheckpointManager(
             mpi_tmp / "shared", Advection, comm=w, save_policy=EveryNSteps(10), cache=cache, flush_policy=EveryNSteps(20)
         ) as mgr:
-            level = mgr._node.level  # type: ignore[union-attr]
+            level = mgr._level.level  # type: ignore[attr-defined]
             ok &= level.tmpfs
             mine = f"rank-{w.rank:06d}.pieces"
             for s in (0, 10, 20, 30):
