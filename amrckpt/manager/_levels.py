@@ -4,7 +4,7 @@
 holds one of; it never asks which.  :class:`DirectLevel` saves and commits
 in the caller (:func:`~amrckpt.manager._save.commit_step`);
 :class:`BackgroundLevel` copies the state and commits the copy in a
-thread; :class:`~amrckpt.manager._twolevel.NodeLevel` saves into node-local
+thread; :class:`~amrckpt.manager.cache._node.NodeLevel` saves into node-local
 caches and flushes them into the directory.  Every level hands its bytes
 to the same save (:func:`amrckpt.save`) and the same commit.
 """

@@ -25,7 +25,6 @@ from ..scda import FileAccess
 from ..schema import CheckpointSchema
 from ._abort import abort_job
 from ._aside import SetAside
-from ._cache import NodeCache
 from ._decorator import as_schema
 from ._directory import CheckpointDirectory
 from ._handle import SaveHandle
@@ -34,7 +33,7 @@ from ._policies import Decision, EveryNSteps, Moment, SavePolicy, shared_decisio
 from ._records import CheckpointRecord, StepMetadata, agreed_facts
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
-from ._twolevel import NodeLevel
+from .cache import NodeCache, NodeLevel
 
 __all__ = ["CheckpointManager"]
 

@@ -17,7 +17,7 @@ from checkpoint_cases import Advection, assert_state_equal, global_state
 import amrckpt as ac
 from amrckpt.comm import run_threads
 from amrckpt.manager import EveryNSteps, KeepLast, list_cache
-from amrckpt.manager._cache import read_pieces
+from amrckpt.manager.cache._pieces import read_pieces
 from amrckpt.testing import FaultyBackend, FaultyFileSystem, inject_faults
 
 G = global_state(seed=5, max_level=5)
@@ -144,8 +144,8 @@ def test_a_restart_from_the_cache_crcs_every_byte_once(tmp_path: Path, monkeypat
 def test_cached_reads_hand_each_piece_over_once_filled() -> None:
     """The load's CRC32s start while the next pieces are copied: ``filled`` gets the pieces filled whole, before the end."""
     from amrckpt.comm import SerialComm
-    from amrckpt.manager._cache import Pieces
-    from amrckpt.manager._cache_read import CachedBackend, NotInPiecesError, PieceMap
+    from amrckpt.manager.cache._pieces import Pieces
+    from amrckpt.manager.cache._read import CachedBackend, NotInPiecesError, PieceMap
 
     held = Pieces(0, 1, [(0, memoryview(b"a" * 100)), (200, memoryview(b"b" * 50))])
     backend = CachedBackend(PieceMap(held, 300, "step", 0), SerialComm())
@@ -353,7 +353,7 @@ def test_every_log_record_carries_rank_and_size(tmp_path: Path) -> None:
 
 def _failing_flushes(monkeypatch: pytest.MonkeyPatch, failing: set[int]) -> None:
     """Make the flushes of the steps in ``failing`` raise an I/O error (EIO) in the flush thread."""
-    from amrckpt.manager import _twolevel
+    from amrckpt.manager.cache import _node as _twolevel
 
     real = _twolevel.flush_step
 
@@ -404,7 +404,7 @@ def test_close_flushes_the_newest_cached_step_after_its_background_flush_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A background flush that failed keeps close from nothing: the newest cached step is flushed, then the error raised."""
-    from amrckpt.manager import _twolevel
+    from amrckpt.manager.cache import _node as _twolevel
 
     real, tries = _twolevel.flush_step, []
 

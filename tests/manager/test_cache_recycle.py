@@ -23,7 +23,8 @@ from small_fs import can_mount, fill, tmpfs
 import amrckpt as ac
 from amrckpt.comm import SerialComm
 from amrckpt.manager import EveryNSteps
-from amrckpt.manager._cache import Mappings, PiecesBackend, on_tmpfs, read_pieces
+from amrckpt.manager.cache._pieces import read_pieces
+from amrckpt.manager.cache._pieces_io import Mappings, PiecesBackend, on_tmpfs
 
 G = global_state(seed=7, max_level=5)
 
@@ -203,7 +204,7 @@ def test_a_tmpfs_file_that_cannot_be_mapped_or_allocated_is_written_with_pwritev
     why = can_mount()
     if why:
         pytest.skip(why)
-    import amrckpt.manager._cache as cache_module
+    import amrckpt.manager.cache._pieces_io as cache_module
 
     if cannot == "mmap":
         monkeypatch.setattr(cache_module, "_map", lambda fd, nbytes: None)

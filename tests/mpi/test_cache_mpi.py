@@ -227,7 +227,7 @@ def test_a_failed_read_in_place_on_any_subset_of_ranks_falls_back_to_the_flush(
 
     The load agrees on the error, and the manager flushes the step and loads it from the directory: the same state.
     """
-    from amrckpt.manager._cache_read import PieceMap
+    from amrckpt.manager.cache._read import PieceMap
 
     def fill(self: PieceMap, offset: int, buf: Any) -> list[tuple[int, int]]:
         raise ac.errors.ScdaIOError(5, f"injected: cannot read bytes {offset}.. of the cached pieces")

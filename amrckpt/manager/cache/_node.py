@@ -2,7 +2,7 @@
 
 :class:`NodeLevel` is what :class:`~amrckpt.CheckpointManager` holds when
 it is given a :class:`~amrckpt.manager.NodeCache`: this rank's node cache
-(:class:`~amrckpt.manager._cache.CacheLevel`), the node layout, the flush
+(:class:`~amrckpt.manager.cache._level.CacheLevel`), the node layout, the flush
 policy, and the flush in progress (a thread on a duplicated communicator,
 as a background save).  Its methods are collective on the manager's
 communicator unless they say otherwise.
@@ -15,22 +15,24 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._files import new_token
-from .._logging import RankLogger
-from .._threads import Worker, start_thread
-from ..comm import Call, Comm, current_call
-from ..errors import AmrckptError, CachedStepsUnreachableWarning, ManagerError, ThreadStartError
-from ..scda import FileAccess
-from ..schema import CheckpointSchema
-from ._cache import CacheLevel, NodeCache, NodeLayout, Pieces, ranks_of, shape_of
-from ._cache_read import NotInPiecesError, pieces_access, root_extra
-from ._directory import CheckpointDirectory
+from ..._files import new_token
+from ..._logging import RankLogger
+from ..._threads import Worker, start_thread
+from ...comm import Call, Comm, current_call
+from ...errors import AmrckptError, CachedStepsUnreachableWarning, ManagerError, ThreadStartError
+from ...scda import FileAccess
+from ...schema import CheckpointSchema
+from .._directory import CheckpointDirectory
+from .._handle import SaveHandle
+from .._policies import Moment, Never, SavePolicy, shared_decision
+from .._records import step_records
+from .._retention import KeepPolicy
 from ._flush import Cached, cache_step, flush_step, gather_pieces, newest_cached
-from ._handle import SaveHandle
-from ._policies import Moment, Never, SavePolicy, shared_decision
-from ._records import step_records
+from ._layout import NodeCache, NodeLayout, ranks_of, shape_of
+from ._level import CacheLevel
+from ._pieces import Pieces
+from ._read import NotInPiecesError, pieces_access, root_extra
 from ._reshape import Unreachable, flush_other_shape, newest_other_shape
-from ._retention import KeepPolicy
 
 __all__ = ["NodeLevel"]
 
@@ -130,7 +132,7 @@ class NodeLevel:
     # -- saving -----------------------------------------------------------------------------------
 
     def _cache(self, step: int, state: CheckpointSchema, records: Callable[[Any, float, float], Mapping[str, bytes]]) -> Cached:
-        """Save ``state`` into the node caches (:func:`~amrckpt.manager._flush.cache_step`). Collective.
+        """Save ``state`` into the node caches (:func:`~amrckpt.manager.cache._flush.cache_step`). Collective.
 
         The save blocks for writing and committing the step; the cache's
         retention (freeing the pages of the steps beyond ``keep``: a few ms
@@ -342,10 +344,10 @@ class NodeLevel:
         """Restart from the newest cached step newer than the directory's newest that is complete. Collective, agreeing.
 
         Every rank finds its pieces of the step (its node's copy, else a
-        partner's: :func:`~amrckpt.manager._flush.gather_pieces`) and
+        partner's: :func:`~amrckpt.manager.cache._flush.gather_pieces`) and
         ``load_cached(path, access)`` loads the step through ``access``,
         which serves every read from this rank's pieces
-        (:mod:`~amrckpt.manager._cache_read`): SCR's restart
+        (:mod:`~amrckpt.manager.cache._read`): SCR's restart
         from the cache, with no shared file.  The load checks every byte it
         uses by the file's CRC32s, so the pieces files' own CRC32s are not
         computed first (each byte is CRC'd once); if the load fails, they
@@ -360,7 +362,7 @@ class NodeLevel:
         shape) is never read in place: if every old rank's pieces are in a
         node directory that some rank of this job sees, the step is flushed
         into ``directory`` by this job's ranks
-        (:func:`~amrckpt.manager._reshape.flush_other_shape`) and the caller
+        (:func:`~amrckpt.manager.cache._reshape.flush_other_shape`) and the caller
         loads it from there, on this job's process count; if some are not,
         an older step is tried, and a
         :class:`~amrckpt.errors.CachedStepsUnreachableWarning` (rank 0,
@@ -401,8 +403,8 @@ class NodeLevel:
 
         For :meth:`~amrckpt.CheckpointManager.restore` of a step that is in
         the node caches only: cached by this job's shape, it is flushed as
-        any flush (:func:`~amrckpt.manager._flush.flush_step`); by another,
-        with this job's ranks (:func:`~amrckpt.manager._reshape.flush_other_shape`).
+        any flush (:func:`~amrckpt.manager.cache._flush.flush_step`); by another,
+        with this job's ranks (:func:`~amrckpt.manager.cache._reshape.flush_other_shape`).
 
         Returns
         -------
