@@ -452,3 +452,25 @@ def test_a_flush_thread_that_cannot_start_fails_the_next_save_not_the_cached_one
         assert [c.step for c in list_cache(tmp_path / "cache" / "node-0")] == [1, 2, 3, 4]  # 5 was not saved
         mgr.save(5, state(5))  # the next try saves
     assert mgr.all_steps()[-1] == 5  # flushed at close
+
+
+@pytest.mark.parametrize("agreed", [True, False])
+def test_a_cached_step_is_committed_as_a_step_commit_over_a_directory(tmp_path: Path, agreed: bool) -> None:
+    """The step it replaces is set aside until the commit is agreed on: removed then, else put back."""
+    from amrckpt.manager.cache._level import CacheLevel
+
+    level = CacheLevel(tmp_path, "ckpt", sync=False)
+    level.open(True)
+    for token, text in (("00", "old"), ("01", "new")):
+        commit = level.new_commit(7, token)
+        level.make_partial(7, token)
+        (commit.tmp / "rank-000000.pieces").write_text(text)
+        level.publish(commit, {"step": 7})
+        if token == "00" or agreed:
+            commit.finish()
+        else:
+            commit.roll_back()
+    level.close()
+    assert (level.step_path(7) / "rank-000000.pieces").read_text() == ("new" if agreed else "old")
+    assert level.info(7) == {"step": 7}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".amrckpt.lock", level.step_path(7).name]

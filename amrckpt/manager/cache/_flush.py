@@ -155,9 +155,9 @@ def cache_step(
     with collective(comm, "CheckpointManager.cache") as call:
         first = layout.first(comm.rank)
         token = token if token is not None else call.on_root(new_token, what="cache: token")
-        tmp = level.partial_path(step, token)
+        commit = level.new_commit(step, token)
+        tmp = commit.tmp
         t0 = time.time()
-        committed = False
         try:
             call.run(level.make_partial, step, token)
             opener = level.opener(tmp, level.recyclable(step, keep, protect, comm.rank))
@@ -177,15 +177,14 @@ def cache_step(
                 "records": {k: v.decode() for k, v in records(result, t0, seconds).items()},
             }
             if first:
-                call.run(level.publish, step, tmp, info)
-            committed = True
+                call.run(level.publish, commit, info)
             call.agree("cache: commit")
         except BaseException:
             if first:
-                level.remove(tmp.name)
-                if committed:
-                    level.remove(level.step_path(step).name)
+                commit.roll_back()  # the step replaced is put back, the save's directory removed
             raise
+        if first:
+            commit.finish()
         log.info("step %d cached (%d bytes, %.3f s)", step, result.nbytes, seconds)
         rank = comm.rank
         held = (layout.held(rank, k) for k in range(1, layout.partners + 1))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from ...comm import Comm
 from ...container import RUN_RECORD_LIMIT
 from ...errors import ManagerError, ManagerIOError, ScdaIOError, ScdaUsageError
 from ...scda import Backend, FileAccess, os_error
+from .._commit import StepCommit, remove_tree
 from .._lock import DirectoryLock
 from .._names import StepNames
 from .._records import RECORD_LIMIT
@@ -89,7 +89,7 @@ class CacheLevel:
         self.tmpfs = on_tmpfs(self.path)
         if lock:
             self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
-            for name in self.names.listing(os.listdir(self.path)).partial():  # a cached save cut short by a kill
+            for name, _ in self.names.listing(os.listdir(self.path)).pending:  # a cached save or commit cut short by a kill
                 self.remove(name)
 
     def close(self) -> None:
@@ -160,10 +160,15 @@ class CacheLevel:
         gone = [s for s in steps[: max(0, len(steps) + 1 - keep)] if s not in protect and s != steps[-1]]
         return self.step_path(gone[-1]) / pieces_name(rank) if gone else None
 
-    def publish(self, step: int, tmp: Path, info: dict[str, Any]) -> None:
-        """Write ``step.json``, sync, rename the step to its final name, sync the directory (the node's commit point).
+    def new_commit(self, step: int, token: str) -> StepCommit:
+        """Return the commit ``token`` of the cached ``step``: a :class:`~amrckpt.manager._commit.StepCommit` of a directory."""
+        return StepCommit(self.path, self.names, step, token, self.fs, self.sync, tree=True)
 
-        A cached step of the same number is removed first (a cache holds one copy of a step).
+    def publish(self, commit: StepCommit, info: dict[str, Any]) -> None:
+        """Write ``step.json`` into the step, sync it, and commit the step (:meth:`StepCommit.publish`: the node's commit point).
+
+        A cached step of the same number is replaced (a cache holds one copy
+        of a step): renamed aside until the commit is agreed on.
 
         Raises
         ------
@@ -171,17 +176,12 @@ class CacheLevel:
             With the file system's errno.
         """
         try:
-            self.fs.write_new(tmp / STEP_JSON, json.dumps(info, indent=1).encode() + b"\n", sync=self.sync)
+            self.fs.write_new(commit.tmp / STEP_JSON, json.dumps(info, indent=1).encode() + b"\n", sync=self.sync)
             if self.sync:
-                self.fs.fsync_directory(tmp)
-            final = self.step_path(step)
-            if os.path.lexists(final):
-                self.remove(final.name)
-            self.fs.replace(tmp, final)
-            if self.sync:
-                self.fs.fsync_directory(self.path)
+                self.fs.fsync_directory(commit.tmp)
         except OSError as exc:
-            raise ScdaIOError(exc.errno or 5, f"cannot commit the cached step {step}: {exc.strerror or exc}") from exc
+            raise ScdaIOError(exc.errno or 5, f"cannot commit the cached step {commit.step}: {exc.strerror or exc}") from exc
+        commit.publish({})
 
     def info(self, step: int) -> dict[str, Any] | None:
         """Return the ``step.json`` of the cached ``step``; None if missing, unusable or unreadable. Not collective."""
@@ -215,14 +215,9 @@ class CacheLevel:
         the same time (:meth:`retire_own`): a file gone already is no error.
         """
         p = self.path / name
-
-        def gone_already(fn: Any, path: str, exc: Any) -> None:
-            if not isinstance(exc[1] if isinstance(exc, tuple) else exc, FileNotFoundError):
-                raise exc[1] if isinstance(exc, tuple) else exc
-
         with contextlib.suppress(OSError):
             if stat.S_ISDIR(os.lstat(p).st_mode):
-                shutil.rmtree(p, onerror=gone_already)
+                remove_tree(p)
             else:
                 os.unlink(p)
 
