@@ -2,7 +2,7 @@
 
 :class:`Level` is the protocol that :class:`~amrckpt.CheckpointManager`
 holds one of; it never asks which.  :class:`DirectLevel` saves and commits
-in the caller (:func:`~amrckpt.manager._save.commit_step`);
+in the caller (:func:`~amrckpt.manager._save.commit_file`);
 :class:`BackgroundLevel` copies the state and commits the copy in a
 thread; :class:`~amrckpt.manager.cache._node.NodeLevel` saves into node-local
 caches and flushes them into the directory.  Every level hands its bytes
@@ -11,22 +11,26 @@ to the same save (:func:`amrckpt.save`) and the same commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from .._logging import RankLogger
 from ..comm import Call, Comm, current_call
 from ..errors import ManagerError
 from ..scda import FileAccess
-from ..schema import CheckpointSchema
+from ..schema import CheckpointSchema, save
 from ._aside import SetAside
 from ._directory import CheckpointDirectory
 from ._handle import SaveHandle
+from ._policies import SavePolicy
+from ._records import step_records
 from ._retention import KeepPolicy
-from ._save import commit_step
+from ._save import commit_file
 from ._snapshot import Snapshots, cores_per_rank
+from .cache import NodeCache, NodeLevel
 
-__all__ = ["BackgroundLevel", "DirectLevel", "Level"]
+__all__ = ["BackgroundLevel", "DirectLevel", "Level", "open_level"]
 
 
 class Level(Protocol):
@@ -59,6 +63,32 @@ class Level(Protocol):
 
     def release(self) -> None:
         """Free threads, communicators, buffers and locks; after :meth:`close`, or instead of it if it could not run."""
+
+
+def open_level(
+    call: Call,
+    directory: CheckpointDirectory,
+    cache: NodeCache | None,
+    background: bool,
+    flush_policy: SavePolicy | None,
+    *,
+    aside: SetAside,
+    **kw: Any,
+) -> Level:
+    """Return the level of a manager, chosen once: the node caches, a background thread, or the directory. Collective.
+
+    ``kw``: ``keep_policy``, ``access``, ``check_mesh``, ``log`` (:class:`DirectLevel`'s).
+
+    Raises
+    ------
+    ManagerError
+        On every rank, for ``cache`` with ``background`` (a cached save is the fast path).
+    """
+    if cache is not None and background:
+        raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
+    if cache is not None:  # after the directory (its lock)
+        return NodeLevel(call, cache, flush_policy, directory, **kw)
+    return (BackgroundLevel if background else DirectLevel)(call.comm, directory, aside=aside, **kw)
 
 
 class DirectLevel:
@@ -106,23 +136,22 @@ class DirectLevel:
         """Nothing is in progress. Not collective."""
 
     def save(self, step: int, state: CheckpointSchema, facts: dict[str, Any], halt: bool) -> SaveHandle:
-        """Save and commit ``step`` (:func:`~amrckpt.manager._save.commit_step`). Collective."""
+        """Save and commit ``step``. Collective."""
         self._commit(self.comm, step, state, facts)
         return SaveHandle(step, True, self.directory.path_of(step))
 
     def _commit(self, comm: Comm, step: int, state: CheckpointSchema, facts: dict[str, Any]) -> None:
-        seconds = commit_step(
-            comm,
-            self.directory,
-            step,
-            state,
-            access=self.access,
-            check_mesh=self.check_mesh,
-            facts=facts,
-            keep_policy=self.keep_policy,
-            log=self.log,
-        )
-        self.seconds.append(seconds)
+        """Write ``state`` under its temporary name and commit it with its records (:func:`commit_file`). Collective on ``comm``."""
+        facts = {**facts, "keep_policy": repr(self.keep_policy)}
+
+        def write(tmp: Path) -> Any:
+            return save(state, tmp, comm=comm, sync=self.directory.sync, check_mesh=self.check_mesh, access=self.access)
+
+        def records(name: str, result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
+            return step_records(step, name, result, comm.size, t0, seconds, facts)
+
+        kw: dict[str, Any] = {"keep_policy": self.keep_policy, "log": self.log, "reason": facts.get("reason")}
+        self.seconds.append(commit_file(comm, self.directory, step, write, records, **kw))
         self.aside.unusable.discard(step)
 
     def wait(self) -> None:
@@ -155,18 +184,8 @@ class BackgroundLevel(DirectLevel):
     of each node counted).
     """
 
-    def __init__(
-        self,
-        comm: Comm,
-        directory: CheckpointDirectory,
-        *,
-        keep_policy: KeepPolicy,
-        access: FileAccess,
-        check_mesh: bool,
-        aside: SetAside,
-        log: RankLogger,
-    ) -> None:
-        super().__init__(comm, directory, keep_policy=keep_policy, access=access, check_mesh=check_mesh, aside=aside, log=log)
+    def __init__(self, comm: Comm, directory: CheckpointDirectory, **kw: Any) -> None:
+        super().__init__(comm, directory, **kw)
         mpi = getattr(comm, "mpi_comm", None)
         if mpi is not None:
             from mpi4py import MPI

@@ -28,12 +28,12 @@ from ._aside import SetAside
 from ._decorator import as_schema
 from ._directory import CheckpointDirectory
 from ._handle import SaveHandle
-from ._levels import BackgroundLevel, DirectLevel, Level
-from ._policies import Decision, EveryNSteps, Moment, SavePolicy, shared_decision
+from ._levels import Level, open_level
+from ._policies import AnyOf, Decision, EveryNSteps, Moment, SavePolicy, shared_decision
 from ._records import CheckpointRecord, StepMetadata, agreed_facts
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
-from .cache import NodeCache, NodeLevel
+from .cache import NodeCache
 
 __all__ = ["CheckpointManager"]
 
@@ -178,22 +178,15 @@ class CheckpointManager(Generic[S]):
             self.log = RankLogger(log, self.comm.rank, self.comm.size)
             self._dir = CheckpointDirectory(directory, prefix=prefix, fs=fs, sync=sync, log=self.log)
             try:
-                if cache is not None and background:
-                    raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
                 self.access = FileAccess.of(access).replace(sync=sync)  # refused on every rank if not a FileAccess
                 watch(call, collective_timeout)  # this manager's timeout; exit notices under MPI
                 self._watched = True
                 self._init(call, schema, save_policy, keep_policy, abort_on_error)
                 kw: dict[str, Any] = {"keep_policy": self.keep_policy, "access": self.access, "check_mesh": check_mesh}
-                if cache is not None:  # the directory first (its lock), then the node caches
-                    level = NodeLevel(call, cache, flush_policy, self._dir, log=self.log, **kw)
-                elif background:
-                    level = BackgroundLevel(self.comm, self._dir, aside=self._aside, log=self.log, **kw)
-                else:
-                    level = DirectLevel(self.comm, self._dir, aside=self._aside, log=self.log, **kw)
+                level = open_level(call, self._dir, cache, background, flush_policy, aside=self._aside, log=self.log, **kw)
                 self._level: Level = level
-                self._policy("bind", self.comm)  # collective: e.g. BeforeWallTime learns the job's end on rank 0
-                self._policy("start")
+                AnyOf([self.save_policy]).bind(self.comm)  # collective: e.g. BeforeWallTime learns the job's end on rank 0
+                AnyOf([self.save_policy]).start()
             except BaseException:
                 if level is not None:
                     level.release()
@@ -201,11 +194,6 @@ class CheckpointManager(Generic[S]):
                 if self._watched:
                     unwatch(self.comm)
                 raise
-
-    def _policy(self, method: str, *args: Any) -> None:
-        fn = getattr(self.save_policy, method, None)
-        if fn is not None:
-            fn(*args)
 
     def _init(
         self, call: Call, schema: type[S], save_policy: SavePolicy | None, keep_policy: KeepPolicy | None, abort_on_error: bool
@@ -671,7 +659,7 @@ class CheckpointManager(Generic[S]):
                 self._watched = False
                 unwatch(self.comm)
             self._level.release()
-            self._policy("stop")
+            AnyOf([self.save_policy]).stop()
             self._dir.close()  # releases the flock (rank 0)
 
     def __enter__(self) -> CheckpointManager[S]:

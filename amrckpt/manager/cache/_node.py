@@ -24,7 +24,7 @@ from ...scda import FileAccess
 from ...schema import CheckpointSchema
 from .._directory import CheckpointDirectory
 from .._handle import SaveHandle
-from .._policies import Moment, Never, SavePolicy, shared_decision
+from .._policies import AnyOf, Moment, Never, SavePolicy, shared_decision
 from .._records import step_records
 from .._retention import KeepPolicy
 from ._flush import Cached, cache_step, flush_step, gather_pieces, newest_cached
@@ -122,12 +122,8 @@ class NodeLevel:
             self._threads = call.comm.size == 1
         if self._threads:
             self._comm = call.comm.dup()
-        bind = getattr(self.flush_policy, "bind", None)  # collective: e.g. BeforeWallTime learns the job's end
-        if bind is not None:
-            bind(call.comm)
-        start = getattr(self.flush_policy, "start", None)
-        if start is not None:
-            start()
+        AnyOf([self.flush_policy]).bind(call.comm)  # collective: e.g. BeforeWallTime learns the job's end
+        AnyOf([self.flush_policy]).start()
 
     # -- saving -----------------------------------------------------------------------------------
 
@@ -525,9 +521,7 @@ class NodeLevel:
     def release(self) -> None:
         """Free the duplicated communicator and release the node's lock (after :meth:`close`)."""
         self.wait_retention()
-        stop = getattr(self.flush_policy, "stop", None)
-        if stop is not None:
-            stop()
+        AnyOf([self.flush_policy]).stop()
         if self._comm is not None:
             self._comm.free()
             self._comm = None
