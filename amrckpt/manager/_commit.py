@@ -64,7 +64,8 @@ class StepCommit:
     tree : bool, optional
         The checkpoint is a directory (a node cache's step, its files
         written and synced in it): what it replaces is renamed aside, not
-        linked, and removed with its files.
+        linked, and removed with its files; a roll back that cannot
+        rename it back removes it.
 
     Attributes
     ----------
@@ -155,8 +156,11 @@ class StepCommit:
         """Undo the commit: the directory is as it was before (the temporary files removed). Never raises."""
         fs = self._undo
         if self.renamed:
-            with contextlib.suppress(OSError):
+            try:
                 fs.replace(self.final, self.tmp)  # first: while the temporary name exists, the commit is not done
+            except OSError:
+                if self.tree:  # a step that no rank agreed on must not stay: removed with its files instead
+                    self._remove(self.final)
         for final in self._placed:
             with contextlib.suppress(OSError):
                 fs.unlink(final)

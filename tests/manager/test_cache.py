@@ -474,3 +474,23 @@ def test_a_cached_step_is_committed_as_a_step_commit_over_a_directory(tmp_path: 
     assert (level.step_path(7) / "rank-000000.pieces").read_text() == ("new" if agreed else "old")
     assert level.info(7) == {"step": 7}
     assert sorted(p.name for p in tmp_path.iterdir()) == [".amrckpt.lock", level.step_path(7).name]
+
+
+def test_a_cached_step_that_cannot_be_renamed_back_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libfiu seed 7000036: a node's commit not agreed on, and its rename back failing, left a step whose save raised."""
+    from amrckpt._files import LOCAL
+    from amrckpt.manager.cache._level import CacheLevel
+
+    level = CacheLevel(tmp_path, "ckpt", sync=False)
+    level.open(True)
+    commit = level.new_commit(7, "00")
+    level.make_partial(7, "00")
+    level.publish(commit, {"step": 7})
+
+    def replace(src: Any, dst: Any) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(type(LOCAL), "replace", lambda self, src, dst: replace(src, dst))
+    commit.roll_back()
+    level.close()
+    assert level.steps() == {} and [p.name for p in tmp_path.iterdir()] == [".amrckpt.lock"]
