@@ -62,7 +62,7 @@ def outcome(fn: Any) -> list[Any]:
 
 def manager(d: Any, comm: Any, backend: str, **kw: Any) -> ac.CheckpointManager[Advection]:
     kw.setdefault("save_policy", EveryNSteps(1))
-    return ac.CheckpointManager(d, Advection, comm=comm, save_kwargs={"backend": backend}, **kw)
+    return ac.CheckpointManager(d, Advection, comm=comm, access=ac.scda.FileAccess(backend=backend), **kw)
 
 
 def case_enospc(d: Path, comm: Any, backend: str) -> dict[str, Any]:

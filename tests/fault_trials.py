@@ -96,14 +96,13 @@ class Outcome:
 class Trials:
     """A manager directory holding a valid checkpoint, and fault trials on it. Collective over ``comm``."""
 
-    def __init__(self, directory: Path, comm: Any, save_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(self, directory: Path, comm: Any, backend: Any = None) -> None:
         self.comm = FaultyComm(comm)  # collectives fail where the plan says (kind "mpi")
         self.c = self.comm
-        kw = dict(save_kwargs or {})
-        kw["backend"] = FaultyBackend.over(kw.get("backend"))  # I/O calls fail where the plan says
+        access = ac.scda.FileAccess(backend=FaultyBackend.over(backend))  # I/O calls fail where the plan says
         policies = {"save_policy": EveryNSteps(10**9), "keep_policy": KeepLast(2)}
         fs = FaultyFileSystem()  # the directory's file operations fail where the plan says (kinds "rename", "fsync"...)
-        self.mgr = ac.CheckpointManager(directory, Advection, comm=self.comm, save_kwargs=kw, fs=fs, **policies)
+        self.mgr = ac.CheckpointManager(directory, Advection, comm=self.comm, access=access, fs=fs, **policies)
         self.mgr.save(0, state(0, self.comm), force=True)
         self.prev = 0
         self.prev_sha = _sha(self.mgr.path_of(0)) if self.c.rank == 0 else ""

@@ -83,7 +83,7 @@ def outcome(exc: BaseException | None) -> dict[str, Any]:
 
 def manager(t: dict[str, Any], comm: Any) -> ac.CheckpointManager[Advection]:
     """The trial's manager: its save mode and backend, KeepLast(3)."""
-    kw: dict[str, Any] = {"save_kwargs": {"backend": t["backend"]}, "keep_policy": ac.manager.KeepLast(3)}
+    kw: dict[str, Any] = {"access": ac.scda.FileAccess(backend=t["backend"]), "keep_policy": ac.manager.KeepLast(3)}
     kw["save_policy"] = ac.EveryNSteps(10**9)
     if t["mode"] == "background":
         kw["background"] = True

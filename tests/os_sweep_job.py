@@ -149,7 +149,7 @@ def main() -> int:
 
     def manager(comm: Any) -> ac.CheckpointManager[Advection]:
         kw: dict[str, Any] = {"keep_policy": ac.manager.KeepLast(3), "save_policy": ac.EveryNSteps(10**9)}
-        kw["save_kwargs"] = {"backend": "mpiio" if mode == "mpiio" else "posix"}
+        kw["access"] = ac.scda.FileAccess(backend="mpiio" if mode == "mpiio" else "posix")
         if mode == "background":
             kw["background"] = True
         elif mode == "cached":

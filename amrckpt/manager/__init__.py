@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from .._files import FileSystem, LocalFileSystem
 from ..errors import ManagerError, StepAlreadyExistsError, StepNotFoundError
-from ._cache import CachedStep, NodeCache, list_cache
 from ._decorator import checkpointable
 from ._directory import CheckpointDirectory, read_history
 from ._handle import SaveHandle
@@ -35,6 +34,7 @@ from ._records import CheckpointRecord, StepMetadata
 from ._restore import Restored, Skipped
 from ._retention import KeepAll, KeepAny, KeepBest, KeepEvery, KeepEveryNSeconds, KeepLast, KeepPolicy
 from ._scheduler import job_end_time
+from .cache import CachedStep, NodeCache, list_cache
 
 __all__ = [
     "HISTORY",

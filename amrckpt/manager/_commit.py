@@ -30,16 +30,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .._files import LOCAL, FileSystem
 from .._logging import RankLogger
 from ..errors import ScdaIOError
 from ._names import RECORDS, Listing, Name, StepNames
 
-__all__ = ["StepCommit", "recover"]
+__all__ = ["StepCommit", "recover", "remove_tree"]
 
 
 class StepCommit:
@@ -59,6 +61,11 @@ class StepCommit:
         The file operations.
     sync : bool, optional
         Fsync the records and the directory.
+    tree : bool, optional
+        The checkpoint is a directory (a node cache's step, its files
+        written and synced in it): what it replaces is renamed aside, not
+        linked, and removed with its files; a roll back that cannot
+        rename it back removes it.
 
     Attributes
     ----------
@@ -70,7 +77,16 @@ class StepCommit:
         Whether the checkpoint has its final name (the commit point passed).
     """
 
-    def __init__(self, directory: Path, names: StepNames, step: int, token: str, fs: FileSystem = LOCAL, sync: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        names: StepNames,
+        step: int,
+        token: str,
+        fs: FileSystem = LOCAL,
+        sync: bool = True,
+        tree: bool = False,
+    ) -> None:
         self.directory = directory
         self.names = names
         self.step = step
@@ -78,6 +94,7 @@ class StepCommit:
         self.fs = fs
         self._undo = _innermost(fs)
         self.sync = sync
+        self.tree = tree
         self.name = names.build_name(step)
         self.final = directory / self.name
         self.tmp = directory / names.partial_name(self.name, token)
@@ -115,7 +132,7 @@ class StepCommit:
                     fs.replace(old, self._previous(old))
                     self._kept.append((old, self._previous(old)))
             if os.path.lexists(self.final):
-                fs.link(self.final, self._previous(self.final))
+                (fs.replace if self.tree else fs.link)(self.final, self._previous(self.final))
                 self._kept.append((self.final, self._previous(self.final)))
             for suffix, data in records.items():
                 final = self.directory / (self.name + suffix)
@@ -133,15 +150,17 @@ class StepCommit:
     def finish(self) -> None:
         """Remove what the commit replaced (after the ranks agreed on it). Never raises."""
         for _, previous in self._kept:
-            with contextlib.suppress(OSError):
-                self._undo.unlink(previous)
+            self._remove(previous)
 
     def roll_back(self) -> None:
         """Undo the commit: the directory is as it was before (the temporary files removed). Never raises."""
         fs = self._undo
         if self.renamed:
-            with contextlib.suppress(OSError):
+            try:
                 fs.replace(self.final, self.tmp)  # first: while the temporary name exists, the commit is not done
+            except OSError:
+                if self.tree:  # a step that no rank agreed on must not stay: removed with its files instead
+                    self._remove(self.final)
         for final in self._placed:
             with contextlib.suppress(OSError):
                 fs.unlink(final)
@@ -156,8 +175,25 @@ class StepCommit:
     def discard(self) -> None:
         """Remove the commit's temporary files (the checkpoint's and the records'). Never raises."""
         for name in (self.name, *self.names.record_names(self.name)):
-            with contextlib.suppress(OSError):
-                self._undo.unlink(self.directory / self.names.partial_name(name, self.token))
+            self._remove(self.directory / self.names.partial_name(name, self.token))
+
+    def _remove(self, path: Path) -> None:
+        """Remove a file, or a directory of the commit with its files (a link is unlinked, never followed). Never raises."""
+        with contextlib.suppress(OSError):
+            if self.tree and stat.S_ISDIR(os.lstat(path).st_mode):
+                remove_tree(path)
+            else:
+                self._undo.unlink(path)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove the directory ``path`` and its files; a file that others removed already is no error. Raises OSError."""
+
+    def gone_already(fn: Any, where: str, exc: Any) -> None:
+        if not isinstance(exc[1] if isinstance(exc, tuple) else exc, FileNotFoundError):
+            raise exc[1] if isinstance(exc, tuple) else exc
+
+    shutil.rmtree(path, onerror=gone_already)
 
 
 def _innermost(fs: FileSystem) -> FileSystem:

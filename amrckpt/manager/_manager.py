@@ -25,17 +25,15 @@ from ..scda import FileAccess
 from ..schema import CheckpointSchema
 from ._abort import abort_job
 from ._aside import SetAside
-from ._cache import NodeCache
 from ._decorator import as_schema
 from ._directory import CheckpointDirectory
 from ._handle import SaveHandle
-from ._policies import Decision, EveryNSteps, Moment, SavePolicy, shared_decision
+from ._levels import Level, open_level
+from ._policies import AnyOf, Decision, EveryNSteps, Moment, SavePolicy, shared_decision
 from ._records import CheckpointRecord, StepMetadata, agreed_facts
 from ._restore import Restored, Skipped
 from ._retention import KeepLast, KeepPolicy
-from ._save import commit_step
-from ._snapshot import Snapshots, cores_per_rank
-from ._twolevel import NodeLevel
+from .cache import NodeCache
 
 __all__ = ["CheckpointManager"]
 
@@ -97,13 +95,16 @@ class CheckpointManager(Generic[S]):
     prefix : str, optional
         File names are ``<prefix>-<step, 12 digits>.scda``.
     sync : bool, optional
-        ``fsync`` files and directory on commit (default True).
-    save_kwargs : dict, optional
-        Passed to :func:`amrckpt.save` (``style``, ``check_mesh``...).
-    info : dict of str to str, or mpi4py.MPI.Info, optional
-        MPI-IO hints for every save and restore (``save_kwargs["info"]``
-        wins for saves); see ``docs/scaling.md`` for Lustre and GPFS values,
-        and ``AMRCKPT_MPIIO_HINTS`` for hints from the environment.
+        ``fsync`` every checkpoint file (``MPI_File_sync``), its records and
+        the directory on commit (default True); it sets ``access.sync``.
+    access : amrckpt.scda.FileAccess, optional
+        How the checkpoints are written: MPI-IO hints (``info``, also used
+        by every restore; see ``docs/scaling.md`` for Lustre and GPFS
+        values, and ``AMRCKPT_MPIIO_HINTS`` for hints from the environment),
+        byte backend, truncation and line-break ``style``, as for
+        :func:`amrckpt.save`.  Its ``sync`` is the manager's ``sync``.
+    check_mesh : bool, optional
+        Check the mesh's leaves on every save, as :func:`amrckpt.save` does (default True).
     fs : FileSystem, optional
         The file operations of the directory's rank-0 steps (records,
         renames, links, directory fsync); default the operating system's
@@ -162,85 +163,58 @@ class CheckpointManager(Generic[S]):
         background: bool = False,
         prefix: str = "ckpt",
         sync: bool = True,
-        save_kwargs: dict[str, Any] | None = None,
-        info: Any = None,
+        access: FileAccess | None = None,
+        check_mesh: bool = True,
         fs: FileSystem | None = None,
         cache: NodeCache | None = None,
         flush_policy: SavePolicy | None = None,
         abort_on_error: bool = True,
         collective_timeout: float | None = None,
     ) -> None:
-        self._node: NodeLevel | None = None
+        level: Level | None = None
         self._watched = False
         with collective(comm, "CheckpointManager", timeout=collective_timeout) as call:
             self.comm: Comm = call.comm
             self.log = RankLogger(log, self.comm.rank, self.comm.size)
             self._dir = CheckpointDirectory(directory, prefix=prefix, fs=fs, sync=sync, log=self.log)
             try:
-                if cache is not None:
-                    if background:
-                        raise call.agreed(ManagerError("cache= and background=True: a cached save is the fast path, use one"))
-                    call.run(self._dir.open, on=0)  # the directory first (its lock), then the node caches
-                    call.agree("CheckpointManager: open the directory")
-                    self._node = NodeLevel(call, cache, flush_policy, prefix, self._dir.sync, self.log, self._dir)
+                self.access = FileAccess.of(access).replace(sync=sync)  # refused on every rank if not a FileAccess
                 watch(call, collective_timeout)  # this manager's timeout; exit notices under MPI
                 self._watched = True
-                self._init(call, schema, save_policy, keep_policy, background, save_kwargs, info, abort_on_error)
+                self._init(call, schema, save_policy, keep_policy, abort_on_error)
+                kw: dict[str, Any] = {"keep_policy": self.keep_policy, "access": self.access, "check_mesh": check_mesh}
+                level = open_level(call, self._dir, cache, background, flush_policy, aside=self._aside, log=self.log, **kw)
+                self._level: Level = level
+                AnyOf([self.save_policy]).bind(self.comm)  # collective: e.g. BeforeWallTime learns the job's end on rank 0
+                AnyOf([self.save_policy]).start()
             except BaseException:
-                if self._node is not None:
-                    self._node.close()
+                if level is not None:
+                    level.release()
                 self._dir.close()
                 if self._watched:
                     unwatch(self.comm)
                 raise
 
     def _init(
-        self,
-        call: Call,
-        schema: type[S],
-        save_policy: SavePolicy | None,
-        keep_policy: KeepPolicy | None,
-        background: bool,
-        save_kwargs: dict[str, Any] | None,
-        info: Any,
-        abort_on_error: bool,
+        self, call: Call, schema: type[S], save_policy: SavePolicy | None, keep_policy: KeepPolicy | None, abort_on_error: bool
     ) -> None:
         self.schema = schema
         self.save_policy: SavePolicy = save_policy if save_policy is not None else EveryNSteps(100)
         self.keep_policy: KeepPolicy = keep_policy if keep_policy is not None else KeepLast(3)
-        self.save_kwargs = dict(save_kwargs or {})
-        self.save_kwargs.pop("run_record", None)  # the manager writes the run record, inside its commit
-        self.info = info
-        if info is not None:
-            self.save_kwargs.setdefault("info", info)
         self.abort_on_error = abort_on_error
         if abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
             install_excepthook()  # an uncaught exception on one rank ends the job (python -m mpi4py's behaviour)
-        self._save_seconds: list[float] = []
         self._last_step: int | None = None
         self._last_time = time.time()
         self._last_save_time: float | None = None
         self.halt_requested = False
-        self._pending: SaveHandle | None = None
         self._aside = SetAside(self._dir)  # damaged checkpoints kept aside, or (if that failed) never overwritten
-        self._bg_comm: Comm | None = None
         self._closed = False
         self.restored_step: int | None = None
         self.restored_from: str | None = None
         self.skipped: tuple[Skipped, ...] = ()
-        if self._node is None:
-            call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
-            call.agree("CheckpointManager: open the directory")
-        self._snapshots: Snapshots | None = None
-        if background:
-            self._bg_comm = self._background_comm()
-            self._snapshots = Snapshots(cores_per_rank(getattr(self.comm, "mpi_comm", None)))
-        bind = getattr(self.save_policy, "bind", None)  # collective: e.g. BeforeWallTime learns the job's end on rank 0
-        if bind is not None:
-            bind(self.comm)
-        start = getattr(self.save_policy, "start", None)
-        if start is not None:
-            start()
+        call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
+        call.agree("CheckpointManager: open the directory")
 
     @property
     def directory(self) -> Path:
@@ -256,14 +230,6 @@ class CheckpointManager(Generic[S]):
     def sync(self) -> bool:
         """Whether files and directory are synced on commit."""
         return self._dir.sync
-
-    def _background_comm(self) -> Comm:
-        if getattr(self.comm, "mpi_comm", None) is not None:
-            from mpi4py import MPI
-
-            if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-                raise ManagerError("background saves need MPI_THREAD_MULTIPLE (mpi4py.rc.thread_level = 'multiple')")
-        return self.comm.dup()
 
     def path_of(self, step: int) -> Path:
         """Return the file of the checkpoint of ``step``: ``<directory>/<prefix>-<step:012d>.scda``. Not collective."""
@@ -288,7 +254,7 @@ class CheckpointManager(Generic[S]):
         """
         call = current_call(self.comm)
         assert call is not None
-        moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._save_seconds), self._last_save_time)
+        moment = Moment(step, time.time(), self._last_step, self._last_time, tuple(self._level.seconds), self._last_save_time)
         return shared_decision(call, self.save_policy, moment)
 
     # -- saving ---------------------------------------------------------------
@@ -373,7 +339,7 @@ class CheckpointManager(Generic[S]):
         metrics: dict[str, Any] | None,
         metadata: dict[str, Any] | None,
     ) -> SaveHandle:
-        self._wait_save()
+        self._level.ready()
         decision = self.decide(step)
         if decision.halt:
             self.halt_requested = True
@@ -384,28 +350,9 @@ class CheckpointManager(Generic[S]):
         checkpoint = as_schema(self.schema, state)
         if time_value is None:
             time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
-        if self._node is not None:
-            self._cache_save(step, checkpoint, reason, time_value, extra, decision.halt)
-            self._last_step, self._last_time = step, time.time()
-            self._last_save_time = self._last_time
-            return SaveHandle(step, True, self.path_of(step))
-        if self._bg_comm is None:
-            self._commit(self.comm, step, checkpoint, reason, time_value, extra)
-            self._last_step, self._last_time = step, time.time()  # a save that failed may be tried again at the same step
-            self._last_save_time = self._last_time
-            return SaveHandle(step, True, self.path_of(step))
-        self._last_step, self._last_time = step, time.time()
+        handle = self._level.save(step, checkpoint, {"reason": reason, "time": time_value, **extra}, decision.halt)
+        self._last_step, self._last_time = step, time.time()  # a save that failed may be tried again at the same step
         self._last_save_time = self._last_time
-        assert self._snapshots is not None
-        copy = self._snapshots.take(checkpoint)  # the only blocking part of a background save
-        handle = SaveHandle(step, True, self.path_of(step))
-        call = current_call(self.comm)
-        assert call is not None
-        # Started on every rank, agreed (a thread that cannot start is every rank's ThreadStartError, never a hang).
-        handle._thread = call.start_thread(
-            lambda: self._background(handle, copy, reason, time_value, extra), f"amrckpt-save-{step}"
-        )
-        self._pending = handle
         return handle
 
     def _preflight(
@@ -422,48 +369,9 @@ class CheckpointManager(Generic[S]):
         self._aside.report(skipped)
         return extra
 
-    def _background(self, handle: SaveHandle, state: S, reason: str, time_value: float | None, extra: dict[str, Any]) -> None:
-        assert self._bg_comm is not None
-        try:
-            self._commit(self._bg_comm, handle.step, state, reason, time_value, extra)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on every rank by wait() or the handle
-            handle._error = exc
-
     def wait(self) -> None:
         """Wait for a background save and a flush in progress; raise their error (the same on every rank). Collective."""
-        self._wait_save()
-        if self._node is not None:
-            self._node.wait()
-
-    def _wait_save(self) -> None:
-        handle, self._pending = self._pending, None
-        if handle is None:
-            return
-        handle._join(None)
-        if handle._error is not None and not handle._reported:
-            handle._reported = True
-            raise handle._error
-
-    # -- committing -----------------------------------------------------------
-
-    def _commit(self, comm: Comm, step: int, state: S, reason: str, time_value: float | None, extra: dict[str, Any]) -> None:
-        """Save and commit (:func:`~amrckpt.manager._save.commit_step`). Collective on ``comm``."""
-        facts = {"reason": reason, "time": time_value, **extra}
-        seconds = commit_step(
-            comm, self._dir, step, state, save_kwargs=self.save_kwargs, facts=facts, keep_policy=self.keep_policy, log=self.log
-        )
-        self._save_seconds.append(seconds)
-        self._aside.unusable.discard(step)
-
-    def _cache_save(self, step: int, state: S, reason: str, time_value: float | None, extra: dict[str, Any], halt: bool) -> None:
-        """Save into the node caches; flush in the background if the flush policy (or a halt) asks. Collective."""
-        assert self._node is not None
-        facts = {"reason": reason, "time": time_value, **extra, "keep_policy": repr(self.keep_policy)}
-        kw: dict[str, Any] = {"access": self._flush_access(), "keep_policy": self.keep_policy, "halt": halt}
-        self._save_seconds.append(self._node.save_and_flush(self.comm, self._dir, step, state, self.save_kwargs, facts, **kw))
-
-    def _flush_access(self) -> FileAccess:
-        return FileAccess(info=self.save_kwargs.get("info", self.info), backend=self.save_kwargs.get("backend"))
+        self._level.wait()
 
     def flush(self) -> int | None:
         """Flush the newest cached step of this manager into the directory, now, and wait for it (SCR's flush). Collective.
@@ -481,9 +389,7 @@ class CheckpointManager(Generic[S]):
         """
         with collective(self.comm, "CheckpointManager.flush"):
             self.wait()
-            if self._node is None:
-                return None
-            return self._node.flush_newest(self.comm, self._dir, access=self._flush_access(), keep_policy=self.keep_policy)
+            return self._level.flush()
 
     # -- discovering ----------------------------------------------------------
 
@@ -612,18 +518,15 @@ class CheckpointManager(Generic[S]):
 
     def _restore_latest(self, call: Call, into: Any, partition: Any, fields: list[str] | None, adapt: Any = None) -> Any:
         self.wait()
-        self.restored_step = self.restored_from = fetched = got = None
+        self.restored_step = self.restored_from = None
         self.skipped = ()
 
         def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
-            return load(
-                path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, access=access, adapt=adapt
-            )
+            kw: dict[str, Any] = {"partition": partition, "fields": fields, "info": self.access.info, "adapt": adapt}
+            return load(path, self.schema, comm=self.comm, access=access, **kw)
 
         self._aside.readmit(call)  # what an older release kept aside as unreadable is read again (the cache compares with it)
-        if self._node is not None:  # the cache first: in place, else flushed (then found below)
-            a, keep = self._flush_access(), self.keep_policy
-            fetched, got = self._node.restore_newer(call, self._dir, self.latest_step(), load_one, access=a, keep_policy=keep)
+        fetched, got = self._level.restore_newer(call, load_one)  # a newer step of the level's: in place, else flushed
         if fetched is not None and got is not None:
             self.restored_from = "cache"
             return self._restored(fetched, got, into)
@@ -688,12 +591,10 @@ class CheckpointManager(Generic[S]):
         """
         with collective(self.comm, "CheckpointManager.restore") as call:
             self.wait()
-            if self._node is not None and not call.on_root(lambda: step in self._dir.listing().checkpoints, what="restore: look"):
-                self._node.flush_cached(call, self._dir, step, access=self._flush_access(), keep_policy=self.keep_policy)
+            self._level.flush(step)  # a step that the level alone holds
             path = call.on_root(lambda: self._dir.existing(step), what="restore: find the step")
-            loaded: Loaded[S] = load(
-                path, self.schema, comm=self.comm, partition=partition, fields=fields, info=self.info, adapt=adapt
-            )
+            info = self.access.info
+            loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=info, adapt=adapt)
             return self._restored(step, loaded, into)
 
     def delete(self, step: int) -> None:
@@ -752,22 +653,13 @@ class CheckpointManager(Generic[S]):
         self._closed = True
         try:
             with collective(self.comm, op, timeout=timeout):
-                self.wait()
-                if flush:
-                    self.flush()  # the newest cached step, if not flushed yet (SCR's flush at the end of a run)
+                self._level.close(flush)  # and the newest cached step, if not flushed yet (SCR's flush at the end of a run)
         finally:
             if self._watched:
                 self._watched = False
                 unwatch(self.comm)
-            if self._node is not None:
-                self._node.close()
-            stop = getattr(self.save_policy, "stop", None)
-            if stop is not None:
-                stop()
-            if self._bg_comm is not None:
-                self._bg_comm.free()
-            if self._snapshots is not None:
-                self._snapshots.clear()
+            self._level.release()
+            AnyOf([self.save_policy]).stop()
             self._dir.close()  # releases the flock (rank 0)
 
     def __enter__(self) -> CheckpointManager[S]:

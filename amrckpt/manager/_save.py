@@ -2,7 +2,7 @@
 
 The collective half of the commit (:mod:`amrckpt.manager._commit` is rank
 0's file-system half): every rank writes and syncs the checkpoint under its
-temporary name (:func:`amrckpt.save`), rank 0 publishes it with its records,
+temporary name (a direct save's :func:`amrckpt.save`, a flush's pieces), rank 0 publishes it with its records,
 and the ranks agree.  The agreement after the rename is the commit point:
 if it fails (an error of rank 0's, a communication error), rank 0 undoes the
 commit, so that a save that raises never leaves a new checkpoint behind.
@@ -19,53 +19,10 @@ from typing import Any
 
 from .._logging import RankLogger
 from ..comm import Comm, collective
-from ..schema import CheckpointSchema, save
 from ._directory import CheckpointDirectory
-from ._records import step_records
 from ._retention import KeepPolicy
 
-__all__ = ["commit_file", "commit_step"]
-
-
-def commit_step(
-    comm: Comm,
-    directory: CheckpointDirectory,
-    step: int,
-    state: CheckpointSchema,
-    *,
-    save_kwargs: dict[str, Any],
-    facts: dict[str, Any],
-    keep_policy: KeepPolicy,
-    log: RankLogger,
-) -> float:
-    """Save ``state`` as the checkpoint of ``step`` in ``directory``, with its records; then retention. Collective on ``comm``.
-
-    Parameters
-    ----------
-    facts : dict
-        What the step record holds besides the save's own facts: ``reason``,
-        ``time``, ``metrics``, ``metadata``...
-
-    Returns
-    -------
-    float
-        The seconds the save took, from the start of writing until the file was synced.
-
-    Raises
-    ------
-    AmrckptError
-        On every rank, what any rank's write or rank 0's commit raised;
-        the directory is then as before.
-    """
-    facts = {**facts, "keep_policy": repr(keep_policy)}
-
-    def write(tmp: Path) -> Any:
-        return save(state, tmp, comm=comm, sync=directory.sync, **save_kwargs)
-
-    def records(name: str, result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
-        return step_records(step, name, result, comm.size, t0, seconds, facts)
-
-    return commit_file(comm, directory, step, write, records, keep_policy=keep_policy, log=log, reason=facts.get("reason"))
+__all__ = ["commit_file"]
 
 
 def commit_file(

@@ -6,7 +6,7 @@ wrapper through the file access value, as any other backend::
 
     ac.save(state, path, comm=comm, backend=FaultyBackend)            # wraps the default backend
     ac.save(state, path, comm=comm, backend=FaultyBackend.over("mpiio"))
-    CheckpointManager(d, S, comm=comm, save_kwargs={"backend": FaultyBackend})
+    CheckpointManager(d, S, comm=comm, access=FileAccess(backend=FaultyBackend))
 
 and :func:`amrckpt.testing.inject_faults` (or ``AMRCKPT_FAULTS``) says which
 calls fail.  Outside an injection the wrapper changes nothing.

@@ -17,7 +17,7 @@ from checkpoint_cases import Advection, assert_state_equal, global_state
 import amrckpt as ac
 from amrckpt.comm import run_threads
 from amrckpt.manager import EveryNSteps, KeepLast, list_cache
-from amrckpt.manager._cache import read_pieces
+from amrckpt.manager.cache._pieces import read_pieces
 from amrckpt.testing import FaultyBackend, FaultyFileSystem, inject_faults
 
 G = global_state(seed=5, max_level=5)
@@ -144,8 +144,8 @@ def test_a_restart_from_the_cache_crcs_every_byte_once(tmp_path: Path, monkeypat
 def test_cached_reads_hand_each_piece_over_once_filled() -> None:
     """The load's CRC32s start while the next pieces are copied: ``filled`` gets the pieces filled whole, before the end."""
     from amrckpt.comm import SerialComm
-    from amrckpt.manager._cache import Pieces
-    from amrckpt.manager._cache_read import CachedBackend, NotInPiecesError, PieceMap
+    from amrckpt.manager.cache._pieces import Pieces
+    from amrckpt.manager.cache._read import CachedBackend, NotInPiecesError, PieceMap
 
     held = Pieces(0, 1, [(0, memoryview(b"a" * 100)), (200, memoryview(b"b" * 50))])
     backend = CachedBackend(PieceMap(held, 300, "step", 0), SerialComm())
@@ -199,7 +199,7 @@ def test_a_failed_flush_leaves_the_cached_step_and_the_directory(tmp_path: Path,
     cache = ac.manager.NodeCache(tmp_path / "cache")
     kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(5), "cache": cache}
     with ac.CheckpointManager(
-        tmp_path / "shared", Advection, fs=FaultyFileSystem(), save_kwargs={"backend": FaultyBackend}, **kw
+        tmp_path / "shared", Advection, fs=FaultyFileSystem(), access=ac.scda.FileAccess(backend=FaultyBackend), **kw
     ) as mgr:
         mgr.save(1, state(1))
         mgr.flush()
@@ -353,7 +353,7 @@ def test_every_log_record_carries_rank_and_size(tmp_path: Path) -> None:
 
 def _failing_flushes(monkeypatch: pytest.MonkeyPatch, failing: set[int]) -> None:
     """Make the flushes of the steps in ``failing`` raise an I/O error (EIO) in the flush thread."""
-    from amrckpt.manager import _twolevel
+    from amrckpt.manager.cache import _node as _twolevel
 
     real = _twolevel.flush_step
 
@@ -400,6 +400,33 @@ def test_a_failed_background_flush_is_raised_by_the_next_save_before_it_saves(
         assert mgr.restore_latest() is not None and mgr.restored_step == 4  # the newest step whose save returned
 
 
+def test_close_flushes_the_newest_cached_step_after_its_background_flush_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background flush that failed keeps close from nothing: the newest cached step is flushed, then the error raised."""
+    from amrckpt.manager.cache import _node as _twolevel
+
+    real, tries = _twolevel.flush_step, []
+
+    def flush_step(comm: Any, level: Any, layout: Any, directory: Any, step: int, **kw: Any) -> int:
+        tries.append(step)
+        if len(tries) == 1:
+            raise ac.errors.ManagerIOError(errno.EIO, f"injected: the flush of step {step} failed")
+        return real(comm, level, layout, directory, step, **kw)
+
+    monkeypatch.setattr(_twolevel, "flush_step", flush_step)
+    cache = ac.manager.NodeCache(tmp_path / "cache", keep=10)
+    kw: dict[str, Any] = {"save_policy": EveryNSteps(1), "flush_policy": EveryNSteps(4), "cache": cache}
+    mgr = ac.CheckpointManager(tmp_path / "shared", Advection, **kw)
+    for s in range(1, 5):
+        mgr.save(s, state(s))  # the flush of 4 starts in the background, and fails
+    with pytest.raises(ac.errors.ManagerIOError, match="flush of step 4") as got:
+        mgr.close()
+    assert got.value.errno == errno.EIO and tries == [4, 4]
+    with ac.CheckpointManager(tmp_path / "shared", Advection) as mgr:
+        assert mgr.all_steps() == [4]
+
+
 def test_a_flush_thread_that_cannot_start_fails_the_next_save_not_the_cached_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -425,3 +452,45 @@ def test_a_flush_thread_that_cannot_start_fails_the_next_save_not_the_cached_one
         assert [c.step for c in list_cache(tmp_path / "cache" / "node-0")] == [1, 2, 3, 4]  # 5 was not saved
         mgr.save(5, state(5))  # the next try saves
     assert mgr.all_steps()[-1] == 5  # flushed at close
+
+
+@pytest.mark.parametrize("agreed", [True, False])
+def test_a_cached_step_is_committed_as_a_step_commit_over_a_directory(tmp_path: Path, agreed: bool) -> None:
+    """The step it replaces is set aside until the commit is agreed on: removed then, else put back."""
+    from amrckpt.manager.cache._level import CacheLevel
+
+    level = CacheLevel(tmp_path, "ckpt", sync=False)
+    level.open(True)
+    for token, text in (("00", "old"), ("01", "new")):
+        commit = level.new_commit(7, token)
+        level.make_partial(7, token)
+        (commit.tmp / "rank-000000.pieces").write_text(text)
+        level.publish(commit, {"step": 7})
+        if token == "00" or agreed:
+            commit.finish()
+        else:
+            commit.roll_back()
+    level.close()
+    assert (level.step_path(7) / "rank-000000.pieces").read_text() == ("new" if agreed else "old")
+    assert level.info(7) == {"step": 7}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".amrckpt.lock", level.step_path(7).name]
+
+
+def test_a_cached_step_that_cannot_be_renamed_back_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libfiu seed 7000036: a node's commit not agreed on, and its rename back failing, left a step whose save raised."""
+    from amrckpt._files import LOCAL
+    from amrckpt.manager.cache._level import CacheLevel
+
+    level = CacheLevel(tmp_path, "ckpt", sync=False)
+    level.open(True)
+    commit = level.new_commit(7, "00")
+    level.make_partial(7, "00")
+    level.publish(commit, {"step": 7})
+
+    def replace(src: Any, dst: Any) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(type(LOCAL), "replace", lambda self, src, dst: replace(src, dst))
+    commit.roll_back()
+    level.close()
+    assert level.steps() == {} and [p.name for p in tmp_path.iterdir()] == [".amrckpt.lock"]

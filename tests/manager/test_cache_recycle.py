@@ -23,7 +23,8 @@ from small_fs import can_mount, fill, tmpfs
 import amrckpt as ac
 from amrckpt.comm import SerialComm
 from amrckpt.manager import EveryNSteps
-from amrckpt.manager._cache import Mappings, PiecesBackend, on_tmpfs, read_pieces
+from amrckpt.manager.cache._pieces import read_pieces
+from amrckpt.manager.cache._pieces_io import Mappings, PiecesBackend, on_tmpfs
 
 G = global_state(seed=7, max_level=5)
 
@@ -78,7 +79,7 @@ def test_the_oldest_step_is_written_again_with_the_bytes_of_a_new_file(where: Pa
     for recycle in (True, False):
         cache_dir = where / f"cache-{recycle}"
         with manager(tmp_path / f"m-{recycle}", ac.manager.NodeCache(cache_dir, keep=2, recycle=recycle)) as mgr:
-            level = mgr._node.level  # type: ignore[union-attr]
+            level = mgr._level.level  # type: ignore[attr-defined]
             hashes[recycle] = []
             for s, n in enumerate(sizes):
                 old = os.stat(pieces(cache_dir, s - 2)).st_ino if s >= 2 else None
@@ -203,7 +204,7 @@ def test_a_tmpfs_file_that_cannot_be_mapped_or_allocated_is_written_with_pwritev
     why = can_mount()
     if why:
         pytest.skip(why)
-    import amrckpt.manager._cache as cache_module
+    import amrckpt.manager.cache._pieces_io as cache_module
 
     if cannot == "mmap":
         monkeypatch.setattr(cache_module, "_map", lambda fd, nbytes: None)
@@ -219,6 +220,6 @@ def test_a_tmpfs_file_that_cannot_be_mapped_or_allocated_is_written_with_pwritev
                     mgr.save(s, state(s, n))
                 hashes[recycle] = [sha(pieces(cache_dir, s)) for s in (len(sizes) - 2, len(sizes) - 1)]
                 if cannot == "mmap":
-                    assert len(mgr._node.level.mappings) == 0  # type: ignore[union-attr]
+                    assert len(mgr._level.level.mappings) == 0  # type: ignore[attr-defined]
                 mgr.close(flush=False)
         assert hashes[True] == hashes[False]

@@ -25,7 +25,7 @@ import amrckpt as ac
 from amrckpt.comm import run_threads
 from amrckpt.errors import CachedStepsUnreachableWarning
 from amrckpt.manager import EveryNSteps, list_cache
-from amrckpt.manager._cache import node_directories
+from amrckpt.manager.cache._layout import node_directories
 
 
 def cache_of(tmp_path: Path, node_size: int | None, partners: int = 1) -> ac.manager.NodeCache:

@@ -60,7 +60,7 @@ def test_serial_comm_faults(tmp_path: Path) -> None:
 
 def test_faults_are_deterministic(tmp_path: Path) -> None:
     def run(d: Path) -> list[tuple[str, int, str]]:
-        faulty = {"comm": FaultyComm(None), "save_kwargs": {"backend": FaultyBackend}}
+        faulty = {"comm": FaultyComm(None), "access": ac.scda.FileAccess(backend=FaultyBackend)}
         with ac.CheckpointManager(d, Advection, save_policy=EveryNSteps(1), **faulty) as mgr:  # type: ignore[arg-type]
             with inject_faults(7, seed=11, kinds={"write", "read", "sync", "mpi"}) as plan:
                 for step in range(1, 6):
@@ -75,7 +75,8 @@ def test_faults_are_deterministic(tmp_path: Path) -> None:
 
 
 def test_every_call_fails_with_the_errno_asked_for(tmp_path: Path) -> None:
-    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1), save_kwargs={"backend": FaultyBackend}) as mgr:
+    access = ac.scda.FileAccess(backend=FaultyBackend)
+    with ac.CheckpointManager(tmp_path, Advection, save_policy=EveryNSteps(1), access=access) as mgr:
         mgr.save(1, state(1, None))
         with inject_faults(1, kinds={"write"}, errno=errno.ENOSPC), pytest.raises(ac.errors.ScdaIOError) as info:
             mgr.save(2, state(2, None))
@@ -155,7 +156,7 @@ def test_environment_variable_injects_in_a_subprocess(tmp_path: Path) -> None:
         "from fault_trials import state\n"
         "from checkpoint_cases import Advection\n"
         "from amrckpt.testing import FaultyBackend\n"
-        f"mgr = ac.CheckpointManager({str(tmp_path)!r}, Advection, save_kwargs={{'backend': FaultyBackend}})\n"
+        f"mgr = ac.CheckpointManager({str(tmp_path)!r}, Advection, access=ac.scda.FileAccess(backend=FaultyBackend))\n"
         "try:\n"
         "    mgr.save(1, state(1, None), force=True)\n"
         "except ac.errors.ScdaIOError as exc:\n"

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 def manager(d: Path, comm: Any = None) -> ac.CheckpointManager[Advection]:
     """A manager whose saves write through the faulty backend (it injects nothing outside inject_faults)."""
     policies = {"save_policy": EveryNSteps(1), "keep_policy": KeepLast(5)}
-    return ac.CheckpointManager(d, Advection, comm=comm, save_kwargs={"backend": FaultyBackend}, **policies)
+    return ac.CheckpointManager(d, Advection, comm=comm, access=ac.scda.FileAccess(backend=FaultyBackend), **policies)
 
 
 def assert_restores(d: Path, step: int, comm: Any = None) -> None:

@@ -94,7 +94,7 @@ def test_recycled_pieces_files_on_dev_shm_give_the_direct_save(mpi_tmp: Path) ->
         with ac.CheckpointManager(
             mpi_tmp / "shared", Advection, comm=w, save_policy=EveryNSteps(10), cache=cache, flush_policy=EveryNSteps(20)
         ) as mgr:
-            level = mgr._node.level  # type: ignore[union-attr]
+            level = mgr._level.level  # type: ignore[attr-defined]
             ok &= level.tmpfs
             mine = f"rank-{w.rank:06d}.pieces"
             for s in (0, 10, 20, 30):
@@ -227,7 +227,7 @@ def test_a_failed_read_in_place_on_any_subset_of_ranks_falls_back_to_the_flush(
 
     The load agrees on the error, and the manager flushes the step and loads it from the directory: the same state.
     """
-    from amrckpt.manager._cache_read import PieceMap
+    from amrckpt.manager.cache._read import PieceMap
 
     def fill(self: PieceMap, offset: int, buf: Any) -> list[tuple[int, int]]:
         raise ac.errors.ScdaIOError(5, f"injected: cannot read bytes {offset}.. of the cached pieces")

@@ -27,7 +27,7 @@ TRIAL_TIMEOUT = 120  # seconds; a trial takes well under one
 @pytest.mark.parametrize("backend", ["mpiio", "posix"])
 def test_random_faults_leave_the_previous_checkpoint(mpi_tmp: Path, backend: str) -> None:
     w = world()
-    trials = Trials(mpi_tmp, w, save_kwargs={"backend": backend})
+    trials = Trials(mpi_tmp, w, backend=backend)
     outcomes = []
     try:
         first = 100 * w.size + (0 if backend == "mpiio" else 50)

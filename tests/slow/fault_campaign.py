@@ -48,7 +48,7 @@ def worker(first: int, count: int, backend: str, directory: Path, out: Path) -> 
     os.environ.setdefault("AMRCKPT_COLLECTIVE_TIMEOUT", str(TRIAL_TIMEOUT // 4))
     w = MPI.COMM_WORLD
     d = Path(w.bcast(tempfile.mkdtemp(prefix="fault-", dir=directory) if w.rank == 0 else None))
-    trials = Trials(d, w, save_kwargs={"backend": backend})
+    trials = Trials(d, w, backend=backend)
     rows = []
     for seed in range(first, first + count):
         faulthandler.dump_traceback_later(TRIAL_TIMEOUT, exit=True)

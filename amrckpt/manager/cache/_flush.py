@@ -2,7 +2,7 @@
 
 - :func:`cache_step` (SCR's checkpoint into the cache, with ``PARTNER``
   copies): every rank writes its pieces of the final file into its node's
-  cache (:class:`~amrckpt.manager._cache.PiecesBackend`, through the save's
+  cache (:class:`~amrckpt.manager.cache._pieces_io.PiecesBackend`, through the save's
   one agreement), sends them to the ranks that keep its partner copies, and
   the node's first rank commits the node's step; the ranks agree.
 - :func:`flush_step` (SCR's flush; with partner copies, its rebuild): every
@@ -29,16 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._files import new_token, open_regular
-from .._logging import RankLogger, get_logger
-from ..comm import Call, Comm, collective
-from ..errors import ManagerError, ManagerIOError
-from ..scda import MAX_CALL_NBYTES, FileAccess, open_backend, os_error
-from ..schema import CheckpointSchema, save
-from ._cache import CacheLevel, NodeLayout, Pieces, parse_pieces, pieces_name, read_pieces
-from ._directory import CheckpointDirectory
-from ._retention import KeepPolicy
-from ._save import commit_file
+from ..._files import new_token, open_regular
+from ..._logging import RankLogger, get_logger
+from ...comm import Call, Comm, collective
+from ...errors import ManagerError, ManagerIOError
+from ...scda import MAX_CALL_NBYTES, FileAccess, Style, open_backend, os_error
+from ...schema import CheckpointSchema, save
+from .._directory import CheckpointDirectory
+from .._retention import KeepPolicy
+from .._save import commit_file
+from ._layout import NodeLayout
+from ._level import CacheLevel
+from ._pieces import Pieces, parse_pieces, pieces_name, read_pieces
 
 __all__ = ["Cached", "cache_step", "commit_pieces", "flush_step", "gather_pieces", "newest_cached"]
 
@@ -118,7 +120,8 @@ def cache_step(
     step: int,
     state: CheckpointSchema,
     *,
-    save_kwargs: dict[str, Any],
+    style: Style,
+    check_mesh: bool,
     records: Callable[[Any, float, float], Mapping[str, bytes]],
     keep: int,
     protect: set[int],
@@ -137,7 +140,7 @@ def cache_step(
     collective call and never raises; the steps it removes are listed now).
     ``token`` names the save's temporary directories (hexadecimal, the same
     on every rank and new for every save: :meth:`NodeLevel.save
-    <amrckpt.manager._twolevel.NodeLevel.save>` counts its saves); default:
+    <amrckpt.manager.cache._node.NodeLevel.save>` counts its saves); default:
     chosen by rank 0 (one more allreduce).
 
     Raises
@@ -146,20 +149,20 @@ def cache_step(
         On every rank, what any rank's write, partner copy or commit raised;
         the caches are then as before (the save's temporary directories
         removed), but for the pieces files that ranks recycled
-        (:meth:`~amrckpt.manager._cache.CacheLevel.recyclable`): their step,
+        (:meth:`~amrckpt.manager.cache._level.CacheLevel.recyclable`): their step,
         which the save's retention would have removed, is incomplete.
     """
     with collective(comm, "CheckpointManager.cache") as call:
         first = layout.first(comm.rank)
         token = token if token is not None else call.on_root(new_token, what="cache: token")
-        tmp = level.partial_path(step, token)
+        commit = level.new_commit(step, token)
+        tmp = commit.tmp
         t0 = time.time()
-        committed = False
         try:
             call.run(level.make_partial, step, token)
-            kw = {k: v for k, v in save_kwargs.items() if k not in ("backend", "info", "truncate", "access")}
             opener = level.opener(tmp, level.recyclable(step, keep, protect, comm.rank))
-            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, access=FileAccess(backend=opener), **kw)
+            access = FileAccess(backend=opener, style=style)
+            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, check_mesh=check_mesh, access=access)
             for k in range(1, layout.partners + 1):
                 _partner_copy(call, layout, k, tmp, level.sync)
             if layout.partners:
@@ -174,15 +177,14 @@ def cache_step(
                 "records": {k: v.decode() for k, v in records(result, t0, seconds).items()},
             }
             if first:
-                call.run(level.publish, step, tmp, info)
-            committed = True
+                call.run(level.publish, commit, info)
             call.agree("cache: commit")
         except BaseException:
             if first:
-                level.remove(tmp.name)
-                if committed:
-                    level.remove(level.step_path(step).name)
+                commit.roll_back()  # the step replaced is put back, the save's directory removed
             raise
+        if first:
+            commit.finish()
         log.info("step %d cached (%d bytes, %.3f s)", step, result.nbytes, seconds)
         rank = comm.rank
         held = (layout.held(rank, k) for k in range(1, layout.partners + 1))
@@ -263,7 +265,7 @@ def gather_pieces(call: Call, level: CacheLevel, layout: NodeLayout, step: int, 
     """Return this rank's pieces of ``step``: its node's copy, else a partner's (SCR's rebuild). Collective, agreeing.
 
     ``verify=False`` skips the CRC32 of this node's pieces files' tables
-    and data (:func:`~amrckpt.manager._cache.parse_pieces`; a partner's
+    and data (:func:`~amrckpt.manager.cache._pieces.parse_pieces`; a partner's
     copy is always checked): for a load in place, which checks every byte
     it uses by the file's own CRC32s; a damaged copy is then found by that
     load, not here.

@@ -1,18 +1,18 @@
 """Cached steps of another job shape: flushed into the shared file by the ranks of this job, or reported unreachable.
 
 A cached step holds each old rank's exact ``(offset, bytes)`` runs of the
-final file (:mod:`amrckpt.manager._cache`), so any set of ranks can write
+final file (:mod:`amrckpt.manager.cache`), so any set of ranks can write
 them.  A restart on another process count or node layout than the one that
 cached a step newer than the directory's newest:
 
 - finds the step in every node cache directory that its ranks see
-  (:func:`~amrckpt.manager._cache.node_directories`: with ``{node}`` in the
+  (:func:`~amrckpt.manager.cache._layout.node_directories`: with ``{node}`` in the
   cache's path each node sees its own directory; on one machine, all);
 - hands old rank ``q``'s pieces to new rank ``q % Q`` if that rank sees a
   copy (its own or a partner's), else to the next rank after it, cyclically,
   that sees one (one allreduce of ``P_old`` ints: the smallest such distance);
 - flushes the step with those pieces
-  (:func:`~amrckpt.manager._flush.commit_pieces`: the flush's write and
+  (:func:`~amrckpt.manager.cache._flush.commit_pieces`: the flush's write and
   commit, the file byte for byte a direct save's, with the cached step's
   records), and the restart loads that file on the new process count;
 - or, if some old rank's pieces are in no directory that a rank sees,
@@ -32,14 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from .._logging import RankLogger
-from ..comm import Call
-from ..errors import ManagerError
-from ..scda import FileAccess
-from ._cache import CacheLevel, NodeCache, NodeLayout, Pieces, read_pieces, shape_of
-from ._directory import CheckpointDirectory
+from ..._logging import RankLogger
+from ...comm import Call
+from ...errors import ManagerError
+from ...scda import FileAccess
+from .._directory import CheckpointDirectory
+from .._retention import KeepPolicy
 from ._flush import commit_pieces
-from ._retention import KeepPolicy
+from ._layout import NodeCache, NodeLayout, shape_of
+from ._level import CacheLevel
+from ._pieces import Pieces, read_pieces
 
 __all__ = ["Unreachable", "flush_other_shape", "newest_other_shape"]
 
@@ -57,7 +59,7 @@ class Unreachable:
     size : int
         The process count that cached it.
     layout : int
-        The digest of the node layout that cached it (:attr:`~amrckpt.manager._cache.NodeLayout.digest`).
+        The digest of the node layout that cached it (:attr:`~amrckpt.manager.cache._layout.NodeLayout.digest`).
     missing : tuple of int
         The old ranks whose pieces are in no node directory that a rank of this job sees.
     """
@@ -134,7 +136,7 @@ def flush_other_shape(
     pieces (one allreduce of ``P_old`` ints); each rank reads those it
     writes, checking their CRC32s (a copy that fails is replaced by
     another that the rank sees), and the step is committed as a flush
-    commits it (:func:`~amrckpt.manager._flush.commit_pieces`).
+    commits it (:func:`~amrckpt.manager.cache._flush.commit_pieces`).
 
     Returns
     -------

@@ -2,7 +2,7 @@
 
 :class:`NodeLevel` is what :class:`~amrckpt.CheckpointManager` holds when
 it is given a :class:`~amrckpt.manager.NodeCache`: this rank's node cache
-(:class:`~amrckpt.manager._cache.CacheLevel`), the node layout, the flush
+(:class:`~amrckpt.manager.cache._level.CacheLevel`), the node layout, the flush
 policy, and the flush in progress (a thread on a duplicated communicator,
 as a background save).  Its methods are collective on the manager's
 communicator unless they say otherwise.
@@ -15,21 +15,24 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._files import new_token
-from .._logging import RankLogger
-from .._threads import Worker, start_thread
-from ..comm import Call, Comm, current_call
-from ..errors import AmrckptError, CachedStepsUnreachableWarning, ManagerError, ThreadStartError
-from ..scda import FileAccess
-from ..schema import CheckpointSchema
-from ._cache import CacheLevel, NodeCache, NodeLayout, Pieces, ranks_of, shape_of
-from ._cache_read import NotInPiecesError, pieces_access, root_extra
-from ._directory import CheckpointDirectory
+from ..._files import new_token
+from ..._logging import RankLogger
+from ..._threads import Worker, start_thread
+from ...comm import Call, Comm, current_call
+from ...errors import AmrckptError, CachedStepsUnreachableWarning, ManagerError, ThreadStartError
+from ...scda import FileAccess
+from ...schema import CheckpointSchema
+from .._directory import CheckpointDirectory
+from .._handle import SaveHandle
+from .._policies import AnyOf, Moment, Never, SavePolicy, shared_decision
+from .._records import step_records
+from .._retention import KeepPolicy
 from ._flush import Cached, cache_step, flush_step, gather_pieces, newest_cached
-from ._policies import Moment, Never, SavePolicy, shared_decision
-from ._records import step_records
+from ._layout import NodeCache, NodeLayout, ranks_of, shape_of
+from ._level import CacheLevel
+from ._pieces import Pieces
+from ._read import NotInPiecesError, pieces_access, root_extra
 from ._reshape import Unreachable, flush_other_shape, newest_other_shape
-from ._retention import KeepPolicy
 
 __all__ = ["NodeLevel"]
 
@@ -47,15 +50,18 @@ class NodeLevel:
     flush_policy : SavePolicy or None
         When a cached step is flushed to the shared directory (asked after
         every cached save; None: only at halt and close).
-    prefix : str
-        The manager's prefix.
-    sync : bool
-        Fsync in the cache.
+    directory : CheckpointDirectory
+        The shared directory, open (its newest step, read on rank 0, is the
+        newest flushed: :meth:`unflushed`); its prefix and sync are the cache's.
+    keep_policy : KeepPolicy
+        The directory's retention, after each flush.
+    access : FileAccess
+        How the manager writes: ``info`` and ``backend`` for the flushes'
+        shared files, ``style`` for the cached pieces.
+    check_mesh : bool
+        As for :func:`amrckpt.save`.
     log : RankLogger
         The manager's logger.
-    directory : CheckpointDirectory, optional
-        The shared directory, open (its newest step, read on rank 0, is the
-        newest flushed: :meth:`unflushed`).
     """
 
     def __init__(
@@ -63,24 +69,34 @@ class NodeLevel:
         call: Call,
         cache: NodeCache,
         flush_policy: SavePolicy | None,
-        prefix: str,
-        sync: bool,
+        directory: CheckpointDirectory,
+        *,
+        keep_policy: KeepPolicy,
+        access: FileAccess,
+        check_mesh: bool,
         log: RankLogger,
-        directory: CheckpointDirectory | None = None,
     ) -> None:
         if not isinstance(cache, NodeCache):
             raise call.agreed(ManagerError(f"cache must be an amrckpt.NodeCache, not {type(cache).__name__}"))
         self.cache = cache
         self.flush_policy: SavePolicy = flush_policy if flush_policy is not None else Never()
         self.log = log
+        self.comm = call.comm
+        self.directory = directory
+        self.keep_policy = keep_policy
+        self.access = FileAccess(info=access.info, backend=access.backend)  # the flushes' shared files
+        self.style = access.style
+        self.check_mesh = check_mesh
+        self.seconds: list[float] = []
         self.layout = NodeLayout.of(call, cache)
         rank = call.comm.rank
+        prefix, sync = directory.names.prefix, directory.sync
         self.level = CacheLevel(cache.path_of(self.layout.node(rank)), prefix, sync=sync, log=log, recycle=cache.recycle)
         self.first = self.layout.first(rank)
         call.run(self.level.open, self.first)
 
         def opened() -> tuple[str, int | None]:
-            return new_token(), max(directory.listing().checkpoints, default=None) if directory is not None else None
+            return new_token(), max(directory.listing().checkpoints, default=None)
 
         # Agrees on open's errors too; the directory's newest step is the newest flushed so far (unflushed()).
         self._token, self._floor = call.on_root(opened, what="CheckpointManager: open the node cache")
@@ -106,25 +122,13 @@ class NodeLevel:
             self._threads = call.comm.size == 1
         if self._threads:
             self._comm = call.comm.dup()
-        bind = getattr(self.flush_policy, "bind", None)  # collective: e.g. BeforeWallTime learns the job's end
-        if bind is not None:
-            bind(call.comm)
-        start = getattr(self.flush_policy, "start", None)
-        if start is not None:
-            start()
+        AnyOf([self.flush_policy]).bind(call.comm)  # collective: e.g. BeforeWallTime learns the job's end
+        AnyOf([self.flush_policy]).start()
 
     # -- saving -----------------------------------------------------------------------------------
 
-    def save(
-        self,
-        comm: Comm,
-        step: int,
-        state: CheckpointSchema,
-        *,
-        save_kwargs: dict[str, Any],
-        records: Callable[[Any, float, float], Mapping[str, bytes]],
-    ) -> Cached:
-        """Save ``state`` into the node caches (:func:`~amrckpt.manager._flush.cache_step`). Collective on ``comm``.
+    def _cache(self, step: int, state: CheckpointSchema, records: Callable[[Any, float, float], Mapping[str, bytes]]) -> Cached:
+        """Save ``state`` into the node caches (:func:`~amrckpt.manager.cache._flush.cache_step`). Collective.
 
         The save blocks for writing and committing the step; the cache's
         retention (freeing the pages of the steps beyond ``keep``: a few ms
@@ -139,12 +143,13 @@ class NodeLevel:
         protect |= self.unflushed()
         self._saves += 1
         done = cache_step(
-            comm,
+            self.comm,
             self.level,
             self.layout,
             step,
             state,
-            save_kwargs=save_kwargs,
+            style=self.style,
+            check_mesh=self.check_mesh,
             records=records,
             keep=self.cache.keep,
             protect=protect,
@@ -187,36 +192,28 @@ class NodeLevel:
         if thread is not None:
             thread.join()
 
-    def save_and_flush(
-        self,
-        comm: Comm,
-        directory: CheckpointDirectory,
-        step: int,
-        state: CheckpointSchema,
-        save_kwargs: dict[str, Any],
-        facts: dict[str, Any],
-        *,
-        access: FileAccess,
-        keep_policy: KeepPolicy,
-        halt: bool,
-    ) -> float:
+    def ready(self) -> None:
+        """Nothing to wait for before a save's decision: a flush in progress goes on. Not collective."""
+
+    def save(self, step: int, state: CheckpointSchema, facts: dict[str, Any], halt: bool) -> SaveHandle:
         """Save into the node caches; flush in the background if the flush policy (or ``halt``) asks. Collective.
 
-        ``facts`` are the step record's (reason, time, metrics...).  Returns
-        the seconds the cached save blocked.  Once the step is cached, this
-        save succeeds: an error of a flush (an earlier background flush, or
-        the start of this step's) is raised by the next save, before it
-        saves anything, unless a newer flush succeeds first.
+        ``facts`` are the step record's (reason, time, metrics...).  Once the
+        step is cached, this save succeeds: an error of a flush (an earlier
+        background flush, or the start of this step's) is raised by the
+        next save, before it saves anything, unless a newer flush succeeds
+        first.
         """
         if self._pending is not None:
             self._settle()  # an earlier background flush failed: raise it before this step is saved (unless moot)
-        name = directory.names.build_name(step)
+        name = self.directory.names.build_name(step)
+        facts = {**facts, "keep_policy": repr(self.keep_policy)}
 
         def records(result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
-            return step_records(step, name, result, comm.size, t0, seconds, facts)
+            return step_records(step, name, result, self.comm.size, t0, seconds, facts)
 
-        done = self.save(comm, step, state, save_kwargs=save_kwargs, records=records)
-        call = current_call(comm)
+        done = self._cache(step, state, records)
+        call = current_call(self.comm)
         assert call is not None
         try:
             moment = Moment(step, time.time(), self.flushed, self._last_flush_time)
@@ -225,34 +222,35 @@ class NodeLevel:
             self.start_retention()  # after the save's last collective call
         if flush:
             try:
-                self.flush(comm, directory, step, access=access, keep_policy=keep_policy, background=True)
+                self._flush(step, background=True)
             except AmrckptError as exc:  # agreed; the step is cached: this save succeeded, the next one reports it
                 self._pending = exc
                 self.log.warning("the flush of the cached step %d could not run (%s); the next save raises it", step, exc)
-        return done.seconds
+        self.seconds.append(done.seconds)
+        return SaveHandle(step, True, self.directory.path_of(step))
 
     # -- flushing ---------------------------------------------------------------------------------
 
-    def flush_newest(
-        self, comm: Comm, directory: CheckpointDirectory, *, access: FileAccess, keep_policy: KeepPolicy
-    ) -> int | None:
-        """Flush the newest cached step unless it is flushed, and wait; return it (None: nothing to flush). Collective."""
+    def flush(self, step: int | None = None) -> int | None:
+        """Flush a cached step into the directory, and wait; return it (None: nothing flushed). Collective.
+
+        ``step`` None: the newest cached step of this manager, unless it is
+        flushed.  Otherwise the cached ``step``, if the directory lacks it,
+        whatever job shape cached it (:meth:`flush_cached`).
+        """
+        if step is not None:
+            call = current_call(self.comm)
+            assert call is not None
+            if call.on_root(lambda: step in self.directory.listing().checkpoints, what="restore: look"):
+                return None
+            return step if self.flush_cached(call, step) else None
         if self.cached is None or (self.flushed is not None and self.flushed >= self.cached):
             return None
-        self.flush(comm, directory, self.cached, access=access, keep_policy=keep_policy, background=False)
+        self._flush(self.cached, background=False)
         return self.cached
 
-    def flush(
-        self,
-        comm: Comm,
-        directory: CheckpointDirectory,
-        step: int,
-        *,
-        access: FileAccess,
-        keep_policy: KeepPolicy,
-        background: bool,
-    ) -> None:
-        """Flush the cached ``step`` into ``directory``: in a thread on the duplicated communicator if ``background``.
+    def _flush(self, step: int, *, background: bool) -> None:
+        """Flush the cached ``step`` into the directory: in a thread on the duplicated communicator if ``background``.
 
         Collective on ``comm``.  A flush in progress is waited for first (one
         at a time); the cache's retention of the last save may go on (it
@@ -277,12 +275,13 @@ class NodeLevel:
             self._pending = None
 
         def run(c: Comm) -> None:
-            flush_step(c, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log)
+            kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
+            flush_step(c, self.level, self.layout, self.directory, step, **kw)
             self.flushed = step if self.flushed is None else max(self.flushed, step)
             self._last_flush_time = time.time()
 
         if not (background and self._threads and self._comm is not None):
-            run(comm)
+            run(self.comm)
             self._pending = None  # made moot by this newer flush
             return
 
@@ -294,7 +293,7 @@ class NodeLevel:
                 self._error = exc
 
         self._flushing = step
-        call = current_call(comm)
+        call = current_call(self.comm)
         assert call is not None
         self._thread = call.start_thread(target, f"amrckpt-flush-{step}")  # agreed: never one rank's hang
 
@@ -318,15 +317,18 @@ class NodeLevel:
         A background flush's error is the same on every rank (the flush is
         collective and agrees on its errors), so every rank raises it.
         """
-        joined, err = self._join_flush()
-        pending, self._pending = self._pending, None
+        err = self._unsettled()
         if err is not None:
             raise err
-        if pending is not None and joined:
+
+    def _unsettled(self) -> BaseException | None:
+        """Wait for the flush in progress; return what :meth:`_settle` raises (None: nothing). Collective-safe."""
+        joined, err = self._join_flush()
+        pending, self._pending = self._pending, None
+        if err is None and pending is not None and joined:
             self.log.warning("a newer flush succeeded after a failed one: %s", pending)
-            return
-        if pending is not None:
-            raise pending
+            return None
+        return err if err is not None else pending
 
     def busy(self) -> bool:
         """Whether a flush is in progress. Not collective."""
@@ -334,23 +336,14 @@ class NodeLevel:
 
     # -- restarting -------------------------------------------------------------------------------
 
-    def restore_newer(
-        self,
-        call: Call,
-        directory: CheckpointDirectory,
-        than: int | None,
-        load_cached: Callable[[str, FileAccess], Any],
-        *,
-        access: FileAccess,
-        keep_policy: KeepPolicy,
-    ) -> tuple[int | None, Any]:
-        """Restart from the newest cached step newer than ``than`` that is complete. Collective, agreeing.
+    def restore_newer(self, call: Call, load_cached: Callable[[str, FileAccess | None], Any]) -> tuple[int | None, Any]:
+        """Restart from the newest cached step newer than the directory's newest that is complete. Collective, agreeing.
 
         Every rank finds its pieces of the step (its node's copy, else a
-        partner's: :func:`~amrckpt.manager._flush.gather_pieces`) and
+        partner's: :func:`~amrckpt.manager.cache._flush.gather_pieces`) and
         ``load_cached(path, access)`` loads the step through ``access``,
         which serves every read from this rank's pieces
-        (:mod:`~amrckpt.manager._cache_read`): SCR's restart
+        (:mod:`~amrckpt.manager.cache._read`): SCR's restart
         from the cache, with no shared file.  The load checks every byte it
         uses by the file's CRC32s, so the pieces files' own CRC32s are not
         computed first (each byte is CRC'd once); if the load fails, they
@@ -365,7 +358,7 @@ class NodeLevel:
         shape) is never read in place: if every old rank's pieces are in a
         node directory that some rank of this job sees, the step is flushed
         into ``directory`` by this job's ranks
-        (:func:`~amrckpt.manager._reshape.flush_other_shape`) and the caller
+        (:func:`~amrckpt.manager.cache._reshape.flush_other_shape`) and the caller
         loads it from there, on this job's process count; if some are not,
         an older step is tried, and a
         :class:`~amrckpt.errors.CachedStepsUnreachableWarning` (rank 0,
@@ -387,8 +380,9 @@ class NodeLevel:
             shape whose pieces this job cannot all reach.
         """
         self.wait_retention()
+        than = call.on_root(lambda: max(self.directory.listing().checkpoints, default=None), what="all_steps")
         unreachable: list[Unreachable] = []
-        got = self._restore_newer(call, directory, than, load_cached, unreachable, access=access, keep_policy=keep_policy)
+        got = self._restore_newer(call, than, load_cached, unreachable)
         if unreachable:
             newest = f"the directory's newest (step {than})" if than is not None else "the directory's newest (it has none)"
             took = f"the cached step {got[0]}" if got[0] is not None else newest
@@ -400,15 +394,13 @@ class NodeLevel:
             self._floor = got[0] if self._floor is None else max(self._floor, got[0])
         return got
 
-    def flush_cached(
-        self, call: Call, directory: CheckpointDirectory, step: int, *, access: FileAccess, keep_policy: KeepPolicy
-    ) -> bool:
+    def flush_cached(self, call: Call, step: int) -> bool:
         """Flush the cached ``step`` into ``directory`` (which lacks it), whatever job shape cached it. Collective, agreeing.
 
         For :meth:`~amrckpt.CheckpointManager.restore` of a step that is in
         the node caches only: cached by this job's shape, it is flushed as
-        any flush (:func:`~amrckpt.manager._flush.flush_step`); by another,
-        with this job's ranks (:func:`~amrckpt.manager._reshape.flush_other_shape`).
+        any flush (:func:`~amrckpt.manager.cache._flush.flush_step`); by another,
+        with this job's ranks (:func:`~amrckpt.manager.cache._reshape.flush_other_shape`).
 
         Returns
         -------
@@ -426,12 +418,11 @@ class NodeLevel:
         """
         self.wait_retention()
         prefix = self.level.names.prefix
+        kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
         if newest_cached(call, self.level, self.layout, step + 1) == step:
-            flush_step(call.comm, self.level, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log)
+            flush_step(call.comm, self.level, self.layout, self.directory, step, **kw)
         elif newest_other_shape(call, self.cache, prefix, self.layout, step + 1) == step:
-            done = flush_other_shape(
-                call, self.cache, prefix, self.layout, directory, step, access=access, keep_policy=keep_policy, log=self.log
-            )
+            done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, step, **kw)
             if isinstance(done, Unreachable):
                 outcome = f"restore({step}) cannot load it"
                 text = _unreachable_message([done], "that restore() asked for", outcome, self.cache, self.layout)
@@ -443,35 +434,18 @@ class NodeLevel:
         return True
 
     def _restore_newer(
-        self,
-        call: Call,
-        directory: CheckpointDirectory,
-        than: int | None,
-        load_cached: Callable[[str, FileAccess], Any],
-        unreachable: list[Unreachable],
-        *,
-        access: FileAccess,
-        keep_policy: KeepPolicy,
+        self, call: Call, than: int | None, load_cached: Callable[[str, FileAccess | None], Any], unreachable: list[Unreachable]
     ) -> tuple[int | None, Any]:
         """:meth:`restore_newer`'s search; the cached steps of another shape that cannot be reached go into ``unreachable``."""
         below: int | None = None
         prefix = self.level.names.prefix
+        kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
         while True:
             step = newest_cached(call, self.level, self.layout, below)
             other = newest_other_shape(call, self.cache, prefix, self.layout, below)
             if other is not None and (step is None or other > step) and (than is None or other > than):
                 try:
-                    done = flush_other_shape(
-                        call,
-                        self.cache,
-                        prefix,
-                        self.layout,
-                        directory,
-                        other,
-                        access=access,
-                        keep_policy=keep_policy,
-                        log=self.log,
-                    )
+                    done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, other, **kw)
                 except AmrckptError as exc:
                     self.log.warning(
                         "the cached step %d (of another job shape) cannot be flushed (%s); trying an older step", other, exc
@@ -504,17 +478,7 @@ class NodeLevel:
                     self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
                     return step, loaded
                 self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, err)
-                flush_step(
-                    call.comm,
-                    self.level,
-                    self.layout,
-                    directory,
-                    step,
-                    access=access,
-                    keep_policy=keep_policy,
-                    log=self.log,
-                    pieces=pieces,
-                )
+                flush_step(call.comm, self.level, self.layout, self.directory, step, pieces=pieces, **kw)
             except AmrckptError as exc:
                 self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
                 below = step
@@ -525,7 +489,7 @@ class NodeLevel:
             return step, None
 
     def _load_in_place(
-        self, call: Call, step: int, pieces: Pieces, load_cached: Callable[[str, FileAccess], Any]
+        self, call: Call, step: int, pieces: Pieces, load_cached: Callable[[str, FileAccess | None], Any]
     ) -> tuple[Any, AmrckptError | None]:
         """Load the cached ``step`` from this rank's ``pieces``; return what it gave, or the error (agreed). Collective."""
         size, extra = root_extra(call, pieces)
@@ -535,12 +499,29 @@ class NodeLevel:
         except AmrckptError as exc:  # raised on every rank: the load agrees
             return None, exc
 
-    def close(self) -> None:
-        """Free the duplicated communicator and release the node's lock (after :meth:`wait`). Collective."""
+    def close(self, flush: bool) -> None:
+        """Wait for the flush in progress; flush the newest cached step if ``flush``; raise what was not raised. Collective.
+
+        The newest cached step is flushed even when the flush waited for
+        failed; then the error of this flush, else the earlier one (not
+        made moot by a newer flush), is raised, on every rank.
+        """
         self.wait_retention()
-        stop = getattr(self.flush_policy, "stop", None)
-        if stop is not None:
-            stop()
+        earlier = self._unsettled()
+        try:
+            if flush:
+                self.flush()
+        except BaseException:
+            if earlier is not None:
+                self.log.warning("the flush at close failed too; an earlier flush had failed: %s", earlier)
+            raise
+        if earlier is not None:
+            raise earlier
+
+    def release(self) -> None:
+        """Free the duplicated communicator and release the node's lock (after :meth:`close`)."""
+        self.wait_retention()
+        AnyOf([self.flush_policy]).stop()
         if self._comm is not None:
             self._comm.free()
             self._comm = None

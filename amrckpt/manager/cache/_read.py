@@ -2,7 +2,7 @@
 
 A cached step holds, for every rank, the exact ``(offset, bytes)`` pieces of
 the final scda file that the rank would have written to the shared file
-(:mod:`amrckpt.manager._cache`).  A load on the same process count and node
+(:mod:`amrckpt.manager.cache`).  A load on the same process count and node
 layout reads the step through them, with no shared file:
 
 - :class:`CachedFile` serves the root's own reads (the file header, the
@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from .._crc import CHUNK_NBYTES
-from ..comm import Call, Comm
-from ..errors import ManagerError, ScdaUsageError
-from ..scda import Backend, FileAccess
-from ._cache import Pieces
+from ..._crc import CHUNK_NBYTES
+from ...comm import Call, Comm
+from ...errors import ManagerError, ScdaUsageError
+from ...scda import Backend, FileAccess
+from ._pieces import Pieces
 
 MAX_PADDING = 38  # scda's largest data padding (paper eq. 2: 7 <= p <= 38)
 
