@@ -9,6 +9,7 @@ import traceback
 from typing import Any
 
 from .._logging import RankLogger
+from ..comm import mpi_of
 
 __all__ = ["abort_job"]
 
@@ -21,7 +22,9 @@ def abort_job(comm: Any, log: RankLogger, exc: BaseException) -> None:
     sys.stderr.write(f"amrckpt: rank {comm.rank} of {comm.size}: aborting the MPI job: {text}")
     sys.stderr.flush()
     time.sleep(0.5)  # the process manager forwards what this rank printed before it kills the job
-    comm.mpi_comm.Abort(1)
+    m = mpi_of(comm)
+    if m is not None:
+        m.abort(1)
     # MPICH's MPI_Abort can return before the process manager kills the job (seen with the mpich 5 wheel):
     # this rank must not go on into the collectives after the with block.
     os._exit(1)

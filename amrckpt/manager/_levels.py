@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .._logging import RankLogger
-from ..comm import Call, Comm, current_call
+from ..comm import Call, Comm, current_call, mpi_of
 from ..errors import ManagerError
 from ..scda import FileAccess
 from ..schema import CheckpointSchema, save
@@ -186,14 +186,11 @@ class BackgroundLevel(DirectLevel):
 
     def __init__(self, comm: Comm, directory: CheckpointDirectory, **kw: Any) -> None:
         super().__init__(comm, directory, **kw)
-        mpi = getattr(comm, "mpi_comm", None)
-        if mpi is not None:
-            from mpi4py import MPI
-
-            if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-                raise ManagerError("background saves need MPI_THREAD_MULTIPLE (mpi4py.rc.thread_level = 'multiple')")
+        m = mpi_of(comm)
+        if m is not None and not m.thread_multiple():
+            raise ManagerError("background saves need MPI_THREAD_MULTIPLE (mpi4py.rc.thread_level = 'multiple')")
         self._comm: Comm | None = comm.dup()
-        self._snapshots = Snapshots(cores_per_rank(mpi))
+        self._snapshots = Snapshots(cores_per_rank(comm))
         self._pending: SaveHandle | None = None
 
     def ready(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .._files import FileSystem
 from .._logging import RankLogger, get_logger
-from ..comm import Call, Comm, collective, collective_method, current_call, install_excepthook, unwatch, watch
+from ..comm import Call, Comm, collective, collective_method, current_call, install_excepthook, mpi_of, unwatch, watch
 from ..errors import (
     AmrckptError,
     ManagerError,
@@ -202,7 +202,7 @@ class CheckpointManager(Generic[S]):
         self.save_policy: SavePolicy = save_policy if save_policy is not None else EveryNSteps(100)
         self.keep_policy: KeepPolicy = keep_policy if keep_policy is not None else KeepLast(3)
         self.abort_on_error = abort_on_error
-        if abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
+        if abort_on_error and mpi_of(self.comm) is not None and self.comm.size > 1:
             install_excepthook()  # an uncaught exception on one rank ends the job (python -m mpi4py's behaviour)
         self._last_step: int | None = None
         self._last_time = time.time()
@@ -670,7 +670,7 @@ class CheckpointManager(Generic[S]):
             self.close()
             return
         own = not getattr(exc, "_amrckpt_agreed", False)  # an error of this rank's own: the others may be anywhere
-        if own and self.abort_on_error and getattr(self.comm, "mpi_comm", None) is not None and self.comm.size > 1:
+        if own and self.abort_on_error and mpi_of(self.comm) is not None and self.comm.size > 1:
             # The ranks that raised meet in a close of their own within a few seconds; every rank raised: each goes on
             # with its exception.  Otherwise (some ranks are elsewhere, or in another call) the job ends, traceback printed.
             try:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._threads import Pool
+from ..comm import Comm, mpi_of
 from ..schema import CheckpointSchema
 
 __all__ = ["Snapshots", "cores_per_rank"]
@@ -37,20 +38,15 @@ S = TypeVar("S", bound=CheckpointSchema)
 CHUNK_NBYTES = 8 << 20  # bytes per copy task: large enough that numpy drops the GIL, small enough to balance
 
 
-def cores_per_rank(mpi_comm: Any = None) -> int:
-    """Return the cores this process may use, divided among the ranks of ``mpi_comm`` on this node (at least 1). Collective."""
+def cores_per_rank(comm: Comm) -> int:
+    """Return the cores this process may use, divided among the ranks of ``comm`` on this node (at least 1). Collective."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    if mpi_comm is not None:
-        from mpi4py import MPI
-
-        node = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)
-        try:
-            cores //= node.Get_size()
-        finally:
-            node.Free()
+    m = mpi_of(comm)
+    if m is not None:
+        cores //= m.ranks_on_node()
     return max(1, cores)
 
 

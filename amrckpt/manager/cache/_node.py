@@ -18,7 +18,7 @@ from typing import Any
 from ..._files import new_token
 from ..._logging import RankLogger
 from ..._threads import Worker, start_thread
-from ...comm import Call, Comm, current_call
+from ...comm import Call, Comm, current_call, mpi_of
 from ...errors import AmrckptError, CachedStepsUnreachableWarning, ManagerError, ThreadStartError
 from ...scda import FileAccess
 from ...schema import CheckpointSchema
@@ -113,13 +113,8 @@ class NodeLevel:
         self._pending: BaseException | None = None  # a background flush's error, for the next save unless made moot
         self._comm: Comm | None = None
         self._threads = False
-        mpi = getattr(call.comm, "mpi_comm", None)
-        if mpi is not None:
-            from mpi4py import MPI
-
-            self._threads = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
-        else:
-            self._threads = call.comm.size == 1
+        m = mpi_of(call.comm)
+        self._threads = m.thread_multiple() if m is not None else call.comm.size == 1
         if self._threads:
             self._comm = call.comm.dup()
         AnyOf([self.flush_policy]).bind(call.comm)  # collective: e.g. BeforeWallTime learns the job's end
