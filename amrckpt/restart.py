@@ -154,7 +154,6 @@ def load(
     allow_for_coarsening: bool = False,
     access: FileAccess | None = None,
     adapt: Any = None,
-    **file_options: Any,
 ) -> Loaded[S]:
     """Read a checkpoint on the current communicator, with a new partition of its leaves.
 
@@ -219,10 +218,6 @@ def load(
         ``"weighted"`` over the new leaves; families kept with
         ``allow_for_coarsening``).  The result is an ordinary state of the
         schema, the same on any number of ranks.
-    **file_options
-        ``info`` and ``backend`` as loose keyword arguments, as ``load``
-        took them before ``access``: set on ``access``
-        (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass ``access`` instead.
 
     Returns
     -------
@@ -252,7 +247,7 @@ def load(
         isinstance(schema, type) and issubclass(schema, CheckpointSchema) and schema is not CheckpointSchema
     ):
         raise SchemaError(f"load: schema must be a subclass of CheckpointSchema, not {schema!r}")
-    a = FileAccess.of_call("load", access, file_options, ("info", "backend"))
+    a = FileAccess.of(access)
     spec = None if adapt is None else Adapt.of(adapt)
     if spec is not None and not (isinstance(partition, str) and partition in ("uniform", "weighted")):
         raise AdaptError(f"load: with adapt, partition must be 'uniform' or 'weighted' (of the new leaves), not {partition!r}")

@@ -87,31 +87,31 @@ def test_entry_points_take_access_and_no_loose_file_option(name: str) -> None:
     assert ac.FileAccess is ac.scda.FileAccess
 
 
-def test_access_writes_the_bytes_the_loose_keywords_wrote(tmp_path: Path) -> None:
+def test_access_carries_every_file_option(tmp_path: Path) -> None:
     from checkpoint_cases import Advection, global_state
 
     g = global_state(seed=3, max_level=3)
     state = g.local(0, g.N)
-    ac.save(state, tmp_path / "loose.scda", style="mime", sync=True, truncate=False)  # as code written before access=
-    ac.save(state, tmp_path / "access.scda", access=ac.FileAccess(style="mime", sync=True, truncate=False))
+    ac.save(state, tmp_path / "mime.scda", access=ac.FileAccess(style="mime", sync=True, truncate=False))
     ac.save(state, tmp_path / "unix.scda", access=ac.FileAccess(backend="posix"))
-    assert (tmp_path / "loose.scda").read_bytes() == (tmp_path / "access.scda").read_bytes()
-    assert (tmp_path / "loose.scda").read_bytes() != (tmp_path / "unix.scda").read_bytes()
+    assert (tmp_path / "mime.scda").read_bytes() != (tmp_path / "unix.scda").read_bytes()
     posix = ac.FileAccess(backend="posix")
-    assert ac.load(tmp_path / "access.scda", Advection, access=posix).state.step == state.step
-    assert ac.load(tmp_path / "access.scda", Advection, backend="posix").state.step == state.step
-    assert ac.read_info(tmp_path / "access.scda", access=posix).manifest.schema_name == "advection2d"
-    assert ac.verify(tmp_path / "access.scda", access=posix).ok
+    assert ac.load(tmp_path / "mime.scda", Advection, access=posix).state.step == state.step
+    assert ac.read_info(tmp_path / "mime.scda", access=posix).manifest.schema_name == "advection2d"
+    assert ac.verify(tmp_path / "mime.scda", access=posix).ok
 
 
-def test_a_keyword_that_is_no_option_of_the_call_is_a_type_error(tmp_path: Path) -> None:
+def test_the_loose_file_keywords_are_gone(tmp_path: Path) -> None:
+    """style, sync, info, backend and truncate were five keywords beside access=; now only access= carries them."""
     from checkpoint_cases import global_state
 
     g = global_state(seed=3, max_level=2)
-    with pytest.raises(TypeError, match=r"save\(\) got an unexpected keyword argument 'chek_mesh'$"):
-        ac.save(g.local(0, g.N), tmp_path / "x.scda", chek_mesh=False)
-    with pytest.raises(TypeError, match=r"load\(\) got an unexpected keyword argument 'sync' \(pass access=amrckpt.FileAccess"):
-        ac.load(tmp_path / "x.scda", sync=True)
-    with pytest.raises(TypeError, match=r"verify\(\) got an unexpected keyword argument 'backend'"):
-        ac.verify(tmp_path / "x.scda", backend="posix")
+    with pytest.raises(TypeError, match=r"save\(\) got an unexpected keyword argument 'sync'"):
+        ac.save(g.local(0, g.N), tmp_path / "x.scda", sync=True)
+    with pytest.raises(TypeError, match=r"load\(\) got an unexpected keyword argument 'backend'"):
+        ac.load(tmp_path / "x.scda", backend="posix")
+    with pytest.raises(TypeError, match=r"verify\(\) got an unexpected keyword argument 'info'"):
+        ac.verify(tmp_path / "x.scda", info={})
+    with pytest.raises(TypeError, match=r"read_info\(\) got an unexpected keyword argument 'info'"):
+        ac.read_info(tmp_path / "x.scda", info={})
     assert not (tmp_path / "x.scda").exists()

@@ -771,7 +771,6 @@ def read_info(
     comm: Any = None,
     verify: bool = True,
     access: scda.FileAccess | None = None,
-    **file_options: Any,
 ) -> CheckpointInfo:
     """Read a checkpoint's manifest, index, (format 1) provenance, writing partition and run record (no field data).
 
@@ -788,10 +787,6 @@ def read_info(
     access : amrckpt.FileAccess, optional
         How the file is opened: MPI-IO hints, byte backend
         (:class:`~amrckpt.scda.FileAccess`); None: the defaults.
-    **file_options
-        ``info`` as a loose keyword argument, as ``read_info`` took it before
-        ``access``: set on ``access``
-        (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass ``access`` instead.
 
     Returns
     -------
@@ -805,6 +800,6 @@ def read_info(
         If the index or manifest is malformed; ChecksumError if they do not
         match their CRC32s.
     """
-    a = scda.FileAccess.of_call("read_info", access, file_options, ("info",))
+    a = scda.FileAccess.of(access)
     with CheckpointReader(path, comm=comm, verify=verify, access=a) as r:
         return r.info

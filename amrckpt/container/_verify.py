@@ -85,7 +85,6 @@ def verify(
     structure: bool = True,
     complete: bool | None = None,
     access: scda.FileAccess | None = None,
-    **file_options: Any,
 ) -> VerifyReport:
     """Check that a checkpoint is complete and intact, and that a p4est forest in it covers its trees.
 
@@ -115,10 +114,6 @@ def verify(
     access : amrckpt.FileAccess, optional
         How the file is opened: MPI-IO hints, byte backend
         (:class:`~amrckpt.scda.FileAccess`); None: the defaults.
-    **file_options
-        ``info`` as a loose keyword argument, as ``verify`` took it before
-        ``access``: set on ``access``
-        (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass ``access`` instead.
 
     Returns
     -------
@@ -127,7 +122,7 @@ def verify(
         same on every rank; a forest with a hole is a problem of kind
         ``invalid`` naming its quadrant and tree.
     """
-    a = scda.FileAccess.of_call("verify", access, file_options, ("info",))
+    a = scda.FileAccess.of(access)
     with collective(comm, "verify") as call:
         return _verify(call, os.fspath(path), a, structure, complete)
 
@@ -140,7 +135,6 @@ def verify_file(
     progress: Any = None,
     complete: bool | None = None,
     access: scda.FileAccess | None = None,
-    **file_options: Any,
 ) -> VerifyReport:
     """Check any file: a checkpoint by :func:`verify`, any other scda file by :func:`amrckpt.scda.verify`. Collective.
 
@@ -154,7 +148,7 @@ def verify_file(
     VerifyReport
         Never raises for a damaged or unreadable file; the same on every rank.
     """
-    a = scda.FileAccess.of_call("verify_file", access, file_options, ("info",))
+    a = scda.FileAccess.of(access)
     with collective(comm, "verify_file") as call:
         spath = os.fspath(path)
 

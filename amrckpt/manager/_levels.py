@@ -145,7 +145,7 @@ class DirectLevel:
         facts = {**facts, "keep_policy": repr(self.keep_policy)}
 
         def write(tmp: Path) -> Any:
-            return save(state, tmp, comm=comm, sync=self.directory.sync, check_mesh=self.check_mesh, access=self.access)
+            return save(state, tmp, comm=comm, check_mesh=self.check_mesh, access=self.access.replace(sync=self.directory.sync))
 
         def records(name: str, result: Any, t0: float, seconds: float) -> Mapping[str, bytes]:
             return step_records(step, name, result, comm.size, t0, seconds, facts)

@@ -522,8 +522,8 @@ class CheckpointManager(Generic[S]):
         self.skipped = ()
 
         def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
-            kw: dict[str, Any] = {"partition": partition, "fields": fields, "info": self.access.info, "adapt": adapt}
-            return load(path, self.schema, comm=self.comm, access=access, **kw)
+            kw: dict[str, Any] = {"partition": partition, "fields": fields, "adapt": adapt}
+            return load(path, self.schema, comm=self.comm, access=FileAccess.of(access, info=self.access.info), **kw)
 
         self._aside.readmit(call)  # what an older release kept aside as unreadable is read again (the cache compares with it)
         fetched, got = self._level.restore_newer(call, load_one)  # a newer step of the level's: in place, else flushed
@@ -593,8 +593,8 @@ class CheckpointManager(Generic[S]):
             self.wait()
             self._level.flush(step)  # a step that the level alone holds
             path = call.on_root(lambda: self._dir.existing(step), what="restore: find the step")
-            info = self.access.info
-            loaded: Loaded[S] = load(path, self.schema, comm=self.comm, partition=partition, fields=fields, info=info, adapt=adapt)
+            kw: dict[str, Any] = {"partition": partition, "fields": fields, "adapt": adapt}
+            loaded: Loaded[S] = load(path, self.schema, comm=self.comm, access=FileAccess(info=self.access.info), **kw)
             return self._restored(step, loaded, into)
 
     def delete(self, step: int) -> None:

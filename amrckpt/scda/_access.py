@@ -24,8 +24,6 @@ from ._format import Style
 
 __all__ = ["BackendOpener", "FileAccess", "LocalFileOpener", "open_backend"]
 
-_LOOSE = ("info", "backend", "truncate", "sync", "style")  # the file options that entry points took before access=
-
 
 class BackendOpener(Protocol):
     """What opens a file on every rank as a :class:`~amrckpt.scda.Backend`: a class or a factory.
@@ -109,32 +107,6 @@ class FileAccess:
         default = cls()
         changed = {k: v for k, v in options.items() if v != getattr(default, k)}
         return dataclasses.replace(base, **changed) if changed else base
-
-    @classmethod
-    def of_call(cls, call: str, access: FileAccess | None, options: dict[str, Any], accepted: tuple[str, ...]) -> FileAccess:
-        """Return the file access of a call to ``call`` (``"save"``...): ``access`` with the loose ``options`` set. Not collective.
-
-        ``amrckpt.save``, ``load``, ``read_info`` and ``verify`` take the
-        file options as one ``access=``; the keyword arguments that they
-        took before (``accepted``: some of ``info``, ``backend``,
-        ``truncate``, ``sync``, ``style``) are still folded in (:meth:`of`),
-        so that code written for them (amrckpt's manager and p4est
-        converter among it) runs unchanged.
-
-        Raises
-        ------
-        TypeError
-            For any other keyword argument, as Python does for an unexpected
-            one; the message names ``access=`` for a file option that
-            ``call`` never took.
-        ScdaArgumentError
-            As :meth:`of`.
-        """
-        for name in options:
-            if name not in accepted:
-                hint = f" (pass access=amrckpt.FileAccess({name}=...))" if name in _LOOSE else ""
-                raise TypeError(f"{call}() got an unexpected keyword argument {name!r}{hint}")
-        return cls.of(access, **options)
 
     def replace(self, **options: Any) -> FileAccess:
         """Return a copy with ``options`` changed (``dataclasses.replace``). Not collective."""

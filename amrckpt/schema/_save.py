@@ -270,7 +270,6 @@ def save(
     check_mesh: bool = True,
     run_record: bool = False,
     access: scda.FileAccess | None = None,
-    **file_options: Any,
 ) -> SaveResult:
     """Write a simulation's state as one scda checkpoint file.
 
@@ -313,11 +312,6 @@ def save(
         (``fsync``/``MPI_File_sync`` before closing) and the line breaks of
         the scda padding (``style``); None: the defaults
         (:class:`~amrckpt.scda.FileAccess`).
-    **file_options
-        ``style``, ``sync``, ``info``, ``backend`` and ``truncate`` as loose
-        keyword arguments, as ``save`` took them before ``access``: set on
-        ``access`` (:meth:`~amrckpt.scda.FileAccess.of_call`).  Pass
-        ``access`` instead.
 
     Returns
     -------
@@ -334,7 +328,7 @@ def save(
         On every rank, if the file cannot be written.
     """
     t0 = time.time()
-    a = scda.FileAccess.of_call("save", access, file_options, ("style", "sync", "info", "backend", "truncate"))
+    a = scda.FileAccess.of(access)
     with collective(comm, "save") as call:
         result, manifest, prepared = _save(call, state, path, a, check_mesh)
         first_mesh = next((j for j, p in enumerate(prepared) if isinstance(p.kind, MeshKind)), None)

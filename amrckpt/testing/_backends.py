@@ -4,8 +4,8 @@ The library's own backends (:class:`amrckpt.scda.PosixBackend`,
 :class:`amrckpt.scda.MPIIOBackend`) carry no test hooks.  A test selects a
 wrapper through the file access value, as any other backend::
 
-    ac.save(state, path, comm=comm, backend=FaultyBackend)            # wraps the default backend
-    ac.save(state, path, comm=comm, backend=FaultyBackend.over("mpiio"))
+    ac.save(state, path, comm=comm, access=ac.FileAccess(backend=FaultyBackend))          # wraps the default backend
+    ac.save(state, path, comm=comm, access=ac.FileAccess(backend=FaultyBackend.over("mpiio")))
     CheckpointManager(d, S, comm=comm, access=FileAccess(backend=FaultyBackend))
 
 and :func:`amrckpt.testing.inject_faults` (or ``AMRCKPT_FAULTS``) says which

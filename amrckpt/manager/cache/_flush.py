@@ -161,8 +161,8 @@ def cache_step(
         try:
             call.run(level.make_partial, step, token)
             opener = level.opener(tmp, level.recyclable(step, keep, protect, comm.rank))
-            access = FileAccess(backend=opener, style=style)
-            result = save(state, tmp / "pieces", comm=comm, sync=level.sync, check_mesh=check_mesh, access=access)
+            access = FileAccess(backend=opener, style=style, sync=level.sync)
+            result = save(state, tmp / "pieces", comm=comm, check_mesh=check_mesh, access=access)
             for k in range(1, layout.partners + 1):
                 _partner_copy(call, layout, k, tmp, level.sync)
             if layout.partners:
