@@ -74,9 +74,11 @@ class SetAside:
         ------
         ScdaIOError
             On every rank, if a checkpoint tried cannot be read (with the errno).
-        CollectiveError, SchemaError
-            On every rank, as the load raised them (not a verdict on the file either).
-        """
+        CollectiveError
+            On every rank, as the load raised it (not a verdict on the file either).
+        SchemaError
+            On every rank, as the load raised it (not a verdict on the file either).
+        """  # noqa: DOC501 (the bare raise re-raises only an ScdaIOError: io_failure() returned it as it is)
         skipped: list[Skipped] = []
         for r in reversed(records):
             problem = r.problem or ""

@@ -181,8 +181,10 @@ class CheckpointDirectory:
         Raises
         ------
         ManagerError
-            If the directory cannot be made or used, or the lock is held or refused.
-        """
+            If the path is not a directory, or the lock is held or refused.
+        ManagerIOError
+            On this rank, if the directory cannot be made, checked, locked or tidied (with the errno).
+        """  # noqa: DOC501 (ManagerIOError.of() returns the ManagerIOError)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             st = self.path.stat()
@@ -258,7 +260,9 @@ class CheckpointDirectory:
         ------
         ManagerError
             Naming what happened; nothing was written.
-        """
+        ManagerIOError
+            On this rank, if the directory cannot be checked (an I/O error, not evidence that it is gone).
+        """  # noqa: DOC501 (ManagerIOError.of() returns the ManagerIOError)
         try:
             st = self.path.stat()
         except OSError as exc:
@@ -281,9 +285,9 @@ class CheckpointDirectory:
 
         Raises
         ------
-        ManagerError
-            If the directory cannot be listed.
-        """
+        ManagerIOError
+            On this rank, if the directory cannot be listed (with the errno).
+        """  # noqa: DOC501 (ManagerIOError.of() returns the ManagerIOError)
         try:
             names = os.listdir(self.path)
         except OSError as exc:
@@ -472,9 +476,9 @@ class CheckpointDirectory:
         ------
         StepNotFoundError
             If ``step`` has no checkpoint.
-        ManagerError
-            If the file cannot be removed.
-        """
+        ManagerIOError
+            On this rank, if the file cannot be removed (with the errno).
+        """  # noqa: DOC501 (ManagerIOError.of() returns the ManagerIOError)
         path = self.existing(step)
         try:
             self.delete(step)
@@ -665,8 +669,8 @@ class CheckpointDirectory:
 
         Raises
         ------
-        ManagerError
-            With ``must``, if it cannot be renamed.
+        ManagerIOError
+            On this rank, with ``must``, if it cannot be renamed (with the errno).
         """
         path = str(self.path_of(step))
         try:

@@ -70,10 +70,11 @@ class DirectoryLock:
         Raises
         ------
         ManagerError
-            If another process holds it (the message names it), if the lock
-            file is a link, not a regular file or not amrckpt's, or if it
-            cannot be created, opened or read (the message says why).
-        """
+            If another process holds it (the message names it), or if the lock
+            file is a link, not a regular file or not amrckpt's.
+        ManagerIOError
+            On this rank, if the lock file cannot be created, opened or read (with the errno; the message says why).
+        """  # noqa: DOC501 (_refuse() returns the ManagerError, ManagerIOError.of() the ManagerIOError)
         path = directory / LOCK
         created = False
         try:

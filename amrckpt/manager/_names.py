@@ -104,7 +104,13 @@ class StepNames:
     # -- building ------------------------------------------------------------------------------------
 
     def build_name(self, step: int) -> str:
-        """Return the name of the checkpoint of ``step``: ``<prefix>-<step:012d>.scda``."""
+        """Return the name of the checkpoint of ``step``: ``<prefix>-<step:012d>.scda``.
+
+        Raises
+        ------
+        ManagerError
+            On this rank, if ``step`` is not an int >= 0.
+        """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ManagerError(f"a step is an int >= 0, not {step!r}")
         return f"{self.prefix}-{step:012d}{self.extension}"

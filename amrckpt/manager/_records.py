@@ -100,6 +100,12 @@ def parse_record(data: bytes, step: int, what: str) -> dict[str, Any]:
     types (``step``, ``nbytes``: int; ``metrics``, ``metadata``: dict or
     absent; ``time``, ``save_seconds``, ``saved_at_unix``: finite numbers
     or absent); unknown keys are kept (a later version's).
+
+    Raises
+    ------
+    RecordError
+        On this rank, if ``data`` is not JSON, not a JSON object, the record of another step, or a key's value is not
+        of its type.
     """
     record = parse_json(data, what)
     if not isinstance(record, dict):

@@ -106,7 +106,17 @@ class P4estHeader:
 
 
 def _parse_header(path: str, check: bool) -> P4estHeader:
-    """Read and check everything before the quadrant records (on one rank, a few small reads)."""
+    """Read and check everything before the quadrant records (on one rank, a few small reads).
+
+    Raises
+    ------
+    ScdaFileNotFoundError
+        On this rank, if there is no file ``path``.
+    ScdaIOError
+        On this rank, if the file cannot be opened or read (with the errno).
+    P4estFormatError
+        On this rank, if it is not a p4est file, or its connectivity or header is damaged or does not fit its size.
+    """
     try:
         return _parse_open(path, check)
     except FileNotFoundError as exc:
@@ -300,7 +310,18 @@ def read_p4est(
 
 
 def _read(call: Call, where: str, partition: Any, data: bool, check: bool, access: FileAccess) -> P4estFile:
-    """Read the file: the body of :func:`read_p4est`, inside its collective call."""
+    """Read the file: the body of :func:`read_p4est`, inside its collective call.
+
+    Raises
+    ------
+    SchemaError
+        On every rank, if ``partition`` is not ``"uniform"``, ``"saved"`` or a Partition, or does not fit the file
+        and the job.
+    P4estFormatError
+        On every rank, as :func:`read_p4est` says.
+    ScdaIOError
+        On every rank, if the file cannot be read.
+    """
     c = call.comm
     header = read_p4est_header(where, comm=c, check=check)
     N = header.num_quadrants
@@ -338,7 +359,13 @@ def _records(
     With ``check``: ranges and alignment (:meth:`Forest.from_p4est`), then
     completeness (:func:`amrckpt.sfc.forest_gap`, ``p4est_tree_is_complete``:
     it implies the curve order), the quadrant before this rank's included.
-    """
+
+    Raises
+    ------
+    P4estFormatError
+        On this rank (a step of the collective call, which agrees on it), if its quadrants are damaged, or (with
+        ``check``) not a complete forest.
+    """  # noqa: DOC501 (_error() returns the P4estFormatError)
     dim, ds = header.dim, header.data_size
     rec = header.record_nbytes
     rows = buf.reshape(buf.shape[0] // rec, rec)

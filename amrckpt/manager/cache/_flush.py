@@ -65,7 +65,12 @@ def _send_view(path: Path) -> Any:
     error (open, fstat, mmap, a failing ``close(2)``) raises
     :class:`~amrckpt.errors.ScdaIOError` with its errno there, agreed,
     instead of leaving this rank out of the partner exchange.
-    """
+
+    Raises
+    ------
+    ScdaIOError
+        On this rank (the collective call agrees on it), if the file cannot be opened, mapped or closed (with the errno).
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     try:
         fd = open_regular(path)  # never a link followed, never a FIFO waited on
     except FileNotFoundError:
@@ -91,7 +96,13 @@ def _send_view(path: Path) -> Any:
 
 
 def _write_new(path: Path, data: bytes, sync: bool) -> None:
-    """Write a new file (never through a link), synced if ``sync``. Raises ScdaIOError with the errno."""
+    """Write a new file (never through a link), synced if ``sync``. Raises ScdaIOError with the errno.
+
+    Raises
+    ------
+    ScdaIOError
+        On this rank, if the file cannot be created, written, synced or closed (with the errno).
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)

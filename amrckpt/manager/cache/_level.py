@@ -78,8 +78,10 @@ class CacheLevel:
         Raises
         ------
         ManagerError
-            If it cannot be made or used, or another manager holds it.
-        """
+            If it is not a directory, or another manager holds it (or its lock file is refused).
+        ManagerIOError
+            On this rank, if it cannot be made, checked or locked (with the errno).
+        """  # noqa: DOC501 (ManagerIOError.of() returns the ManagerIOError)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             if not stat.S_ISDIR(os.lstat(self.path).st_mode):
@@ -116,7 +118,13 @@ class CacheLevel:
         return self.path / self.names.partial_name(self.names.build_name(step), token)
 
     def make_partial(self, step: int, token: str) -> Path:
-        """Make the temporary directory of a cached save (every rank of the node may call it; a link there is refused)."""
+        """Make the temporary directory of a cached save (every rank of the node may call it; a link there is refused).
+
+        Raises
+        ------
+        ScdaIOError
+            On this rank, if it cannot be made or checked (with the errno), or it is not a directory (a link: ``EEXIST``).
+        """  # noqa: DOC501 (os_error() returns the ScdaIOError)
         tmp = self.partial_path(step, token)
         try:
             tmp.mkdir()

@@ -135,8 +135,11 @@ def read_pieces(path: Path, verify: bool = True) -> Pieces:
     Raises
     ------
     ManagerError
-        If it is missing, not a regular file (a link), cut short or damaged.
-    """
+        If it is empty, cut short or damaged.
+    ManagerIOError
+        On this rank, if it is missing, not a regular file (a link), or cannot be opened, mapped or closed (with the
+        errno).
+    """  # noqa: DOC501 (ManagerIOError.of() returns the ManagerIOError)
     try:
         fd = open_regular(path)  # never a link followed, never a FIFO waited on
     except OSError as exc:

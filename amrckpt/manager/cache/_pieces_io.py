@@ -30,7 +30,13 @@ _TMPFS_MAGIC = 0x01021994  # linux/magic.h
 
 
 def _write_all(fd: int, bufs: Sequence[memoryview | bytes], path: Path) -> None:
-    """Write ``bufs`` one after the other at the descriptor's position (``writev``, resumed after short writes)."""
+    """Write ``bufs`` one after the other at the descriptor's position (``writev``, resumed after short writes).
+
+    Raises
+    ------
+    ScdaIOError
+        On this rank, if a ``writev`` fails (with its errno).
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
     views = [memoryview(b).cast("B") for b in bufs if len(b)]
     i = 0
     try:
@@ -209,7 +215,13 @@ class PiecesBackend:
         self._known = known
 
     def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:
-        """Not used: a save writes through :meth:`write_gathered`."""
+        """Not used: a save writes through :meth:`write_gathered`.
+
+        Raises
+        ------
+        ScdaUsageError
+            On this rank, always: not supported (a node cache takes the pieces of a deferred writer only).
+        """
         raise ScdaUsageError("a node cache takes the pieces of a deferred writer only (write_gathered)")
 
     def write_gathered(self, pieces: Sequence[tuple[int, memoryview]], nrounds: int, ncontiguous: int = 0) -> None:
@@ -220,7 +232,12 @@ class PiecesBackend:
         regular file of this user with one link).  ``nrounds`` and
         ``ncontiguous`` (the shared file's collective calls) do not apply to
         a file of one rank.
-        """
+
+        Raises
+        ------
+        ScdaIOError
+            On this rank, if the pieces file cannot be created, opened, sized or written (with the errno).
+        """  # noqa: DOC501 (os_error() returns the ScdaIOError)
         # The CRC32 in a helper thread while the table and data are written (zlib-ng and writev release the GIL);
         # the header, which holds it, last.
         table = pieces_table(pieces)
@@ -255,7 +272,13 @@ class PiecesBackend:
             self._maps.keep(self._fd, self._stat, mapping)  # for the next time this file is recycled
 
     def _open(self, total: int) -> None:
-        """Open the pieces file, recycled if possible (and then mapped on a tmpfs), sized ``total``."""
+        """Open the pieces file, recycled if possible (and then mapped on a tmpfs), sized ``total``.
+
+        Raises
+        ------
+        ScdaIOError
+            On this rank, if the new file cannot be created, or the recycled one checked or sized (with the errno).
+        """  # noqa: DOC501 (os_error() returns the ScdaIOError; its FileNotFoundError is caught inside)
         src, self._recycle = self._recycle, None
         if src is not None:
             try:
@@ -277,7 +300,12 @@ class PiecesBackend:
         """Open the recycled file, size it ``total``, and map it on a tmpfs (its mapping kept from its last write, if any).
 
         False (and it is unlinked) if it is a link, not a regular file of ours, or linked twice.
-        """
+
+        Raises
+        ------
+        ScdaIOError
+            On this rank, if the opened file cannot be checked, sized or written (with the errno).
+        """  # noqa: DOC501 (os_error() returns the ScdaIOError)
         flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(self._file, flags)
@@ -317,15 +345,33 @@ class PiecesBackend:
         return True
 
     def read(self, pieces: Any, bulk: Any, max_bulk_nbytes: int) -> None:
-        """Not supported."""
+        """Not supported.
+
+        Raises
+        ------
+        ScdaUsageError
+            On this rank, always: not supported (a node cache's pieces are read back by the flush only).
+        """
         raise ScdaUsageError("a node cache's pieces are read back by the flush only")
 
     def read_gathered(self, pieces: Any, nrounds: int, ncontiguous: int = 0) -> None:
-        """Not supported."""
+        """Not supported.
+
+        Raises
+        ------
+        ScdaUsageError
+            On this rank, always: not supported (a node cache's pieces are read back by the flush only).
+        """
         raise ScdaUsageError("a node cache's pieces are read back by the flush only")
 
     def file_size(self) -> int:
-        """Not supported."""
+        """Not supported.
+
+        Raises
+        ------
+        ScdaUsageError
+            On this rank, always: not supported (a node cache has no shared file).
+        """
         raise ScdaUsageError("a node cache has no shared file")
 
     def sync(self, size: int | None = None) -> None:

@@ -200,11 +200,23 @@ class CachedBackend:
         self._map = pieces
 
     def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:
-        """Not supported: a cached step is read only."""
+        """Not supported: a cached step is read only.
+
+        Raises
+        ------
+        ScdaUsageError
+            On this rank, always: not supported (a cached step is read only).
+        """
         raise ScdaUsageError("a cached step is read only")
 
     def write_gathered(self, pieces: Sequence[tuple[int, memoryview]], nrounds: int, ncontiguous: int = 0) -> None:
-        """Not supported: a cached step is read only."""
+        """Not supported: a cached step is read only.
+
+        Raises
+        ------
+        ScdaUsageError
+            On this rank, always: not supported (a cached step is read only).
+        """
         raise ScdaUsageError("a cached step is read only")
 
     def read(self, pieces: Sequence[tuple[int, Any]], bulk: tuple[int, Any] | None, max_bulk_nbytes: int) -> None:
