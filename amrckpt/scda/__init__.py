@@ -33,7 +33,17 @@ truncation, sync, line breaks).
 from __future__ import annotations
 
 from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend
-from ._backend import HINTS_ENV, MAX_CALL_NBYTES, Backend, MPIIOBackend, PosixBackend, hints, os_error
+from ._backend import (
+    HINTS_ENV,
+    MAX_CALL_NBYTES,
+    Backend,
+    Capabilities,
+    MPIIOBackend,
+    PosixBackend,
+    capabilities_of,
+    hints,
+    os_error,
+)
 from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -71,6 +81,7 @@ __all__ = [
     "MAX_USER_STRING_NBYTES",
     "MAX_VENDOR_NBYTES",
     "Backend",
+    "Capabilities",
     "BackendOpener",
     "FileAccess",
     "FileInfo",
@@ -96,6 +107,7 @@ __all__ = [
     "SectionRecord",
     "Share",
     "Style",
+    "capabilities_of",
     "checksum_error",
     "copy_section",
     "count_entry",
@@ -114,9 +126,9 @@ __all__ = [
     "open_read",
     "os_error",
     "pad_string",
-    "problem_of",
     "parse_count_entry",
     "parse_entries",
+    "problem_of",
     "read_file_header",
     "read_raw_section",
     "read_section",

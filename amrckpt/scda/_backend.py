@@ -19,6 +19,7 @@ selected through :class:`~amrckpt.scda.FileAccess`; these classes carry no test 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno as errno_mod
 import os
 from collections.abc import Sequence
@@ -32,10 +33,23 @@ from ..errors import (
     ScdaFileNotFoundError,
     ScdaIOError,
     ScdaPermissionError,
+    ScdaUsageError,
 )
 from ._io import Piece, byte_view, coalesce, open_read, os_error, preadv, pwritev, rounds
 
-__all__ = ["HINTS_ENV", "Backend", "MPIIOBackend", "PosixBackend", "byte_view", "hints", "os_error", "preadv", "rounds"]
+__all__ = [
+    "HINTS_ENV",
+    "Backend",
+    "Capabilities",
+    "MPIIOBackend",
+    "PosixBackend",
+    "byte_view",
+    "capabilities_of",
+    "hints",
+    "os_error",
+    "preadv",
+    "rounds",
+]
 
 MAX_CALL_NBYTES = 1 << 30
 """Bytes per rank and per MPI-IO call: larger runs are moved in rounds.
@@ -67,19 +81,58 @@ def contiguous_calls(pieces: Sequence[Piece]) -> int:
     return sum(-(-b.nbytes // MAX_CALL_NBYTES) for _, b in pieces if b.nbytes >= CONTIGUOUS_NBYTES)
 
 
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a byte backend declares it does beyond the :class:`Backend` protocol (as zarr's stores declare ``supports_*``).
+
+    A backend declares them in its ``capabilities`` attribute; one that
+    declares nothing has the defaults (:func:`capabilities_of`).  Immutable.
+
+    Attributes
+    ----------
+    collective_io : bool
+        Its gathered reads make collective file calls (MPI-IO, POSIX): a
+        large read plan reads in groups of pieces whose calls the ranks
+        agree on.  False (a node cache's pieces, in memory): each phase in
+        one call.
+    reports_filled : bool
+        ``read_gathered(pieces, nrounds, filled=fn)`` calls ``fn(piece)``
+        as soon as each piece is filled, so that the read plan CRCs it then.
+    takes_piece_crcs : bool
+        It computes the CRC32 of the bytes it writes (a node cache's pieces
+        file) and defines ``take_piece_crcs(known)``: a deferred writer with
+        checksums hands it, before :meth:`Backend.write_gathered`, the
+        ``(offset, nbytes, crc32)`` of the ranges of this rank whose CRC32 it
+        computed already, combined (``crc32_combine``) rather than read again.
+    """
+
+    collective_io: bool = True
+    reports_filled: bool = False
+    takes_piece_crcs: bool = False
+
+
+_DEFAULT_CAPABILITIES = Capabilities()
+
+
+def capabilities_of(backend: object) -> Capabilities:
+    """Return the :class:`Capabilities` that ``backend`` declares (the defaults if it declares none). Not collective.
+
+    Raises
+    ------
+    ScdaUsageError
+        On this rank, if its ``capabilities`` attribute is not a :class:`Capabilities`.
+    """
+    caps = getattr(backend, "capabilities", _DEFAULT_CAPABILITIES)
+    if not isinstance(caps, Capabilities):
+        raise ScdaUsageError(f"{type(backend).__name__}.capabilities must be an amrckpt.scda.Capabilities, not {caps!r}")
+    return caps
+
+
 class Backend(Protocol):
     """A shared file opened by all ranks of a communicator.
 
-    Optional: a backend that computes the CRC32 of the bytes it writes (a
-    node cache's pieces file) may define ``take_piece_crcs(known)``; a
-    deferred writer with checksums then hands it, before
-    :meth:`write_gathered`, the ``(offset, nbytes, crc32)`` of the file
-    ranges of this rank whose CRC32 it computed already, so that they are
-    combined (``crc32_combine``) rather than read a second time.  A
-    backend whose gathered reads make no collective file calls (a node
-    cache's pieces, in memory) may set ``collective_io = False``: a read
-    plan then reads each phase in one call, not in groups of large pieces
-    whose calls the ranks agree on.
+    What it does beyond these calls it declares in a ``capabilities``
+    attribute (:class:`Capabilities`; read through :func:`capabilities_of`).
     """
 
     comm: Comm

@@ -401,7 +401,8 @@ class GatheredExecutor:
             return  # nothing covered: nothing planned on any rank
         groups, nrounds, ncontig = [pieces], 1, 0
         # Large: the largest rank decides the calls (plan.nbytes and the backend are the same on every rank).
-        if plan.nbytes >= _AGREE_CALLS_NBYTES and getattr(self._backend, "collective_io", True):
+        caps = _backend.capabilities_of(self._backend)
+        if plan.nbytes >= _AGREE_CALLS_NBYTES and caps.collective_io:
             groups = _groups(pieces)
             mine = np.array(
                 [
@@ -417,7 +418,7 @@ class GatheredExecutor:
         for group in groups:
             todo = [] if plan.failed_read else group  # after a failed read, this rank joins the others' calls with nothing
             try:
-                if getattr(self._backend, "reports_filled", False):  # a node cache's pieces: each CRC'd once copied
+                if caps.reports_filled:  # a node cache's pieces: each CRC'd once copied
                     self._backend.read_gathered(todo, nrounds, filled=plan.crc_read)  # type: ignore[call-arg]
                 elif ncontig:
                     self._backend.read_gathered(todo, nrounds, ncontig)

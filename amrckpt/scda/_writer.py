@@ -15,7 +15,7 @@ from ..comm import Call, Comm, as_comm, collective, collective_method, current_c
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from . import _backend
 from ._access import FileAccess, open_backend
-from ._backend import Backend, byte_view, rounds
+from ._backend import Backend, byte_view, capabilities_of, rounds
 from ._codec import encode_elements
 from ._entries import format_entries
 from ._format import (
@@ -878,9 +878,8 @@ class ScdaWriter:
             call.fail(self._pending)
         queue, self._queue = self._queue, []
         mine = [] if call.failed else queue  # a failed rank joins with nothing
-        take = getattr(backend, "take_piece_crcs", None)  # a backend that CRCs what it writes: the CRC32s known
-        if take is not None and self._checksum and mine:
-            call.run(lambda: take([k for c, _ in self._open_terms if c is not None for k in c.known()]))
+        if capabilities_of(backend).takes_piece_crcs and self._checksum and mine:  # a backend that CRCs what it writes
+            call.run(lambda: backend.take_piece_crcs([k for c, _ in self._open_terms if c is not None for k in c.known()]))  # type: ignore[attr-defined]
         if self._ncontiguous:  # pieces large enough for contiguous calls of their own
             call.run(backend.write_gathered, mine, self._nrounds, self._ncontiguous, always=True)
         else:

@@ -19,7 +19,7 @@ from ..._crc import crc32, crc32_of_pieces, pool
 from ..._files import pwrite_exact
 from ...comm import Comm, current_call
 from ...errors import ScdaUsageError
-from ...scda import os_error
+from ...scda import Capabilities, os_error
 from ._pieces import _HEAD, _crc_of, pieces_head, pieces_table
 
 __all__ = ["Mappings", "PiecesBackend", "on_tmpfs"]
@@ -197,6 +197,8 @@ class PiecesBackend:
     (its pages allocated already).  Only writes; nothing collective happens in it.
     """
 
+    capabilities = Capabilities(takes_piece_crcs=True)  # it CRCs what it writes: the ranges the save CRC'd are combined
+
     def __init__(self, path: Path, comm: Comm, recycle: Path | None = None, maps: Mappings | None = None) -> None:
         self.comm = comm
         self.path = str(path)
@@ -211,7 +213,7 @@ class PiecesBackend:
         self.recycled = False
 
     def take_piece_crcs(self, known: list[tuple[int, int, int]]) -> None:
-        """Take the ``(offset, nbytes, crc32)`` of file ranges that the save CRC'd already (see :class:`~amrckpt.scda.Backend`)."""
+        """Take the ``(offset, nbytes, crc32)`` of file ranges that the save CRC'd already (:class:`~amrckpt.scda.Capabilities`)."""
         self._known = known
 
     def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:

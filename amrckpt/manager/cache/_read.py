@@ -29,7 +29,7 @@ import numpy as np
 from ..._crc import CHUNK_NBYTES
 from ...comm import Call, Comm
 from ...errors import ManagerError, ScdaUsageError
-from ...scda import Backend, FileAccess
+from ...scda import Backend, Capabilities, FileAccess
 from ._pieces import Pieces
 
 MAX_PADDING = 38  # scda's largest data padding (paper eq. 2: 7 <= p <= 38)
@@ -191,8 +191,9 @@ class CachedBackend:
     ``nrounds`` and ``ncontiguous`` (the shared file's collective calls) do not apply.
     """
 
-    collective_io = False  # a read plan's phase in one call: each call exchanges what ranks lack
-    reports_filled = True  # read_gathered hands each piece filled from this rank's own to ``filled`` at once
+    # A read plan's phase in one call (each call exchanges what ranks lack); read_gathered hands each piece filled
+    # from this rank's own to ``filled`` at once.
+    capabilities = Capabilities(collective_io=False, reports_filled=True)
 
     def __init__(self, pieces: PieceMap, comm: Comm) -> None:
         self.comm = comm
