@@ -6,6 +6,7 @@ Run::
     apt-get install libp4est-dev libopenmpi-dev          # Debian's p4est 2.2 (tests/p4est builds a C tool against it)
     python benchmarks/bench_p4est.py --json benchmarks/results/p4est-P1.json
     python benchmarks/bench_p4est.py --quick             # small, as the tests run it
+    python benchmarks/bench_p4est.py --ranks 2 --json benchmarks/results/p4est-P2.json   # the round trip on 2 ranks
 
 The forest: p4est's own (``p8est_new_ext`` on a 2 x 2 x 1 brick, level
 ``--level``, refined at random two levels deeper: 1.26 million octants at
@@ -31,6 +32,21 @@ in ``--dir`` (default /dev/shm); both sides ``fsync`` (p4est's
 Rounds alternate p4est, amrckpt / amrckpt, p4est, after one dropped warm-up
 round; medians of ``--reps`` with min-max, and the ratios amrckpt / p4est
 (below 1: amrckpt is faster).
+
+Those rows time the arrays to the file and back.  The round trip as a p4est
+code pays it (``--ranks``, default 1; ``--ranks 1 2`` also under Open MPI's
+``mpiexec.openmpi -n 2``) runs in one process per rank on Open MPI, with
+libp8est through ctypes (``_p8est.py``): the forest that
+``p8est_load_ext`` gives (partition uniform) is saved and loaded by p4est
+(``p8est_save_ext``, ``p8est_load_ext``) and by amrckpt, copy out and save
+(each tree's quadrant array viewed by numpy, the user data gathered through
+its pointers, ``Forest.from_p4est``, ``save``: CRC32s, fsync) and load and
+rebuild (``load``, CRC32s checked, ``Forest.to_p4est``,
+``p8est_connectivity_inflate``, ``p8est_inflate``), with the default checks
+(``amrckpt``) and without the checks of the leaves (``trusted``),
+interleaved, timed from a barrier to a barrier; every forest loaded is
+compared with p4est's (``p8est_checksum``, ``p8est_is_equal`` with the
+data).  See :func:`round_trip`.
 """
 
 from __future__ import annotations

@@ -235,6 +235,9 @@ def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, 
     complete, crc = check, 0
     at = 0  # the first record of the piece
     prev: tuple[int, list[int], int] | None = None  # the last leaf before the chunk: tree, coordinates, level
+    m = min(n, _CHUNK)
+    buf = np.empty((dim, m), dtype=np.uint32) if check else None
+    lbuf8, lbuf32 = (np.empty(m, dtype=np.uint8), np.empty(m, dtype=np.uint32)) if check else (None, None)
     for _, lead, level, coords in pieces:
         m = lead.shape[0]
         wide = level.dtype == np.int32
@@ -251,13 +254,15 @@ def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, 
                 counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + a, g0 + b))
                 t = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
                 tree[a:b] = t
-            lv = level[s:e].view(np.uint32 if wide else np.uint8)
+            if not valid:
+                if wide:  # a level beyond int8 is refused even unchecked
+                    beyond = max(beyond, int(level[s:e].view(np.uint32).max()))
+                continue
+            # The ranges of Forest._check_chunk, on contiguous unsigned copies of the chunk's columns (in the cache).
+            cols = [_copied(buf[k, : e - s], c[s:e]) for k, c in enumerate(coords)]
+            lv = _copied((lbuf32 if wide else lbuf8)[: e - s], level[s:e])
             top = int(lv.max())
             beyond = max(beyond, top if wide else 0)
-            if not valid:
-                continue
-            # The ranges of Forest._check_chunk, on the quadrants' unsigned columns (views of the piece).
-            cols = [c[s:e].view(np.uint32) for c in coords]
             u = cols[0] | cols[1]
             if dim == 3:
                 u |= cols[2]
@@ -305,40 +310,45 @@ def _successors(
         return True
     L = MAXLEVEL[dim]
     x, y = c[0][:-1], c[1][:-1]
-    h = np.right_shift(np.uint32(1 << L), lv[:-1], dtype=np.uint32)
+    w = np.right_shift(np.uint32((1 << L) - 1), lv[:-1], dtype=np.uint32)  # h - 1: the bits below the leaf's side
     full = x & y
     if dim == 3:
         full &= c[2][:-1]
-    w = np.subtract(h, np.uint32(1))
-    np.bitwise_or(w, full, out=w)
-    np.invert(w, out=w)  # bits at or above h where not all coordinates are set
+    w |= full
+    np.invert(w, out=w)  # the bits at or above h where not all coordinates are set
     b = np.negative(w)
     b &= w  # the lowest of them
     keep = np.negative(b)  # b and the bits above it
-    ends = b == np.uint32(1 << L)
-    nx = x & keep
-    nx ^= b
-    ok = nx == c[0][1:]
+    # Where a coordinate differs from the successor's: (c & keep) ^ flip ^ next, or-ed over the coordinates.
+    off = x & keep
+    off ^= b
+    off ^= c[0][1:]
     carry = x & b
-    ny = y & keep
-    ny ^= carry
-    ok &= ny == c[1][1:]
+    tmp = y & keep
+    tmp ^= carry
+    tmp ^= c[1][1:]
+    off |= tmp
     if dim == 3:
         carry &= y
-        nz = c[2][:-1] & keep
-        nz ^= carry
-        ok &= nz == c[2][1:]
-    if isinstance(t, int):  # one tree: no leaf may end it but the last
-        return bool(ok.all()) and not ends.any()
-    ok &= t[1:] == t[:-1]
-    ok &= ~ends
-    if ok.all():
-        return True
+        np.bitwise_and(c[2][:-1], keep, out=tmp)
+        tmp ^= carry
+        tmp ^= c[2][1:]
+        off |= tmp
+    if isinstance(t, int):  # one tree: every leaf's successor is the next one, and none but the last ends the tree
+        return not int(np.bitwise_or.reduce(off)) and int(b.max()) < 1 << L
+    ends = b == np.uint32(1 << L)
     origin = c[0][1:] | c[1][1:]
     if dim == 3:
         origin |= c[2][1:]
-    nxt = ends & (t[1:].astype(np.int64) == t[:-1].astype(np.int64) + 1) & (origin == 0)
-    return bool((ok | nxt).all())
+    t64 = t.astype(np.int64)
+    ok = np.where(ends, (t64[1:] == t64[:-1] + 1) & (origin == 0), (t64[1:] == t64[:-1]) & (off == 0))
+    return bool(ok.all())
+
+
+def _copied(out: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Copy ``a`` into ``out`` (as its unsigned bits, or its values if wider) and return ``out``."""
+    np.copyto(out, a.view(out.dtype) if a.dtype.itemsize == out.dtype.itemsize else a, casting="unsafe")
+    return out
 
 
 def _trees(pertree: np.ndarray, g0: int, g1: int) -> np.ndarray:
