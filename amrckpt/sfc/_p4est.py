@@ -236,8 +236,8 @@ def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, 
     at = 0  # the first record of the piece
     prev: tuple[int, list[int], int] | None = None  # the last leaf before the chunk: tree, coordinates, level
     m = min(n, _CHUNK)
-    buf = np.empty((dim, m), dtype=np.uint32) if check else None
-    lbuf8, lbuf32 = (np.empty(m, dtype=np.uint8), np.empty(m, dtype=np.uint32)) if check else (None, None)
+    buf = np.empty((dim, m if check else 0), dtype=np.uint32)
+    lbuf8, lbuf32 = np.empty(m if check else 0, dtype=np.uint8), np.empty(m if check else 0, dtype=np.uint32)
     for _, lead, level, coords in pieces:
         m = lead.shape[0]
         wide = level.dtype == np.int32
