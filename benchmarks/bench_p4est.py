@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -68,6 +67,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+from _provenance import provenance
 from p4est import build
 
 import amrckpt as ac
@@ -217,6 +217,7 @@ def main() -> None:
     reason = build.why_not()
     if reason is not None:
         sys.exit(f"bench_p4est: {reason}")
+    load_start = list(os.getloadavg())
     work = Path(tempfile.mkdtemp(prefix="amrckpt-bench-p4est-", dir=args.dir))
     try:
         src = work / "forest.p8est"
@@ -284,7 +285,8 @@ def main() -> None:
                 "file_bytes": sizes,
                 "byte_identical_back": same,
                 "round_trip": {f"P{P}": trip for P, trip in trips.items()},
-                "machine": {"node": platform.node(), "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z")},
+                # The machine is shared: the load averages at the start and at the end say how much it was.
+                "machine": provenance() | {"load_avg_start": load_start, "load_avg_end": list(os.getloadavg())},
             }
             out.write_text(json.dumps(result, indent=1))
             print(f"wrote {out}")
