@@ -125,6 +125,15 @@ class _Piece(NamedTuple):
     coords: list[np.ndarray]  # (n,) int32 each
 
 
+def _in_pieces(quadrants: Any) -> bool:
+    """Whether ``quadrants`` is a list or tuple of pieces: arrays of (n, dim + 1) rows or of records (not nested rows)."""
+    return (
+        isinstance(quadrants, (list, tuple))
+        and len(quadrants) > 0
+        and all(isinstance(a, np.ndarray) and (a.ndim == 2 or (a.ndim == 1 and a.dtype.names is not None)) for a in quadrants)
+    )
+
+
 def forest_from_p4est(
     cls: Any, quadrants: Any, pertree: Any, global_first_quadrant: Any, rank: int, connectivity: Connectivity | None, check: bool
 ) -> Any:
@@ -135,8 +144,7 @@ def forest_from_p4est(
     quadrant array), are packed straight into the mesh records the forest
     then views (:func:`_pack`); other layouts go through :func:`_columns`.
     """
-    given = list(quadrants) if isinstance(quadrants, (list, tuple)) else [quadrants]
-    arrays = [np.asarray(a) for a in given]
+    arrays = list(quadrants) if _in_pieces(quadrants) else [np.asarray(quadrants)]
     pieces = [_piece(a) for a in arrays]
     packable = bool(arrays) and all(pc is not None for pc in pieces) and len({pc[0] for pc in pieces if pc is not None}) == 1
     if packable:

@@ -253,3 +253,14 @@ def test_a_forest_checked_by_from_p4est_is_saved_unchecked_unless_it_changed(tmp
     forest.level[0] = 30  # out of range: the ranges are checked again too
     with pytest.raises(SchemaError, match="out of range"):
         ac.save(S(mesh=forest), tmp_path / "c.scda")
+
+
+def test_from_p4est_takes_nested_rows_as_one_array_and_arrays_as_pieces() -> None:
+    lv = random_forest(2, 1, seed=6, level=1)
+    rows, trees, pertree = _pieces(lv, np.ones(lv.num_leaves, dtype=bool), 1)
+    kw = {"pertree": pertree, "global_first_quadrant": [0, len(rows)]}
+    want = ac.Forest.from_p4est(rows, **kw)
+    assert ac.Forest.from_p4est(rows.tolist(), **kw) == want  # a nested list is an array_like of rows, as before
+    assert ac.Forest.from_p4est(tuple(map(tuple, rows.tolist())), **kw) == want
+    assert ac.Forest.from_p4est([rows[:5], rows[5:]], **kw) == want  # arrays: pieces
+    assert ac.Forest.from_p4est((trees[0][:3], trees[0][3:]), **kw) == want
