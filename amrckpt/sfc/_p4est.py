@@ -412,7 +412,7 @@ def _rows(forest: Any, quads: np.ndarray, check: bool) -> tuple[np.ndarray, bool
     Not collective, vectorized, chunk by chunk (cache-sized).  A forest that
     views its records (loaded, or from :meth:`Forest.from_p4est`) gives each
     row as one 16-byte (12 in 2D) copy from its record, the 3 bytes after the
-    level (the next record's tree) then cleared by sign-extending the level.
+    level (the next record's tree) then overwritten by the level, sign-extended.
     With ``check``, while the chunk is in the cache: the ranges of
     :meth:`Forest.check` and whether each leaf starts where the one before
     it ends (:func:`_successors`), which makes the local leaves a complete
@@ -440,11 +440,7 @@ def _rows(forest: Any, quads: np.ndarray, check: bool) -> tuple[np.ndarray, bool
             rows_lead[s:e1] = lead[s:e1]
             if e == n:
                 quads[n - 1, :dim] = [int(c[n - 1]) for c in coords]
-            lv = rows[:, dim]
-            np.left_shift(lv, 24, out=lv)
-            np.right_shift(lv, 24, out=lv)  # the level's int8, sign-extended
-            if e == n:
-                quads[n - 1, dim] = int(level[n - 1])
+            rows[:, dim] = level[s:e]  # over the next record's tree bytes: the level's int8, sign-extended
         else:
             for axis, col in enumerate(coords):
                 rows[:, axis] = col[s:e]
@@ -459,13 +455,14 @@ def _rows(forest: Any, quads: np.ndarray, check: bool) -> tuple[np.ndarray, bool
         t = tbuf[: e - s]
         t[...] = tree[s:e]
         lv = rows[:, dim].view(np.uint32)
-        ok = int(t.view(np.uint32).max()) < forest.num_trees and int(lv.max()) <= QMAXLEVEL[dim]
+        t_lo, t_hi = int(t.min()), int(t.max())
+        ok = 0 <= t_lo and t_hi < forest.num_trees and int(lv.max()) <= QMAXLEVEL[dim]
         ok = ok and not int(np.bitwise_or.reduce(u)) & ~root
         if ok:
             np.left_shift(u, lv, out=u)
             ok = not int(np.bitwise_or.reduce(u)) & root
         if ok:
-            ok = _successors(t, cols, lv, dim, prev)
+            ok = _successors(t_lo if t_lo == t_hi else t, cols, lv, dim, prev)  # one tree: its number will do
             prev = (int(t[-1]), [int(c[-1]) for c in cols], int(lv[-1]))
     return (np.concatenate(starts) if starts else np.empty(0, np.intp)), ok or not check
 
