@@ -68,7 +68,9 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
     count first (with ``crcs``, the CRC32 of each one written as it is
     starts in the helper thread meanwhile), then every mesh is packed into
     its records and, with ``check_order``, its leaves are checked: ranges
-    while packing, then the curve order (p4est's ``p4est_tree_is_linear``).
+    while packing, then the curve order (p4est's ``p4est_tree_is_linear``),
+    unless its records are the ones that passed last time (a save's checks,
+    or :meth:`Forest.from_p4est`'s: its CRC32 and length).
     Errors are raised in the same order either way: meshes first.
 
     Parameters
@@ -116,18 +118,26 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
             crcs.start(out[name].payload.data)  # in the helper thread, while the meshes are packed
     for name, mk in meshes.items():
         mesh = getattr(state, name)
-        out[name] = mk.prepare(cls, name, mesh, None, check=check_order)
+        # The checks cost most of a save of a 2M-leaf 3D mesh; meshes change at adaptation, not at every
+        # checkpoint: a mesh whose records have the CRC32 and length of the ones last checked (ranges and order,
+        # by a save or by Forest.from_p4est) is not checked again.  A mesh that may be such one is packed
+        # unchecked, and checked after its CRC32 if it is not.
+        known = getattr(mesh, "_ordered", None)
+        out[name] = mk.prepare(cls, name, mesh, None, check=check_order and known is None)
         records = out[name].payload.data
         if check_order:
-            crc = crc32(records)  # the order check's key and the records' CRC32 in the file: one pass
+            crc = crc32(records)  # the checks' key and the records' CRC32 in the file: one pass
             if crcs is not None and _verbatim(mk):
                 crcs.put(records, crc)
         elif crcs is not None and _verbatim(mk):
             crcs.start(records)  # no key needed: in the helper thread
-        # The order check costs most of a save of a 2M-leaf 3D mesh; meshes change at adaptation, not at every
-        # checkpoint: a mesh whose records have the CRC32 and length of the ones last checked is not checked again.
         seen = (crc, len(records), mesh.curve, mesh.num_trees) if check_order else None
-        if check_order and getattr(mesh, "_ordered", None) != seen:
+        if check_order and known != seen:
+            if known is not None:  # packed unchecked above
+                try:
+                    mesh.check()
+                except SchemaError as exc:
+                    raise SchemaError(f"field {name!r}: {exc}") from exc
             try:
                 mesh.check_order()
                 mesh._ordered = seen

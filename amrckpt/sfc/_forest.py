@@ -363,12 +363,15 @@ class Forest:
 
         Parameters
         ----------
-        quadrants : (n, dim + 1) array_like of int, or (n,) p4est_quadrant_t records
+        quadrants : (n, dim + 1) array_like of int, or (n,) p4est_quadrant_t records, or a list of them
             ``x``, ``y`` [, ``z``], ``level`` of each local quadrant in curve
             order: the layout of ``p4est_save_ext``'s records and of
             ``p4est_inflate``'s ``quadrants`` (``P4EST_DIM + 1``
             ``p4est_qcoord_t`` each), or the 24-byte ``p4est_quadrant_t``
             (:func:`amrckpt.sfc.quadrant_dtype`) of a tree's quadrant array.
+            A list (or tuple) gives them in pieces, concatenated in order:
+            each local tree's quadrant array, viewed where p4est holds it,
+            is packed without a concatenation.
         pertree : (num_trees + 1,) array_like of int
             p4est's ``pertree`` (``p4est_comm_count_pertree``): the global index
             of each tree's first quadrant, then N.
@@ -379,7 +382,11 @@ class Forest:
         connectivity : amrckpt.sfc.Connectivity, optional
             The forest's connectivity: its dimension and number of trees are checked.
         check : bool, optional
-            Check levels and coordinates (:meth:`check`).
+            Check levels and coordinates (:meth:`check`), and whether each
+            quadrant starts where the one before it ends, as in p4est's
+            complete forests: such a forest is in Morton order, and
+            :func:`amrckpt.save` does not check it again while its records
+            are unchanged (their CRC32).  Chunk by chunk while packing.
 
         Returns
         -------
@@ -411,8 +418,10 @@ class Forest:
         connectivity : amrckpt.sfc.Connectivity, optional
             Checked against the forest's dimension and number of trees.
         check : bool, optional
-            Check that the leaves are a complete forest in Morton order
-            (their curve keys, one pass); across ranks it is always checked.
+            Check the leaves' ranges and that they are a complete forest in
+            Morton order (each leaf starts where the one before it ends,
+            from the coordinates, while the rows are built); across ranks it
+            is always checked.
             ``False`` for leaves known to be p4est's (e.g. just loaded and
             verified against their CRC32s, written from a p4est).
 

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._crc import crc32
 from ..comm import Call, as_comm, collective
 from ..errors import SchemaError
 from ._connectivity import Connectivity
@@ -89,23 +90,70 @@ def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np
     return d, coords, level
 
 
+def _piece(q: np.ndarray) -> _Piece | None:
+    """Return ``(dim, leading bytes, level, coordinates)`` of quadrants whose records :func:`_pack` copies whole, or None.
+
+    Two layouts qualify on a little-endian host: p4est's (n, dim + 1) int32
+    rows (the last axis contiguous), and 1-D records whose first ``4 dim + 4``
+    bytes are ``x``, ``y`` [, ``z``] (int32) and ``level`` (int8), as in
+    ``p4est_quadrant_t`` (:func:`quadrant_dtype`; a tree's quadrant array,
+    viewed, C-contiguous).  The leading bytes: one ``V(4 dim + 4)`` item
+    per quadrant; they, the level and the coordinates (int32) are views (no copy).
+    """
+    if sys.byteorder != "little":
+        return None
+    if q.dtype == np.int32 and q.ndim == 2 and q.shape[1] in (3, 4) and q.strides[1] == 4:
+        d = q.shape[1] - 1
+        return _Piece(d, q.view(f"V{4 * d + 4}")[:, 0], q[:, d], [q[:, k] for k in range(d)])
+    fields = q.dtype.fields
+    if fields is None or q.ndim != 1 or not q.flags.c_contiguous or not {"x", "y", "level"} <= set(fields):
+        return None
+    d = 3 if "z" in fields else 2
+    want = {c: (np.dtype("<i4"), 4 * k) for k, c in enumerate("xyz"[:d])} | {"level": (np.dtype("i1"), 4 * d)}
+    if any(fields[c][:2] != want[c] for c in want) or q.dtype.itemsize < 4 * d + 4:
+        return None
+    lead = q.view(np.uint8).reshape(q.shape[0], q.dtype.itemsize)[:, : 4 * d + 4].view(f"V{4 * d + 4}")[:, 0]
+    return _Piece(d, lead, q["level"], [q[c] for c in "xyz"[:d]])
+
+
+class _Piece(NamedTuple):
+    """Quadrants that :func:`_pack` copies whole (:func:`_piece`): views of a p4est array."""
+
+    dim: int
+    lead: np.ndarray  # (n,) V(4 dim + 4): x, y [, z], level and what follows it
+    level: np.ndarray  # (n,) int32 (rows) or int8 (records)
+    coords: list[np.ndarray]  # (n,) int32 each
+
+
+def _in_pieces(quadrants: Any) -> bool:
+    """Whether ``quadrants`` is a list or tuple of pieces: arrays of (n, dim + 1) rows or of records (not nested rows)."""
+    return (
+        isinstance(quadrants, (list, tuple))
+        and len(quadrants) > 0
+        and all(isinstance(a, np.ndarray) and (a.ndim == 2 or (a.ndim == 1 and a.dtype.names is not None)) for a in quadrants)
+    )
+
+
 def forest_from_p4est(
     cls: Any, quadrants: Any, pertree: Any, global_first_quadrant: Any, rank: int, connectivity: Connectivity | None, check: bool
 ) -> Any:
     """Implement :meth:`Forest.from_p4est` (not collective, vectorized).
 
-    p4est's own layout, (n, dim + 1) int32 rows of ``x``, ``y`` [, ``z``],
-    ``level``, is packed straight into the mesh records the forest then views
-    (:func:`_pack`); other layouts go through :func:`_columns`.
+    p4est's layouts, (n, dim + 1) int32 rows or ``p4est_quadrant_t``
+    records, given whole or as a sequence of pieces (each local tree's
+    quadrant array), are packed straight into the mesh records the forest
+    then views (:func:`_pack`); other layouts go through :func:`_columns`.
     """
-    q = np.asarray(quadrants)
-    packable = sys.byteorder == "little" and q.dtype == np.int32 and q.ndim == 2 and q.shape[1] in (3, 4) and q.strides[1] == 4
+    arrays = list(quadrants) if _in_pieces(quadrants) else [np.asarray(quadrants)]
+    pieces = [_piece(a) for a in arrays]
+    packable = bool(arrays) and all(pc is not None for pc in pieces) and len({pc[0] for pc in pieces if pc is not None}) == 1
     if packable:
-        dim = q.shape[1] - 1
+        dim = pieces[0][0]  # type: ignore[index]
         if connectivity is not None and dim != connectivity.dim:
             raise SchemaError(f"Forest.from_p4est: {dim}D quadrants, a {connectivity.dim}D connectivity")
-        n = q.shape[0]
+        n = sum(a.shape[0] for a in arrays)
     else:
+        q = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         dim, coords, level = _columns(q, None if connectivity is None else connectivity.dim)
         n = level.shape[0]
     pt = np.asarray(pertree, dtype=np.int64)
@@ -124,8 +172,10 @@ def forest_from_p4est(
         raise SchemaError(f"Forest.from_p4est: {n} quadrants; global_first_quadrant gives rank {rank} {g1 - g0}")
     try:
         if packable:
-            rec, valid = _pack(q, pt, g0, check)
+            rec, valid, crc = _pack([pc for pc in pieces if pc is not None], dim, n, pt, g0, check)
             forest = cls._viewing(rec, num_trees=K)
+            if crc is not None:  # complete, hence in Morton order without overlaps: what amrckpt.save would check
+                forest._ordered = (crc, n, "morton", K)
         else:
             forest, valid = cls(_trees(pt, g0, g1), level, *coords[:2], coords[2] if dim == 3 else None, num_trees=K), False
         if check and not valid:
@@ -135,37 +185,44 @@ def forest_from_p4est(
     return forest
 
 
-def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int, check: bool) -> tuple[np.ndarray, bool]:
+def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, check: bool) -> tuple[np.ndarray, bool, int | None]:
     """Pack p4est's quadrants and their trees into mesh records (:func:`amrckpt.sfc.mesh_record_dtype`).
 
     Not collective, vectorized, chunk by chunk (cache-sized): the chunk's
-    quadrant rows (``x``, ``y`` [, ``z``], ``level``, little-endian) copied
+    leading bytes of each quadrant (``x``, ``y`` [, ``z``], ``level``,
+    little-endian, and what follows the level in its row or record) copied
     whole, one ``V(4 dim + 4)`` item per leaf just after the record's tree
-    (the high bytes of a row's level spill onto the next record's tree),
-    then the chunk's trees (one ``np.repeat`` of the trees it meets, from
-    ``pertree``) written over them.
+    (the 3 bytes after a level spill onto the next record's tree), then the
+    chunk's trees (one ``np.repeat`` of the trees it meets, from
+    ``pertree``) written over them.  With ``check``, while the chunk is in
+    the cache: the ranges of :meth:`Forest.check`, whether each quadrant
+    starts where the one before it ends (:func:`_successors`: then the
+    forest is complete, as ``p4est_is_valid`` requires, and so in Morton
+    order without overlaps), and the CRC32 of the records.
 
     Parameters
     ----------
-    quadrants : (n, dim + 1) numpy.ndarray of numpy.int32
-        ``x``, ``y`` [, ``z``], ``level`` rows of global quadrants
-        ``g0 .. g0 + n - 1`` (little-endian host, the last axis contiguous).
+    pieces : list of _Piece
+        The quadrants in curve order, in pieces (:func:`_piece`): global
+        quadrants ``g0 .. g0 + n - 1`` in all.
+    dim, n : int
     pertree : (num_trees + 1,) numpy.ndarray of numpy.int64
         p4est's ``pertree``, checked to start at 0, not decrease and hold
         ``g0 + n`` quadrants or more.
     g0 : int
         The global index of the first quadrant (``global_first_quadrant[rank]``).
     check : bool
-        Also check levels and coordinates as :meth:`Forest.check` does, on
-        each chunk of quadrants while it is in the cache (the trees are in
-        range by construction).
 
     Returns
     -------
     records : (n,) numpy.ndarray of mesh records
     valid : bool
-        With ``check``, whether every leaf passed (if not, :meth:`Forest.check`
-        names the first bad one); False without ``check``.
+        With ``check``, whether every leaf is in range (if not,
+        :meth:`Forest.check` names the first bad one); False without ``check``.
+    crc : int or None
+        With ``check``, the CRC32 of the records if every leaf is in range
+        and each starts where the one before it ends (within a tree, or at
+        the origin of the next tree); else None.
 
     Raises
     ------
@@ -173,44 +230,133 @@ def _pack(quadrants: np.ndarray, pertree: np.ndarray, g0: int, check: bool) -> t
         If a level does not fit the records' int8 (no silent wrap-around);
         :meth:`Forest.check` checks the range that p4est allows.
     """
-    n, width = quadrants.shape
-    dim = width - 1
     dtype = mesh_record_dtype(dim)
-    # Whole rows are copied (numpy's copy of 16-byte items beats the generic one of 13): the 3 high bytes
-    # of each row's level land on the next record's tree, written after them, and the last on 3 spare bytes.
-    raw = np.empty(n * dtype.itemsize + 3, dtype=np.uint8)
+    size = 4 * dim + 4
+    # Whole leading bytes are copied (numpy's copy of 16-byte items beats the generic one of 13): the 3 bytes
+    # after each level land on the next record's tree, written after them, and the last on spare bytes.
+    raw = np.empty(n * dtype.itemsize + 4, dtype=np.uint8)
     rec = raw[: n * dtype.itemsize].view(dtype)
-    src = quadrants.view(f"V{4 * width}")[:, 0]
-    packed = np.ndarray((n,), dtype=f"V{4 * width}", buffer=raw, offset=4, strides=(dtype.itemsize,))
-    tree, level = rec["tree"], quadrants[:, dim]
+    packed = np.ndarray((n,), dtype=f"V{size}", buffer=raw, offset=4, strides=(dtype.itemsize,))
+    tree = rec["tree"]
     beyond = 0  # the largest level as uint32: above 127 if one is outside [0, 127]
     valid, root = check, (1 << MAXLEVEL[dim]) - 1
-    for s in range(0, n, _CHUNK):
-        e = min(n, s + _CHUNK)
-        t0 = int(np.searchsorted(pertree, g0 + s, side="right")) - 1
-        t1 = int(np.searchsorted(pertree, g0 + e - 1, side="right")) - 1
-        packed[s:e] = src[s:e]  # first: its rows spill onto the trees of records s + 1 .. e
-        if t0 == t1:  # the chunk in one tree
-            tree[s:e] = t0
-        else:
-            counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + s, g0 + e))
-            tree[s:e] = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
-        top = int(level[s:e].view(np.uint32).max())
-        beyond = max(beyond, top)
-        if valid:  # the ranges of Forest._check_chunk, on the quadrants' uint32 columns
-            cols = quadrants[s:e].view(np.uint32)
-            u = cols[:, 0] | cols[:, 1]
+    complete, crc = check, 0
+    at = 0  # the first record of the piece
+    prev: tuple[int, list[int], int] | None = None  # the last leaf before the chunk: tree, coordinates, level
+    m = min(n, _CHUNK)
+    buf = np.empty((dim, m if check else 0), dtype=np.uint32)
+    lbuf8, lbuf32 = np.empty(m if check else 0, dtype=np.uint8), np.empty(m if check else 0, dtype=np.uint32)
+    for _, lead, level, coords in pieces:
+        m = lead.shape[0]
+        wide = level.dtype == np.int32
+        for s in range(0, m, _CHUNK):
+            e = min(m, s + _CHUNK)
+            a, b = at + s, at + e
+            t0 = int(np.searchsorted(pertree, g0 + a, side="right")) - 1
+            t1 = int(np.searchsorted(pertree, g0 + b - 1, side="right")) - 1
+            packed[a:b] = lead[s:e]  # first: its bytes spill onto the trees of records a + 1 .. b
+            t: int | np.ndarray = t0
+            if t0 == t1:  # the chunk in one tree
+                tree[a:b] = t0
+            else:
+                counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + a, g0 + b))
+                t = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
+                tree[a:b] = t
+            if not valid:
+                if wide:  # a level beyond int8 is refused even unchecked
+                    beyond = max(beyond, int(level[s:e].view(np.uint32).max()))
+                continue
+            # The ranges of Forest._check_chunk, on contiguous unsigned copies of the chunk's columns (in the cache).
+            cols = [_copied(buf[k, : e - s], c[s:e]) for k, c in enumerate(coords)]
+            lv = _copied((lbuf32 if wide else lbuf8)[: e - s], level[s:e])
+            top = int(lv.max())
+            beyond = max(beyond, top if wide else 0)
+            u = cols[0] | cols[1]
             if dim == 3:
-                u |= cols[:, 2]
+                u |= cols[2]
             valid = top <= QMAXLEVEL[dim] and not int(np.bitwise_or.reduce(u)) & ~root
             if valid:
-                np.left_shift(u, cols[:, dim], out=u)
+                np.left_shift(u, lv, out=u)
                 valid = not int(np.bitwise_or.reduce(u)) & root
+            if valid and complete:
+                complete = _successors(t, cols, lv, dim, prev)
+                prev = (t1, [int(c[-1]) for c in cols], int(lv[-1]))
+                if complete:
+                    crc = crc32(raw[a * dtype.itemsize : b * dtype.itemsize], crc)
+        at += m
     if beyond > 127:
-        lo, hi = int(level.min()), int(level.max())
+        lo, hi = min(int(pc[2].min()) for pc in pieces if len(pc[2])), max(int(pc[2].max()) for pc in pieces if len(pc[2]))
         if lo < -128 or hi > 127:
             raise SchemaError(f"Forest: level holds {lo if lo < -128 else hi}, beyond the range of int8")
-    return rec, valid
+    return rec, valid, crc if valid and complete else None
+
+
+def _successors(
+    t: int | np.ndarray, c: list[np.ndarray], lv: np.ndarray, dim: int, prev: tuple[int, list[int], int] | None
+) -> bool:
+    """Whether each leaf starts where the one before it ends (``prev``: the leaf before the first, if any). Vectorized.
+
+    ``t``: the leaves' trees (int32), or their one tree; ``c``: their
+    coordinates, ``lv`` their levels (unsigned); leaves in range.
+
+    For leaves in range (aligned to their level): the Morton successor of a
+    leaf of side ``h`` at ``(x, y, z)`` is found without curve keys.  ``b``,
+    the lowest bit at or above ``h`` where not all of ``x``, ``y``, ``z`` are
+    set, is where the key's increment stops carrying; the bits below ``b``
+    clear; ``x`` flips bit ``b``, ``y`` flips it if ``x`` had it, ``z`` if
+    both had it.  ``b = 2**L``: the leaf ends its tree, and the next leaf
+    must be the next tree's first, at the origin.  About 20 passes over
+    uint32, against the ~70 of the keys (uint64).
+    """
+    if prev is not None:  # the pair across the chunk's start: the same test on two leaves
+        pt, pc, pl = prev
+        two = [np.array([p, int(x[0])], dtype=np.uint32) for p, x in zip(pc, c, strict=True)]
+        first = t if isinstance(t, int) else int(t[0])
+        if not _successors(np.array([pt, first], np.int32), two, np.array([pl, int(lv[0])], np.uint8), dim, None):
+            return False
+    if len(lv) < 2:
+        return True
+    L = MAXLEVEL[dim]
+    x, y = c[0][:-1], c[1][:-1]
+    w = np.right_shift(np.uint32((1 << L) - 1), lv[:-1], dtype=np.uint32)  # h - 1: the bits below the leaf's side
+    full = x & y
+    if dim == 3:
+        full &= c[2][:-1]
+    w |= full
+    np.invert(w, out=w)  # the bits at or above h where not all coordinates are set
+    b = np.negative(w)
+    b &= w  # the lowest of them
+    keep = np.negative(b)  # b and the bits above it
+    # Where a coordinate differs from the successor's: (c & keep) ^ flip ^ next, or-ed over the coordinates.
+    off = x & keep
+    off ^= b
+    off ^= c[0][1:]
+    carry = x & b
+    tmp = y & keep
+    tmp ^= carry
+    tmp ^= c[1][1:]
+    off |= tmp
+    if dim == 3:
+        carry &= y
+        np.bitwise_and(c[2][:-1], keep, out=tmp)
+        tmp ^= carry
+        tmp ^= c[2][1:]
+        off |= tmp
+    if isinstance(t, int):  # one tree: every leaf's successor is the next one, and none but the last ends the tree
+        return not int(np.bitwise_or.reduce(off)) and int(b.max()) < 1 << L
+    ends = b == np.uint32(1 << L)
+    origin = c[0][1:] | c[1][1:]
+    if dim == 3:
+        origin |= c[2][1:]
+    t64 = t.astype(np.int64)
+    ok = np.where(ends, (t64[1:] == t64[:-1] + 1) & (origin == 0), (t64[1:] == t64[:-1]) & (off == 0))
+    return bool(ok.all())
+
+
+def _copied(out: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Copy ``a`` into ``out`` (as its unsigned bits, or its values if wider) and return ``out``."""
+    np.copyto(out, a.view(out.dtype) if a.dtype.itemsize == out.dtype.itemsize else a, casting="unsafe")
+    return out
 
 
 def _trees(pertree: np.ndarray, g0: int, g1: int) -> np.ndarray:
@@ -232,6 +378,7 @@ def forest_to_p4est(forest: Any, comm: Any, connectivity: Connectivity | None, c
     L = MAXLEVEL[dim]
     full = 1 << (dim * L)
     firsts = np.full(K + 1, -1, dtype=np.int64)
+    quads = np.empty((n, dim + 1), dtype=np.int32)
 
     def local() -> tuple[int, int, int, int, int]:
         bounds = (0, -1, 0, -1, 0)
@@ -242,44 +389,117 @@ def forest_to_p4est(forest: Any, comm: Any, connectivity: Connectivity | None, c
                 f"Forest.to_p4est: a {dim}D forest of {K} trees, a {connectivity.dim}D connectivity of {connectivity.num_trees}"
             )
         if n:
+            starts, complete = _rows(forest, quads, check)
+            if check and not complete:
+                _name_the_gap(forest)  # raises, naming the first leaf that is out of range or not where it should be
             tree = forest.tree
-            if check:
-                keys = morton_keys(*forest.coords(), level=forest.level, check=False)
-                ends = keys + np.left_shift(np.uint64(1), (dim * (L - forest.level.astype(np.int64))).astype(np.uint64))
-                t64 = tree.astype(np.int64)
-                same = t64[1:] == t64[:-1]
-                ok_same = same & (keys[1:] == ends[:-1])
-                ok_next = (t64[1:] == t64[:-1] + 1) & (ends[:-1] == np.uint64(full)) & (keys[1:] == 0)
-                bad = ~(ok_same | ok_next)
-                if bad.any():
-                    i = int(np.flatnonzero(bad)[0])
-                    raise SchemaError(
-                        f"Forest.to_p4est: the leaves are not a complete forest in Morton order: leaf {i + 1} (tree "
-                        f"{int(tree[i + 1])}) does not start where leaf {i} (tree {int(tree[i])}) ends "
-                        "(p4est needs every tree covered)"
-                    )
-                first_key, last_end = int(keys[0]), int(ends[-1])
-            else:  # trusted: only the ends, for the bounds
-                lv = forest.level[[0, -1]].astype(np.int64)
-                ke = morton_keys(*(x[[0, -1]] for x in forest.coords()), level=forest.level[[0, -1]], check=False)
-                first_key, last_end = int(ke[0]), int(ke[1]) + (1 << (dim * (L - int(lv[1]))))
+            lv = forest.level[[0, -1]].astype(np.int64)
+            ke = morton_keys(*(x[[0, -1]] for x in forest.coords()), level=forest.level[[0, -1]], check=False)
+            first_key, last_end = int(ke[0]), int(ke[1]) + (1 << (dim * (L - int(lv[1]))))
             bounds = (n, int(tree[0]), first_key, int(tree[-1]), last_end)
             # A tree's first leaf (the forest is complete) is the one at its origin: its local index, made global below.
-            origin = forest.x == 0
-            for x in forest.coords()[1:]:
-                origin &= x == 0
-            starts = np.flatnonzero(origin)
             firsts[tree[starts]] = starts
-
         return bounds
 
     with collective(as_comm(comm), "Forest.to_p4est") as call:  # None: this process alone (no file is touched)
         gathered = call.allgather_ints(call.run(local) or (0, -1, 0, -1, 0), what="Forest.to_p4est").tolist()
-        return _quadrants(call, forest, gathered, firsts, n, K, dim, full)
+        return _quadrants(call, forest, gathered, firsts, quads, K, full)
+
+
+def _rows(forest: Any, quads: np.ndarray, check: bool) -> tuple[np.ndarray, bool]:
+    """Fill ``quads`` ((n, dim + 1) int32) with the leaves' rows; return the leaves at their tree's origin, and whether complete.
+
+    Not collective, vectorized, chunk by chunk (cache-sized).  A forest that
+    views its records (loaded, or from :meth:`Forest.from_p4est`) gives each
+    row as one 16-byte (12 in 2D) copy from its record, the 3 bytes after the
+    level (the next record's tree) then overwritten by the level, sign-extended.
+    With ``check``, while the chunk is in the cache: the ranges of
+    :meth:`Forest.check` and whether each leaf starts where the one before
+    it ends (:func:`_successors`), which makes the local leaves a complete
+    forest in Morton order (the ends of each rank's part are checked across
+    ranks).  The bool is False if a check fails (or True without ``check``).
+    """
+    n, width = quads.shape
+    dim = width - 1
+    root = (1 << MAXLEVEL[dim]) - 1
+    own = forest._own_records() if sys.byteorder == "little" else None
+    lead = None
+    if own is not None and n > 1:  # the leading bytes of records 0 .. n - 2 (the last one's would read past the end)
+        lead = np.ndarray((n - 1,), dtype=f"V{4 * width}", buffer=own, offset=4, strides=(own.itemsize,))
+    rows_lead = quads.view(f"V{4 * width}")[:, 0]
+    coords, level, tree = forest.coords(), forest.level, forest.tree
+    tbuf = np.empty(min(n, _CHUNK), dtype=np.int32)
+    starts: list[np.ndarray] = []
+    ok = check
+    prev: tuple[int, list[int], int] | None = None
+    for s in range(0, n, _CHUNK):
+        e = min(n, s + _CHUNK)
+        rows = quads[s:e]
+        if lead is not None:
+            e1 = min(e, n - 1)
+            rows_lead[s:e1] = lead[s:e1]
+            if e == n:
+                quads[n - 1, :dim] = [int(c[n - 1]) for c in coords]
+            rows[:, dim] = level[s:e]  # over the next record's tree bytes: the level's int8, sign-extended
+        else:
+            for axis, col in enumerate(coords):
+                rows[:, axis] = col[s:e]
+            rows[:, dim] = level[s:e]
+        cols = [rows[:, k].view(np.uint32) for k in range(dim)]
+        u = cols[0] | cols[1]
+        if dim == 3:
+            u |= cols[2]
+        starts.append(np.flatnonzero(u == 0) + s)
+        if not ok:
+            continue
+        t = tbuf[: e - s]
+        t[...] = tree[s:e]
+        lv = rows[:, dim].view(np.uint32)
+        t_lo, t_hi = int(t.min()), int(t.max())
+        ok = 0 <= t_lo and t_hi < forest.num_trees and int(lv.max()) <= QMAXLEVEL[dim]
+        ok = ok and not int(np.bitwise_or.reduce(u)) & ~root
+        if ok:
+            np.left_shift(u, lv, out=u)
+            ok = not int(np.bitwise_or.reduce(u)) & root
+        if ok:
+            ok = _successors(t_lo if t_lo == t_hi else t, cols, lv, dim, prev)  # one tree: its number will do
+            prev = (int(t[-1]), [int(c[-1]) for c in cols], int(lv[-1]))
+    return (np.concatenate(starts) if starts else np.empty(0, np.intp)), ok or not check
+
+
+def _name_the_gap(forest: Any) -> None:
+    """Raise SchemaError naming the first leaf that is out of range, or that does not start where the one before it ends.
+
+    Not collective: the exact check behind :func:`_rows`' fast one, by curve
+    keys (uint64), run only when that one fails.
+    """
+    try:
+        forest.check()
+    except SchemaError as exc:
+        raise SchemaError(f"Forest.to_p4est: {exc}") from exc
+    dim = forest.dim
+    L = MAXLEVEL[dim]
+    full = 1 << (dim * L)
+    tree = forest.tree
+    keys = morton_keys(*forest.coords(), level=forest.level, check=False)
+    ends = keys + np.left_shift(np.uint64(1), (dim * (L - forest.level.astype(np.int64))).astype(np.uint64))
+    t64 = tree.astype(np.int64)
+    same = t64[1:] == t64[:-1]
+    ok_same = same & (keys[1:] == ends[:-1])
+    ok_next = (t64[1:] == t64[:-1] + 1) & (ends[:-1] == np.uint64(full)) & (keys[1:] == 0)
+    bad = np.flatnonzero(~(ok_same | ok_next))
+    if not len(bad):
+        return  # (the curve keys are the reference: complete after all)
+    i = int(bad[0])
+    raise SchemaError(
+        f"Forest.to_p4est: the leaves are not a complete forest in Morton order: leaf {i + 1} (tree "
+        f"{int(tree[i + 1])}) does not start where leaf {i} (tree {int(tree[i])}) ends "
+        "(p4est needs every tree covered)"
+    )
 
 
 def _quadrants(
-    call: Call, forest: Any, gathered: list[list[int]], firsts: np.ndarray, n: int, K: int, dim: int, full: int
+    call: Call, forest: Any, gathered: list[list[int]], firsts: np.ndarray, quads: np.ndarray, K: int, full: int
 ) -> P4estQuadrants:
     """Build the quadrants of :func:`forest_to_p4est` from every rank's bounds (the same on every rank)."""
     c = call.comm
@@ -311,9 +531,6 @@ def _quadrants(
     pertree = call.allreduce_array(firsts, "max")
     if (pertree < 0).any():  # every tree holds leaves (checked above): cannot happen
         raise SchemaError("Forest.to_p4est: a tree without leaves")
-    quads = np.empty((n, dim + 1), dtype=np.int32)
-    for axis, col in enumerate(forest.coords()):
-        quads[:, axis] = col
-    quads[:, dim] = forest.level
+    n = len(forest)
     first_tree, last_tree = (int(forest.tree[0]), int(forest.tree[-1])) if n else (-1, -2)
     return P4estQuadrants(quads, gfq, pertree, first_tree, last_tree)

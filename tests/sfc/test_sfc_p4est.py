@@ -164,3 +164,103 @@ def test_from_p4est_refuses_levels_beyond_int8_unchecked() -> None:
     assert forest.level[-1] == -3
     with pytest.raises(SchemaError, match="out of range"):
         forest.check()
+
+
+def _pieces(lv: sfc.Leaves, keep: np.ndarray, K: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The kept leaves as p4est holds them: (n, dim + 1) int32 rows, each tree's p4est_quadrant_t records, pertree."""
+    dim = lv.dim
+    coords = [c[keep] for c in lv[2 : 2 + dim]]
+    rows = np.stack([*coords, lv.level[keep]], axis=1).astype(np.int32)
+    rec = np.zeros(len(rows), dtype=sfc.quadrant_dtype(dim))
+    for k, name in enumerate("xyz"[:dim]):
+        rec[name] = coords[k]
+    rec["level"], rec["p"] = lv.level[keep], 0xDEADBEEF
+    pertree = np.concatenate([[0], np.cumsum(np.bincount(lv.tree[keep], minlength=K))])
+    return rows, [rec[pertree[t] : pertree[t + 1]] for t in range(K)], pertree
+
+
+def _pairs_follow(f: ac.Forest) -> bool:
+    """Whether each leaf starts where the one before it ends (by curve keys)."""
+    L, dim = sfc.MAXLEVEL[f.dim], f.dim
+    keys = sfc.morton_keys(*f.coords(), level=f.level).astype(object)
+    ends = keys + np.array([1 << (dim * (L - int(v))) for v in f.level], dtype=object)
+    t = f.tree.astype(np.int64)
+    same = (t[1:] == t[:-1]) & (keys[1:] == ends[:-1])
+    nxt = (t[1:] == t[:-1] + 1) & (ends[:-1] == 1 << (dim * L)) & (keys[1:] == 0)
+    return bool(np.all(same | nxt))
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_from_p4est_and_to_p4est_judge_completeness_as_the_curve_keys_do(dim: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Morton successor from the coordinates (no keys) against check_linear_forest(complete=True), chunks of 7 leaves."""
+    from amrckpt.sfc import _p4est
+
+    monkeypatch.setattr(_p4est, "_CHUNK", 7)  # pairs across chunks, trees and pieces
+    K = 3
+    lv = random_forest(dim, K, seed=30 + dim, level=1)
+    N = lv.num_leaves
+    rng = np.random.default_rng(dim)
+    for trial in range(16):
+        keep = np.ones(N, dtype=bool)
+        if trial:  # a hole: one leaf, or a run of them (a family, a tree's end)
+            i = int(rng.integers(N))
+            keep[i : i + int(rng.integers(1, 9))] = False
+        if trial == 1:
+            keep[:] = True
+            keep[N // 2] = False
+        rows, trees, pertree = _pieces(lv, keep, K)
+        if (pertree[1:] == pertree[:-1]).any():
+            continue  # a tree without leaves: pertree of p4est cannot say so
+        plain = ac.Forest(lv.tree[keep], lv.level[keep], *(c[keep] for c in lv[2 : 2 + dim]), num_trees=K)
+        complete = sfc.is_linear_forest(plain.tree, plain.level, *plain.coords(), num_trees=K, complete=True)
+        kw = {"pertree": pertree, "global_first_quadrant": [0, len(rows)]}
+        for given in (rows, trees, [t.copy() for t in trees if len(t)]):
+            forest = ac.Forest.from_p4est(given, **kw)
+            assert forest == plain and forest.to_records().tobytes() == plain.to_records().tobytes()
+            # Inner pairs only (the ends of a rank's part are checked across ranks): each leaf where the one before ends.
+            assert (forest._ordered is not None) == _pairs_follow(plain)
+            if complete:
+                assert forest._ordered is not None
+        if complete:
+            back = plain.to_p4est()
+            assert np.array_equal(back.quadrants, rows) and np.array_equal(back.pertree, pertree)
+            assert all(np.array_equal(u, v) for u, v in zip(back, ac.Forest.from_p4est(trees, **kw).to_p4est(), strict=True))
+        else:
+            with pytest.raises(SchemaError, match=r"complete forest|do not join"):
+                plain.to_p4est()
+            with pytest.raises(SchemaError, match=r"complete forest|do not join"):
+                ac.Forest.from_p4est(trees, **kw).to_p4est()  # from its records: the rows copied whole
+
+
+def test_a_forest_checked_by_from_p4est_is_saved_unchecked_unless_it_changed(tmp_path: Any) -> None:
+    """save trusts from_p4est's checks only for the records they passed (their CRC32): the same bytes either way."""
+    K = 2
+    lv = random_forest(3, K, seed=40, level=1)
+    rows, trees, pertree = _pieces(lv, np.ones(lv.num_leaves, dtype=bool), K)
+    forest = ac.Forest.from_p4est(trees, pertree=pertree, global_first_quadrant=[0, len(rows)])
+    assert forest._ordered is not None
+
+    class S(ac.CheckpointSchema, name="p4est trust", version=1):
+        mesh: ac.Forest = ac.Mesh(dim=3)
+
+    ac.save(S(mesh=forest), tmp_path / "a.scda")
+    ac.save(S(mesh=_part(lv, 0, lv.num_leaves, K)), tmp_path / "b.scda")
+    assert (tmp_path / "a.scda").read_bytes() == (tmp_path / "b.scda").read_bytes()
+    forest.x[[3, 4]] = forest.x[[4, 3]]  # in place, after the check: out of order now
+    with pytest.raises(SchemaError, match="curve"):
+        ac.save(S(mesh=forest), tmp_path / "c.scda")
+    forest.x[[3, 4]] = forest.x[[4, 3]]
+    forest.level[0] = 30  # out of range: the ranges are checked again too
+    with pytest.raises(SchemaError, match="out of range"):
+        ac.save(S(mesh=forest), tmp_path / "c.scda")
+
+
+def test_from_p4est_takes_nested_rows_as_one_array_and_arrays_as_pieces() -> None:
+    lv = random_forest(2, 1, seed=6, level=1)
+    rows, trees, pertree = _pieces(lv, np.ones(lv.num_leaves, dtype=bool), 1)
+    kw = {"pertree": pertree, "global_first_quadrant": [0, len(rows)]}
+    want = ac.Forest.from_p4est(rows, **kw)
+    assert ac.Forest.from_p4est(rows.tolist(), **kw) == want  # a nested list is an array_like of rows, as before
+    assert ac.Forest.from_p4est(tuple(map(tuple, rows.tolist())), **kw) == want
+    assert ac.Forest.from_p4est([rows[:5], rows[5:]], **kw) == want  # arrays: pieces
+    assert ac.Forest.from_p4est((trees[0][:3], trees[0][3:]), **kw) == want
