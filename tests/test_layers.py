@@ -64,3 +64,86 @@ def test_the_walk_finds_what_it_must(tmp_path: Path) -> None:
     good = pkg / "_good.py"
     good.write_text("from ..scda import RawSection\nfrom .. import _crc\nfrom ._handlers import Payload\n")
     assert _violations(good, tmp_path) == []
+
+
+def _module(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _graph(root: Path = REPO) -> dict[str, set[str]]:
+    """Module -> the amrckpt modules it imports, at any depth of the code (lazy imports too), not under TYPE_CHECKING."""
+    mods = {_module(p, root): p for p in (root / "amrckpt").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {
+            id(m) for n in ast.walk(tree) if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test) for m in ast.walk(n)
+        }
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        out: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                for a in node.names:
+                    target = f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod
+                    if target in mods:
+                        out.add(target)
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in mods}
+        graph[name] = out - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles_lazy_ones_included() -> None:
+    """Issue 34: no two modules of amrckpt import each other, even inside a function (a lazy import is still a cycle)."""
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_check_sees_a_lazy_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "amrckpt" / "sfc"
+    pkg.mkdir(parents=True)
+    (tmp_path / "amrckpt" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from ._a import A\n")
+    (pkg / "_a.py").write_text("def f():\n    from ._b import B\n")
+    (pkg / "_b.py").write_text("from typing import TYPE_CHECKING\nfrom ._a import A\nif TYPE_CHECKING:\n    from ._c import C\n")
+    (pkg / "_c.py").write_text("from ._b import B\n")
+    assert _cycles(_graph(tmp_path)) == [["amrckpt.sfc._a", "amrckpt.sfc._b"]]

@@ -10,26 +10,23 @@ import numpy as np
 from ..errors import SchemaError
 from ._keys import CURVES, MAXLEVEL, QMAXLEVEL, sfc_keys
 from ._linear import check_linear_forest
+from ._p4est import P4estQuadrants, forest_from_p4est, forest_to_p4est
+from ._tables import _CHECK_CHUNK, mesh_record_dtype
 
 if TYPE_CHECKING:
     from ._connectivity import Connectivity
-    from ._p4est import P4estQuadrants
 
 __all__ = ["Forest", "mesh_record_dtype"]
 
 
-def mesh_record_dtype(dim: int) -> np.dtype[Any]:
-    """Return the packed record of one leaf in a mesh section: tree, x, y[, z] (``<i4``), level (``i1``).
-
-    13 bytes in 2D, 17 in 3D, no padding; coordinates are p4est's integer
-    quadrant coordinates in units of ``2**-maxlevel`` of a tree.
-    """
-    names = [*["tree", "x", "y", "z"][: dim + 1], "level"]
-    return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
-
-
 def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:
-    """``values`` as a contiguous array of ``dtype``, refusing what would not fit (no silent wrap-around)."""
+    """``values`` as a contiguous array of ``dtype``, refusing what would not fit (no silent wrap-around).
+
+    Raises
+    ------
+    SchemaError
+        On this rank, for values that are not integers or do not fit ``dtype``.
+    """
     a = np.asarray(values)
     if a.dtype == dtype:
         return np.ascontiguousarray(a)
@@ -42,11 +39,6 @@ def _int_array(values: Any, dtype: Any, name: str) -> np.ndarray:
     if lo < info.min or hi > info.max:
         raise SchemaError(f"Forest: {name} holds {lo if lo < info.min else hi}, beyond the range of {np.dtype(dtype)}")
     return np.ascontiguousarray(a, dtype=dtype)
-
-
-#: Leaves per chunk of the checks and the packing: 32K leaves' arrays stay in a core's L2 cache between
-#: the passes over them (measured fastest, also on the strided views of records, by ~30% over 256K).
-_CHECK_CHUNK = 1 << 15
 
 
 class _Records:
@@ -144,7 +136,13 @@ class Forest:
             self._check_chunk(s, min(n, s + _CHECK_CHUNK))
 
     def _check_chunk(self, s: int, e: int) -> None:
-        """Check leaves ``s:e``: reductions over the chunk, and an exact search only when one fails."""
+        """Check leaves ``s:e``: reductions over the chunk, and an exact search only when one fails.
+
+        Raises
+        ------
+        SchemaError
+            On this rank, naming the first leaf out of range, misaligned or out of curve order.
+        """
         L = MAXLEVEL[self.dim]
         tree, level = self.tree[s:e].view(np.uint32), self.level[s:e].view(np.uint8)
         if e == s:
@@ -265,6 +263,11 @@ class Forest:
         into ``rec`` and checks them, :meth:`from_records` checks them after.
         :meth:`to_records` then returns ``rec`` itself; the arrays are
         strided views (17 or 13 bytes apart).
+
+        Raises
+        ------
+        SchemaError
+            On this rank, for records of another dimension's layout.
         """
         if curve not in CURVES:
             raise SchemaError(f"Forest: curve must be one of {CURVES}, not {curve!r}")
@@ -398,8 +401,6 @@ class Forest:
         SchemaError
             If the arrays do not fit together (counts, ranges, dimension).
         """
-        from ._p4est import forest_from_p4est
-
         out: Forest = forest_from_p4est(cls, quadrants, pertree, global_first_quadrant, rank, connectivity, check)
         return out
 
@@ -437,8 +438,6 @@ class Forest:
             On every rank: a Hilbert forest, or leaves that are not a
             complete forest in Morton order (p4est's forests cover every tree).
         """
-        from ._p4est import forest_to_p4est
-
         return forest_to_p4est(self, comm, connectivity, check)
 
     def __eq__(self, other: object) -> bool:

@@ -12,9 +12,9 @@ from .._crc import crc32
 from ..comm import Call, as_comm, collective
 from ..errors import SchemaError
 from ._connectivity import Connectivity
-from ._forest import _CHECK_CHUNK as _CHUNK
-from ._forest import mesh_record_dtype
 from ._keys import MAXLEVEL, QMAXLEVEL, morton_keys
+from ._tables import _CHECK_CHUNK as _CHUNK
+from ._tables import mesh_record_dtype
 
 __all__ = ["P4estQuadrants", "forest_from_p4est", "forest_to_p4est", "quadrant_dtype"]
 
@@ -63,7 +63,13 @@ class P4estQuadrants(NamedTuple):
 
 
 def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np.ndarray]:
-    """Return ``(dim, [x, y(, z)], level)`` of quadrants given as (n, dim + 1) integers or ``p4est_quadrant_t`` records."""
+    """Return ``(dim, [x, y(, z)], level)`` of quadrants given as (n, dim + 1) integers or ``p4est_quadrant_t`` records.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, for quadrants of another shape or dtype, or of another dimension than the connectivity's.
+    """
     q = np.asarray(quadrants)
     if q.dtype.names is not None:
         names = q.dtype.names
@@ -143,6 +149,11 @@ def forest_from_p4est(
     records, given whole or as a sequence of pieces (each local tree's
     quadrant array), are packed straight into the mesh records the forest
     then views (:func:`_pack`); other layouts go through :func:`_columns`.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, as :meth:`Forest.from_p4est` says.
     """
     arrays = list(quadrants) if _in_pieces(quadrants) else [np.asarray(quadrants)]
     pieces = [_piece(a) for a in arrays]
@@ -472,6 +483,11 @@ def _name_the_gap(forest: Any) -> None:
 
     Not collective: the exact check behind :func:`_rows`' fast one, by curve
     keys (uint64), run only when that one fails.
+
+    Raises
+    ------
+    SchemaError
+        Always, on this rank: that is what it is for.
     """
     try:
         forest.check()
@@ -501,7 +517,13 @@ def _name_the_gap(forest: Any) -> None:
 def _quadrants(
     call: Call, forest: Any, gathered: list[list[int]], firsts: np.ndarray, quads: np.ndarray, K: int, full: int
 ) -> P4estQuadrants:
-    """Build the quadrants of :func:`forest_to_p4est` from every rank's bounds (the same on every rank)."""
+    """Build the quadrants of :func:`forest_to_p4est` from every rank's bounds (the same on every rank).
+
+    Raises
+    ------
+    SchemaError
+        On this rank, for leaves that are not a complete forest in Morton order (what p4est requires).
+    """
     c = call.comm
     counts = np.array([b[0] for b in gathered], dtype=np.int64)
     gfq = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
