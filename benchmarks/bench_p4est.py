@@ -13,7 +13,7 @@ The forest: p4est's own (``p8est_new_ext`` on a 2 x 2 x 1 brick, level
 the default level 5), with ``--data`` bytes of quadrant data, made and
 saved by the C tool of ``tests/p4est``.  Serial, on one process each, files
 in ``--dir`` (default /dev/shm); both sides ``fsync`` (p4est's
-``p4est_save_ext`` does; amrckpt's ``save(sync=True)``).
+``p4est_save_ext`` does; amrckpt's ``save(access=FileAccess(sync=True))``).
 
 * ``p4est``: the C tool times ``p8est_save_ext`` (save) and
   ``p8est_load_ext`` (load) of the forest it loaded, in its own process
@@ -135,7 +135,7 @@ def round_trip(src: Path, data_size: int, reps: int) -> dict[str, Any] | None:
         data = p8.user_data(trees, data_size)
         gfq, pertree = lib.global_first_quadrant(forest), lib.pertree(forest, K)
         mesh = ac.Forest.from_p4est(trees, pertree=pertree, global_first_quadrant=gfq, rank=comm.rank, check=check)
-        ac.save(Octants(step=1, mesh=mesh, data=data), ck, comm=comm, sync=True, check_mesh=check)
+        ac.save(Octants(step=1, mesh=mesh, data=data), ck, comm=comm, access=ac.FileAccess(sync=True), check_mesh=check)
 
     def ac_load(check: bool) -> tuple[Any, Any]:
         loaded = ac.load(ck, Octants, comm=comm)  # CRC32s checked
@@ -233,7 +233,7 @@ def main() -> None:
         def ac_round(check: bool) -> tuple[float, float]:
             t0 = time.perf_counter()
             mesh = ac.Forest.from_p4est(quadrants, pertree=pertree, global_first_quadrant=gfq, check=check)
-            ac.save(Octants(step=1, mesh=mesh, data=data), ck, sync=True, check_mesh=check)
+            ac.save(Octants(step=1, mesh=mesh, data=data), ck, access=ac.FileAccess(sync=True), check_mesh=check)
             t1 = time.perf_counter()
             st = ac.load(ck, Octants).state  # CRC32s checked
             back = st.mesh.to_p4est(check=check)

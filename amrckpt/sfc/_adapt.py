@@ -101,7 +101,13 @@ def _check_forest(forest: Forest, what: str) -> None:
 
 
 def _mask(mask: Any, n: int, what: str) -> np.ndarray:
-    """``mask`` as an (n,) bool array, or AdaptError naming its length or dtype."""
+    """``mask`` as an (n,) bool array, or AdaptError naming its length or dtype.
+
+    Raises
+    ------
+    AdaptError
+        On this rank, for a marker of another length than the leaves, or not of booleans.
+    """
     m = np.asarray(mask)
     if m.dtype != np.bool_:
         raise AdaptError(f"{what}: the marker must be an array of bool, not {m.dtype}")

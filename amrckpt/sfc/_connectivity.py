@@ -27,7 +27,13 @@ _TOPIDX = np.dtype("<i4")  # p4est_topidx_t (int32_t)
 
 
 def _int_table(value: Any, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
-    """``value`` as a C-contiguous array of ``dtype`` and ``shape`` (-1: any length), or ConnectivityError."""
+    """``value`` as a C-contiguous array of ``dtype`` and ``shape`` (-1: any length), or ConnectivityError.
+
+    Raises
+    ------
+    ConnectivityError
+        On this rank, for values that are not integers of that shape, or do not fit ``dtype``.
+    """
     a = np.asarray(value)
     if a.size == 0 and a.dtype.kind not in "iub":
         a = a.astype(np.int64)

@@ -29,7 +29,13 @@ _U64 = np.uint64
 
 
 def _int_array(a: Any, what: str) -> np.ndarray:
-    """Return ``a`` as a 1-D integer numpy array (no copy if it already is one)."""
+    """Return ``a`` as a 1-D integer numpy array (no copy if it already is one).
+
+    Raises
+    ------
+    PartitionError
+        On this rank, for values that are not integers.
+    """
     arr = np.asarray(a)
     if arr.ndim != 1:
         raise PartitionError(f"{what} must be a 1-D array, not of shape {arr.shape}")
@@ -46,7 +52,13 @@ def _first(mask: np.ndarray) -> int:
 
 
 def _coords(x: Any, y: Any, z: Any, level: Any, check: bool) -> tuple[int, list[np.ndarray], np.ndarray | None]:
-    """Validate coordinates (and levels); return ``(dim, coords, level)``."""
+    """Validate coordinates (and levels); return ``(dim, coords, level)``.
+
+    Raises
+    ------
+    PartitionError
+        On this rank, for coordinates of different lengths, of a dimension other than 2 or 3, or levels out of range.
+    """
     dim = 2 if z is None else 3
     names = ("x", "y", "z")
     coords = [_int_array(c, names[i]) for i, c in enumerate((x, y) if z is None else (x, y, z))]

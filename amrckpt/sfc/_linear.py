@@ -64,7 +64,13 @@ class Leaves(NamedTuple):
 
 
 def _leaves(tree: Any, level: Any, x: Any, y: Any, z: Any, check: bool) -> tuple[int, np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Validate whole leaves; return ``(dim, tree, level, coords)``."""
+    """Validate whole leaves; return ``(dim, tree, level, coords)``.
+
+    Raises
+    ------
+    PartitionError
+        On this rank, for arrays of different lengths or leaves out of range.
+    """
     if level is None:
         raise PartitionError("level is required")
     dim, coords, lev = _coords(x, y, z, level, check)

@@ -38,7 +38,13 @@ def _format_error(message: str, section: str, offset: int) -> P4estFormatError:
 
 
 def connectivity_sink(conn: Connectivity, package_version: str = "") -> bytes:
-    """Return ``conn`` as ``p4est_connectivity_save`` writes it (see :meth:`Connectivity.to_p4est_bytes`)."""
+    """Return ``conn`` as ``p4est_connectivity_save`` writes it (see :meth:`Connectivity.to_p4est_bytes`).
+
+    Raises
+    ------
+    ConnectivityError
+        On this rank, if ``package_version`` is longer than 24 bytes.
+    """
     ver = package_version.encode("latin-1", "replace")
     if len(ver) > 24:
         raise ConnectivityError(f"package_version {package_version!r} is longer than p4est's 24 bytes")
@@ -77,7 +83,13 @@ def connectivity_sink(conn: Connectivity, package_version: str = "") -> bytes:
 
 
 def connectivity_source(buf: Any, cls: type[Connectivity], *, offset: int = 0, check: bool = True) -> tuple[Connectivity, str, int]:
-    """Read a connectivity as ``p4est_connectivity_load`` does (see :meth:`Connectivity.from_p4est_bytes`)."""
+    """Read a connectivity as ``p4est_connectivity_load`` does (see :meth:`Connectivity.from_p4est_bytes`).
+
+    Raises
+    ------
+    P4estFormatError
+        On this rank, as :meth:`Connectivity.from_p4est_bytes` says.
+    """  # noqa: DOC501 - _format_error() builds the P4estFormatError
     mv = memoryview(buf).cast("B")
     end = len(mv)
 

@@ -20,7 +20,7 @@ def test_the_library_s_backends_declare_what_they_do() -> None:
 
 def test_a_backend_that_declares_something_else_is_refused() -> None:
     class Odd:
-        capabilities = {"collective_io": False}
+        capabilities = ("collective_io", False)
 
     with pytest.raises(ScdaUsageError, match=r"Odd.capabilities must be an amrckpt.scda.Capabilities"):
         capabilities_of(Odd())
