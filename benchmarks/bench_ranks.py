@@ -51,7 +51,7 @@ from _common import P, comm, local_mesh, rank, say, stats, timed, write_json
 from mpi4py import MPI
 
 import amrckpt as ac
-from amrckpt.scda import _backend
+from amrckpt.scda import _mpiio
 from amrckpt.testing import WrapperComm
 
 
@@ -92,7 +92,7 @@ class CountingFile:
         return counted
 
 
-_orig_init = _backend.MPIIOBackend.__init__
+_orig_init = _mpiio.MPIIOBackend.__init__
 
 
 def _counting_init(self: Any, *a: Any, **k: Any) -> None:
@@ -104,7 +104,7 @@ def _counting_init(self: Any, *a: Any, **k: Any) -> None:
 
 def install_counters() -> None:
     """Count the MPI-IO calls of every backend opened from now on."""
-    _backend.MPIIOBackend.__init__ = _counting_init  # type: ignore[method-assign]
+    _mpiio.MPIIOBackend.__init__ = _counting_init  # type: ignore[method-assign]
 
 
 COLLECTIVE_MPIIO = {

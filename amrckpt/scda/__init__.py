@@ -33,17 +33,7 @@ truncation, sync, line breaks).
 from __future__ import annotations
 
 from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend
-from ._backend import (
-    HINTS_ENV,
-    MAX_CALL_NBYTES,
-    Backend,
-    Capabilities,
-    MPIIOBackend,
-    PosixBackend,
-    capabilities_of,
-    hints,
-    os_error,
-)
+from ._backend import MAX_CALL_NBYTES, Backend, Capabilities, PosixBackend, capabilities_of, os_error
 from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -62,6 +52,7 @@ from ._format import (
 )
 from ._io import open_read
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, RawSection, SectionHeader, Share, read_raw_section, read_section
+from ._mpiio import HINTS_ENV, MPIIOBackend, hints
 from ._plan import GatheredExecutor, LocalExecutor, LocalFile, PlanExecutor, ReadPlan, checksum_error
 from ._reader import ScdaReader, fopen_read, read_file_header
 from ._rewrite import RewriteResult, rewrite

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 from ..comm import Comm, mpi_of
 from ..errors import ScdaArgumentError
-from ._backend import Backend, MPIIOBackend, PosixBackend
+from ._backend import Backend, PosixBackend
 from ._format import Style
+from ._mpiio import MPIIOBackend
 
 __all__ = ["BackendOpener", "FileAccess", "LocalFileOpener", "open_backend"]
 

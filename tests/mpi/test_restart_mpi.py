@@ -109,7 +109,7 @@ def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.Monke
     """Every MPI-IO call of a load, on every rank: one open, one file view and one collective read per phase (two with
     an hp field or the compressed field ``vel``, in the same plan), one close; no independent read on any rank (the
     root reads the metadata with POSIX reads)."""
-    from amrckpt.scda import _backend
+    from amrckpt.scda import _mpiio
 
     w = world()
     path = mpi_tmp / "collective.scda"
@@ -125,14 +125,14 @@ def test_a_load_reads_collectively_only(mpi_tmp: Path, monkeypatch: pytest.Monke
             calls.append(name)
             return attr
 
-    orig = _backend.MPIIOBackend.__init__
+    orig = _mpiio.MPIIOBackend.__init__
 
-    def counting_init(self: _backend.MPIIOBackend, *a: object, **k: object) -> None:
+    def counting_init(self: _mpiio.MPIIOBackend, *a: object, **k: object) -> None:
         calls.append("Open")
         orig(self, *a, **k)  # type: ignore[arg-type]
         self._fh = Counting(self._fh)
 
-    monkeypatch.setattr(_backend.MPIIOBackend, "__init__", counting_init)
+    monkeypatch.setattr(_mpiio.MPIIOBackend, "__init__", counting_init)
     loaded = ac.load(path, Advection, comm=w)
     monkeypatch.undo()
     lo, hi = loaded.partition.local_range(w.rank)  # type: ignore[union-attr]
