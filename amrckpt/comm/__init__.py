@@ -12,11 +12,11 @@ rank, and ranks that made different calls are told so.
 from __future__ import annotations
 
 from ._agreed import agreed_error, describe
-from ._base import NONE, Columns, Comm, ReduceOp, SerialComm, combine_columns, digest_of
-from ._call import Call, Reduced, collective, collective_method, current_call, unwatch, watch
+from ._base import NONE, Columns, Comm, Reduced, ReduceOp, SerialComm, combine_columns, digest_of
+from ._call import Call, collective, collective_method, current_call
 from ._mpi import MPIComm, is_mpi4py_comm, world_comm
 from ._reduction import Reduction, Totals
-from ._registry import as_comm, mpi_of, require_comm
+from ._registry import as_comm, mpi_of, require_comm, unwatch, watch
 from ._thread import ThreadComm, run_threads, thread_rank
 from ._watchdog import DEFAULT_TIMEOUT, install_excepthook
 

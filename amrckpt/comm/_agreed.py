@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from .. import errors
 
-__all__ = ["Description", "agreed_error", "describe"]
+__all__ = ["Description", "agreed_error", "describe", "desync_error", "mismatch_error"]
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -93,4 +93,41 @@ def agreed_error(error: BaseException | None, descs: Sequence[Description | None
     exc._amrckpt_agreed = True  # type: ignore[attr-defined]
     if error is not None:
         exc.__cause__ = error
+    return exc
+
+
+def mismatch_error(seen: Sequence[tuple[str, int, int, str]]) -> errors.CollectiveMismatchError:
+    """Return the error of ranks in different calls, from what each rank is in: ``(op, seq, exchange, what)`` by rank.
+
+    Agreed: every rank builds it from the same gathered tuples.  Not collective.
+    """
+    groups: dict[tuple[str, int, int, str], list[int]] = {}
+    for r, t in enumerate(seen):
+        groups.setdefault(tuple(t), []).append(r)  # type: ignore[arg-type]
+    parts = [
+        f"{_ranks(rs)} in {op} (call {seq} on this communicator, exchange {k}{': ' + w if w else ''})"
+        for (op, seq, k, w), rs in groups.items()
+    ]
+    exc = errors.CollectiveMismatchError(
+        "the ranks made different collective calls: "
+        + "; ".join(parts)
+        + ". Every rank must make the same amrckpt calls in the same order (a call made on some ranks only, "
+        "or under a condition that differs between ranks, leaves the others in another call)"
+    )
+    exc.rank_errors = {r: f"CollectiveMismatchError: in {seen[r][0]} (call {seen[r][1]})" for r in range(len(seen))}
+    exc._amrckpt_agreed = True  # type: ignore[attr-defined]
+    return exc
+
+
+def desync_error(
+    rank: int, size: int, exchange: str, op: str, seq: int, exchanges: int, what: str
+) -> errors.CollectiveMismatchError:
+    """Return the error of a rank whose ``exchange`` returned another call's result (this rank's alone). Not collective."""
+    exc = errors.CollectiveMismatchError(
+        f"rank {rank} of {size}: the {exchange} of {op} (call {seq} on this communicator, "
+        f"exchange {exchanges}{': ' + what if what else ''}) met another collective call of other ranks: "
+        "a rank made a collective call that the others did not make. Every rank must make the same amrckpt "
+        "calls in the same order. This communicator cannot agree any more: an uncaught error ends the MPI job."
+    )
+    exc.rank_errors = {rank: f"CollectiveMismatchError: in {op} (call {seq})"}
     return exc

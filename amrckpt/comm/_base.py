@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkabl
 
 import numpy as np
 
-__all__ = ["NONE", "Columns", "Comm", "ReduceOp", "SerialComm", "combine_columns", "digest_of", "relayed"]
+__all__ = ["NONE", "Columns", "Comm", "ReduceOp", "Reduced", "SerialComm", "combine_columns", "digest_of", "relayed"]
 
 T = TypeVar("T")
 
@@ -279,3 +279,32 @@ def relayed(posted: Sequence[tuple[bytes | None, bool, bool, bool]], rank: int) 
         if not fwd:
             return b"".join(parts)
         q += 1
+
+
+class Reduced(NamedTuple):
+    """What :meth:`Call.allreduce` returns, the same on every rank.
+
+    Attributes
+    ----------
+    sums, maxima, xors : list of int
+        The element-wise sums, maxima and XORs over ranks, as long as this
+        rank's lists.
+    value : object
+        The value the root gave (``root_value``), or None.
+    equal : list of bool
+        For each of ``equal``: whether every rank passed the same number.
+    """
+
+    sums: list[int]
+    maxima: list[int]
+    xors: list[int]
+    value: Any
+    equal: list[bool]
+
+
+def _fit(values: Sequence[int], n: int, pad: int) -> list[int]:
+    """``values`` cut or padded to ``n`` entries (what a rank gets back is as long as what it sent)."""
+    out = [int(v) for v in values[:n]]
+    if len(out) < n:
+        out += [pad] * (n - len(out))
+    return out

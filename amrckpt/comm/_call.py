@@ -41,15 +41,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
 from .. import errors
 from .._threads import Worker, start_thread
 from . import _watchdog
-from ._agreed import _ranks, agreed_error, describe
-from ._base import NONE, Columns, Comm, ReduceOp, digest_of
+from ._agreed import agreed_error, describe, desync_error, mismatch_error
+from ._base import NONE, Columns, Comm, Reduced, ReduceOp, _fit, digest_of
 from ._mpi import MPIComm
 from ._reduction import Reduction
 from ._registry import _broken, _inner, _key, _mark_broken, _next_seq, require_comm
@@ -72,33 +72,10 @@ __all__ = [
     "collective_method",
     "current_call",
     "describe",
-    "unwatch",
-    "watch",
 ]
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
-
-
-class Reduced(NamedTuple):
-    """What :meth:`Call.allreduce` returns, the same on every rank.
-
-    Attributes
-    ----------
-    sums, maxima, xors : list of int
-        The element-wise sums, maxima and XORs over ranks, as long as this
-        rank's lists.
-    value : object
-        The value the root gave (``root_value``), or None.
-    equal : list of bool
-        For each of ``equal``: whether every rank passed the same number.
-    """
-
-    sums: list[int]
-    maxima: list[int]
-    xors: list[int]
-    value: Any
-    equal: list[bool]
 
 
 # -- the calls open on this thread ----------------------------------------------------------------------------
@@ -670,23 +647,7 @@ class Call:
 
     def _mismatch(self, what: str) -> None:
         """Raise, the ranks being in different calls: gather what each is in and raise that on every rank."""
-        mine = (self.op, self.seq, self._exchanges, what)
-        seen = self.comm.allgather(mine)
-        groups: dict[tuple[str, int, int, str], list[int]] = {}
-        for r, t in enumerate(seen):
-            groups.setdefault(tuple(t), []).append(r)  # type: ignore[arg-type]
-        parts = [
-            f"{_ranks(rs)} in {op} (call {seq} on this communicator, exchange {k}{': ' + w if w else ''})"
-            for (op, seq, k, w), rs in groups.items()
-        ]
-        exc = errors.CollectiveMismatchError(
-            "the ranks made different collective calls: "
-            + "; ".join(parts)
-            + ". Every rank must make the same amrckpt calls in the same order (a call made on some ranks only, "
-            "or under a condition that differs between ranks, leaves the others in another call)"
-        )
-        exc.rank_errors = {r: f"CollectiveMismatchError: in {seen[r][0]} (call {seen[r][1]})" for r in range(len(seen))}
-        exc._amrckpt_agreed = True  # type: ignore[attr-defined]
+        exc = mismatch_error(self.comm.allgather((self.op, self.seq, self._exchanges, what)))
         self.error = None
         self._unagreed = False
         raise exc
@@ -703,13 +664,7 @@ class Call:
         (:func:`~amrckpt.comm._watchdog.install_excepthook`) instead of
         leaving the other ranks waiting.
         """
-        exc = errors.CollectiveMismatchError(
-            f"rank {self.rank} of {self.size}: the {exchange} of {self.op} (call {self.seq} on this communicator, "
-            f"exchange {self._exchanges}{': ' + what if what else ''}) met another collective call of other ranks: "
-            "a rank made a collective call that the others did not make. Every rank must make the same amrckpt "
-            "calls in the same order. This communicator cannot agree any more: an uncaught error ends the MPI job."
-        )
-        exc.rank_errors = {self.rank: f"CollectiveMismatchError: in {self.op} (call {self.seq})"}
+        exc = desync_error(self.rank, self.size, exchange, self.op, self.seq, self._exchanges, what)
         _mark_broken(self.comm, f"rank {self.rank}'s {self.op} (call {self.seq}) met another call's {exchange}")
         self.error = None
         self._unagreed = False
@@ -736,44 +691,5 @@ class Call:
         return f"Call({self.op!r}, seq={self.seq}, rank={self.comm.rank}, size={self.comm.size})"
 
 
-def watch(call: Call, timeout: float | None = None) -> None:
-    """Watch ``call``'s communicator for a manager: its meeting timeout, and exit notices under MPI. Collective.
-
-    ``timeout`` (seconds; None: ``AMRCKPT_COLLECTIVE_TIMEOUT`` or the
-    default) bounds every meeting on the communicator while it is watched.
-    Under MPI with several ranks, a duplicate of the communicator carries
-    exit notices: a process that ends while it is watched tells the others
-    (``atexit``), so that a rank waiting for it fails at once.  Watches
-    nest (one per open manager); :func:`unwatch` ends one.
-
-    Raises
-    ------
-    ScdaArgumentError
-        If ``timeout`` is not a positive number.
-    """
-    if timeout is not None and not timeout > 0:
-        raise call.agreed(errors.ScdaArgumentError(f"collective_timeout={timeout!r}: give a positive number of seconds"))
-    key = _key(call.comm)
-    inner = _inner(call.comm)
-    _watchdog.watch(key, inner.mpi_comm if isinstance(inner, MPIComm) and inner.size > 1 else None)
-    if timeout is not None:
-        _watchdog.set_timeout(key, timeout)
-
-
-def unwatch(comm: Comm) -> None:
-    """End one :func:`watch` of ``comm`` (the last one drops its timeout and exit notices). Not collective."""
-    key = _key(comm)
-    if _watchdog.unwatch(key):
-        _watchdog.set_timeout(key, None)
-
-
 class _PeerEnded(Exception):
     """A rank's exit notice arrived while this rank waited (raised out of the meeting's poll)."""
-
-
-def _fit(values: Sequence[int], n: int, pad: int) -> list[int]:
-    """``values`` cut or padded to ``n`` entries (what a rank gets back is as long as what it sent)."""
-    out = [int(v) for v in values[:n]]
-    if len(out) < n:
-        out += [pad] * (n - len(out))
-    return out
