@@ -47,7 +47,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip tests marked slow")
     ap.add_argument("--nprocs", default="1,2,3,4", help="process counts for the MPI tests (default 1,2,3,4)")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    ap.add_argument("--timeout", type=float, default=2700, help="seconds per run (the serial run: 25 to 30 min on 2 shared cores)")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = ap.parse_args()
 
