@@ -1,4 +1,4 @@
-"""What a bounded, non-following read calls evidence about a file, and what it calls an I/O error (issue 33).
+"""What a bounded, non-following read calls evidence about a file, and what it calls an I/O error.
 
 A reader sets a file aside, or takes it for missing, only on evidence that
 the file system confirms: an ``ELOOP`` or ``ENOENT`` that a failing ``open``

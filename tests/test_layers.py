@@ -134,7 +134,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycles_lazy_ones_included() -> None:
-    """Issue 34: no two modules of amrckpt import each other, even inside a function (a lazy import is still a cycle)."""
+    """No two modules of amrckpt import each other, even inside a function (a lazy import is still a cycle)."""
     assert _cycles(_graph()) == []
 
 

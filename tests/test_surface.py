@@ -102,7 +102,7 @@ def test_access_carries_every_file_option(tmp_path: Path) -> None:
 
 
 def test_the_loose_file_keywords_are_gone(tmp_path: Path) -> None:
-    """style, sync, info, backend and truncate were five keywords beside access=; now only access= carries them."""
+    """The file options (style, sync, info, backend, truncate) are fields of access=, not keywords of the calls."""
     from checkpoint_cases import global_state
 
     g = global_state(seed=3, max_level=2)

@@ -6,9 +6,9 @@ pickle-based reductions (a reduction to rank 0, then a broadcast), it may
 even receive the broadcast of another allreduce, whose tags agree with each
 other but not with its own.  Seen once in the libfiu campaign (seed 2000097):
 one rank went on to the next save while another waited in the previous
-save's commit.  Each exchange now checks that its result carries its own
-tag; a rank that finds another raises CollectiveMismatchError naming its
-call, and the communicator is marked broken.
+save's commit.  Each exchange checks that its result carries its own tag; a
+rank that finds another raises CollectiveMismatchError naming its call, and
+the communicator is marked broken.
 """
 
 from __future__ import annotations

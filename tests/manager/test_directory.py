@@ -542,11 +542,7 @@ def test_text_from_a_file_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_every_policy_is_in_the_manager_and_the_top_level_holds_the_readmes() -> None:
-    """Before: ``ac.Never`` (and ``ac.KeepAll``) were missing while every other policy was at the top level.
-
-    Since issue 34 every policy is in ``amrckpt.manager`` and the top level
-    holds the two that the README uses, the same objects.
-    """
+    """Every policy is in ``amrckpt.manager``; the top level holds the two that the README uses, the same objects."""
     assert {"Never", "KeepAll", "AnyOf", "KeepAny"} <= set(ac.manager.__all__)
     policies = [n for n in ac.manager.__all__ if n.startswith(("Keep", "Every", "On", "Never", "Before")) and n != "KeepPolicy"]
     assert sorted(n for n in policies if n in ac.__all__) == ["EveryNSteps", "OnSignal"]

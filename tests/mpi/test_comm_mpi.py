@@ -37,7 +37,7 @@ class TestCountingWorld(TestWorld):
 
 
 def test_what_the_mpi_library_and_job_are_comes_through_mpi_of() -> None:
-    """The facts that code outside amrckpt.comm used to import mpi4py for, through the one accessor (issue 34)."""
+    """What code outside amrckpt.comm asks of MPI (library, thread level, node, world ranks), through the one accessor."""
     from mpi4py import MPI
 
     from amrckpt.comm import SerialComm, mpi_of

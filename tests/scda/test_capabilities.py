@@ -1,4 +1,4 @@
-"""A byte backend declares what it does beyond the Backend protocol (issue 34: capabilities declared, not probed)."""
+"""A byte backend declares what it does beyond the Backend protocol; nothing probes for attribute names."""
 
 from __future__ import annotations
 
