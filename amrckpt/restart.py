@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from .adapt import Adapt, adapt_state
-from .comm import Comm, collective, current_call, mpi_of
+from .comm import Call, Comm, collective, current_call, mpi_of
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, handler_for, read_info, verify
 from .errors import AdaptError, AmrckptError, SchemaError
 from .partition import Partition, family_window, keep_families
@@ -252,11 +252,11 @@ def load(
     if spec is not None and not (isinstance(partition, str) and partition in ("uniform", "weighted")):
         raise AdaptError(f"load: with adapt, partition must be 'uniform' or 'weighted' (of the new leaves), not {partition!r}")
     with collective(comm, "load") as call:
-        return _load(call.comm, path, schema, partition, fields, verify, a, allow_for_coarsening, spec)
+        return _load(call, path, schema, partition, fields, verify, a, allow_for_coarsening, spec)
 
 
 def _load(
-    c: Comm,
+    call: Call,
     path: str | os.PathLike[str],
     schema: type[S] | None,
     partition: PartitionSpec,
@@ -266,33 +266,31 @@ def _load(
     allow_for_coarsening: bool,
     adapt: Adapt | None = None,
 ) -> Loaded[S]:
-    """Read the checkpoint: the body of :func:`load`, inside its collective call."""
-    where = os.fspath(path)
+    """Read the checkpoint: the body of :func:`load`, inside its collective ``call``, which agrees once on every error.
 
-    def select(m: Manifest) -> list[str]:
-        """On the root, before anything else is read: the schema, the migrations, the fields to read.
-
-        Raises
-        ------
-        SchemaError
-            On this rank (the root), if the file holds another schema than ``schema``.
-        """
+    One broadcast of the metadata (with the sections of the fields asked
+    for), one or two collective reads, one agreement: the reader keeps its
+    errors in ``call``, this builds the state where no error came before,
+    and ``call`` agrees on both once the file is closed.
+    """
+    c = call.comm
+    with CheckpointReader(path, comm=c, verify=verify, access=access, fields="all" if fields is None else fields) as r:
+        m = r.manifest  # the same on every rank: so is every check of it below
         if schema is None:
-            return [fs.name for fs in _wanted(m, fields, False, where)]
-        if m.schema_name != schema.__amrckpt_name__:
-            raise SchemaError(f"{where!r} holds schema {m.schema_name!r}, not {schema.__amrckpt_name__!r} ({schema.__name__})")
-        schema.check_migrations(m.schema_version)
-        return [fs.name for fs in _wanted(m, fields, m.schema_version != schema.__amrckpt_version__, where)]
-
-    # One broadcast of the metadata, one or two collective reads, one agreement (when closing).
-    with CheckpointReader(path, comm=c, verify=verify, access=access, select=select) as r:
-        m = r.manifest
-        if schema is None:  # the manifest is the same on every rank: so is the schema built from it
             schema = CheckpointSchema.from_manifest(m)  # type: ignore[assignment]
         assert schema is not None
-        kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
+        if m.schema_name != schema.__amrckpt_name__:
+            raise call.agreed(
+                SchemaError(f"{r.path!r} holds schema {m.schema_name!r}, not {schema.__amrckpt_name__!r} ({schema.__name__})")
+            )
         migrate = m.schema_version != schema.__amrckpt_version__
-        wanted = _wanted(m, fields, migrate, r.path)
+        try:
+            if migrate:
+                schema.check_migrations(m.schema_version)
+            wanted = _wanted(m, fields, migrate, r.path)
+        except AmrckptError as exc:
+            raise call.agreed(exc) from None
+        kinds: dict[str, FieldKind] = schema.__amrckpt_fields__
         target = _adapted_mesh(m, adapt, r.path)
         parts: dict[str, Partition] = {
             ms.field: (
@@ -307,13 +305,13 @@ def _load(
             h = handler_for(fs.kind)
             if h.partitioned and not h.per_leaf:  # a distributed array: split uniformly
                 parts[fs.name] = Partition.uniform(fs.count or 0, c.size)
-        raw, err = r.read_fields(wanted, parts)
+        raw = r.read_fields(wanted, parts)  # this rank's error is kept by call
         verified = r.check_crcs()
         ck = r.info
         state: Any = None
         values: dict[str, Any] = {}
         checked: set[str] = set()
-        if err is None:
+        if not call.failed:
             try:
                 # Unverified leaves are checked while unpacked; verified ones were checked by their writer.
                 values = {fs.name: _value_of(kinds.get(fs.name), fs, m, raw[fs.name], not verify) for fs in wanted}
@@ -328,12 +326,12 @@ def _load(
                     g = r.geometry if m.meshes[0].field == target else None
                     conn = None if g is None else g.connectivity
             except Exception as exc:  # noqa: BLE001 - agreed on by every rank below
-                err = (
+                call.fail(
                     exc
                     if isinstance(exc, AmrckptError)
                     else SchemaError(f"{r.path!r}: the fields do not fit {schema.__name__}: {exc}")
                 )
-        r.close(error=err)  # the agreement: raises on every rank if any rank failed
+    call.agree("load")  # the one agreement: raises on every rank if any rank failed (a read, a close, a build)
     if target is not None:
         assert adapt is not None
         state = _adapt_and_build(

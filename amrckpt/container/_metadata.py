@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -258,12 +258,29 @@ class Metadata:
     writer_counts: list[int] | None = None
 
 
-def read_metadata(f: scda.LocalFile, verify: bool, select: Callable[[Manifest], Sequence[str]] | None) -> Metadata:
+def found_at_open(manifest: Manifest, fields: Sequence[str] | Literal["all"] | None) -> list[str]:
+    """Return the fields whose sections the root finds when opening, in the manifest's order. Not collective.
+
+    No field for None (the metadata alone); every field for ``"all"``;
+    otherwise those of ``fields`` that the file holds and every field whose
+    value the manifest holds (inline values: a load reads them whatever
+    fields it asks for).  A name the file does not hold is left to the
+    caller, which says so on every rank.
+    """
+    if fields is None:
+        return []
+    if fields == "all":
+        return [fs.name for fs in manifest.fields]
+    asked = set(fields)
+    return [fs.name for fs in manifest.fields if fs.name in asked or handler_for(fs.kind).in_manifest]
+
+
+def read_metadata(f: scda.LocalFile, verify: bool, fields: Sequence[str] | Literal["all"] | None = None) -> Metadata:
     """Read the metadata on this rank alone, CRC-checked: what every rank needs to read fields. Not collective.
 
     The file size, the scda file header, the footer, the index and the
     manifest, the run record beside the file, the headers of the sections
-    of the fields ``select(manifest)`` names (with the data of inline and
+    of the fields :func:`found_at_open` names (with the data of inline and
     block sections, and the padding of array sections), and in format 1
     the provenance block and the writing partition.
 
@@ -312,8 +329,7 @@ def read_metadata(f: scda.LocalFile, verify: bool, select: Callable[[Manifest], 
         if head[0].crc32 != header_crc or head[0].end != scda.FILE_HEADER_NBYTES:
             raise checksum_error(head[0].name, 0, head[0].end, path)
         sections[head[0].name] = []
-    if select is not None:
-        sections.update(read_sections(read, size, index, manifest, select(manifest), verify, path))
+    sections.update(read_sections(read, size, index, manifest, found_at_open(manifest, fields), verify, path))
     prov = counts = None
     if manifest.format_version == 1:
         prov = _block(read, size, _entry(index, "amrckpt provenance", path), PROVENANCE_USER_STRING, verify, path)

@@ -7,7 +7,7 @@ import functools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,16 +51,19 @@ class CheckpointReader:
     Opening is collective (any number of ranks, whatever number wrote the
     file) and costs one broadcast: rank 0 alone reads, with POSIX reads,
     the footer, the index it points at and the manifest (with their CRC32s
-    if ``verify``), the run record beside the file, and with ``select`` the
-    headers of the sections of the fields it names.  No MPI-IO file is
-    opened until fields are read.  Every field, whatever its layout, is read
-    the same way: its kind's handler plans this rank's byte ranges
+    if ``verify``), the run record beside the file, and the headers of the
+    sections of the fields named by ``fields``.  No MPI-IO file is opened
+    until fields are read.  Every field, whatever its layout, is read the
+    same way: its kind's handler plans this rank's byte ranges
     (:meth:`~amrckpt.container.FieldHandler.plan`) and one
     :class:`amrckpt.scda.ReadPlan` reads them (two collective reads around
-    one exscan, one CRC32 reduction).  :meth:`read_fields` reads many fields
-    in one plan, their errors agreed on once, by :meth:`close`;
-    :meth:`read_field` one field, agreeing at once; :meth:`check_crcs` lists
-    what was checked against the index.  :meth:`read_mesh`,
+    one exscan, one CRC32 reduction).  The reader only reads: its errors
+    are kept by the collective call it runs in, and agreed on where that
+    call agrees.  Inside a caller's call (:func:`amrckpt.load` reading many
+    fields), that is once, where the caller agrees on its own errors too;
+    called alone, each method is a call of its own and agrees when it ends.
+    :meth:`read_fields` reads many fields in one plan; :meth:`read_field`
+    one field; :meth:`check_crcs` lists what was checked against the index.  :meth:`read_mesh`,
     :meth:`read_cells` and :meth:`read_hp` run the same plans over a range of
     leaves on the calling rank alone (not collective), for tools that stream
     a file; :meth:`check_crcs` checks their sections too.
@@ -75,23 +78,23 @@ class CheckpointReader:
         Check the CRC32 of every section read against the index.
     access : amrckpt.scda.FileAccess, optional
         MPI-IO hints and backend of the collective reads.
-    select : callable, optional
-        ``select(manifest) -> names``, run on rank 0 once the manifest is
-        checked: the fields whose sections the root finds while opening
-        (others are found when first read, at the cost of one more
-        broadcast).  What it raises is raised on every rank
-        (:func:`amrckpt.load` checks the schema there).
+    fields : sequence of str or "all", optional
+        The fields whose sections the root finds while opening, in the same
+        broadcast as the metadata: ``"all"``, or these names and every
+        inline field (names the file does not hold are left to the
+        caller).  Others are found when first read, at the cost of one
+        more broadcast.  None (the default): the metadata alone.
 
     Raises
     ------
     IncompleteCheckpointError
         On every rank: no footer (the save did not finish, or the file was cut short).
     ChecksumError
-        On every rank: the file header, index, manifest or a selected inline
-        or block section does not match its CRC32.
+        On every rank: the file header, index, manifest or an inline or
+        block section of ``fields`` does not match its CRC32.
     CheckpointError
-        On every rank: a malformed index or manifest, a selected section that
-        is not the field the manifest describes, or a format this release does not read.
+        On every rank: a malformed index or manifest, a section of
+        ``fields`` that is not the field the manifest describes, or a format this release does not read.
     ScdaIOError, ScdaFormatError
         On every rank: the file cannot be opened or read, or is not an scda file.
     """
@@ -103,7 +106,7 @@ class CheckpointReader:
         comm: Any = None,
         verify: bool = True,
         access: scda.FileAccess | None = None,
-        select: Callable[[Manifest], Sequence[str]] | None = None,
+        fields: Sequence[str] | Literal["all"] | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.verify = verify
@@ -113,17 +116,15 @@ class CheckpointReader:
         self.cursors: dict[str, tuple[int, int]] = {}  # range reads: where each prefix sum stopped
         self._file: scda.LocalFile | None = None  # this rank's own descriptor: the root's metadata, leaf ranges
         self._executor = scda.GatheredExecutor(self.path, self.comm, self.access)
-        self._opened = False  # a plan opened the file for collective reads (the same on every rank)
         self._closed = False
         self._ranged: set[str] = set()  # fields read by ranges: their CRC32s checked by check_crcs
         self._range_crcs: dict[int, set[tuple[int, int, int]]] = {}  # by section offset: (offset, nbytes, crc32) read
         self._checked: list[str] = []  # sections whose CRC32 matched
-        self._agree_on_close = False  # read_fields ran: close agrees (with the caller's error)
         self._local_sections: dict[str, list[Section]] = {}  # found by this rank for its range reads
         try:
             with collective(self.comm, "CheckpointReader.open") as call:
                 meta: Metadata = call.on_root(
-                    lambda: read_metadata(self._local(root=True), verify, select), what="checkpoint metadata"
+                    lambda: read_metadata(self._local(root=True), verify, fields), what="checkpoint metadata"
                 )
                 self.file_size: int = meta.file_size
                 self.index: Index = parse_model(Index, meta.index_raw, "index", self.path)
@@ -317,19 +318,18 @@ class CheckpointReader:
 
     def _execute(self, plan: scda.ReadPlan) -> None:
         """Run ``plan`` on every rank (opening the file for collective reads on first use). Collective."""
-        self._opened = self._opened or plan.nbytes > 0
         self._executor.run(plan)
 
     @collective_method("CheckpointReader.read_fields")
-    def read_fields(
-        self, fields: Sequence[FieldSpec], parts: Mapping[str, Partition]
-    ) -> tuple[dict[str, Any], BaseException | None]:
+    def read_fields(self, fields: Sequence[FieldSpec], parts: Mapping[str, Partition]) -> dict[str, Any]:
         """Read this rank's part of many fields at once: one read plan, whatever their number and layouts. Collective.
 
         Two collective reads around one exscan, then one CRC32 allreduce.
-        Errors are not raised: they are returned, for the caller to agree
-        on once (:meth:`close` with ``error``), after which nothing read may
-        be used.
+        This rank's error (a read, a section's CRC32 mismatch, a value that
+        does not build) is kept by the collective call: inside a caller's
+        call, its next agreement raises it on every rank (the caller checks
+        :attr:`amrckpt.comm.Call.failed` before using what was read); called
+        alone, it is raised on every rank when this returns.
 
         Parameters
         ----------
@@ -341,18 +341,16 @@ class CheckpointReader:
 
         Returns
         -------
-        values : dict of str to object
+        dict of str to object
             By field name, what :meth:`read_field` returns (empty on a rank with an error).
-        error : BaseException or None
-            This rank's error, or a section's CRC32 mismatch (on every rank).
 
         Raises
         ------
         CheckpointError, ScdaError
             On every rank: a section that is not the field the manifest
-            describes, or the file cannot be opened for the collective reads.
+            describes, or the file cannot be opened for the collective
+            reads; called alone, any rank's error of the read.
         """
-        self._agree_on_close = True
         self._find_sections([fs.name for fs in fields])
         plan = scda.ReadPlan(self.path, verify=self.verify, file_size=self.file_size)
         build: dict[str, Any] = {}
@@ -366,8 +364,12 @@ class CheckpointReader:
         if plan.error is None:  # the chunks of every field decoded in one pass of the threads
             plan.try_(functools.partial(resolve, values))
         self._checked.extend(plan.checked)
-        error = plan.error
-        return (values if error is None else {}), error
+        if plan.error is None:
+            return values
+        call = current_call(self.comm)
+        assert call is not None
+        call.run(_raise, plan.error)  # kept for the call's agreement
+        return {}
 
     @collective_method("CheckpointReader.read_field")
     def read_field(self, name: str, elem_counts: Sequence[int] | None = None) -> Any:
@@ -401,11 +403,9 @@ class CheckpointReader:
             part = Partition.uniform(N, self.comm.size) if elem_counts is None else Partition.from_counts(list(elem_counts))
             ms = self.manifest.mesh_of(fs)
             parts[ms.field if h.per_leaf and ms is not None else fs.name] = part
-        values, err = self.read_fields([fs], parts)
+        values = self.read_fields([fs], parts)
         call = current_call(self.comm)
         assert call is not None
-        if err is not None:
-            call.fail(err)
         call.agree("read_field")
         return values[name]
 
@@ -712,36 +712,28 @@ class CheckpointReader:
     # -- closing -----------------------------------------------------------------------------------------
 
     @collective_method("CheckpointReader.close")
-    def close(self, error: BaseException | None = None) -> None:
-        """Close the file, agreeing on ``error``: this rank's error of :meth:`read_fields` or of using what it read. Collective.
+    def close(self) -> None:
+        """Close the file on every rank. Collective.
+
+        A failing ``close(2)`` or ``MPI_File_close`` is this rank's error,
+        kept by the collective call: inside a caller's call (a load), its
+        agreement raises it on every rank; called alone, it is raised on
+        every rank when this returns.
 
         Raises
         ------
         AmrckptError
-            On every rank, if any rank passed an error or cannot close the
-            file: the one agreement of a load.
+            Called alone: on every rank, if any rank cannot close the file.
         """
         if self._closed:
-            if error is not None:
-                raise error
             return
         self._closed = True
         call = current_call(self.comm)
         assert call is not None
         file, self._file = self._file, None
-        # On every rank (a step on some ranks only would leave them alone in the agreement): a failing close(2) is
-        # this rank's error, agreed below or when the call ends.
+        # On every rank (a step on some ranks only would leave them alone in the agreement).
         call.run(lambda: file.close() if file is not None else None, always=True)
-        agree = self._opened or self._agree_on_close  # the same on every rank: a plan ran
-        if error is not None:
-            if not agree:
-                raise error  # an error every rank has (the caller's)
-            call.fail(error)
-        try:
-            self._executor.close()  # on every rank; its errors are kept by the call
-        finally:
-            if agree:
-                call.agree("load")
+        self._executor.close()  # on every rank; its errors are kept by the call
 
     def _close_quietly(self) -> None:
         """Close what this rank opened after an error that every rank raises (no agreement: they all raise it)."""
@@ -758,6 +750,11 @@ class CheckpointReader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _raise(exc: BaseException) -> None:
+    """Raise ``exc``: a step of a collective call that failed earlier, for :meth:`amrckpt.comm.Call.run` to keep."""
+    raise exc
 
 
 def _reads_as(fs: FieldSpec) -> str:

@@ -13,21 +13,12 @@ from xarray.backends.locks import SerializableLock
 
 from ..container import CheckpointReader, Manifest, handler_for
 
-__all__ = ["COUNTS_BLOCK_LEAVES", "CheckpointSource", "opened_fields"]
+__all__ = ["COUNTS_BLOCK_LEAVES", "CheckpointSource"]
 
 T = TypeVar("T")
 
 COUNTS_BLOCK_LEAVES = 1 << 20
 """Leaves whose hp counts are read at a time when a field's offsets are computed (8 MiB of int64 held per block)."""
-
-
-def opened_fields(manifest: Manifest) -> list[str]:
-    """Return the fields whose sections the root finds when the checkpoint is opened: blocks, replicated arrays and hp fields.
-
-    Blocks and replicated arrays become attributes and variables at once; an
-    hp field's sections give its number of values (layout ``counts``).
-    """
-    return [fs.name for fs in manifest.fields if fs.kind in ("block", "ndarray", "hp")]
 
 
 def _open(path: str, mode: Any = None, **kwargs: Any) -> CheckpointReader:
@@ -44,7 +35,9 @@ class CheckpointSource:
 
     Pickles as its path and options (dask ships it to workers); each process
     opens one :class:`amrckpt.container.CheckpointReader` (footer, index,
-    manifest; xarray's :class:`~xarray.backends.CachingFileManager`) and reads
+    manifest, and the headers of every field's sections with the data of
+    blocks and replicated arrays; xarray's
+    :class:`~xarray.backends.CachingFileManager`) and reads
     through its range reads, one at a time (a lock: the reader keeps the
     cursors and CRC32s of its ranges).  What a process computes once (the
     offsets of an hp field's leaves) is kept in that process, never pickled.
@@ -65,7 +58,7 @@ class CheckpointSource:
         self.verify = verify
         self.access = access
         self._manager: CachingFileManager[CheckpointReader] = CachingFileManager(
-            _open, self.path, kwargs={"verify": verify, "access": access, "select": opened_fields}
+            _open, self.path, kwargs={"verify": verify, "access": access, "fields": "all"}
         )
         self._lock = SerializableLock()
         self._cache: dict[str, Any] = {}

@@ -195,7 +195,7 @@ print("loaded")
 
 def _data_offset(path: Path, field: str, part: int) -> int:
     """Where the data of ``field``'s ``part``-th V section begin (after its header and size entries)."""
-    with CheckpointReader(path, select=lambda m: [fs.name for fs in m.fields]) as r:
+    with CheckpointReader(path, fields="all") as r:
         return r.sections(field)[part].raw.data_offset
 
 
