@@ -438,9 +438,10 @@ class HpHandler(FieldHandler):
     Layout ``counts``: an ``A`` section of the values per leaf and one of
     all values.  Layout ``chunks`` (``compress=True``): two ``V`` sections,
     the counts and the values of each chunk of K leaves, shuffled and
-    deflated.  Layout None (``compress="element"``): one ``V`` section, a
-    leaf's bytes as one element.  The layout is looked up once per call from
-    the declaration or the manifest entry, and does the step.
+    deflated.  Layout None (as format 2 was first written, and
+    ``compress="element"``): one ``V`` section, a leaf's bytes as one
+    element.  Each method looks the layout up from the declaration or the
+    manifest entry, and hands the step to it.
     """
 
     kind = "hp"
@@ -506,7 +507,8 @@ class HpHandler(FieldHandler):
         """
         assert span is not None
         dt = self.value_dtype(fs, src.path)
-        return self._layout(fs, src.path).plan(src, plan, fs, span, dt, self.value_nbytes(src, fs))
+        E = self.value_nbytes(src, fs)
+        return self._layout(fs, src.path).plan(src, plan, fs, span, dt, E)
 
     def plan_leaf_nbytes(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
         E = self.value_nbytes(src, fs)

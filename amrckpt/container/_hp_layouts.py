@@ -247,7 +247,8 @@ class _VLayout:
     """Layout None: one ``V`` section, a leaf's bytes as one element (a 32-byte size entry per leaf).
 
     Compressed by the scda paper's per-element convention (3.4) when the
-    field is; ``compress="element"`` declares it.
+    field is.  A field without ``layout`` has it (as format 2 was first
+    written); ``compress="element"`` declares it.
     """
 
     name: ClassVar[str | None] = None
