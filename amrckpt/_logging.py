@@ -109,10 +109,6 @@ class RankLogger:
             msg = f"rank {self.rank} of {self.size}: {msg}"
         self.logger.log(level, msg, *args, extra={"rank": self.rank, "size": self.size}, stacklevel=3)
 
-    def debug(self, msg: str, *args: Any) -> None:
-        """Log on rank 0 a message that every rank would log alike."""
-        self._log(logging.DEBUG, False, msg, args)
-
     def info(self, msg: str, *args: Any) -> None:
         """Log on rank 0 a message that every rank would log alike."""
         self._log(logging.INFO, False, msg, args)

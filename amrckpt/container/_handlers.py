@@ -24,22 +24,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import CheckpointError
-from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share, parse_entries
+from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share
 from ..sfc import mesh_record_dtype
-from ._chunks import plan_chunks, plan_hp_chunks, plan_hp_counts, write_chunks, write_hp_chunks
+from ._chunks import plan_chunks, write_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
+from ._hp_layouts import HpLayout, count_dtype, hp_layout, hp_layout_of
 from ._registry import register, registered
-from ._sections import (
-    FieldSource,
-    Section,
-    SectionSink,
-    Span,
-    column_prefix,
-    counts_of,
-    exact_sum,
-    not_multiples,
-    sections_of,
-)
+from ._sections import FieldSource, SectionSink, Span, check_a, sections_of
 from ._varray import decode, plan_varray
 
 __all__ = ["HANDLERS", "FieldHandler", "Payload", "count_dtype", "handler_for"]
@@ -270,22 +261,6 @@ class NDArrayHandler(BlockHandler):
         return lambda: np.frombuffer(bytearray(data), dtype=dt).reshape(fs.shape)
 
 
-def _check_a(src: FieldSource, fs: FieldSpec, sec: Section, N: int, E: int, what: str, per_leaf: bool) -> None:
-    """Check an A section's N and E against the manifest, before anything is allocated by them.
-
-    Raises
-    ------
-    CheckpointError
-        On this rank, if the section's N or E differs from the manifest's.
-    """
-    what_n = "leaves" if per_leaf else "elements"
-    h = sec.header
-    if h.elem_count != N:
-        raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {h.elem_count} {what_n} in the file, the manifest {N}")
-    if h.elem_size != E:
-        raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {h.elem_size}-byte {what} in the file, not {E}-byte ones")
-
-
 @register
 class ArrayHandler(FieldHandler):
     """Fixed-size elements, N_p per rank, read back under any partition: a distributed array (cells and meshes extend it).
@@ -357,7 +332,7 @@ class ArrayHandler(FieldHandler):
                 raise CheckpointError(f"{what} has values of {E} bytes: more than its chunks can hold")
             out = np.empty((span.count, *shape), dtype=dt)
             return plan_chunks(src, plan, sec, span, E, fs.chunk, out, what)
-        _check_a(src, fs, sec, span.N, E, "values" if not self.is_mesh else "records", self.per_leaf)
+        check_a(src, fs, sec, span.N, E, "values" if not self.is_mesh else "records", self.per_leaf)
         out = np.empty((span.count, *shape), dtype=dt)
         if not fs.compressed:
             plan.read(sec.key, sec.raw.data_offset + span.offset * E, out)
@@ -456,30 +431,17 @@ class MeshHandler(ArrayHandler):
         return int(payload.data.dtype.itemsize)
 
 
-def count_dtype(max_count: int) -> str:
-    """Return the narrowest unsigned integer (``u1``, ``<u2``, ``<u4``, ``<u8``) that holds ``max_count``."""
-    for dt in ("u1", "<u2", "<u4"):
-        if max_count <= np.iinfo(dt).max:
-            return dt
-    return "<u8"
-
-
 @register
 class HpHandler(FieldHandler):
-    """A run of fixed-size values per leaf (hp-adaptive payloads), in one of three layouts.
+    """A run of fixed-size values per leaf (hp-adaptive payloads), in one of three layouts (:mod:`._hp_layouts`).
 
-    Layout ``counts``: an ``A`` section of the values per leaf (N elements
-    of ``count_dtype``: 1, 2, 4 or 8 bytes, the narrowest for the largest
-    count), then an ``A`` section of all values (sum(counts) elements of one
-    value's bytes), both with the field's name as user string.  A reader
-    reads its leaves' counts, and its values' partition follows from them by
-    a prefix sum over the ranks.  Layout ``chunks`` (``compress=True``): two
-    ``V`` sections of ceil(N / K) elements, the counts (``count_dtype``) and
-    the values of each chunk of K leaves, shuffled and deflated
-    (:mod:`._chunks`).  Layout None (format 2 as first written, and
+    Layout ``counts``: an ``A`` section of the values per leaf and one of
+    all values.  Layout ``chunks`` (``compress=True``): two ``V`` sections,
+    the counts and the values of each chunk of K leaves, shuffled and
+    deflated.  Layout None (as format 2 was first written, and
     ``compress="element"``): one ``V`` section, a leaf's bytes as one
-    element (a 32-byte size entry per leaf; compressed by the scda paper's
-    convention, 3.4).
+    element.  Each method looks the layout up from the declaration or the
+    manifest entry, and hands the step to it.
     """
 
     kind = "hp"
@@ -488,36 +450,33 @@ class HpHandler(FieldHandler):
     reads_as = "runs"
 
     def _section_of(self, decl: Mapping[str, Any]) -> str:
-        return "V" if decl.get("compress") or decl.get("chunks") is not None else "A"
+        return hp_layout_of(decl).section
 
     def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
-        out = _array_decl(super().describe(decl), decl, mesh=decl.get("mesh"))
-        K = decl.get("chunks")
-        if K is not None:  # the counts' dtype follows from the largest count of every rank
-            out = out.model_copy(
-                update={"layout": "chunks", "chunk": K, "compressed": False, "count_dtype": count_dtype(max_count)}
-            )
-        elif not decl.get("compress"):
-            out = out.model_copy(update={"layout": "counts", "count_dtype": count_dtype(max_count)})
-        return out
+        # The counts' dtype follows from the largest count of every rank.
+        return hp_layout_of(decl).describe(_array_decl(super().describe(decl), decl, mesh=decl.get("mesh")), decl, max_count)
 
     def measure(self, payload: Payload) -> tuple[int, int]:
         counts = payload.counts
         assert counts is not None
         return int(payload.data.nbytes), int(counts.max()) if counts.size else 0
 
-    def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
-        if fs.layout == "counts":
-            if fs.section != "A" or fs.count_dtype is None or fs.compressed or any(d < 0 for d in fs.shape):
-                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
-        elif fs.layout == "chunks":
-            if fs.section != "V" or fs.count_dtype is None or fs.chunk is None or fs.compressed or any(d < 0 for d in fs.shape):
-                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
-        elif fs.layout is None:
-            if fs.section != "V" or any(d < 0 for d in fs.shape):
-                raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
-        else:
+    def _layout(self, fs: FieldSpec, path: str) -> HpLayout:
+        """Return the layout of manifest entry ``fs``.
+
+        Raises
+        ------
+        CheckpointError
+            If an hp field has no such layout.
+        """
+        layout = hp_layout(fs)
+        if layout is None:
             raise CheckpointError(f"{path!r}: hp field {fs.name!r} cannot have layout {fs.layout!r}")
+        return layout
+
+    def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
+        if not self._layout(fs, path).consistent(fs):
+            raise CheckpointError(f"{path!r}: the manifest describes field {fs.name!r} inconsistently")
         if self.value_dtype(fs, path).itemsize * math.prod(fs.shape) == 0:
             raise CheckpointError(f"{path!r}: field {fs.name!r} has values of no bytes")
 
@@ -535,22 +494,8 @@ class HpHandler(FieldHandler):
         return E
 
     def write(self, sink: SectionSink, fs: FieldSpec, payload: Payload, counts: Share, nbytes: Share) -> None:
-        ustr = fs.name.encode()
         E = self.value_dtype(fs, fs.name).itemsize * math.prod(fs.shape)
-        c = payload.counts
-        assert c is not None
-        if fs.layout == "counts":
-            assert fs.count_dtype is not None
-            cdt = np.dtype(fs.count_dtype)
-            sink.fwrite_array(np.asarray(c).astype(cdt, copy=False), counts, cdt.itemsize, ustr)
-            ps = nbytes  # every rank's bytes are whole values (checked by the schema)
-            sink.fwrite_array(payload.data, Share(ps.count // E, ps.offset // E, ps.total // E, ps.max // E, ps.last), E, ustr)
-            return
-        if fs.layout == "chunks":
-            assert fs.count_dtype is not None and fs.chunk is not None
-            write_hp_chunks(sink, c, payload.data, counts, fs.count_dtype, E, fs.chunk, ustr, level=payload.level)
-            return
-        sink.fwrite_varray(payload.data, counts, _sizes(c, E), nbytes, ustr, encode=fs.compressed, level=payload.level)
+        self._layout(fs, fs.name).write(sink, fs, payload, counts, nbytes, E)
 
     def plan(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span | None) -> Build:
         r"""Plan ``(values, counts)``: (sum(counts), \\*shape) values and (N_p,) int64 values per leaf.
@@ -558,137 +503,16 @@ class HpHandler(FieldHandler):
         Raises
         ------
         CheckpointError
-            On this rank, if the sections do not have the manifest's leaves, or a leaf's size is not a multiple of the
-            element size.
+            On this rank, if the sections do not have the manifest's leaves, or their values do not fit them.
         """
         assert span is not None
         dt = self.value_dtype(fs, src.path)
         E = self.value_nbytes(src, fs)
-        what = f"{src.path!r}: field {fs.name!r}"
-        if fs.layout == "counts":
-            return self._plan_counts(src, plan, fs, span, dt, E)
-        if fs.layout == "chunks":
-            assert fs.count_dtype is not None and fs.chunk is not None
-            csec, vsec = sections_of(src, fs, 2)
-            return plan_hp_chunks(src, plan, csec, vsec, span, np.dtype(fs.count_dtype), dt, tuple(fs.shape), fs.chunk, what)
-        (sec,) = sections_of(src, fs, 1)
-        if sec.raw.elem_count != span.N:
-            raise CheckpointError(f"{what} has {sec.raw.elem_count} leaves in the file, the manifest {span.N}")
-        got = plan_varray(src, plan, sec, span.offset, span.end, what, usizes=fs.compressed)
-
-        def build() -> tuple[np.ndarray, np.ndarray]:
-            sizes, data = got["sizes"], got["data"]
-            if fs.compressed:
-                usizes = got["usizes"]
-                if usizes.size and not_multiples(usizes, E):
-                    raise CheckpointError(f"{what} has a leaf whose size is not a multiple of {E} bytes")
-                off = sec.raw.data_offset + got["before"]
-                data, sizes = decode(data, sizes, usizes, span.offset, off, sec.raw.where), usizes
-            elif sizes.size and not_multiples(sizes, E):
-                raise CheckpointError(f"{what} has a leaf whose size is not a multiple of {E} bytes")
-            return data.view(dt).reshape(-1, *fs.shape), counts_of(sizes, E)
-
-        return build
-
-    def _plan_counts(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span, dt: np.dtype[Any], E: int) -> Build:
-        """Layout ``counts``: this rank's counts in the first read; its values, after a prefix sum of the counts, in the second.
-
-        Raises
-        ------
-        CheckpointError
-            On this rank, if the values section does not fit the counts (its element size, its length, a leaf of more
-            values than it holds).
-        """
-        assert fs.count_dtype is not None
-        cdt = np.dtype(fs.count_dtype)
-        csec, vsec = sections_of(src, fs, 2)
-        _check_a(src, fs, csec, span.N, cdt.itemsize, "counts", True)
-        total = vsec.header.elem_count
-        if vsec.header.elem_size != E or (span.N == 0 and total != 0):
-            raise CheckpointError(
-                f"{src.path!r}: the values of field {fs.name!r} at byte {vsec.entry.offset} are not as its counts give them"
-            )
-        raw = np.empty(span.count, dtype=cdt)
-        plan.read(csec.key, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
-        got: dict[str, Any] = {}
-        key = f"{fs.name}@{csec.entry.offset}"
-
-        def local() -> int:
-            # count_dtype is unsigned: one reduction over the file's narrow integers bounds every count.
-            most = int(raw.max()) if raw.size else 0
-            if most > total:
-                raise CheckpointError(f"{src.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
-            got["counts"], got["n"] = raw.astype(np.int64), exact_sum(raw, most)
-            return int(got["n"])
-
-        def then(before: int) -> None:
-            n: int = got["n"]
-            if before + n > total or (span.holds_last and before + n != total):
-                raise CheckpointError(
-                    f"{src.path!r}: the values of field {fs.name!r} at byte {vsec.entry.offset} are not the values its counts give"
-                )
-            got["values"] = values = np.empty((n, *fs.shape), dtype=dt)
-            plan.read(vsec.key, vsec.raw.data_offset + before * E, values)
-            src.cursors[key] = (span.end, before + n)
-
-        plan.scan(local, then, column_prefix(src, key, csec.raw.data_offset, cdt, span.offset))
-        return lambda: (got["values"], got["counts"])
+        return self._layout(fs, src.path).plan(src, plan, fs, span, dt, E)
 
     def plan_leaf_nbytes(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span) -> int | Callable[[], np.ndarray]:
         E = self.value_nbytes(src, fs)
-        if fs.layout == "counts":
-            assert fs.count_dtype is not None
-            cdt = np.dtype(fs.count_dtype)
-            csec, vsec = sections_of(src, fs, 2)
-            _check_a(src, fs, csec, span.N, cdt.itemsize, "counts", True)
-            raw = np.empty(span.count, dtype=cdt)
-            plan.read(csec.key, csec.raw.data_offset + span.offset * cdt.itemsize, raw)
-            total = vsec.header.elem_count
-
-            def from_counts() -> np.ndarray:
-                counts = raw.astype(np.int64)
-                if counts.size and (int(counts.min()) < 0 or int(counts.max()) > total):
-                    raise CheckpointError(
-                        f"{src.path!r}: field {fs.name!r} has a leaf of more values than its values section holds"
-                    )
-                return counts * E
-
-            return from_counts
-        if fs.layout == "chunks":
-            assert fs.count_dtype is not None and fs.chunk is not None
-            csec, vsec = sections_of(src, fs, 2)
-            counts = plan_hp_counts(
-                src, plan, csec, vsec, span, np.dtype(fs.count_dtype), fs.chunk, f"{src.path!r}: field {fs.name!r}"
-            )
-            return lambda: counts() * E
-        (sec,) = sections_of(src, fs, 1)
-        v = sec.raw
-        if v.elem_count != span.N:
-            raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {v.elem_count} leaves in the file, the manifest {span.N}")
-        # The leaf's bytes as the user sees them: the U entries of a compressed field, else the E entries.
-        raw_sec = sec.raws[0] if fs.compressed else v
-        at = raw_sec.data_offset if fs.compressed else v.entries_offset
-        entries = np.empty(32 * span.count, dtype=np.uint8)
-        plan.read(sec.key, at + 32 * span.offset, entries)
-        room = sec.entry.end - v.data_offset
-
-        def from_sizes() -> np.ndarray:
-            letter = b"U" if fs.compressed else b"E"
-            sizes = parse_entries(letter, entries, first_index=span.offset, offset=at + 32 * span.offset, what=raw_sec.where)
-            if sizes.size and not fs.compressed and int(sizes.max()) > room:
-                raise CheckpointError(f"{src.path!r}: field {fs.name!r} has a leaf of more bytes than its section holds")
-            return sizes.astype(np.int64)
-
-        return from_sizes
-
-
-def _sizes(counts: np.ndarray, value_nbytes: int) -> np.ndarray:
-    """Bytes per leaf of an hp field, (n,) uint64, in one pass (a shift for power-of-two value sizes)."""
-    shift = value_nbytes.bit_length() - 1
-    c = np.asarray(counts, dtype=np.int64).view(np.uint64)
-    if value_nbytes == 1 << shift:
-        return np.left_shift(c, np.uint64(shift))
-    return np.multiply(c, np.uint64(value_nbytes))
+        return self._layout(fs, src.path).plan_leaf_nbytes(src, plan, fs, span, E)
 
 
 def handler_for(kind: str) -> FieldHandler:

@@ -26,6 +26,7 @@ __all__ = [
     "Section",
     "SectionSink",
     "Span",
+    "check_a",
     "column_prefix",
     "counts_of",
     "entries_prefix",
@@ -180,6 +181,22 @@ def sections_of(src: FieldSource, fs: FieldSpec, n: int) -> list[Section]:
                 f"{src.path!r}: the section at byte {sec.entry.offset} is not field {fs.name!r} as the manifest describes it"
             )
     return secs[:n]
+
+
+def check_a(src: FieldSource, fs: FieldSpec, sec: Section, N: int, E: int, what: str, per_leaf: bool) -> None:
+    """Check an A section's N and E against the manifest, before anything is allocated by them.
+
+    Raises
+    ------
+    CheckpointError
+        On this rank, if the section's N or E differs from the manifest's.
+    """
+    what_n = "leaves" if per_leaf else "elements"
+    h = sec.header
+    if h.elem_count != N:
+        raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {h.elem_count} {what_n} in the file, the manifest {N}")
+    if h.elem_size != E:
+        raise CheckpointError(f"{src.path!r}: field {fs.name!r} has {h.elem_size}-byte {what} in the file, not {E}-byte ones")
 
 
 def _prefix(src: FieldSource, key: str, first: int, block: int, sum_of: Callable[[Any, int, int], int]) -> Callable[[Any], int]:

@@ -14,7 +14,8 @@ from ..comm import Call
 from ..errors import CheckpointError, ScdaError
 from ..restart import Loaded
 from ..schema import CheckpointSchema
-from ._directory import CheckpointDirectory, io_error_of
+from ._directory import CheckpointDirectory
+from ._evidence import io_error_of
 from ._records import CheckpointRecord
 from ._restore import Skipped
 
@@ -62,7 +63,7 @@ class SetAside:
 
         A checkpoint is kept aside (as damaged) only on evidence in its
         bytes, found twice: by the metadata check of ``records`` and a load,
-        or by two loads.  An I/O error (:func:`~amrckpt.manager._directory.io_error_of`)
+        or by two loads.  An I/O error (:func:`~amrckpt.manager._evidence.io_error_of`)
         is no verdict: it is raised (agreed, the same on every rank), and the
         checkpoint is left where it is for the next restart.
 

@@ -10,35 +10,29 @@ another path.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import errno
 import os
-import re
 import stat
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import errors
 from .._files import LOCAL, PARTIAL, FileSystem, new_token, write_atomic
 from .._logging import RankLogger, get_logger
 from ..comm import SerialComm
 from ..container import CheckpointInfo, read_info
 from ..errors import (
     AmrckptError,
-    CheckpointError,
     CheckpointSkippedWarning,
     ManagerError,
     ManagerIOError,
-    ScdaCountError,
-    ScdaError,
     ScdaIOError,
     StepAlreadyExistsError,
     StepNotFoundError,
 )
 from ._commit import StepCommit, recover
+from ._evidence import Check, io_error_of, unreadable
 from ._history import HISTORY, read_index, write_index
 from ._lock import DirectoryLock
 from ._names import RECORDS, STEP_RECORD, Listing, StepNames
@@ -46,85 +40,9 @@ from ._records import RECORD_LIMIT, CheckpointRecord, RecordError, StepMetadata,
 from ._restore import Skipped
 from ._retention import KeepPolicy, kept_steps
 
-__all__ = ["Check", "CheckpointDirectory", "read_history"]
+__all__ = ["CheckpointDirectory", "read_history"]
 
 _log = get_logger("amrckpt.manager")
-
-
-@dataclass(frozen=True)
-class Check:
-    """What reading a checkpoint's metadata found.
-
-    Attributes
-    ----------
-    info : CheckpointInfo or None
-        The metadata, if they verify.
-    problem : str or None
-        Why they do not.
-    unreadable : bool
-        The file could not be read (an I/O error such as ``EIO``, ``EACCES``,
-        or another failure that says nothing of its bytes), as opposed to
-        read and found damaged (:func:`io_error_of`).
-    error : BaseException or None
-        The error of reading, if any.
-    """
-
-    info: CheckpointInfo | None
-    problem: str | None = None
-    unreadable: bool = False
-    error: BaseException | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the metadata verify."""
-        return self.info is not None
-
-
-_ERRNO = re.compile(r"\[Errno (\d+)\] ")
-
-
-def _is_io(name: str) -> bool:
-    """Whether the class named ``name`` (of amrckpt's tree or a builtin) is an I/O error, not a count of bytes missing."""
-    cls = getattr(errors, name, None) or getattr(builtins, name, None)
-    return isinstance(cls, type) and issubclass(cls, OSError) and not issubclass(cls, ScdaCountError)
-
-
-def io_error_of(exc: BaseException) -> BaseException | None:
-    """Return the I/O error among the failures of reading a checkpoint, or None if they are evidence in its bytes. Not collective.
-
-    Evidence (a verdict on the file): a CRC32 that differs, a structure that
-    contradicts the index, a file that ends before its index or footer says
-    (:class:`~amrckpt.errors.CheckpointError`, and the scda errors other than
-    :class:`~amrckpt.errors.ScdaIOError`).  Anything else is not: an I/O
-    error (``EIO``, ``EINTR``, ``EAGAIN``, ``ENOMEM``, ``EBADFD``,
-    ``ENXIO``, ``EACCES``, a failed close), on this rank or, for an error
-    agreed by a collective call, on any rank (its
-    :attr:`~amrckpt.errors.AmrckptError.rank_errors`), or a failure outside
-    amrckpt's tree (``MemoryError``: :class:`~amrckpt.errors.CollectiveError`).
-
-    Returns
-    -------
-    BaseException or None
-        ``exc`` itself if it is such an error; a :class:`~amrckpt.errors.ScdaIOError`
-        (with the errno of the rank's message) for an error of evidence on one
-        rank and of I/O on another; None for evidence alone.  The same on every
-        rank for an agreed error.
-    """
-    if not isinstance(exc, (CheckpointError, ScdaError)) or isinstance(exc, ScdaIOError):
-        return exc
-    for rank, text in sorted(exc.rank_errors.items()):
-        name, _, message = text.partition(": ")
-        if _is_io(name):
-            m = _ERRNO.match(message)
-            out = ScdaIOError(int(m.group(1)) if m else errno.EIO, f"rank {rank}: {message[m.end() if m else 0 :]}")
-            out.rank_errors = dict(exc.rank_errors)
-            return out
-    return None
-
-
-def unreadable(exc: BaseException) -> bool:
-    """Whether an error of reading a checkpoint says nothing of its bytes (:func:`io_error_of`): never a verdict."""
-    return io_error_of(exc) is not None
 
 
 class CheckpointDirectory:

@@ -12,7 +12,7 @@ round is a refinement step (:class:`~amrckpt.sfc.AdaptStep`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +24,6 @@ from ._transforms import Transforms, transforms
 
 __all__ = ["CONNECT_TYPES", "BalanceQueries", "balance", "balance_answers", "balance_queries"]
 
-Connect = Literal["face", "edge", "corner", "full"]
 CONNECT_TYPES: dict[int, tuple[str, ...]] = {2: ("face", "corner", "full"), 3: ("face", "edge", "corner", "full")}
 """p4est's ``p4est_connect_type_t`` by dimension: ``P4EST_CONNECT_FACE``, ``P4EST_CONNECT_CORNER`` (= ``FULL``);
 ``P8EST_CONNECT_FACE``, ``P8EST_CONNECT_EDGE``, ``P8EST_CONNECT_CORNER`` (= ``FULL``)."""

@@ -10,6 +10,7 @@ numbered along the Morton curve of the brick, p4est_connectivity.c) and
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,132 +67,207 @@ def _brick_linear(tx: list[np.ndarray], logx: list[int], rankx: list[int]) -> np
     return ti
 
 
-def new_brick(n: list[int], per: list[bool], cls: type[Connectivity]) -> Connectivity:
-    """``p4est_connectivity_new_brick`` / ``p8est_connectivity_new_brick``, vectorized over trees."""
+@dataclass(frozen=True)
+class _Brick:
+    """The trees of a brick, numbered along its Morton curve (as ``p4est_connectivity_new_brick``).
+
+    Attributes
+    ----------
+    n : (d,) numpy.ndarray of int64
+        Trees along each axis.
+    per : list of bool
+        Periodicity of each axis.
+    coord : (d, K) numpy.ndarray of int64
+        The lattice coordinates of each tree.
+    tid : (K,) numpy.ndarray of int64
+        The tree at each lattice point, in row-major order (``x * n1 (* n2) ...``).
+    inner : tuple of d (K,) numpy.ndarray of bool
+        Whether a tree's corners and edges beyond its upper side along each axis exist (not on a non-periodic boundary).
+    """
+
+    n: np.ndarray
+    per: list[bool]
+    coord: np.ndarray
+    tid: np.ndarray
+    inner: tuple[np.ndarray, ...]
+
+    @property
+    def d(self) -> int:
+        """The dimension."""
+        return int(self.n.shape[0])
+
+    @property
+    def K(self) -> int:
+        """The number of trees."""
+        return int(self.tid.shape[0])
+
+    def tree_at(self, offsets: list[int] | np.ndarray) -> np.ndarray:
+        """Return the tree at each tree's coordinates plus ``offsets`` (wrapped), (K,)."""
+        c = [(self.coord[a] + int(offsets[a])) % self.n[a] for a in range(self.d)]
+        flat = c[0]
+        for a in range(1, self.d):
+            flat = flat * self.n[a] + c[a]
+        out: np.ndarray = self.tid[flat]
+        return out
+
+    def at_boundary(self, axis: int, upper: int | np.ndarray) -> np.ndarray:
+        """Whether each tree's corner/edge on the ``upper`` side of ``axis`` is on a non-periodic boundary, (K,)."""
+        if self.per[axis]:
+            return np.zeros(self.K, dtype=bool)
+        out: np.ndarray = np.where(upper, self.coord[axis] == self.n[axis] - 1, self.coord[axis] == 0)
+        return out
+
+
+def _brick_trees(n: list[int], per: list[bool]) -> _Brick:
+    """Return the trees of an ``n[0] x n[1] (x n[2])`` brick, numbered along p4est's Morton curve of the brick."""
     d = len(n)
-    C, F = _CHILDREN[d], _FACES[d]
     K = math.prod(n)
     logx = [(m - 1).bit_length() for m in n]
-    rankx = _brick_ranks(logx)
-    grid = np.indices(n, dtype=np.int64).reshape(d, -1)  # row-major lattice of trees: flat = x * n1 (* n2) ...
-    lin = _brick_linear([grid[a] for a in range(d)], logx, rankx)
+    grid = np.indices(n, dtype=np.int64).reshape(d, -1)  # row-major lattice of trees
+    lin = _brick_linear([grid[a] for a in range(d)], logx, _brick_ranks(logx))
     order = np.argsort(lin, kind="stable")  # tree j is the lattice point order[j]
     tid = np.empty(K, dtype=np.int64)
     tid[order] = np.arange(K)
-    coord = grid[:, order]  # (d, K): the coordinates of each tree
+    coord = grid[:, order]
     nn = np.array(n, dtype=np.int64)
+    return _Brick(nn, per, coord, tid, tuple((coord[a] < nn[a] - 1) | per[a] for a in range(d)))
 
-    def tree_at(offsets: list[int] | np.ndarray) -> np.ndarray:
-        """Return the tree at each tree's coordinates plus ``offsets`` (wrapped), (K,)."""
-        c = [(coord[a] + int(offsets[a])) % nn[a] for a in range(d)]
-        flat = c[0]
-        for a in range(1, d):
-            flat = flat * nn[a] + c[a]
-        out: np.ndarray = tid[flat]
-        return out
 
-    ok = [(coord[a] < nn[a] - 1) | per[a] for a in range(d)]  # a corner/edge beyond the upper side along a
-    all_ok = np.logical_and.reduce(ok)
-    tc2 = np.where(all_ok, np.cumsum(all_ok) - 1, -1)
-    if d == 3:
-        emask = np.stack([ok[1] & ok[2], ok[0] & ok[2], ok[0] & ok[1]], axis=1)
-        te2 = np.where(emask, (np.cumsum(emask.ravel()) - 1).reshape(K, 3), -1)
-        num_edges = int(emask.sum())
-    num_corners = int(all_ok.sum())
-    tf = np.empty((K, F), dtype=np.int64)
-    for i in range(d):
-        for j in range(2):
-            off = [0] * d
-            off[i] = 2 * j - 1
-            tf[:, 2 * i + j] = tree_at(off)
-    if d == 3:
-        te = np.empty((K, _EDGES), dtype=np.int64)
-        for i in range(3):
-            for j in range(4):
-                off = [
-                    0 if i == 0 else 2 * (j & 1) - 1,
-                    0 if i == 1 else 2 * ((j & 1) if i == 0 else (j // 2)) - 1,
-                    0 if i == 2 else 2 * (j // 2) - 1,
-                ]
-                te[:, 4 * i + j] = tree_at(off)
-    tc = np.empty((K, C), dtype=np.int64)
-    for i in range(C):
-        tc[:, i] = tree_at([1 if (i >> a) & 1 else -1 for a in range(d)])
+def _brick_faces(b: _Brick) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the face neighbours (wrapped), ``tree_to_tree`` and ``tree_to_face``, each (K, 2d).
+
+    A face on a non-periodic boundary is its tree's own face.
+    """
+    d, K, F = b.d, b.K, _FACES[b.d]
     me = np.arange(K)
-    maxc = nn - 1
+    tf = np.empty((K, F), dtype=np.int64)
     ttt = np.empty((K, F), dtype=np.int64)
     ttf = np.empty((K, F), dtype=np.int64)
     for i in range(d):
         for j in range(2):
             face = 2 * i + j
-            bound = np.zeros(K, dtype=bool) if per[i] else (coord[i] == 0) if j == 0 else (coord[i] == maxc[i])
+            off = [0] * d
+            off[i] = 2 * j - 1
+            tf[:, face] = b.tree_at(off)
+            bound = np.zeros(K, dtype=bool) if b.per[i] else (b.coord[i] == 0) if j == 0 else (b.coord[i] == b.n[i] - 1)
             ttt[:, face] = np.where(bound, me, tf[:, face])
             ttf[:, face] = np.where(bound, face, 2 * i + (j ^ 1))
+    return tf, ttt, ttf
 
-    def at_boundary(axis: int, upper: int | np.ndarray) -> np.ndarray:
-        """Whether each tree's corner/edge on the ``upper`` side of ``axis`` is on a non-periodic boundary."""
-        if per[axis]:
-            return np.zeros(K, dtype=bool)
-        out: np.ndarray = np.where(upper, coord[axis] == maxc[axis], coord[axis] == 0)
-        return out
 
-    kw: dict[str, Any] = {}
-    if d == 3 and num_edges:
-        tte = np.full((K, _EDGES), -1, dtype=np.int64)
-        ett = np.zeros(4 * num_edges, dtype=np.int64)
-        ete = np.zeros(4 * num_edges, dtype=np.int64)
-        for i in range(3):
-            dir1, dir2 = (1 if i == 0 else 0), (1 if i == 2 else 2)
-            for j in range(4):
-                edge = 4 * i + j
-                bound = at_boundary(dir1, j & 1) | at_boundary(dir2, j // 2)
-                src = [te[:, edge], tf[:, 2 * dir2], tf[:, 2 * dir1], me][j]
-                tmp = te2[src, i]
-                keep = ~bound
-                tte[keep, edge] = tmp[keep]
-                ett[4 * tmp[keep] + (3 - j)] = me[keep]
-                ete[4 * tmp[keep] + (3 - j)] = edge
-        kw |= {"tree_to_edge": tte, "ett_offset": 4 * np.arange(num_edges + 1), "edge_to_tree": ett, "edge_to_edge": ete}
-    elif d == 3:
-        kw |= {"ett_offset": [0]}
-    if num_corners:
-        ttc = np.full((K, C), -1, dtype=np.int64)
-        ctt = np.zeros(C * num_corners, dtype=np.int64)
-        ctc = np.zeros(C * num_corners, dtype=np.int64)
-        if d == 2:
-            sources = [tc[:, 0], tf[:, 2], tf[:, 0], me]
-        else:
-            sources = [tc[:, 0], te[:, 0], te[:, 4], tf[:, 4], te[:, 8], tf[:, 2], tf[:, 0], me]
-        for i in range(C):
-            bound = np.logical_or.reduce([at_boundary(a, (i >> a) & 1) for a in range(d)])
+def _brick_edges(b: _Brick, tf: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """Return the edge neighbours (K, 12) (wrapped) and the edge arrays of a 3D brick's connectivity.
+
+    An edge is numbered by the tree beyond it on both upper sides; one on a
+    non-periodic boundary is in no edge's list.
+    """
+    K = b.K
+    me = np.arange(K)
+    inner = b.inner
+    emask = np.stack([inner[1] & inner[2], inner[0] & inner[2], inner[0] & inner[1]], axis=1)
+    te2 = np.where(emask, (np.cumsum(emask.ravel()) - 1).reshape(K, 3), -1)
+    num_edges = int(emask.sum())
+    te = np.empty((K, _EDGES), dtype=np.int64)
+    for i in range(3):
+        for j in range(4):
+            off = [
+                0 if i == 0 else 2 * (j & 1) - 1,
+                0 if i == 1 else 2 * ((j & 1) if i == 0 else (j // 2)) - 1,
+                0 if i == 2 else 2 * (j // 2) - 1,
+            ]
+            te[:, 4 * i + j] = b.tree_at(off)
+    if not num_edges:
+        return te, {"ett_offset": [0]}
+    tte = np.full((K, _EDGES), -1, dtype=np.int64)
+    ett = np.zeros(4 * num_edges, dtype=np.int64)
+    ete = np.zeros(4 * num_edges, dtype=np.int64)
+    for i in range(3):
+        dir1, dir2 = (1 if i == 0 else 0), (1 if i == 2 else 2)
+        for j in range(4):
+            edge = 4 * i + j
+            bound = b.at_boundary(dir1, j & 1) | b.at_boundary(dir2, j // 2)
+            src = [te[:, edge], tf[:, 2 * dir2], tf[:, 2 * dir1], me][j]
+            tmp = te2[src, i]
             keep = ~bound
-            tmp = tc2[sources[i]]
-            ttc[keep, i] = tmp[keep]
-            ctt[C * tmp[keep] + (C - 1 - i)] = me[keep]
-            ctc[C * tmp[keep] + (C - 1 - i)] = i
-        kw |= {"tree_to_corner": ttc, "ctt_offset": C * np.arange(num_corners + 1), "corner_to_tree": ctt, "corner_to_corner": ctc}
-    # Vertices: lattice point X is made by the tree max(X - 1, 0) at its corner (X > 0) (the first tree along the curve
-    # to reach it); numbered in the order (tree, corner) in which p4est makes them.
-    lat = np.indices([m + 1 for m in n], dtype=np.int64).reshape(d, -1)
+            tte[keep, edge] = tmp[keep]
+            ett[4 * tmp[keep] + (3 - j)] = me[keep]
+            ete[4 * tmp[keep] + (3 - j)] = edge
+    return te, {"tree_to_edge": tte, "ett_offset": 4 * np.arange(num_edges + 1), "edge_to_tree": ett, "edge_to_edge": ete}
+
+
+def _brick_corners(b: _Brick, tf: np.ndarray, te: np.ndarray | None) -> dict[str, Any]:
+    """Return the corner arrays of a brick's connectivity (none if no corner is inside or periodic).
+
+    A corner is numbered by the tree beyond it on every upper side; one on
+    a non-periodic boundary is in no corner's list.  ``te``: the edge
+    neighbours (3D).
+    """
+    d, K, C = b.d, b.K, _CHILDREN[b.d]
+    me = np.arange(K)
+    all_inner = np.logical_and.reduce(b.inner)
+    tc2 = np.where(all_inner, np.cumsum(all_inner) - 1, -1)
+    num_corners = int(all_inner.sum())
+    if not num_corners:
+        return {}
+    tc0 = b.tree_at([-1] * d)
+    if te is None:
+        sources = [tc0, tf[:, 2], tf[:, 0], me]
+    else:
+        sources = [tc0, te[:, 0], te[:, 4], tf[:, 4], te[:, 8], tf[:, 2], tf[:, 0], me]
+    ttc = np.full((K, C), -1, dtype=np.int64)
+    ctt = np.zeros(C * num_corners, dtype=np.int64)
+    ctc = np.zeros(C * num_corners, dtype=np.int64)
+    for i in range(C):
+        bound = np.logical_or.reduce([b.at_boundary(a, (i >> a) & 1) for a in range(d)])
+        keep = ~bound
+        tmp = tc2[sources[i]]
+        ttc[keep, i] = tmp[keep]
+        ctt[C * tmp[keep] + (C - 1 - i)] = me[keep]
+        ctc[C * tmp[keep] + (C - 1 - i)] = i
+    return {"tree_to_corner": ttc, "ctt_offset": C * np.arange(num_corners + 1), "corner_to_tree": ctt, "corner_to_corner": ctc}
+
+
+def _brick_vertices(b: _Brick) -> tuple[np.ndarray, np.ndarray]:
+    """Return the vertices (V, 3) and ``tree_to_vertex`` (K, 2^d) of a brick.
+
+    Lattice point X is made by the tree max(X - 1, 0) at its corner (X > 0)
+    (the first tree along the curve to reach it); vertices are numbered in
+    the order (tree, corner) in which p4est makes them.
+    """
+    d, C, nn = b.d, _CHILDREN[b.d], b.n
+    lat = np.indices([int(m) + 1 for m in nn], dtype=np.int64).reshape(d, -1)
     maker = np.maximum(lat - 1, 0)
     flat = maker[0]
     for a in range(1, d):
         flat = flat * nn[a] + maker[a]
     corner = sum((lat[a] > 0).astype(np.int64) << a for a in range(d))
-    vkey = tid[flat] * C + corner
+    vkey = b.tid[flat] * C + corner
     vorder = np.argsort(vkey, kind="stable")
     vid = np.empty_like(vorder)
     vid[vorder] = np.arange(vorder.shape[0])
     verts = np.zeros((vorder.shape[0], 3), dtype=np.float64)
     verts[:, :d] = lat[:, vorder].T
-    ttv = np.empty((K, C), dtype=np.int64)
+    ttv = np.empty((b.K, C), dtype=np.int64)
     for i in range(C):
-        p = [coord[a] + ((i >> a) & 1) for a in range(d)]
+        p = [b.coord[a] + ((i >> a) & 1) for a in range(d)]
         f = p[0]
         for a in range(1, d):
             f = f * (nn[a] + 1) + p[a]
         ttv[:, i] = vid[f]
-    return cls(d, verts, ttv, ttt, ttf, **kw)
+    return verts, ttv
+
+
+def new_brick(n: list[int], per: list[bool], cls: type[Connectivity]) -> Connectivity:
+    """``p4est_connectivity_new_brick`` / ``p8est_connectivity_new_brick``, vectorized over trees."""
+    b = _brick_trees(n, per)
+    tf, ttt, ttf = _brick_faces(b)
+    kw: dict[str, Any] = {}
+    te = None
+    if b.d == 3:
+        te, kw = _brick_edges(b, tf)
+    kw |= _brick_corners(b, tf, te)
+    verts, ttv = _brick_vertices(b)
+    return cls(b.d, verts, ttv, ttt, ttf, **kw)
 
 
 # ---------------------------------------------------------------------------- the shell geometry
