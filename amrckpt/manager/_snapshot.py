@@ -13,6 +13,12 @@ copy as fast as the memory allows:
   more than asked, so that a mesh that refines a little does not reallocate
   at every save.
 
+* an array that cannot change is not copied at all: one the user made
+  read-only (``a.flags.writeable = False``) whose memory nothing else can
+  write either (it owns its memory, or views only read-only arrays down to
+  one that does, or an immutable ``bytes``), as a mesh that changes only at
+  adaptation can be between adaptations.
+
 The buffers hold one copy of the state between saves; :meth:`Snapshots.clear`
 releases them (the manager does at ``close``).  Reusing them is safe because
 the manager waits for the previous background save before it takes the next
@@ -31,11 +37,30 @@ from .._threads import Pool
 from ..comm import Comm, mpi_of
 from ..schema import CheckpointSchema
 
-__all__ = ["Snapshots", "cores_per_rank"]
+__all__ = ["Snapshots", "cores_per_rank", "frozen"]
 
 S = TypeVar("S", bound=CheckpointSchema)
 
 CHUNK_NBYTES = 8 << 20  # bytes per copy task: large enough that numpy drops the GIL, small enough to balance
+
+
+def frozen(a: np.ndarray) -> bool:
+    """Whether nothing can write the memory of ``a`` (so a snapshot may share it). Not collective.
+
+    True where ``a`` is read-only and so is every array it views, down to
+    one that owns its memory or to an immutable ``bytes``.  A read-only view
+    of a writable array, or of memory numpy does not own (a ``bytearray``,
+    an ``mmap``, C memory), is not frozen: the simulation may write it
+    through another name.  Making a frozen array writable again
+    (``a.flags.writeable = True``, on the array that owns the memory) while
+    a background save writes it is the caller's error.
+    """
+    x: Any = a
+    while isinstance(x, np.ndarray):
+        if x.flags.writeable:
+            return False
+        x = x.base
+    return x is None or isinstance(x, bytes)
 
 
 def cores_per_rank(comm: Comm) -> int:
@@ -68,8 +93,10 @@ class Snapshots:
         """Return a copy of ``state`` that shares no array with it. Not collective.
 
         Arrays (numpy arrays, and the arrays inside a :class:`~amrckpt.Forest`
-        or :class:`~amrckpt.HpData`) are copied into this object's buffers;
-        other values are deep-copied.  The copy is valid until the next call.
+        or :class:`~amrckpt.HpData`) are copied into this object's buffers,
+        except those that cannot change (:func:`frozen`), which the copy
+        shares; other values are deep-copied.  The copy is valid until the
+        next call.
         """
         values: dict[str, Any] = {}
         jobs: list[tuple[np.ndarray, np.ndarray]] = []
@@ -100,6 +127,9 @@ class Snapshots:
     def _array(self, name: str, part: str, a: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         if a.dtype.hasobject:
             return copy.deepcopy(a)
+        if frozen(a):
+            self._buffers.pop((name, part), None)  # shared, not copied: no buffer held for it
+            return a
         key = (name, part)
         buf = self._buffers.get(key)
         if buf is None or buf.nbytes < a.nbytes:

@@ -76,3 +76,30 @@ def test_odd_arrays() -> None:
 
 def test_cores_per_rank_serial() -> None:
     assert cores_per_rank(SerialComm()) >= 1
+
+
+def test_a_read_only_array_that_owns_its_memory_is_shared_not_copied() -> None:
+    """An array nothing can write (read-only down to its memory) is shared; any other is copied."""
+    st = _state()
+    st.rho.flags.writeable = False  # owns its memory: frozen
+    writable = st.vel.copy()
+    st.vel = writable[:]  # a view of a writable array, then made read-only: the base can still change
+    st.vel.flags.writeable = False
+    cp = Snapshots(1).take(st)
+    assert cp.rho is st.rho
+    assert not np.shares_memory(cp.vel, writable)
+    writable += 1.0  # the simulation writes through its own name: the copy keeps the old values
+    assert not np.array_equal(cp.vel, writable)
+
+
+def test_frozen_follows_the_chain_of_bases_to_memory_nothing_else_writes() -> None:
+    """Read-only views of read-only arrays, and of bytes, are frozen; of a bytearray or a writable array, not."""
+    owner = np.arange(8.0)
+    owner.flags.writeable = False
+    view = owner[2:]
+    assert _snapshot.frozen(owner) and _snapshot.frozen(view) and _snapshot.frozen(view[::2])
+    assert _snapshot.frozen(np.frombuffer(bytes(16), dtype=np.float64))
+    ro = np.frombuffer(bytearray(16), dtype=np.float64)
+    ro.flags.writeable = False
+    assert not _snapshot.frozen(ro)
+    assert not _snapshot.frozen(np.arange(3.0))
