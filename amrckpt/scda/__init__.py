@@ -32,8 +32,8 @@ truncation, sync, line breaks).
 
 from __future__ import annotations
 
-from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend
-from ._backend import MAX_CALL_NBYTES, Backend, Capabilities, PosixBackend, capabilities_of, os_error
+from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend, open_sink, open_source
+from ._backend import MAX_CALL_NBYTES, Backend, ByteSink, ByteSource, Capabilities, PosixBackend, capabilities_of, os_error
 from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -72,6 +72,8 @@ __all__ = [
     "MAX_USER_STRING_NBYTES",
     "MAX_VENDOR_NBYTES",
     "Backend",
+    "ByteSink",
+    "ByteSource",
     "Capabilities",
     "BackendOpener",
     "FileAccess",
@@ -114,6 +116,8 @@ __all__ = [
     "is_scda",
     "line_style",
     "open_backend",
+    "open_sink",
+    "open_source",
     "open_read",
     "os_error",
     "pad_string",

@@ -12,30 +12,35 @@ through the backend it names.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..comm import Comm, mpi_of
-from ..errors import ScdaArgumentError
-from ._backend import Backend, PosixBackend
+from ..errors import ScdaArgumentError, ScdaUsageError
+from ._backend import Backend, ByteSink, ByteSource, PosixBackend, missing_members
 from ._format import Style
 from ._mpiio import MPIIOBackend
 
-__all__ = ["BackendOpener", "FileAccess", "LocalFileOpener", "open_backend"]
+__all__ = ["BackendOpener", "FileAccess", "LocalFileOpener", "open_backend", "open_sink", "open_source"]
 
 
 class BackendOpener(Protocol):
-    """What opens a file on every rank as a :class:`~amrckpt.scda.Backend`: a class or a factory.
+    """What opens a file on every rank: a class or a factory of a :class:`~amrckpt.scda.Backend`, or of a sink or source only.
 
     ``opener(path, mode, comm, access, defer)`` is collective over ``comm``
     and agrees on its errors, as :func:`open_backend` does.  Pass one as
     ``FileAccess(backend=...)`` to read and write through a backend of one's
     own (a wrapper that injects faults or latency, as zarr's ``WrapperStore``).
+    An opener may serve only whole-file writes (``mode="w"``, ``defer``: a
+    :class:`~amrckpt.scda.ByteSink`, as a node cache's pieces) or only reads
+    (a :class:`~amrckpt.scda.ByteSource`, as a cached step): what it returns
+    is checked against what the caller needs.
     """
 
-    def __call__(self, path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend: ...
+    def __call__(self, path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> ByteSink | ByteSource: ...
 
 
 class LocalFileOpener(Protocol):
@@ -150,8 +155,91 @@ def open_backend(
         On every rank, if any rank cannot open the file.
     ScdaArgumentError
         For an unknown backend, or MPI-IO without an MPI communicator.
+    ScdaUsageError
+        On every rank alike, if the access's opener gives a sink or a
+        source only (:func:`open_sink`, :func:`open_source` take those).
     """
-    a = FileAccess.of(access, info=info, backend=backend, truncate=truncate)
+    got = _open(path, mode, comm, FileAccess.of(access, info=info, backend=backend, truncate=truncate), defer)
+    full: Backend = _served(got, Backend, path, "sections one by one")
+    return full
+
+
+def open_sink(path: str | os.PathLike[str], comm: Comm, *, access: FileAccess | None = None) -> ByteSink:
+    """Open ``path`` on every rank of ``comm`` for one whole-file write (``write_gathered``), as a deferred writer does. Collective.
+
+    ``open_backend(path, "w", comm, access=access, defer=True)``, and an
+    opener may give a sink that only takes whole files (a node cache's
+    pieces).
+
+    Raises
+    ------
+    ScdaIOError
+        On every rank, if any rank cannot open the file.
+    ScdaArgumentError
+        For an unknown backend, or MPI-IO without an MPI communicator.
+    ScdaUsageError
+        On every rank alike, if the access's opener gives no :class:`~amrckpt.scda.ByteSink`.
+    """
+    sink: ByteSink = _served(_open(path, "w", comm, FileAccess.of(access), True), ByteSink, path, "whole-file writes")
+    return sink
+
+
+def open_source(path: str | os.PathLike[str], comm: Comm, *, access: FileAccess | None = None) -> ByteSource:
+    """Open ``path`` on every rank of ``comm`` for reading, as read plans do. Collective.
+
+    ``open_backend(path, "r", comm, access=access, defer=True)``, and an
+    opener may give a source that is read only (a cached step's pieces).
+
+    Raises
+    ------
+    ScdaIOError
+        On every rank, if any rank cannot open the file.
+    ScdaArgumentError
+        For an unknown backend, or MPI-IO without an MPI communicator.
+    ScdaUsageError
+        On every rank alike, if the access's opener gives no :class:`~amrckpt.scda.ByteSource`.
+    """
+    source: ByteSource = _served(_open(path, "r", comm, FileAccess.of(access), True), ByteSource, path, "reads")
+    return source
+
+
+def _served(got: object, protocol: Any, path: str | os.PathLike[str], what: str) -> Any:
+    """Return ``got`` if it is a ``protocol``; else close it and raise (the same on every rank: one opener, one class).
+
+    Raises
+    ------
+    ScdaUsageError
+        Naming the members ``got`` lacks.
+    """
+    if isinstance(got, protocol):
+        return got
+    lacks = missing_members(got, protocol)
+    with contextlib.suppress(Exception):  # what it opened, closed on every rank alike
+        got.close()  # type: ignore[attr-defined]
+    raise ScdaUsageError(
+        f"{os.fspath(path)!r}: the backend {type(got).__name__} does not serve {what} (it has no {', '.join(lacks)}): "
+        f"{_what_it_is(got)}"
+    )
+
+
+def _what_it_is(got: object) -> str:
+    if isinstance(got, ByteSink):
+        return "it is a sink of whole files only, which a deferred writer opens (amrckpt.scda.open_sink)"
+    if isinstance(got, ByteSource):
+        return "it is a source only, which read plans open (amrckpt.scda.open_source)"
+    return "give FileAccess(backend=) an opener of an amrckpt.scda.Backend, ByteSink or ByteSource"
+
+
+def _open(path: str | os.PathLike[str], mode: str, comm: Comm, a: FileAccess, defer: bool) -> object:
+    """Open ``path`` as ``a`` says (its opener, POSIX or MPI-IO). Collective, agreeing on its errors.
+
+    Raises
+    ------
+    ScdaIOError
+        On every rank, if any rank cannot open the file.
+    ScdaArgumentError
+        For an unknown backend, or MPI-IO without an MPI communicator.
+    """
     where = os.fspath(path)
     if callable(a.backend):
         return a.backend(where, mode, comm, a, defer)

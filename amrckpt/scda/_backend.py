@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..comm import Call, Comm, collective, current_call
 from ..errors import (
@@ -30,7 +30,19 @@ from ..errors import (
 )
 from ._io import Piece, byte_view, coalesce, open_read, os_error, preadv, pwritev, rounds
 
-__all__ = ["Backend", "Capabilities", "PosixBackend", "byte_view", "capabilities_of", "os_error", "preadv", "rounds"]
+__all__ = [
+    "Backend",
+    "ByteSink",
+    "ByteSource",
+    "Capabilities",
+    "PosixBackend",
+    "byte_view",
+    "capabilities_of",
+    "missing_members",
+    "os_error",
+    "preadv",
+    "rounds",
+]
 
 MAX_CALL_NBYTES = 1 << 30
 """Bytes per rank and per MPI-IO call: larger runs are moved in rounds.
@@ -109,25 +121,17 @@ def capabilities_of(backend: object) -> Capabilities:
     return caps
 
 
-class Backend(Protocol):
-    """A shared file opened by all ranks of a communicator.
+@runtime_checkable
+class ByteSink(Protocol):
+    """Where the whole-file write of a deferred writer goes: a shared file opened to write, or a node cache's pieces.
 
-    What it does beyond these calls it declares in a ``capabilities``
-    attribute (:class:`Capabilities`; read through :func:`capabilities_of`).
+    What :func:`~amrckpt.scda.open_sink` opens.  What it does beyond these
+    calls it declares in a ``capabilities`` attribute (:class:`Capabilities`;
+    read through :func:`capabilities_of`).
     """
 
     comm: Comm
     path: str
-
-    def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
-        """Write this rank's pieces and bulk run. Collective.
-
-        ``max_bulk_nbytes`` is the largest bulk run of any rank (collective
-        knowledge: it follows from the partition), so that every rank makes
-        the same number of collective calls.  Raises the first local error
-        after taking part in every collective call.
-        """
-        ...
 
     def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Write all of this rank's pieces of a whole file in ``ncontiguous + nrounds`` collective calls. Collective.
@@ -143,6 +147,33 @@ class Backend(Protocol):
         taking part in every collective call.
         """
         ...
+
+    def sync(self, size: int | None = None) -> None:
+        """Flush written bytes to stable storage (fsync, ``MPI_File_sync``); with ``size``, first set the size. Collective.
+
+        A rank's error is kept by the open :class:`~amrckpt.comm.Call` for
+        its next agreement (the caller then closes the file all the same).
+        """
+        ...
+
+    def close(self, size: int | None = None) -> None:
+        """Close the file on every rank, whatever failed before; with ``size``, first cut (or extend) it. Collective.
+
+        A rank's error is kept by the open :class:`~amrckpt.comm.Call` for
+        its next agreement.
+        """
+        ...
+
+
+@runtime_checkable
+class ByteSource(Protocol):
+    """What read plans and the scda reader read from: a shared file opened to read, or a cached step's pieces.
+
+    What :func:`~amrckpt.scda.open_source` opens; capabilities as :class:`ByteSink`.
+    """
+
+    comm: Comm
+    path: str
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fill this rank's piece and bulk buffers from the file. Collective.
@@ -165,11 +196,27 @@ class Backend(Protocol):
         """Return the file's size in bytes. Collective, agreeing (``MPI_File_get_size``; POSIX: ``fstat``)."""
         ...
 
-    def sync(self, size: int | None = None) -> None:
-        """Flush written bytes to stable storage (fsync, ``MPI_File_sync``); with ``size``, first set the size. Collective.
+    def close(self) -> None:
+        """Close the file on every rank, whatever failed before. Collective; a rank's error is kept by the open call."""
+        ...
 
-        A rank's error is kept by the open :class:`~amrckpt.comm.Call` for
-        its next agreement (the caller then closes the file all the same).
+
+@runtime_checkable
+class Backend(ByteSink, ByteSource, Protocol):
+    """A shared file opened by all ranks of a communicator: a sink and a source, and writes section by section.
+
+    What :func:`~amrckpt.scda.open_backend` opens (POSIX, MPI-IO, or a
+    :class:`~amrckpt.scda.BackendOpener`'s): the immediate writer writes
+    through :meth:`write`, one call per section.
+    """
+
+    def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
+        """Write this rank's pieces and bulk run. Collective.
+
+        ``max_bulk_nbytes`` is the largest bulk run of any rank (collective
+        knowledge: it follows from the partition), so that every rank makes
+        the same number of collective calls.  Raises the first local error
+        after taking part in every collective call.
         """
         ...
 
@@ -180,6 +227,22 @@ class Backend(Protocol):
         its next agreement.
         """
         ...
+
+
+def missing_members(obj: object, protocol: type) -> list[str]:
+    """Return the members of ``protocol`` (:class:`ByteSink`, :class:`ByteSource` or :class:`Backend`) that ``obj`` lacks.
+
+    Not collective.  What :func:`~amrckpt.scda.open_backend` and its kin
+    name when an opener's object does not serve the file as asked.
+    """
+    return [n for n in _MEMBERS[protocol] if not hasattr(obj, n)]
+
+
+_MEMBERS: dict[type, tuple[str, ...]] = {
+    ByteSink: ("comm", "path", "write_gathered", "sync", "close"),
+    ByteSource: ("comm", "path", "read", "read_gathered", "file_size", "close"),
+    Backend: ("comm", "path", "write", "write_gathered", "read", "read_gathered", "file_size", "sync", "close"),
+}
 
 
 class _Step:

@@ -39,8 +39,8 @@ from .._crc import CHUNK_NBYTES, SectionCrc
 from ..comm import Call, Comm, current_call
 from ..errors import AmrckptError, ChecksumError, ScdaCountError
 from . import _backend
-from ._access import FileAccess, open_backend
-from ._backend import Backend
+from ._access import FileAccess, open_source
+from ._backend import ByteSource
 from ._io import byte_view, open_read, os_error, pread, preadv
 
 __all__ = ["GatheredExecutor", "LocalExecutor", "LocalFile", "PlanExecutor", "ReadPlan", "checksum_error"]
@@ -353,7 +353,7 @@ class GatheredExecutor:
         self.path = path
         self.comm = comm
         self.access = FileAccess() if access is None else access
-        self._backend: Backend | None = None
+        self._backend: ByteSource | None = None
 
     def _call(self) -> Call:
         call = current_call(self.comm)
@@ -363,7 +363,7 @@ class GatheredExecutor:
     def run(self, plan: ReadPlan) -> None:
         """Read every piece of ``plan`` on every rank: read, exscan, read, CRC32 allreduce. Collective."""
         if plan.nbytes and self._backend is None:
-            self._backend = open_backend(self.path, "r", self.comm, access=self.access, defer=True)  # agrees
+            self._backend = open_source(self.path, self.comm, access=self.access)  # agrees
         self._phase(plan)
         if plan.scans:
             sums = []

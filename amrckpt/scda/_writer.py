@@ -14,7 +14,7 @@ from .._crc import KnownCrcs, SectionCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from . import _backend
-from ._access import FileAccess, open_backend
+from ._access import FileAccess, open_backend, open_sink
 from ._backend import Backend, byte_view, capabilities_of, rounds
 from ._codec import encode_elements
 from ._entries import format_entries
@@ -870,7 +870,7 @@ class ScdaWriter:
             return  # deferred but not settled, or failed: the file was never opened
         call = self.call
         try:
-            backend = open_backend(self.path, "w", self.comm, access=self.access, defer=True)
+            sink = open_sink(self.path, self.comm, access=self.access)
         except ScdaError as exc:
             self._failed = exc
             raise
@@ -878,15 +878,15 @@ class ScdaWriter:
             call.fail(self._pending)
         queue, self._queue = self._queue, []
         mine = [] if call.failed else queue  # a failed rank joins with nothing
-        if capabilities_of(backend).takes_piece_crcs and self._checksum and mine:  # a backend that CRCs what it writes
-            call.run(lambda: backend.take_piece_crcs([k for c, _ in self._open_terms if c is not None for k in c.known()]))  # type: ignore[attr-defined]
+        if capabilities_of(sink).takes_piece_crcs and self._checksum and mine:  # a backend that CRCs what it writes
+            call.run(lambda: sink.take_piece_crcs([k for c, _ in self._open_terms if c is not None for k in c.known()]))  # type: ignore[attr-defined]
         if self._ncontiguous:  # pieces large enough for contiguous calls of their own
-            call.run(backend.write_gathered, mine, self._nrounds, self._ncontiguous, always=True)
+            call.run(sink.write_gathered, mine, self._nrounds, self._ncontiguous, always=True)
         else:
-            call.run(backend.write_gathered, mine, self._nrounds, always=True)
+            call.run(sink.write_gathered, mine, self._nrounds, always=True)
         if self._sync_at_close:
-            backend.sync(size)  # errors kept by the call
-        backend.close(size)  # closes on every rank, whatever failed; errors kept by the call
+            sink.sync(size)  # errors kept by the call
+        sink.close(size)  # closes on every rank, whatever failed; errors kept by the call
         try:
             call.agree("fclose")
         except BaseException as exc:

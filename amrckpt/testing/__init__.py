@@ -17,7 +17,9 @@ a communicator or use amrckpt under MPI:
   on chosen ranks: the agreement test of every public entry point;
 - :class:`BackendTests` is the conformance suite of byte backends (zarr's
   ``StoreTests``): one body of tests of the backend's calls and of the
-  read plans, subclassed for each backend and communicator.
+  read plans, subclassed for each backend and communicator;
+  :class:`SinkSourceTests`, its part for a sink and the source that reads
+  back what it wrote (a node cache's pieces and its cached steps included).
 
 Nothing here is imported by ``import amrckpt``; :mod:`amrckpt.testing.strategies`
 (hypothesis strategies for scda sections and partitions) needs hypothesis.
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from ._backends import CountingBackend, CountingLocalFile, FaultyBackend, WrapperBackend
 from ._comm_tests import CommTests
-from ._conformance import BackendTests
+from ._conformance import BackendTests, SinkSourceTests
 from ._faults import KINDS, Fault, FaultPlan, FaultSpec, inject_faults
 from ._files import FaultyFileSystem
 from ._steps import InjectedStepError, StepFaults, failing_steps
@@ -48,6 +50,7 @@ __all__ = [
     "FaultyComm",
     "FaultyFileSystem",
     "InjectedStepError",
+    "SinkSourceTests",
     "StepFaults",
     "WrapperBackend",
     "WrapperComm",

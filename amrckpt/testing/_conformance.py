@@ -35,10 +35,20 @@ import numpy as np
 
 from ..comm import Comm, collective
 from ..errors import AmrckptError, ChecksumError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError
-from ..scda import BackendOpener, FileAccess, GatheredExecutor, LocalExecutor, LocalFile, ReadPlan, open_backend
+from ..scda import (
+    BackendOpener,
+    FileAccess,
+    GatheredExecutor,
+    LocalExecutor,
+    LocalFile,
+    ReadPlan,
+    open_backend,
+    open_sink,
+    open_source,
+)
 from ._faults import inject_faults
 
-__all__ = ["BackendTests"]
+__all__ = ["BackendTests", "SinkSourceTests"]
 
 Body = Callable[..., Any]
 
@@ -53,7 +63,143 @@ def _sizes(P: int) -> list[int]:
     return [3 * p + j + 1 for p in range(P) for j in range(p + 1)]
 
 
-class BackendTests:
+def _sections_bytes(P: int) -> tuple[bytes, tuple[int, int, int, int]]:
+    """Return the bytes of a file of 32-byte size entries and variable-size elements (a V section) of P ranks, and its layout."""
+    sizes = _sizes(P)
+    entries = b"".join(f"E {s:<26d}\n".encode()[:31].ljust(31) + b"\n" for s in sizes)
+    data = b"".join(_block(i, 1, s) for i, s in enumerate(sizes))
+    raw = b"H" * 64 + entries + data
+    return raw, (64, 64 + len(entries), len(raw), zlib.crc32(raw))
+
+
+class SinkSourceTests:
+    """Conformance tests of a byte sink and of the source that reads back what it wrote.
+
+    (:class:`~amrckpt.scda.ByteSink`, :class:`~amrckpt.scda.ByteSource`.)
+
+    Subclass, implement :meth:`run`, provide a ``backend_dir`` fixture, and
+    say how files are written and read: :meth:`sink_access` and
+    :meth:`source_access` (by default both :attr:`access`, a full backend's).
+    A sink that is not a shared file (a node cache's pieces, one file per
+    rank) gives a source built from what its sinks wrote.  Every test writes
+    through :func:`~amrckpt.scda.open_sink` (``write_gathered``) and reads
+    through :func:`~amrckpt.scda.open_source` and the read plans of
+    :mod:`amrckpt.scda`.
+
+    Attributes
+    ----------
+    backend : None, str or BackendOpener
+        The backend of :attr:`access` (``FileAccess.backend``).
+    """
+
+    backend: ClassVar[str | BackendOpener | None] = None
+
+    def run(self, fn: Body, *args: Any) -> list[Any]:
+        """Run ``fn(comm, *args)`` on every rank; return what it returned on the ranks this process sees (at least its own)."""
+        raise NotImplementedError
+
+    @property
+    def access(self) -> FileAccess:
+        """The file access of every file the tests open."""
+        return FileAccess(backend=self.backend)
+
+    def sink_access(self, path: str, comm: Comm) -> FileAccess:
+        """Return the access through which ``path`` is written (:func:`~amrckpt.scda.open_sink`). Not collective."""
+        return self.access
+
+    def source_access(self, path: str, comm: Comm) -> FileAccess:
+        """Return the access through which ``path`` is read back after its sinks closed. Collective, inside a collective call."""
+        return self.access
+
+    def test_a_sink_takes_every_rank_s_pieces_and_its_source_gives_any_rank_s(self, backend_dir: Path) -> None:
+        """Every rank writes three pieces interleaved with the others' in one gathered write; each reads its neighbour's."""
+        path = os.fspath(backend_dir / "sink.bin")
+
+        def body(comm: Comm) -> bool:
+            r, P, n = comm.rank, comm.size, 5
+            with collective(comm, "conformance: sink and source") as call:
+                f = open_sink(path, comm, access=self.sink_access(path, comm))
+                mine = [(n * (k * P + r), memoryview(_block(r, k, n))) for k in range(3)]
+                call.run(f.write_gathered, mine, 1, always=True)
+                f.close()
+                call.agree()
+                g = open_source(path, comm, access=self.source_access(path, comm))
+                q = (r + 1) % P
+                bufs = [bytearray(n) for _ in range(3)]
+                call.run(g.read_gathered, [(n * (k * P + q), memoryview(b)) for k, b in enumerate(bufs)], 2, always=True)
+                size = g.file_size()
+                g.close()
+                call.agree()
+            return size == 3 * n * P and all(bytes(b) == _block(q, k, n) for k, b in enumerate(bufs))
+
+        assert all(self.run(body))
+
+    def _plan(self, comm: Comm, layout: tuple[int, int, int, int], verify: bool) -> tuple[ReadPlan, dict[str, Any]]:
+        """Plan rank p's elements of the file of :meth:`_write_sections`: its entries first, its data after the exscan."""
+        entries_at, data_at, end, crc = layout
+        r = comm.rank
+        first, count = r * (r + 1) // 2, r + 1  # rank p holds p + 1 elements
+        plan = ReadPlan("conformance", verify=verify)
+        plan.cover("elements", 0, end, crc, [(0, entries_at, zlib.crc32(b"H" * entries_at))] if r == 0 else [])
+        ents = np.empty(32 * count, dtype=np.uint8)
+        plan.read(0, entries_at + 32 * first, ents)
+        got: dict[str, Any] = {}
+
+        def local() -> int:
+            got["sizes"] = [int(bytes(ents[32 * i + 2 : 32 * i + 31]).decode().strip()) for i in range(count)]
+            return sum(got["sizes"])
+
+        def then(before: int) -> None:
+            got["before"] = before
+            got["data"] = buf = bytearray(sum(got["sizes"]))
+            plan.read(0, data_at + before, buf)
+
+        def prefix(read: Any) -> int:
+            raw = read(entries_at, 32 * first)
+            return sum(int(raw[32 * i + 2 : 32 * i + 31].decode().strip()) for i in range(first))
+
+        plan.scan(local, then, prefix)
+        return plan, got
+
+    def _through(self, comm: Comm, path: str, damage: bool) -> tuple[ReadPlan, dict[str, Any]]:
+        """Write the file of sections through the sink on the root (one byte changed with ``damage``); read every rank's part."""
+        raw, layout = _sections_bytes(comm.size)
+        if damage:
+            raw = raw[:-1] + bytes([raw[-1] ^ 0x20])
+        with collective(comm, "conformance: plan through a sink") as call:
+            f = open_sink(path, comm, access=self.sink_access(path, comm))
+            call.run(f.write_gathered, [(0, memoryview(raw))] if comm.rank == 0 else [], 1, always=True)
+            f.close()
+            call.agree()
+            plan, got = self._plan(comm, layout, True)
+            ex = GatheredExecutor(path, comm, self.source_access(path, comm))
+            ex.run(plan)
+            ex.close()
+            call.agree()
+        return plan, got
+
+    def test_a_read_plan_reads_what_a_sink_wrote(self, backend_dir: Path) -> None:
+        """A two-phase plan (sizes, then data after one exscan) reads each rank's elements of a file written through the sink."""
+        path = os.fspath(backend_dir / "through.bin")
+
+        def body(comm: Comm) -> bool:
+            plan, got = self._through(comm, path, damage=False)
+            return plan.error is None and plan.checked == ["elements"] and bytes(got["data"]) == _elements_of(comm.rank, comm.size)
+
+        assert all(self.run(body))
+
+    def test_a_read_plan_finds_damage_in_what_a_sink_wrote_on_every_rank(self, backend_dir: Path) -> None:
+        """One byte of the last rank's data changed before it was written: every rank's plan holds the same ChecksumError."""
+        path = os.fspath(backend_dir / "through-damaged.bin")
+
+        def body(comm: Comm) -> str:
+            plan, _ = self._through(comm, path, damage=True)
+            return type(plan.error).__name__
+
+        assert set(self.run(body)) == {ChecksumError.__name__}
+
+
+class BackendTests(SinkSourceTests):
     """Conformance tests of a byte backend: subclass, set :attr:`backend`, implement :meth:`run`, provide ``backend_dir``.
 
     Attributes
@@ -65,17 +211,7 @@ class BackendTests:
         the fault tests run.
     """
 
-    backend: ClassVar[str | BackendOpener | None] = None
     faulty: ClassVar[bool] = False
-
-    def run(self, fn: Body, *args: Any) -> list[Any]:
-        """Run ``fn(comm, *args)`` on every rank; return what it returned on the ranks this process sees (at least its own)."""
-        raise NotImplementedError
-
-    @property
-    def access(self) -> FileAccess:
-        """The file access of every file the tests open."""
-        return FileAccess(backend=self.backend)
 
     # -- the backend's calls -----------------------------------------------------------------------------
 
@@ -215,39 +351,9 @@ class BackendTests:
 
     def _write_sections(self, path: Path, P: int) -> tuple[int, int, int, int]:
         """Write a file of 32-byte size entries and variable-size elements (as a V section); return its layout."""
-        sizes = _sizes(P)
-        entries = b"".join(f"E {s:<26d}\n".encode()[:31].ljust(31) + b"\n" for s in sizes)
-        data = b"".join(_block(i, 1, s) for i, s in enumerate(sizes))
-        head = b"H" * 64
-        path.write_bytes(head + entries + data)
-        return len(head), len(head) + len(entries), len(head) + len(entries) + len(data), zlib.crc32(head + entries + data)
-
-    def _plan(self, comm: Comm, layout: tuple[int, int, int, int], verify: bool) -> tuple[ReadPlan, dict[str, Any]]:
-        """Plan rank p's elements of the file of :meth:`_write_sections`: its entries first, its data after the exscan."""
-        entries_at, data_at, end, crc = layout
-        r = comm.rank
-        first, count = r * (r + 1) // 2, r + 1  # rank p holds p + 1 elements
-        plan = ReadPlan("conformance", verify=verify)
-        plan.cover("elements", 0, end, crc, [(0, entries_at, zlib.crc32(b"H" * entries_at))] if r == 0 else [])
-        ents = np.empty(32 * count, dtype=np.uint8)
-        plan.read(0, entries_at + 32 * first, ents)
-        got: dict[str, Any] = {}
-
-        def local() -> int:
-            got["sizes"] = [int(bytes(ents[32 * i + 2 : 32 * i + 31]).decode().strip()) for i in range(count)]
-            return sum(got["sizes"])
-
-        def then(before: int) -> None:
-            got["before"] = before
-            got["data"] = buf = bytearray(sum(got["sizes"]))
-            plan.read(0, data_at + before, buf)
-
-        def prefix(read: Any) -> int:
-            raw = read(entries_at, 32 * first)
-            return sum(int(raw[32 * i + 2 : 32 * i + 31].decode().strip()) for i in range(first))
-
-        plan.scan(local, then, prefix)
-        return plan, got
+        raw, layout = _sections_bytes(P)
+        path.write_bytes(raw)
+        return layout
 
     def _read_planned(self, comm: Comm, path: Path, access: FileAccess, damage: bool) -> tuple[ReadPlan, dict[str, Any]]:
         """Write the file on the root (its last byte changed with ``damage``), plan every rank's part, read it collectively."""

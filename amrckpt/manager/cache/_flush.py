@@ -33,7 +33,7 @@ from ..._files import new_token, open_regular
 from ..._logging import RankLogger, get_logger
 from ...comm import Call, Comm, collective
 from ...errors import ManagerError, ManagerIOError
-from ...scda import MAX_CALL_NBYTES, FileAccess, Style, open_backend, os_error
+from ...scda import MAX_CALL_NBYTES, FileAccess, Style, open_sink, os_error
 from ...schema import CheckpointSchema, save
 from .._directory import CheckpointDirectory
 from .._retention import KeepPolicy
@@ -438,7 +438,7 @@ def commit_pieces(
 
     def write(tmp: Path) -> _Flushed:
         a = access.replace(truncate=True)
-        backend = open_backend(tmp, "w", comm, access=a, defer=True)
+        backend = open_sink(tmp, comm, access=a)
         call.run(backend.write_gathered, [] if call.failed else list(pieces), rounds, always=True)
         if directory.sync:
             backend.sync(None)

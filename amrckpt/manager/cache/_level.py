@@ -15,7 +15,7 @@ from ..._logging import RankLogger
 from ...comm import Comm
 from ...container import RUN_RECORD_LIMIT
 from ...errors import ManagerError, ManagerIOError, ScdaIOError, ScdaUsageError
-from ...scda import Backend, FileAccess, os_error
+from ...scda import ByteSink, FileAccess, os_error
 from .._commit import StepCommit, remove_tree
 from .._lock import DirectoryLock
 from .._names import StepNames
@@ -148,7 +148,7 @@ class CacheLevel:
         and its agreement): a save that fails before leaves it where it was.
         """
 
-        def open_pieces(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend:
+        def open_pieces(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> ByteSink:
             if mode != "w" or not defer:
                 raise ScdaUsageError("a node cache takes the pieces of a deferred writer only")
             return PiecesBackend(tmp / pieces_name(comm.rank), comm, recycle, self.mappings if self.tmpfs else None)

@@ -18,7 +18,6 @@ import numpy as np
 from ..._crc import crc32, crc32_of_pieces, pool
 from ..._files import pwrite_exact
 from ...comm import Comm, current_call
-from ...errors import ScdaUsageError
 from ...scda import Capabilities, os_error
 from ._pieces import _HEAD, _crc_of, pieces_head, pieces_table
 
@@ -188,13 +187,15 @@ def on_tmpfs(path: Path) -> bool:
 
 
 class PiecesBackend:
-    """A :class:`~amrckpt.scda.Backend` that writes this rank's pieces of the file into its own pieces file.
+    """A :class:`~amrckpt.scda.ByteSink` that writes this rank's pieces of the file into its own pieces file.
 
-    Opened by the deferred writer of a save (``defer=True``) through
-    :meth:`CacheLevel.opener`: the save's one collective write
+    Opened by the deferred writer of a save (:func:`~amrckpt.scda.open_sink`)
+    through :meth:`CacheLevel.opener`: the save's one collective write
     (``write_gathered``) becomes one ``writev`` of a file on the node, or,
     with ``recycle``, a copy into a retired step's pieces file of this rank
-    (its pages allocated already).  Only writes; nothing collective happens in it.
+    (its pages allocated already).  A sink only: the pieces are read back by
+    a restart (:class:`~amrckpt.manager.cache._read.CachedBackend`) or the
+    flush; nothing collective happens in it.
     """
 
     capabilities = Capabilities(takes_piece_crcs=True)  # it CRCs what it writes: the ranges the save CRC'd are combined
@@ -215,16 +216,6 @@ class PiecesBackend:
     def take_piece_crcs(self, known: list[tuple[int, int, int]]) -> None:
         """Take the ``(offset, nbytes, crc32)`` of file ranges that the save CRC'd already (:class:`~amrckpt.scda.Capabilities`)."""
         self._known = known
-
-    def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:
-        """Not used: a save writes through :meth:`write_gathered`.
-
-        Raises
-        ------
-        ScdaUsageError
-            On this rank, always: not supported (a node cache takes the pieces of a deferred writer only).
-        """
-        raise ScdaUsageError("a node cache takes the pieces of a deferred writer only (write_gathered)")
 
     def write_gathered(self, pieces: Sequence[tuple[int, memoryview]], nrounds: int, ncontiguous: int = 0) -> None:
         """Write this rank's pieces, with their offsets, into its pieces file (never through a link).
@@ -345,36 +336,6 @@ class PiecesBackend:
             if kept is not None:
                 _close_mapping(kept)
         return True
-
-    def read(self, pieces: Any, bulk: Any, max_bulk_nbytes: int) -> None:
-        """Not supported.
-
-        Raises
-        ------
-        ScdaUsageError
-            On this rank, always: not supported (a node cache's pieces are read back by the flush only).
-        """
-        raise ScdaUsageError("a node cache's pieces are read back by the flush only")
-
-    def read_gathered(self, pieces: Any, nrounds: int, ncontiguous: int = 0) -> None:
-        """Not supported.
-
-        Raises
-        ------
-        ScdaUsageError
-            On this rank, always: not supported (a node cache's pieces are read back by the flush only).
-        """
-        raise ScdaUsageError("a node cache's pieces are read back by the flush only")
-
-    def file_size(self) -> int:
-        """Not supported.
-
-        Raises
-        ------
-        ScdaUsageError
-            On this rank, always: not supported (a node cache has no shared file).
-        """
-        raise ScdaUsageError("a node cache has no shared file")
 
     def sync(self, size: int | None = None) -> None:
         """``fsync`` the pieces file; an error is kept by the open call."""

@@ -29,7 +29,7 @@ import numpy as np
 from ..._crc import CHUNK_NBYTES
 from ...comm import Call, Comm
 from ...errors import ManagerError, ScdaUsageError
-from ...scda import Backend, Capabilities, FileAccess
+from ...scda import ByteSource, Capabilities, FileAccess
 from ._pieces import Pieces
 
 MAX_PADDING = 38  # scda's largest data padding (paper eq. 2: 7 <= p <= 38)
@@ -185,7 +185,7 @@ class CachedFile:
 
 
 class CachedBackend:
-    """A read-only :class:`~amrckpt.scda.Backend` over one rank's pieces of a cached step: no collective call in it.
+    """A :class:`~amrckpt.scda.ByteSource` over one rank's pieces of a cached step (read only): no collective call in it.
 
     Every rank reads what it asks for from its own :class:`PieceMap`;
     ``nrounds`` and ``ncontiguous`` (the shared file's collective calls) do not apply.
@@ -199,26 +199,6 @@ class CachedBackend:
         self.comm = comm
         self.path = pieces.path
         self._map = pieces
-
-    def write(self, pieces: Sequence[tuple[int, memoryview]], bulk: Any, max_bulk_nbytes: int) -> None:
-        """Not supported: a cached step is read only.
-
-        Raises
-        ------
-        ScdaUsageError
-            On this rank, always: not supported (a cached step is read only).
-        """
-        raise ScdaUsageError("a cached step is read only")
-
-    def write_gathered(self, pieces: Sequence[tuple[int, memoryview]], nrounds: int, ncontiguous: int = 0) -> None:
-        """Not supported: a cached step is read only.
-
-        Raises
-        ------
-        ScdaUsageError
-            On this rank, always: not supported (a cached step is read only).
-        """
-        raise ScdaUsageError("a cached step is read only")
 
     def read(self, pieces: Sequence[tuple[int, Any]], bulk: tuple[int, Any] | None, max_bulk_nbytes: int) -> None:
         """Fill the pieces and the bulk run from this rank's pieces only (the scda reader's independent reads).
@@ -353,7 +333,7 @@ def pieces_access(pieces: Pieces, size: int, path: str, rank: int, extra: Sequen
     """
     m = PieceMap(pieces, size, path, rank, extra)
 
-    def open_cached(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> Backend:
+    def open_cached(path: str, mode: str, comm: Comm, access: FileAccess, defer: bool) -> ByteSource:
         if mode != "r":
             raise ScdaUsageError("a cached step is read only")
         return CachedBackend(m, comm)
