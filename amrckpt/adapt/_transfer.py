@@ -196,8 +196,10 @@ def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, ma
     return out
 
 
-def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray:
-    """Return the parents' runs: value k of the family at leaf i is the pairwise mean of ``values[offsets[i] + r c + k]``.
+def _average_runs(values: np.ndarray, counts: np.ndarray, first: np.ndarray, fo: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray:
+    """Return the parents' runs: value k of the family at leaf ``first[j]`` is the pairwise mean of ``values[fo[j] + r pc[j] + k]``.
+
+    ``counts``: every leaf's; ``fo``: where each family's values start.
 
     Per chunk of parents' values (a loop over chunks): the position of each
     value of child 0 (one repeat and one add of a ramp made once), ``F``
@@ -206,7 +208,7 @@ def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc
     times ``2**-dim``.  When every leaf holds as many values, the
     leaves are rows: ``F`` takes of whole rows.
     """
-    rows = _rows(values, offsets[1:] - offsets[:-1])
+    rows = _rows(values, counts)
     if rows is not None:
         parent = _pairwise_sum([np.take(rows, first + r, axis=0) for r in range(F)])
         parent *= values.dtype.type(1.0 / F)
@@ -219,7 +221,7 @@ def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc
         return out
     scale = values.dtype.type(1.0 / F)
     c = pc.astype(np.intp)
-    d0 = offsets[first].astype(np.intp) - P0[:-1].astype(np.intp)  # child 0's first value, from the parent's
+    d0 = fo.astype(np.intp) - P0[:-1].astype(np.intp)  # child 0's first value, from the parent's
     longest = int((P0[[b for _, b in chunks]] - P0[[a for a, _ in chunks]]).max())
     ramp = np.arange(longest, dtype=np.intp)
     kids = np.empty((F, longest, *shape), dtype=values.dtype)  # the children's values of a chunk, reused
@@ -270,10 +272,10 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
     counts = data.counts
     if counts.shape[0] != m.shape[0]:
         raise AdaptError(f"{name}: {counts.shape[0]} leaves of values for {m.shape[0]} leaves")
-    off = data.offsets
     idx = np.flatnonzero(m)
     shape = data.values.shape[1:]
     if step.kind == "refine":
+        off = data.offsets
         n_out = np.where(m, F, 1)
         new_counts = np.repeat(counts, F) if idx.size == m.shape[0] else np.repeat(counts, n_out)
         if transfer.refine == "inject" or idx.size == 0:
@@ -300,10 +302,14 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
                 f"{name}: the family at leaf {i} has members of different counts {fc[bad][0].tolist()}; give HpTransfer(coarsen=fn)"
             )
         pc = fc[:, 0]
-        pv = _average_runs(data.values, off, idx, pc, F)
-        if every:  # every leaf is in a family: the parents' runs are all the runs, in order
+        # where each family's values start: with every leaf in a family, F runs of its parent's count each
+        fo = F * _offsets(pc)[:-1] if every else data.offsets[idx]
+        pv = _average_runs(data.values, counts, idx, fo, pc, F)
+        if every:  # the parents' runs are all the runs, in order
             return HpData(pv, pc.copy())
+        off = data.offsets
     else:
+        off = data.offsets
         fam = np.arange(m.shape[0]) if every else (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
         kv = _gather_runs(data.values, off, fam, counts[fam])
         pv, pc = hp_user(transfer.coarsen(kv, counts[fam].copy()), idx.size, shape, data.values.dtype, f"{name}: coarsen")
