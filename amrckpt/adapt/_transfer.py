@@ -196,10 +196,15 @@ def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, ma
     return out
 
 
-def _average_runs(values: np.ndarray, counts: np.ndarray, first: np.ndarray, fo: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray:
+def _average_runs(
+    values: np.ndarray, counts: np.ndarray, first: np.ndarray, fo: np.ndarray, pc: np.ndarray, F: int, tiled: bool = False
+) -> np.ndarray:
     """Return the parents' runs: value k of the family at leaf ``first[j]`` is the pairwise mean of ``values[fo[j] + r pc[j] + k]``.
 
-    ``counts``: every leaf's; ``fo``: where each family's values start.
+    ``counts``: every leaf's; ``fo``: where each family's values start;
+    ``tiled``: the families are all the leaves, in order (then a chunk's
+    children's values are one slice, copied at once into a buffer in which
+    the gathers find them in cache).
 
     Per chunk of parents' values (a loop over chunks): the position of each
     value of child 0 (one repeat and one add of a ramp made once), ``F``
@@ -225,17 +230,24 @@ def _average_runs(values: np.ndarray, counts: np.ndarray, first: np.ndarray, fo:
     longest = int((P0[[b for _, b in chunks]] - P0[[a for a, _ in chunks]]).max())
     ramp = np.arange(longest, dtype=np.intp)
     kids = np.empty((F, longest, *shape), dtype=values.dtype)  # the children's values of a chunk, reused
+    span = np.empty((F * longest, *shape), dtype=values.dtype) if tiled else None
     for a, b in chunks:
         p0, p1 = int(P0[a]), int(P0[b])
         cc = c[a:b]
-        base = np.repeat(d0[a:b] + p0, cc)
+        if span is None:
+            src = values
+            base = np.repeat(d0[a:b] + p0, cc)
+        else:  # the chunk's children: values[F p0:F p1], read once in order
+            src = span[: F * (p1 - p0)]
+            np.copyto(src, values[F * p0 : F * p1])
+            base = np.repeat(d0[a:b] + (p0 - F * p0), cc)
         base += ramp[: p1 - p0]
         step = np.repeat(cc, cc)
         parts = [kids[r, : p1 - p0] for r in range(F)]
         for r in range(F):
             if r:
                 base += step
-            np.take(values, base, axis=0, out=parts[r], mode="clip")  # positions in range by construction
+            np.take(src, base, axis=0, out=parts[r], mode="clip")  # positions in range by construction
         o = out[p0:p1]
         _pairwise_into(parts, o)
         o *= scale
@@ -304,7 +316,7 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
         pc = fc[:, 0]
         # where each family's values start: with every leaf in a family, F runs of its parent's count each
         fo = F * _offsets(pc)[:-1] if every else data.offsets[idx]
-        pv = _average_runs(data.values, counts, idx, fo, pc, F)
+        pv = _average_runs(data.values, counts, idx, fo, pc, F, tiled=every)
         if every:  # the parents' runs are all the runs, in order
             return HpData(pv, pc.copy())
         off = data.offsets
