@@ -134,6 +134,26 @@ def _chunks(starts: np.ndarray, size: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
+def _segment_copy(values: np.ndarray, out: np.ndarray, starts: np.ndarray, lengths: np.ndarray, delta: np.ndarray) -> None:
+    """Fill ``out``: run k (``lengths[k]`` values from ``starts[k]``) is ``values[starts[k] + delta[k]:][:lengths[k]]``.
+
+    Per chunk of about :data:`_CHUNK_VALUES` values out (a loop over chunks,
+    not runs): the position in ``values`` of each value out, one repeat
+    of the runs' ``delta`` and one add of a ramp made once, then one
+    ``take`` straight into ``out``.  ``delta``: intp.
+    """
+    chunks = _chunks(starts, _CHUNK_VALUES)
+    if not chunks:
+        return
+    ends = starts[[b for _, b in chunks]] - starts[[a for a, _ in chunks]]
+    ramp = np.arange(int(ends.max()), dtype=np.intp)
+    for a, b in chunks:
+        s0, s1 = int(starts[a]), int(starts[b])
+        take = np.repeat(delta[a:b] + s0, lengths[a:b])
+        take += ramp[: s1 - s0]
+        np.take(values, take, axis=0, out=out[s0:s1], mode="clip")  # positions in range by construction
+
+
 def _offsets(counts: np.ndarray) -> np.ndarray:
     """``[0, cumsum(counts)]``, int64."""
     out = np.zeros(counts.shape[0] + 1, dtype=np.int64)
@@ -151,26 +171,86 @@ def _rows(values: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
 def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, mask: np.ndarray, F: int) -> np.ndarray:
     """Return the runs of the leaves, those of the marked leaves ``F`` times in a row (their children's). Vectorized.
 
-    Per chunk of output (a loop over chunks, not leaves): the position in
-    ``values`` of each value out, one repeat and one add, then one ``take``
-    straight into the output.  When every leaf holds as many values, the
+    The runs out, their lengths and where each starts in ``values`` are
+    built over the runs (``F`` per marked leaf), then copied by
+    :func:`_segment_copy`.  When every leaf holds as many values, the
     leaves are rows: one repeat of whole rows.
     """
     rows = _rows(values, counts)
     if rows is not None:
         got: np.ndarray = np.repeat(rows, F if mask.all() else np.where(mask, F, 1), axis=0)
         return got.reshape(-1, *values.shape[1:])
-    n_out = np.where(mask, F, 1)
-    S = _offsets(n_out * counts)
-    out = np.empty((int(S[-1]), *values.shape[1:]), dtype=values.dtype)
-    for a, b in _chunks(S, _CHUNK_VALUES):
-        reps = n_out[a:b]
-        rlen = np.repeat(counts[a:b], reps)  # the output's runs: each leaf's, once or F times
-        rpos = np.cumsum(rlen) - rlen
-        o = out[int(S[a]) : int(S[b])]
-        take = np.repeat((np.repeat(offsets[a:b], reps) - rpos).astype(np.intp, copy=False), rlen)
-        take += np.arange(o.shape[0], dtype=np.intp)
-        np.take(values, take, axis=0, out=o, mode="clip")  # positions in range by construction
+    src = offsets[:-1].astype(np.intp)
+    if mask.all():  # run r of leaf i starts at F offsets[i] + r counts[i]
+        lengths = np.repeat(counts, F)
+        delta = (src * (1 - F))[:, None] - np.arange(F, dtype=np.intp)[None, :] * counts.astype(np.intp)[:, None]
+        delta = delta.reshape(-1)
+        starts = _offsets(lengths)
+    else:
+        n_out = np.where(mask, F, 1)
+        lengths = np.repeat(counts, n_out)
+        starts = _offsets(lengths)
+        delta = np.repeat(src, n_out) - starts[:-1].astype(np.intp)
+    out = np.empty((int(starts[-1]), *values.shape[1:]), dtype=values.dtype)
+    _segment_copy(values, out, starts, lengths, delta)
+    return out
+
+
+def _average_runs(
+    values: np.ndarray, counts: np.ndarray, first: np.ndarray, fo: np.ndarray, pc: np.ndarray, F: int, tiled: bool = False
+) -> np.ndarray:
+    """Return the parents' runs: value k of the family at leaf ``first[j]`` is the pairwise mean of ``values[fo[j] + r pc[j] + k]``.
+
+    ``counts``: every leaf's; ``fo``: where each family's values start;
+    ``tiled``: the families are all the leaves, in order (then a chunk's
+    children's values are one slice, copied at once into a buffer in which
+    the gathers find them in cache).
+
+    Per chunk of parents' values (a loop over chunks): the position of each
+    value of child 0 (one repeat and one add of a ramp made once), ``F``
+    gathers into buffers reused by every chunk, each after an in-place
+    shift by the count, summed pairwise in child order into the output,
+    times ``2**-dim``.  When every leaf holds as many values, the
+    leaves are rows: ``F`` takes of whole rows.
+    """
+    rows = _rows(values, counts)
+    if rows is not None:
+        parent = _pairwise_sum([np.take(rows, first + r, axis=0) for r in range(F)])
+        parent *= values.dtype.type(1.0 / F)
+        return parent.reshape(-1, *values.shape[1:])
+    P0 = _offsets(pc)
+    shape = values.shape[1:]
+    out = np.empty((int(P0[-1]), *shape), dtype=values.dtype)
+    chunks = _chunks(P0, _CHUNK_VALUES // F)
+    if not chunks:
+        return out
+    scale = values.dtype.type(1.0 / F)
+    c = pc.astype(np.intp)
+    d0 = fo.astype(np.intp) - P0[:-1].astype(np.intp)  # child 0's first value, from the parent's
+    longest = int((P0[[b for _, b in chunks]] - P0[[a for a, _ in chunks]]).max())
+    ramp = np.arange(longest, dtype=np.intp)
+    kids = np.empty((F, longest, *shape), dtype=values.dtype)  # the children's values of a chunk, reused
+    span = np.empty((F * longest, *shape), dtype=values.dtype) if tiled else None
+    for a, b in chunks:
+        p0, p1 = int(P0[a]), int(P0[b])
+        cc = c[a:b]
+        if span is None:
+            src = values
+            base = np.repeat(d0[a:b] + p0, cc)
+        else:  # the chunk's children: values[F p0:F p1], read once in order
+            src = span[: F * (p1 - p0)]
+            np.copyto(src, values[F * p0 : F * p1])
+            base = np.repeat(d0[a:b] + (p0 - F * p0), cc)
+        base += ramp[: p1 - p0]
+        step = np.repeat(cc, cc)
+        parts = [kids[r, : p1 - p0] for r in range(F)]
+        for r in range(F):
+            if r:
+                base += step
+            np.take(src, base, axis=0, out=parts[r], mode="clip")  # positions in range by construction
+        o = out[p0:p1]
+        _pairwise_into(parts, o)
+        o *= scale
     return out
 
 
@@ -179,40 +259,6 @@ def _pairwise_into(parts: list[np.ndarray], out: np.ndarray) -> None:
     while len(parts) > 2:
         parts = [np.add(parts[i], parts[i + 1], out=parts[i]) for i in range(0, len(parts), 2)]
     np.add(parts[0], parts[1], out=out)
-
-
-def _average_runs(values: np.ndarray, offsets: np.ndarray, first: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray:
-    """Return the parents' runs: value k of the family at leaf i is the pairwise mean of ``values[offsets[i] + r c + k]``.
-
-    Per chunk of parents' values (a loop over chunks): the position of
-    each value of child 0 (one repeat and one add), ``F`` gathers, each
-    after an in-place shift by the count, summed pairwise in child order
-    into the output, times ``2**-dim``.  When every leaf holds as many
-    values, the leaves are rows: ``F`` takes of whole rows.
-    """
-    rows = _rows(values, offsets[1:] - offsets[:-1])
-    if rows is not None:
-        parent = _pairwise_sum([np.take(rows, first + r, axis=0) for r in range(F)])
-        parent *= values.dtype.type(1.0 / F)
-        return parent.reshape(-1, *values.shape[1:])
-    P0 = _offsets(pc)
-    out = np.empty((int(P0[-1]), *values.shape[1:]), dtype=values.dtype)
-    scale = values.dtype.type(1.0 / F)
-    fo = offsets[first]
-    for a, b in _chunks(P0, _CHUNK_VALUES // F):
-        c = pc[a:b]
-        o = out[int(P0[a]) : int(P0[b])]
-        base = np.repeat((fo[a:b] - P0[a:b]).astype(np.intp, copy=False), c)
-        base += np.arange(int(P0[a]), int(P0[b]), dtype=np.intp)
-        step = np.repeat(c.astype(np.intp, copy=False), c)
-        parts = []
-        for r in range(F):
-            if r:
-                base += step
-            parts.append(np.take(values, base, axis=0, mode="clip"))  # positions in range by construction
-        _pairwise_into(parts, o)
-        o *= scale
-    return out
 
 
 def _gather_runs(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -238,10 +284,10 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
     counts = data.counts
     if counts.shape[0] != m.shape[0]:
         raise AdaptError(f"{name}: {counts.shape[0]} leaves of values for {m.shape[0]} leaves")
-    off = data.offsets
     idx = np.flatnonzero(m)
     shape = data.values.shape[1:]
     if step.kind == "refine":
+        off = data.offsets
         n_out = np.where(m, F, 1)
         new_counts = np.repeat(counts, F) if idx.size == m.shape[0] else np.repeat(counts, n_out)
         if transfer.refine == "inject" or idx.size == 0:
@@ -268,10 +314,14 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
                 f"{name}: the family at leaf {i} has members of different counts {fc[bad][0].tolist()}; give HpTransfer(coarsen=fn)"
             )
         pc = fc[:, 0]
-        pv = _average_runs(data.values, off, idx, pc, F)
-        if every:  # every leaf is in a family: the parents' runs are all the runs, in order
+        # where each family's values start: with every leaf in a family, F runs of its parent's count each
+        fo = F * _offsets(pc)[:-1] if every else data.offsets[idx]
+        pv = _average_runs(data.values, counts, idx, fo, pc, F, tiled=every)
+        if every:  # the parents' runs are all the runs, in order
             return HpData(pv, pc.copy())
+        off = data.offsets
     else:
+        off = data.offsets
         fam = np.arange(m.shape[0]) if every else (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
         kv = _gather_runs(data.values, off, fam, counts[fam])
         pv, pc = hp_user(transfer.coarsen(kv, counts[fam].copy()), idx.size, shape, data.values.dtype, f"{name}: coarsen")

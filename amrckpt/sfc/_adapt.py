@@ -153,8 +153,13 @@ def refine_step(forest: Forest, mask: Any) -> Forest:
     F = 1 << d
     if n and m.all():  # every leaf: children by broadcasting, no index arrays
         half32 = np.left_shift(np.int32(1), (MAXLEVEL[d] - 1 - forest.level).astype(np.int32))
-        bits = np.arange(F, dtype=np.int32)
-        kids = [(c[:, None] + ((bits >> a) & 1)[None, :] * half32[:, None]).reshape(-1) for a, c in enumerate(forest.coords())]
+        kids = []
+        for a, c in enumerate(forest.coords()):
+            kid = np.empty((n, F), dtype=np.int32)
+            kid[:] = c[:, None]
+            # the children whose bit a is set (Morton order): the parent's anchor plus half its side along axis a
+            kid.reshape(n, F >> (a + 1), 2, 1 << a)[:, :, 1, :] += half32[:, None, None]
+            kids.append(kid.reshape(-1))
         lev1 = np.repeat((forest.level + 1).astype(np.int8), F)
         return Forest(np.repeat(forest.tree, F), lev1, *kids, num_trees=forest.num_trees)
     counts = np.where(m, F, 1)
