@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend
 from ._backend import MAX_CALL_NBYTES, Backend, Capabilities, PosixBackend, capabilities_of, os_error
+from ._checksummed import Checksummed
 from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -73,6 +74,7 @@ __all__ = [
     "MAX_VENDOR_NBYTES",
     "Backend",
     "Capabilities",
+    "Checksummed",
     "BackendOpener",
     "FileAccess",
     "FileInfo",

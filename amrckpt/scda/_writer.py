@@ -10,12 +10,13 @@ from typing import Any
 import numpy as np
 
 from .. import _crc
-from .._crc import KnownCrcs, SectionCrc
+from .._crc import LaterCrc, SectionCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from . import _backend
 from ._access import FileAccess, open_backend
 from ._backend import Backend, byte_view, capabilities_of, rounds
+from ._checksummed import unwrap
 from ._codec import encode_elements
 from ._entries import format_entries
 from ._format import (
@@ -144,12 +145,10 @@ class ScdaWriter:
         checksum: bool = False,
         defer: bool = False,
         access: FileAccess | None = None,
-        known_crcs: KnownCrcs | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
         self._defer = bool(defer)
-        self._known_crcs = known_crcs
         self._pending: BaseException | None = None
         self._digest = 0
         self._queue: list[tuple[int, memoryview]] = []
@@ -324,18 +323,32 @@ class ScdaWriter:
             got = call.reduction("section_crcs").xor("crc terms", self._terms).run()
             return list(got.xor("crc terms"))
 
-    def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
+    def _io(
+        self,
+        pieces: list[tuple[int, memoryview]],
+        bulk: tuple[int, memoryview] | None,
+        max_bulk: int,
+        what: str,
+        bulk_crc: int | LaterCrc | None = None,
+    ) -> None:
+        """Write (deferred: queue) this rank's pieces and its bulk run, whose CRC32 ``bulk_crc`` may be known already.
+
+        Collective (deferred: not).
+
+        Raises
+        ------
+        ScdaError
+            On every rank, the agreed error of any rank's write (not deferred).
+        """
         err: ScdaError | None = None
         if self._defer:  # queued for the single write of fclose; CRCed by the helper thread meanwhile
             allp = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
             self._queue.extend(allp)
             if self._cur is not None and allp:
                 rest = allp
-                if self._known_crcs is not None and bulk is not None and bulk[1].nbytes:
-                    known = self._known_crcs.get(bulk[1])  # the caller's buffer, CRC'd before it got here
-                    if known is not None:
-                        self._cur.add_crc(bulk[0], bulk[1].nbytes, known)
-                        rest = [p for p in allp if p is not bulk]
+                if bulk_crc is not None and bulk is not None and bulk[1].nbytes:
+                    self._cur.add_crc(bulk[0], bulk[1].nbytes, bulk_crc)  # the caller's buffer, CRC'd before it got here
+                    rest = [p for p in allp if p is not bulk]
                 if rest:
                     self._cur.add_later(rest)
             return
@@ -552,10 +565,12 @@ class ScdaWriter:
 
         Parameters
         ----------
-        data : bytes-like or numpy.ndarray, or None
+        data : bytes-like or numpy.ndarray, Checksummed, or None
             This rank's N_p elements of E bytes each, contiguous
             (``N_p * E`` bytes; any dtype, read as raw bytes).  None where
-            ``N_p * E == 0``.
+            ``N_p * E == 0``.  A :class:`~amrckpt.scda.Checksummed` brings
+            their CRC32: a deferred writer with ``checksum`` takes it
+            instead of CRCing the bytes (unless ``encode``).
         elem_counts : (P,) sequence of int, or Share
             N_p, the elements of every rank (paper A.1), or this rank's
             :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
@@ -591,6 +606,7 @@ class ScdaWriter:
         digest, ustr, view = 0, b"", _EMPTY
         share = Share(0, 0, 0, 0, 0)
         E = 0
+        data, known = unwrap(data)
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
@@ -625,7 +641,7 @@ class ScdaWriter:
         if r == (share.last if E else 0):
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + share.offset * E, view), share.max * E, what)
+        self._io(pieces, (data_off + share.offset * E, view), share.max * E, what, known)
         return self._section_end(SectionRecord("A", ustr, off, data_off + total + data_padding_nbytes(total), False))
 
     @collective_method("scda.fwrite_varray")
@@ -648,8 +664,10 @@ class ScdaWriter:
 
         Parameters
         ----------
-        data : bytes-like or numpy.ndarray, or None
-            This rank's elements, concatenated: ``proc_sizes[rank]`` bytes.
+        data : bytes-like or numpy.ndarray, Checksummed, or None
+            This rank's elements, concatenated: ``proc_sizes[rank]`` bytes;
+            a :class:`~amrckpt.scda.Checksummed` brings their CRC32 (as for
+            :meth:`fwrite_array`).
         elem_counts : (P,) sequence of int, or Share
             N_p, the elements of every rank (paper A.1), or this rank's
             :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
@@ -687,6 +705,7 @@ class ScdaWriter:
         S = Share(0, 0, 0, 0, 0)
         sizes = np.zeros(0, np.uint64)
         r = self.comm.rank
+        data, known = unwrap(data)
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
@@ -726,7 +745,7 @@ class ScdaWriter:
             np.cumsum(sizes, out=offsets[1:])
             end = self._write_encoded_v(v_off, b"", ustr, share, view, offsets, level)
             return self._section_end(SectionRecord("V", ustr, off, end, True))
-        end = self._write_v(off, b"", ustr, share, sizes, S, view)
+        end = self._write_v(off, b"", ustr, share, sizes, S, view, known)
         return self._section_end(SectionRecord("V", ustr, off, end, False))
 
     def _share(self, counts: Any, what: str) -> tuple[Share, Any]:
@@ -755,8 +774,9 @@ class ScdaWriter:
         sizes: np.ndarray,
         S: Share,
         view: memoryview,
+        crc: int | LaterCrc | None = None,
     ) -> int:
-        """Write a raw V section at ``off`` (after ``prefix``, written by rank 0)."""
+        """Write a raw V section at ``off`` (after ``prefix``, written by rank 0); ``crc`` is the CRC32 of ``view``, if known."""
         r = self.comm.rank
         N = share.total
         v_off = off + len(prefix)
@@ -778,7 +798,7 @@ class ScdaWriter:
         if r == S.last:
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + S.offset, view), S.max, "fwrite_varray")
+        self._io(pieces, (data_off + S.offset, view), S.max, "fwrite_varray", crc)
         return data_off + total + data_padding_nbytes(total)
 
     def _write_encoded_v(
@@ -917,7 +937,6 @@ def fopen_write(
     truncate: bool = True,
     defer: bool = False,
     access: FileAccess | None = None,
-    known_crcs: KnownCrcs | None = None,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -958,16 +977,13 @@ def fopen_write(
         truncates) the file, writes every rank's bytes of the whole file in
         one collective call (MPI-IO: a file view and ``MPI_File_write_all``)
         and agrees on its errors.  Block data must then be passed on every
-        rank.  The bytes are the same.
+        rank.  The bytes are the same.  With ``checksum``, the CRC32 of an
+        array's data passed as a :class:`~amrckpt.scda.Checksummed` is taken
+        from it, not computed again.
     access : FileAccess, optional
         ``style``, ``info``, ``backend`` and ``truncate`` as one value (the
         keyword arguments given override it); its ``sync`` is the caller's
         (:meth:`ScdaWriter.sync`).
-    known_crcs : amrckpt._crc.KnownCrcs, optional
-        With ``checksum`` and ``defer``: CRC32s of buffers that the caller
-        started before passing them (a save CRCs its payloads while it packs
-        the mesh); an array's data that is exactly such a buffer is not
-        CRC'd again.  Not collective; the bytes written are the same.
 
     Returns
     -------
@@ -983,4 +999,4 @@ def fopen_write(
         a permission problem).
     """
     a = FileAccess.of(access, style=style, info=info, backend=backend, truncate=truncate)
-    return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a, known_crcs=known_crcs)
+    return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a)
