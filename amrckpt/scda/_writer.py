@@ -13,9 +13,8 @@ from .. import _crc
 from .._crc import LaterCrc, SectionCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
-from . import _backend
 from ._access import FileAccess, open_backend
-from ._backend import Backend, byte_view, capabilities_of, rounds
+from ._backend import Backend, byte_view, rounds
 from ._checksummed import unwrap
 from ._codec import encode_elements
 from ._entries import format_entries
@@ -36,6 +35,7 @@ from ._format import (
     to_bytes,
 )
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
+from ._write_plan import WritePlan
 
 __all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
 
@@ -151,11 +151,7 @@ class ScdaWriter:
         self._defer = bool(defer)
         self._pending: BaseException | None = None
         self._digest = 0
-        self._queue: list[tuple[int, memoryview]] = []
-        self._open_terms: list[tuple[SectionCrc | None, int]] = []
-        self._settled: list[int] | None = None
-        self._nrounds = 1
-        self._ncontiguous = 0
+        self._plan = WritePlan(bool(checksum)) if self._defer else None  # deferred: every byte, until fclose
         self._sync_at_close = False
         self.style: Style = "unix"
         header = b""
@@ -231,14 +227,16 @@ class ScdaWriter:
         return root_value
 
     def _section_start(self) -> None:
-        self._cur = SectionCrc() if self._checksum else None
+        if self._plan is not None:
+            self._plan.begin_section()  # the plan keeps the section's CRC32 pieces
+        else:
+            self._cur = SectionCrc() if self._checksum else None
 
     def _section_end(self, record: SectionRecord) -> SectionRecord:
         self.records.append(record)
         self.offset = record.end
-        if self._defer and self._settled is None:
-            self._open_terms.append((self._cur, record.end))  # the helper thread may still be CRCing it
-            self._cur = None
+        if self._plan is not None:
+            self._plan.end_section(record.end)
         elif self._cur is not None:
             self._terms.append(self._cur.term(record.end))
             self._cur = None
@@ -272,32 +270,26 @@ class ScdaWriter:
         ScdaError
             On every rank, if the agreement fails (the file is then unusable except for :meth:`fclose`).
         """
-        if not self._defer or self._settled is not None:
+        plan = self._plan
+        if plan is None or plan.settled:
             raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
         with collective(self.comm, "scda.settle") as call:
             if self._pending is not None:
                 call.fail(self._pending)
-            terms = call.run(lambda: [c.term(end) if c is not None else 0 for c, end in self._open_terms]) or []
-            nbytes = sum(b.nbytes for _, b in self._queue)
-            ncontig = _backend.contiguous_calls(self._queue)
             try:
-                red = call.reduction("write").max("bytes", nbytes).max("contiguous calls", ncontig)
-                got = red.xor("crc terms", terms if self._checksum else []).equal("arguments", self._digest).run()
+                agreed = plan.settle(call, self._digest)
             except ScdaError as exc:
                 self._failed = exc
                 raise
-            if not got.equal("arguments"):
+            if not agreed:
                 self._failed = call.agreed(ScdaArgumentError(f"write: {_DIFFER}"))
                 raise self._failed
-        self._nrounds = max(1, -(-got.max("bytes") // _backend.MAX_CALL_NBYTES))
-        self._ncontiguous = got.max("contiguous calls")
-        self._terms = terms
-        self._settled = got.xor("crc terms")
-        return list(self._settled)
+        assert plan.crcs is not None
+        return list(plan.crcs)
 
     def local_crcs(self) -> list[int]:
         """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
-        return list(self._terms)
+        return list(self._plan.terms if self._plan is not None else self._terms)
 
     def section_crcs(self) -> list[int]:
         """CRC32 of every section written so far (file header first), as in :attr:`records`.
@@ -320,7 +312,7 @@ class ScdaWriter:
         if not self._checksum:
             raise ScdaUsageError("section_crcs: open the file with checksum=True")
         with collective(self.comm, "scda.section_crcs") as call:
-            got = call.reduction("section_crcs").xor("crc terms", self._terms).run()
+            got = call.reduction("section_crcs").xor("crc terms", self.local_crcs()).run()
             return list(got.xor("crc terms"))
 
     def _io(
@@ -341,16 +333,8 @@ class ScdaWriter:
             On every rank, the agreed error of any rank's write (not deferred).
         """
         err: ScdaError | None = None
-        if self._defer:  # queued for the single write of fclose; CRCed by the helper thread meanwhile
-            allp = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
-            self._queue.extend(allp)
-            if self._cur is not None and allp:
-                rest = allp
-                if bulk_crc is not None and bulk is not None and bulk[1].nbytes:
-                    self._cur.add_crc(bulk[0], bulk[1].nbytes, bulk_crc)  # the caller's buffer, CRC'd before it got here
-                    rest = [p for p in allp if p is not bulk]
-                if rest:
-                    self._cur.add_later(rest)
+        if self._plan is not None:  # written by fclose; CRCed by the helper thread meanwhile
+            self._plan.add(pieces, bulk, bulk_crc)
             return
         assert self._backend is not None
         if self._cur is not None and max_bulk > 2 * _crc.CHUNK_NBYTES:
@@ -886,7 +870,8 @@ class ScdaWriter:
             backend, self._backend = self._backend, None
             backend.close(size)
             return
-        if self._settled is None or self._failed is not None:
+        assert self._plan is not None
+        if not self._plan.settled or self._failed is not None:
             return  # deferred but not settled, or failed: the file was never opened
         call = self.call
         try:
@@ -896,14 +881,7 @@ class ScdaWriter:
             raise
         if self._pending is not None:
             call.fail(self._pending)
-        queue, self._queue = self._queue, []
-        mine = [] if call.failed else queue  # a failed rank joins with nothing
-        if capabilities_of(backend).takes_piece_crcs and self._checksum and mine:  # a backend that CRCs what it writes
-            call.run(lambda: backend.take_piece_crcs([k for c, _ in self._open_terms if c is not None for k in c.known()]))  # type: ignore[attr-defined]
-        if self._ncontiguous:  # pieces large enough for contiguous calls of their own
-            call.run(backend.write_gathered, mine, self._nrounds, self._ncontiguous, always=True)
-        else:
-            call.run(backend.write_gathered, mine, self._nrounds, always=True)
+        self._plan.execute(backend, call)  # a failed rank joins with nothing
         if self._sync_at_close:
             backend.sync(size)  # errors kept by the call
         backend.close(size)  # closes on every rank, whatever failed; errors kept by the call
