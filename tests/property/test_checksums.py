@@ -193,3 +193,18 @@ def test_checksummed_data_brings_its_crc_and_the_writer_takes_it(tmp_path: Path)
     assert crcs_of(known, known_small, True) == honest
     lied = crcs_of(scda.Checksummed(data, zlib.crc32(b"not the data")), small, False)
     assert lied[1] != honest[1] and lied[0] == honest[0] and lied[2] == honest[2]
+
+
+def test_a_compressed_section_does_not_take_the_crc_of_its_uncompressed_data(tmp_path: Path) -> None:
+    """With encode, the bytes written are not a Checksummed's data: the deferred writer CRCs the encoded bytes."""
+    import numpy as np
+
+    data = np.arange(50_000, dtype="<f8")
+    planted = scda.Checksummed(data, zlib.crc32(b"not the data"))
+    path = tmp_path / "e.scda"
+    with scda.fopen_write(path, b"e", checksum=True, defer=True) as f:
+        f.fwrite_array(planted, [data.size], 8, b"array", encode=True)
+        f.fwrite_varray(planted, [1], [data.nbytes], [data.nbytes], b"varray", encode=True)
+        out = f.settle()
+    whole = path.read_bytes()
+    assert out == [zlib.crc32(whole[r.offset : r.end]) for r in f.records]
