@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Any
 
-import numpy as np
 from zlib_ng import zlib_ng
 
 from ._threads import Pool
@@ -37,7 +36,7 @@ except ImportError:  # pragma: no cover - without the extra
 
 _combine = zlib_ng.crc32_combine
 
-__all__ = ["KnownCrcs", "LaterCrc", "SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
+__all__ = ["LaterCrc", "SectionCrc", "crc32", "crc32_combine", "crc32_of_pieces", "pool", "shift"]
 
 _POOL: Pool | None = None
 
@@ -78,16 +77,6 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     return int(_combine(crc1, crc2, len2))
 
 
-def _address(data: Any) -> tuple[int, int]:
-    """``(address of the first byte, nbytes)`` of a contiguous buffer: what identifies it while it lives."""
-    if isinstance(data, np.ndarray):
-        return (int(data.ctypes.data), data.nbytes) if data.nbytes else (0, 0)
-    view = memoryview(data)
-    if view.nbytes == 0:
-        return (0, 0)
-    return (int(np.frombuffer(view, np.uint8).__array_interface__["data"][0]), view.nbytes)
-
-
 class LaterCrc:
     """The CRC32 of a buffer handed to the helper thread; whoever needs it first and finds it not started computes it.
 
@@ -108,43 +97,6 @@ class LaterCrc:
         if self.future.cancel():
             return crc32(self.data)
         return self.future.result()
-
-
-class KnownCrcs:
-    """CRC32s of whole buffers, started before the buffers are handed to a writer; found again by address. Not collective.
-
-    A save knows its payloads (cell values, packed mesh records) before it
-    knows where they go in the file: :meth:`start` CRCs a buffer in the
-    helper thread at once (while the caller packs the next one), and a
-    writer given this object (:func:`amrckpt.scda.fopen_write`
-    ``known_crcs=``) takes the CRC32 of a piece that is exactly such a
-    buffer from here instead of reading its bytes again.  A CRC32 does not
-    depend on where the bytes go (:class:`SectionCrc` shifts it into
-    place).  The buffers must stay unchanged and alive until the writer has
-    waited for the CRC32s (its ``settle``).
-    """
-
-    __slots__ = ("_by_address",)
-
-    def __init__(self) -> None:
-        self._by_address: dict[tuple[int, int], int | LaterCrc] = {}
-
-    def start(self, data: Any) -> None:
-        """CRC ``data`` (a contiguous buffer) in the helper thread, or here if it is small (:data:`INLINE_NBYTES`)."""
-        key = _address(data)
-        if key[1] == 0 or key in self._by_address:
-            return
-        self._by_address[key] = crc32(data) if key[1] < INLINE_NBYTES else LaterCrc(data)
-
-    def put(self, data: Any, crc: int) -> None:
-        """Record the CRC32 ``crc`` of ``data``, computed by the caller."""
-        key = _address(data)
-        if key[1]:
-            self._by_address[key] = crc
-
-    def get(self, data: Any) -> int | LaterCrc | None:
-        """Return the CRC32 (or the CRC32 to come) of exactly the bytes of ``data``, or None if it was not started."""
-        return self._by_address.get(_address(data))
 
 
 class SectionCrc:

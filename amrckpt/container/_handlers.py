@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import CheckpointError
-from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share
+from ..scda import MAX_INFLATE_RATIO, Checksummed, ReadPlan, Share
 from ..sfc import mesh_record_dtype
 from ._chunks import plan_chunks, write_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
@@ -45,11 +45,14 @@ class Payload:
 
     Attributes
     ----------
-    data : bytes or numpy.ndarray
+    data : bytes, numpy.ndarray or amrckpt.scda.Checksummed
         inline: the 32 bytes of JSON; block: the JSON bytes; ndarray: the
         array's bytes (the same on every rank); mesh: (N_p,) leaf records;
         cells and array: (N_p, \\*shape) values; hp: (sum(counts), \\*shape)
-        values.  Arrays in the byte order of the file, contiguous.
+        values.  Arrays in the byte order of the file, contiguous.  An
+        array written as it is may come as a :class:`~amrckpt.scda.Checksummed`
+        (the array and its CRC32), which the handler passes to the sink as
+        it is; :attr:`array` is the array either way.
     counts : (N_p,) numpy.ndarray of int64, optional
         hp: values of each local leaf.
     level : int
@@ -59,6 +62,11 @@ class Payload:
     data: Any = None
     counts: np.ndarray | None = None
     level: int = 9
+
+    @property
+    def array(self) -> Any:
+        """``data``, or the data of a :class:`~amrckpt.scda.Checksummed`."""
+        return self.data.data if isinstance(self.data, Checksummed) else self.data
 
 
 class FieldHandler(abc.ABC):
@@ -428,7 +436,7 @@ class MeshHandler(ArrayHandler):
         return self.elem_dtype(fs, manifest, path)[0].itemsize
 
     def _write_nbytes(self, fs: FieldSpec, payload: Payload) -> int:
-        return int(payload.data.dtype.itemsize)
+        return int(payload.array.dtype.itemsize)
 
 
 @register
@@ -459,7 +467,7 @@ class HpHandler(FieldHandler):
     def measure(self, payload: Payload) -> tuple[int, int]:
         counts = payload.counts
         assert counts is not None
-        return int(payload.data.nbytes), int(counts.max()) if counts.size else 0
+        return int(payload.array.nbytes), int(counts.max()) if counts.size else 0
 
     def _layout(self, fs: FieldSpec, path: str) -> HpLayout:
         """Return the layout of manifest entry ``fs``.

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from .. import scda
-from .._crc import KnownCrcs
 from .._files import write_atomic
 from .._version import __version__
 from ..comm import Comm, as_comm, mpi_of
@@ -104,9 +103,7 @@ class CheckpointWriter:
         on every rank before a byte is written), combines the CRC32s, adds
         the index and footer and writes everything.  Block payloads are
         then needed on every rank (as :func:`amrckpt.save` has them).
-    known_crcs : amrckpt._crc.KnownCrcs, optional
-        With ``defer``: CRC32s of payloads that the caller started before
-        writing them (:func:`amrckpt.scda.fopen_write`); they are not
+        A payload whose data is an :class:`amrckpt.scda.Checksummed` is not
         CRC'd again.
 
     Raises
@@ -123,7 +120,6 @@ class CheckpointWriter:
         comm: Any = None,
         access: scda.FileAccess | None = None,
         defer: bool = False,
-        known_crcs: KnownCrcs | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.defer = bool(defer)
@@ -141,7 +137,6 @@ class CheckpointWriter:
             checksum=True,
             defer=self.defer,
             access=self.access,
-            known_crcs=known_crcs,
         )
         self._roles = ["file header"]
         try:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend, open_sink, open_source
 from ._backend import MAX_CALL_NBYTES, Backend, ByteSink, ByteSource, Capabilities, PosixBackend, capabilities_of, os_error
+from ._checksummed import Checksummed
 from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
 from ._entries import format_entries, parse_entries
@@ -75,6 +76,7 @@ __all__ = [
     "ByteSink",
     "ByteSource",
     "Capabilities",
+    "Checksummed",
     "BackendOpener",
     "FileAccess",
     "FileInfo",

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from .. import _crc
-from .._crc import KnownCrcs, SectionCrc
+from .._crc import LaterCrc, SectionCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
-from . import _backend
 from ._access import FileAccess, open_backend, open_sink
-from ._backend import Backend, byte_view, capabilities_of, rounds
+from ._backend import Backend, byte_view, rounds
+from ._checksummed import unwrap
 from ._codec import encode_elements
 from ._entries import format_entries
 from ._format import (
@@ -35,6 +35,7 @@ from ._format import (
     to_bytes,
 )
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
+from ._write_plan import WritePlan
 
 __all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
 
@@ -144,19 +145,13 @@ class ScdaWriter:
         checksum: bool = False,
         defer: bool = False,
         access: FileAccess | None = None,
-        known_crcs: KnownCrcs | None = None,
     ) -> None:
         self.comm: Comm = as_comm(comm)
         self.path = os.fspath(path)
         self._defer = bool(defer)
-        self._known_crcs = known_crcs
         self._pending: BaseException | None = None
         self._digest = 0
-        self._queue: list[tuple[int, memoryview]] = []
-        self._open_terms: list[tuple[SectionCrc | None, int]] = []
-        self._settled: list[int] | None = None
-        self._nrounds = 1
-        self._ncontiguous = 0
+        self._plan = WritePlan(bool(checksum)) if self._defer else None  # deferred: every byte, until fclose
         self._sync_at_close = False
         self.style: Style = "unix"
         header = b""
@@ -232,14 +227,16 @@ class ScdaWriter:
         return root_value
 
     def _section_start(self) -> None:
-        self._cur = SectionCrc() if self._checksum else None
+        if self._plan is not None:
+            self._plan.begin_section()  # the plan keeps the section's CRC32 pieces
+        else:
+            self._cur = SectionCrc() if self._checksum else None
 
     def _section_end(self, record: SectionRecord) -> SectionRecord:
         self.records.append(record)
         self.offset = record.end
-        if self._defer and self._settled is None:
-            self._open_terms.append((self._cur, record.end))  # the helper thread may still be CRCing it
-            self._cur = None
+        if self._plan is not None:
+            self._plan.end_section(record.end)
         elif self._cur is not None:
             self._terms.append(self._cur.term(record.end))
             self._cur = None
@@ -273,32 +270,26 @@ class ScdaWriter:
         ScdaError
             On every rank, if the agreement fails (the file is then unusable except for :meth:`fclose`).
         """
-        if not self._defer or self._settled is not None:
+        plan = self._plan
+        if plan is None or plan.settled:
             raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
         with collective(self.comm, "scda.settle") as call:
             if self._pending is not None:
                 call.fail(self._pending)
-            terms = call.run(lambda: [c.term(end) if c is not None else 0 for c, end in self._open_terms]) or []
-            nbytes = sum(b.nbytes for _, b in self._queue)
-            ncontig = _backend.contiguous_calls(self._queue)
             try:
-                red = call.reduction("write").max("bytes", nbytes).max("contiguous calls", ncontig)
-                got = red.xor("crc terms", terms if self._checksum else []).equal("arguments", self._digest).run()
+                agreed = plan.settle(call, self._digest)
             except ScdaError as exc:
                 self._failed = exc
                 raise
-            if not got.equal("arguments"):
+            if not agreed:
                 self._failed = call.agreed(ScdaArgumentError(f"write: {_DIFFER}"))
                 raise self._failed
-        self._nrounds = max(1, -(-got.max("bytes") // _backend.MAX_CALL_NBYTES))
-        self._ncontiguous = got.max("contiguous calls")
-        self._terms = terms
-        self._settled = got.xor("crc terms")
-        return list(self._settled)
+        assert plan.crcs is not None
+        return list(plan.crcs)
 
     def local_crcs(self) -> list[int]:
         """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
-        return list(self._terms)
+        return list(self._plan.terms if self._plan is not None else self._terms)
 
     def section_crcs(self) -> list[int]:
         """CRC32 of every section written so far (file header first), as in :attr:`records`.
@@ -321,23 +312,29 @@ class ScdaWriter:
         if not self._checksum:
             raise ScdaUsageError("section_crcs: open the file with checksum=True")
         with collective(self.comm, "scda.section_crcs") as call:
-            got = call.reduction("section_crcs").xor("crc terms", self._terms).run()
+            got = call.reduction("section_crcs").xor("crc terms", self.local_crcs()).run()
             return list(got.xor("crc terms"))
 
-    def _io(self, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
+    def _io(
+        self,
+        pieces: list[tuple[int, memoryview]],
+        bulk: tuple[int, memoryview] | None,
+        max_bulk: int,
+        what: str,
+        bulk_crc: int | LaterCrc | None = None,
+    ) -> None:
+        """Write (deferred: queue) this rank's pieces and its bulk run, whose CRC32 ``bulk_crc`` may be known already.
+
+        Collective (deferred: not).
+
+        Raises
+        ------
+        ScdaError
+            On every rank, the agreed error of any rank's write (not deferred).
+        """
         err: ScdaError | None = None
-        if self._defer:  # queued for the single write of fclose; CRCed by the helper thread meanwhile
-            allp = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
-            self._queue.extend(allp)
-            if self._cur is not None and allp:
-                rest = allp
-                if self._known_crcs is not None and bulk is not None and bulk[1].nbytes:
-                    known = self._known_crcs.get(bulk[1])  # the caller's buffer, CRC'd before it got here
-                    if known is not None:
-                        self._cur.add_crc(bulk[0], bulk[1].nbytes, known)
-                        rest = [p for p in allp if p is not bulk]
-                if rest:
-                    self._cur.add_later(rest)
+        if self._plan is not None:  # written by fclose; CRCed by the helper thread meanwhile
+            self._plan.add(pieces, bulk, bulk_crc)
             return
         assert self._backend is not None
         if self._cur is not None and max_bulk > 2 * _crc.CHUNK_NBYTES:
@@ -552,10 +549,12 @@ class ScdaWriter:
 
         Parameters
         ----------
-        data : bytes-like or numpy.ndarray, or None
+        data : bytes-like or numpy.ndarray, Checksummed, or None
             This rank's N_p elements of E bytes each, contiguous
             (``N_p * E`` bytes; any dtype, read as raw bytes).  None where
-            ``N_p * E == 0``.
+            ``N_p * E == 0``.  A :class:`~amrckpt.scda.Checksummed` brings
+            their CRC32: a deferred writer with ``checksum`` takes it
+            instead of CRCing the bytes (unless ``encode``).
         elem_counts : (P,) sequence of int, or Share
             N_p, the elements of every rank (paper A.1), or this rank's
             :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
@@ -591,6 +590,7 @@ class ScdaWriter:
         digest, ustr, view = 0, b"", _EMPTY
         share = Share(0, 0, 0, 0, 0)
         E = 0
+        data, known = unwrap(data)
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
@@ -625,7 +625,7 @@ class ScdaWriter:
         if r == (share.last if E else 0):
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + share.offset * E, view), share.max * E, what)
+        self._io(pieces, (data_off + share.offset * E, view), share.max * E, what, known)
         return self._section_end(SectionRecord("A", ustr, off, data_off + total + data_padding_nbytes(total), False))
 
     @collective_method("scda.fwrite_varray")
@@ -648,8 +648,10 @@ class ScdaWriter:
 
         Parameters
         ----------
-        data : bytes-like or numpy.ndarray, or None
-            This rank's elements, concatenated: ``proc_sizes[rank]`` bytes.
+        data : bytes-like or numpy.ndarray, Checksummed, or None
+            This rank's elements, concatenated: ``proc_sizes[rank]`` bytes;
+            a :class:`~amrckpt.scda.Checksummed` brings their CRC32 (as for
+            :meth:`fwrite_array`).
         elem_counts : (P,) sequence of int, or Share
             N_p, the elements of every rank (paper A.1), or this rank's
             :class:`~amrckpt.scda.Share` of them (no P-length list).  Collective.
@@ -687,6 +689,7 @@ class ScdaWriter:
         S = Share(0, 0, 0, 0, 0)
         sizes = np.zeros(0, np.uint64)
         r = self.comm.rank
+        data, known = unwrap(data)
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
@@ -726,7 +729,7 @@ class ScdaWriter:
             np.cumsum(sizes, out=offsets[1:])
             end = self._write_encoded_v(v_off, b"", ustr, share, view, offsets, level)
             return self._section_end(SectionRecord("V", ustr, off, end, True))
-        end = self._write_v(off, b"", ustr, share, sizes, S, view)
+        end = self._write_v(off, b"", ustr, share, sizes, S, view, known)
         return self._section_end(SectionRecord("V", ustr, off, end, False))
 
     def _share(self, counts: Any, what: str) -> tuple[Share, Any]:
@@ -755,8 +758,9 @@ class ScdaWriter:
         sizes: np.ndarray,
         S: Share,
         view: memoryview,
+        crc: int | LaterCrc | None = None,
     ) -> int:
-        """Write a raw V section at ``off`` (after ``prefix``, written by rank 0)."""
+        """Write a raw V section at ``off`` (after ``prefix``, written by rank 0); ``crc`` is the CRC32 of ``view``, if known."""
         r = self.comm.rank
         N = share.total
         v_off = off + len(prefix)
@@ -778,7 +782,7 @@ class ScdaWriter:
         if r == S.last:
             last = view[-1] if view.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + S.offset, view), S.max, "fwrite_varray")
+        self._io(pieces, (data_off + S.offset, view), S.max, "fwrite_varray", crc)
         return data_off + total + data_padding_nbytes(total)
 
     def _write_encoded_v(
@@ -866,7 +870,8 @@ class ScdaWriter:
             backend, self._backend = self._backend, None
             backend.close(size)
             return
-        if self._settled is None or self._failed is not None:
+        assert self._plan is not None
+        if not self._plan.settled or self._failed is not None:
             return  # deferred but not settled, or failed: the file was never opened
         call = self.call
         try:
@@ -876,14 +881,7 @@ class ScdaWriter:
             raise
         if self._pending is not None:
             call.fail(self._pending)
-        queue, self._queue = self._queue, []
-        mine = [] if call.failed else queue  # a failed rank joins with nothing
-        if capabilities_of(sink).takes_piece_crcs and self._checksum and mine:  # a backend that CRCs what it writes
-            call.run(lambda: sink.take_piece_crcs([k for c, _ in self._open_terms if c is not None for k in c.known()]))  # type: ignore[attr-defined]
-        if self._ncontiguous:  # pieces large enough for contiguous calls of their own
-            call.run(sink.write_gathered, mine, self._nrounds, self._ncontiguous, always=True)
-        else:
-            call.run(sink.write_gathered, mine, self._nrounds, always=True)
+        self._plan.execute(sink, call)  # a failed rank joins with nothing
         if self._sync_at_close:
             sink.sync(size)  # errors kept by the call
         sink.close(size)  # closes on every rank, whatever failed; errors kept by the call
@@ -917,7 +915,6 @@ def fopen_write(
     truncate: bool = True,
     defer: bool = False,
     access: FileAccess | None = None,
-    known_crcs: KnownCrcs | None = None,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
@@ -958,16 +955,13 @@ def fopen_write(
         truncates) the file, writes every rank's bytes of the whole file in
         one collective call (MPI-IO: a file view and ``MPI_File_write_all``)
         and agrees on its errors.  Block data must then be passed on every
-        rank.  The bytes are the same.
+        rank.  The bytes are the same.  With ``checksum``, the CRC32 of an
+        array's data passed as a :class:`~amrckpt.scda.Checksummed` is taken
+        from it, not computed again.
     access : FileAccess, optional
         ``style``, ``info``, ``backend`` and ``truncate`` as one value (the
         keyword arguments given override it); its ``sync`` is the caller's
         (:meth:`ScdaWriter.sync`).
-    known_crcs : amrckpt._crc.KnownCrcs, optional
-        With ``checksum`` and ``defer``: CRC32s of buffers that the caller
-        started before passing them (a save CRCs its payloads while it packs
-        the mesh); an array's data that is exactly such a buffer is not
-        CRC'd again.  Not collective; the bytes written are the same.
 
     Returns
     -------
@@ -983,4 +977,4 @@ def fopen_write(
         a permission problem).
     """
     a = FileAccess.of(access, style=style, info=info, backend=backend, truncate=truncate)
-    return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a, known_crcs=known_crcs)
+    return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a)

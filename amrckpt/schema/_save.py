@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import scda, sfc
-from .._crc import KnownCrcs, crc32
+from .._crc import crc32
 from .._version import __version__
 from ..comm import NONE, Call, Comm, collective, digest_of
 from ..container import (
@@ -60,12 +60,12 @@ class SaveResult(WriteResult):
     partition: Partition | None = None
 
 
-def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: KnownCrcs | None = None) -> list[Prepared]:
+def check_local(state: CheckpointSchema, *, check_order: bool = True, checksum: bool = False) -> list[Prepared]:
     """Validate this rank's state against its schema; prepare every field for writing.
 
     Not collective: :func:`save` agrees on the outcome on all ranks.  The
     fields other than meshes are checked against their mesh's local leaf
-    count first (with ``crcs``, the CRC32 of each one written as it is
+    count first (with ``checksum``, the CRC32 of each one written as it is
     starts in the helper thread meanwhile), then every mesh is packed into
     its records and, with ``check_order``, its leaves are checked: ranges
     while packing, then the curve order (p4est's ``p4est_tree_is_linear``),
@@ -81,10 +81,11 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
         packing, and their curve order (unless its records are the ones
         that passed last time).  False: leaves valid by construction
         (p4est's), packed as they are.
-    crcs : amrckpt._crc.KnownCrcs, optional
-        Where to start the CRC32 of every payload written as it is
-        (uncompressed cells, arrays, hp values, mesh records), for the
-        save's writer.
+    checksum : bool, optional
+        Start the CRC32 of every payload written as it is (uncompressed
+        cells, arrays, hp values, mesh records): its data is then an
+        :class:`amrckpt.scda.Checksummed`, whose CRC32 the save's writer
+        takes instead of CRCing the bytes again.
 
     Returns
     -------
@@ -114,8 +115,9 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
         except SchemaError as exc:
             later = later or exc
             continue
-        if crcs is not None and isinstance(out[name].payload.data, np.ndarray) and _verbatim(kind):
-            crcs.start(out[name].payload.data)  # in the helper thread, while the meshes are packed
+        payload = out[name].payload
+        if checksum and isinstance(payload.data, np.ndarray) and _verbatim(kind):
+            payload.data = scda.Checksummed.start(payload.data)  # in the helper thread, while the meshes are packed
     for name, mk in meshes.items():
         mesh = getattr(state, name)
         # The checks cost most of a save of a 2M-leaf 3D mesh; meshes change at adaptation, not at every
@@ -124,13 +126,14 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, crcs: Know
         # unchecked, and checked after its CRC32 if it is not.
         known = getattr(mesh, "_ordered", None)
         out[name] = mk.prepare(cls, name, mesh, None, check=check_order and known is None)
-        records = out[name].payload.data
+        payload = out[name].payload
+        records = payload.data
         if check_order:
             crc = crc32(records)  # the checks' key and the records' CRC32 in the file: one pass
-            if crcs is not None and _verbatim(mk):
-                crcs.put(records, crc)
-        elif crcs is not None and _verbatim(mk):
-            crcs.start(records)  # no key needed: in the helper thread
+            if checksum and _verbatim(mk):
+                payload.data = scda.Checksummed(records, crc)
+        elif checksum and _verbatim(mk):
+            payload.data = scda.Checksummed.start(records)  # no key needed: in the helper thread
         seen = (crc, len(records), mesh.curve, mesh.num_trees) if check_order else None
         if check_order and known != seen:
             if known is not None:  # packed unchecked above
@@ -368,14 +371,13 @@ def _save(
     def check() -> list[Prepared]:
         if not isinstance(state, CheckpointSchema):
             raise SchemaError(f"save: expected an instance of a CheckpointSchema, got {type(state).__name__}")
-        return check_local(state, check_order=check_mesh, crcs=crcs)
+        return check_local(state, check_order=check_mesh, checksum=True)
 
-    crcs = KnownCrcs()
     prepared = call.run(check)
     agreed = _agree_report(call, state, prepared)
     assert prepared is not None  # else the agreement raised
     manifest = _manifest(type(state), state, prepared, agreed)
-    with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True, known_crcs=crcs) as w:
+    with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True) as w:
         for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
             w.write_field(fs, p.payload, agreed.counts[j], agreed.nbytes[j])
     return w.close(), manifest, prepared

@@ -166,34 +166,45 @@ def test_section_crcs_in_rounds(tmp_path_factory: Any, specs: Any, P: int, Q: in
             assert [c for _, _, c in read] == [zlib.crc32(blob[a:b]) for a, b, _ in read]
 
 
-def test_known_crcs_are_found_by_the_buffer_and_taken_by_the_writer(tmp_path: Path) -> None:
-    """KnownCrcs finds a buffer's CRC32 by its address and length only; a deferred writer takes it for an array's data
-    instead of CRCing the bytes (a planted wrong value shows up in section_crcs), and CRCs every other piece itself."""
+def test_checksummed_data_brings_its_crc_and_the_writer_takes_it(tmp_path: Path) -> None:
+    """Checksummed.start gives the CRC32 of exactly the buffer's bytes (large: in the helper thread; small: at once); a
+    deferred writer takes it for an array's data instead of CRCing the bytes (a planted wrong value shows up in
+    section_crcs), and CRCs every other piece itself."""
     import numpy as np
 
     data = np.arange(100_000, dtype="<f8")  # above INLINE_NBYTES: CRC'd in the helper thread
-    known = _crc.KnownCrcs()
-    known.start(data)
-    got = known.get(data)
-    assert got is not None and (got if isinstance(got, int) else got.result()) == zlib.crc32(data.tobytes())
-    assert known.get(data[1:]) is None and known.get(data[:-1]) is None and known.get(data.copy()) is None
+    known = scda.Checksummed.start(data)
+    assert known.data is data and isinstance(known.crc, _crc.LaterCrc) and known.crc.result() == zlib.crc32(data.tobytes())
     small = np.arange(10, dtype="<i4")
-    known.start(small)
-    assert known.get(memoryview(small)) == zlib.crc32(small.tobytes())  # found through a view of the same bytes
+    known_small = scda.Checksummed.start(memoryview(small))
+    assert known_small.crc == zlib.crc32(small.tobytes())  # the CRC32 of a view of the same bytes, at once
 
-    def crcs_of(known_crcs: _crc.KnownCrcs | None) -> list[int]:
+    def crcs_of(big: Any, little: Any, checked: bool) -> list[int]:
         path = tmp_path / "k.scda"
-        with scda.fopen_write(path, b"k", checksum=True, defer=True, known_crcs=known_crcs) as f:
-            f.fwrite_array(data, [data.size], 8, b"data")
-            f.fwrite_array(small, [small.size], 4, b"small")
+        with scda.fopen_write(path, b"k", checksum=True, defer=True) as f:
+            f.fwrite_array(big, [data.size], 8, b"data")
+            f.fwrite_array(little, [small.size], 4, b"small")
             out = f.settle()
         whole = path.read_bytes()
-        assert out == [zlib.crc32(whole[r.offset : r.end]) for r in f.records] or known_crcs is not None
+        assert out == [zlib.crc32(whole[r.offset : r.end]) for r in f.records] or not checked
         return out
 
-    honest = crcs_of(None)
-    assert crcs_of(known) == honest
-    planted = _crc.KnownCrcs()
-    planted.put(data, zlib.crc32(b"not the data"))
-    lied = crcs_of(planted)
+    honest = crcs_of(data, small, True)
+    assert crcs_of(known, known_small, True) == honest
+    lied = crcs_of(scda.Checksummed(data, zlib.crc32(b"not the data")), small, False)
     assert lied[1] != honest[1] and lied[0] == honest[0] and lied[2] == honest[2]
+
+
+def test_a_compressed_section_does_not_take_the_crc_of_its_uncompressed_data(tmp_path: Path) -> None:
+    """With encode, the bytes written are not a Checksummed's data: the deferred writer CRCs the encoded bytes."""
+    import numpy as np
+
+    data = np.arange(50_000, dtype="<f8")
+    planted = scda.Checksummed(data, zlib.crc32(b"not the data"))
+    path = tmp_path / "e.scda"
+    with scda.fopen_write(path, b"e", checksum=True, defer=True) as f:
+        f.fwrite_array(planted, [data.size], 8, b"array", encode=True)
+        f.fwrite_varray(planted, [1], [data.nbytes], [data.nbytes], b"varray", encode=True)
+        out = f.settle()
+    whole = path.read_bytes()
+    assert out == [zlib.crc32(whole[r.offset : r.end]) for r in f.records]

@@ -1,0 +1,151 @@
+"""Write plans: every byte one rank writes of one file, agreed on once and written by one collective call.
+
+The write side of :class:`~amrckpt.scda.ReadPlan`.  A writer opened with
+``defer=True`` (:func:`amrckpt.scda.fopen_write`) adds the pieces of each
+call to a :class:`WritePlan` instead of writing them:
+
+1. :meth:`WritePlan.add` queues this rank's pieces of a section at their
+   file offsets and hands them to the helper thread for their CRC32s, or
+   takes a piece's CRC32 from its :class:`~amrckpt.scda.Checksummed` data;
+2. :meth:`WritePlan.settle` agrees once, with one named reduction, on
+   every rank's errors and collective arguments, the largest number of
+   bytes and of contiguous calls of any rank, and the CRC32 terms of every
+   section (:mod:`amrckpt._crc`);
+3. :meth:`WritePlan.execute` writes every rank's pieces of the whole file
+   through the sink's ``write_gathered`` (:class:`~amrckpt.scda.ByteSink`), in as many rounds as agreed.
+
+Sections added after :meth:`~WritePlan.settle` (an index and a footer,
+written by one rank) have their terms at once and are written by the same
+:meth:`~WritePlan.execute`.
+"""
+
+from __future__ import annotations
+
+from .._crc import LaterCrc, SectionCrc
+from ..comm import Call
+from . import _backend
+from ._backend import ByteSink, capabilities_of
+
+__all__ = ["WritePlan"]
+
+Piece = tuple[int, memoryview]
+"""``(file offset, bytes)``: one run of bytes this rank writes."""
+
+
+class WritePlan:
+    """What one rank writes of one file: its pieces at their offsets, and the CRC32 terms of each section.
+
+    Adding is not collective; :meth:`settle` and :meth:`execute` are (every
+    rank calls them once, in this order).  Not thread-safe.
+
+    Parameters
+    ----------
+    checksum : bool
+        CRC32 every piece (in the helper thread), for the sections' CRC32s.
+
+    Attributes
+    ----------
+    pieces : list of (int, memoryview)
+        This rank's pieces so far, as ``(file offset, bytes)``.
+    terms : list of int
+        This rank's CRC32 term of every section settled, and of every
+        section added after :meth:`settle` (empty without ``checksum``).
+    crcs : list of int or None
+        The CRC32 of every section, as agreed by :meth:`settle`; None before.
+    nrounds : int
+        Collective write calls through a file view (agreed by :meth:`settle`: the same on every rank).
+    ncontiguous : int
+        Contiguous collective calls of large pieces (agreed by :meth:`settle`: the same on every rank).
+    """
+
+    __slots__ = ("_cur", "_open", "checksum", "crcs", "ncontiguous", "nrounds", "pieces", "terms")
+
+    def __init__(self, checksum: bool) -> None:
+        self.checksum = bool(checksum)
+        self.pieces: list[Piece] = []
+        self.terms: list[int] = []
+        self.crcs: list[int] | None = None
+        self.nrounds = 1
+        self.ncontiguous = 0
+        self._open: list[tuple[SectionCrc | None, int]] = []  # each section's CRC32 pieces and end, until settled
+        self._cur: SectionCrc | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether :meth:`settle` has agreed."""
+        return self.crcs is not None
+
+    def begin_section(self) -> None:
+        """Start the next section: the pieces added until :meth:`end_section` are its bytes."""
+        self._cur = SectionCrc() if self.checksum else None
+
+    def add(self, pieces: list[Piece], bulk: Piece | None = None, bulk_crc: int | LaterCrc | None = None) -> None:
+        """Add this rank's ``pieces`` and ``bulk`` run of the current section; ``bulk_crc`` is the bulk's CRC32, if known.
+
+        The bytes must stay unchanged until :meth:`execute`; those whose
+        CRC32 is not known are CRC'd by the helper thread meanwhile.
+        """
+        added = [p for p in (*pieces, *([bulk] if bulk is not None else [])) if p[1].nbytes]
+        self.pieces.extend(added)
+        if self._cur is None or not added:
+            return
+        rest = added
+        if bulk_crc is not None and bulk is not None and bulk[1].nbytes:
+            self._cur.add_crc(bulk[0], bulk[1].nbytes, bulk_crc)  # the caller's buffer, CRC'd before it got here
+            rest = [p for p in added if p is not bulk]
+        if rest:
+            self._cur.add_later(rest)
+
+    def end_section(self, end: int) -> None:
+        """End the current section at file byte ``end``; after :meth:`settle`, its term is taken at once."""
+        if self.crcs is None:
+            self._open.append((self._cur, end))  # the helper thread may still be CRCing it
+        elif self._cur is not None:
+            self.terms.append(self._cur.term(end))
+        self._cur = None
+
+    def settle(self, call: Call, digest: int) -> bool:
+        """Agree once on every rank's plan: one reduction, named ``"write"``. Collective.
+
+        It carries the errors kept by ``call``, the largest bytes and
+        contiguous calls of any rank, this rank's CRC32 terms (XOR) and the
+        ``digest`` of this rank's collective arguments.
+
+        Returns
+        -------
+        bool
+            Whether every rank passed the same ``digest``; only then are
+            :attr:`crcs`, :attr:`terms`, :attr:`nrounds` and
+            :attr:`ncontiguous` set.
+
+        Raises
+        ------
+        AmrckptError
+            On every rank, the agreed error of any rank (kept by ``call``, or in waiting for a CRC32).
+        """
+        terms = call.run(lambda: [c.term(end) if c is not None else 0 for c, end in self._open]) or []
+        nbytes = sum(b.nbytes for _, b in self.pieces)
+        red = call.reduction("write").max("bytes", nbytes).max("contiguous calls", _backend.contiguous_calls(self.pieces))
+        got = red.xor("crc terms", terms if self.checksum else []).equal("arguments", digest).run()
+        if not got.equal("arguments"):
+            return False
+        self.nrounds = max(1, -(-got.max("bytes") // _backend.MAX_CALL_NBYTES))
+        self.ncontiguous = got.max("contiguous calls")
+        self.terms = terms
+        self.crcs = got.xor("crc terms")
+        return True
+
+    def execute(self, sink: ByteSink, call: Call) -> None:
+        """Write this rank's pieces in the agreed calls; a rank whose ``call`` failed joins with none. Collective.
+
+        A sink that CRCs what it writes (``takes_piece_crcs``) is given
+        the CRC32 of every piece first.  Errors are kept by ``call``.
+        """
+        queue, self.pieces = self.pieces, []
+        mine = [] if call.failed else queue
+        if capabilities_of(sink).takes_piece_crcs and self.checksum and mine:
+            call.run(lambda: sink.take_piece_crcs([k for c, _ in self._open if c is not None for k in c.known()]))  # type: ignore[attr-defined]
+        if self.ncontiguous:  # pieces large enough for contiguous calls of their own
+            call.run(sink.write_gathered, mine, self.nrounds, self.ncontiguous, always=True)
+        else:
+            call.run(sink.write_gathered, mine, self.nrounds, always=True)
