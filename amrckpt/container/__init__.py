@@ -25,6 +25,7 @@ gsd's split of its file layer (``gsd.fl``) from its schema layer
 
 from __future__ import annotations
 
+from ._agree import AgreedField, SaveField, agree_fields
 from ._chunks import DEFAULT_CHUNK
 from ._convention import (
     CONNECTIVITY_FORMAT_VERSION,
@@ -83,6 +84,7 @@ __all__ = [
     "MANIFEST_USER_STRING",
     "READ_FORMAT_VERSIONS",
     "RUN_RECORD_SUFFIX",
+    "AgreedField",
     "CheckpointInfo",
     "CheckpointReader",
     "CheckpointWriter",
@@ -103,11 +105,13 @@ __all__ = [
     "Provenance",
     "RawMetadata",
     "RunRecord",
+    "SaveField",
     "Section",
     "SectionSink",
     "Span",
     "VerifyReport",
     "WriteResult",
+    "agree_fields",
     "checksum_error",
     "convert",
     "convert_file",

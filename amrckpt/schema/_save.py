@@ -14,13 +14,16 @@ import numpy as np
 from .. import scda, sfc
 from .._crc import crc32
 from .._version import __version__
-from ..comm import NONE, Call, Comm, collective, digest_of
+from ..comm import Call, Comm, collective
 from ..container import (
+    AgreedField,
     CheckpointWriter,
     FieldSpec,
     Manifest,
     RunRecord,
+    SaveField,
     WriteResult,
+    agree_fields,
     format_version_of,
     handler_for,
     run_record,
@@ -172,107 +175,41 @@ def _boundary(mesh: Forest) -> tuple[int, int, int, int] | None:
     return (int(mesh.tree[0]), int(keys[0]), int(mesh.tree[-1]), past)
 
 
-def _key(tree: int, key: int) -> int:
-    """One integer ordered as ``(tree, key)`` (keys have at most 61 bits): for prefix maxima along the curve."""
-    return (tree << 64) | key
+def _save_fields(state: Any, prepared: list[Prepared]) -> list[SaveField]:
+    """Return this rank's fields as the container's agreement takes them, each mesh with its bounds. Not collective."""
+    return [
+        SaveField(
+            p.name,
+            p.kind.kind,
+            p.payload,
+            p.count,
+            p.digest,
+            p.shape,
+            _boundary(getattr(state, p.name)) if isinstance(p.kind, MeshKind) else None,
+            isinstance(p.kind, MeshKind),
+        )
+        for p in prepared
+    ]
 
 
-@dataclass
-class _Agreed:
-    """What the ranks agreed on about a save (the same on every rank), and this rank's shares."""
+def _agree(call: Call, state: Any, prepared: list[Prepared] | None) -> dict[str, AgreedField]:
+    """Check the state across ranks (:func:`amrckpt.container.agree_fields`: two collectives); every rank raises the same error.
 
-    counts: list[scda.Share]
-    nbytes: list[scda.Share]
-    max_counts: list[int]
-
-
-def _measures(prepared: list[Prepared]) -> list[tuple[int, int]]:
-    """Each field's values' bytes and most values of a leaf on this rank, as its handler measures them (not collective)."""
-    return [handler_for(p.kind.kind).measure(p.payload) for p in prepared]
-
-
-def _agree_report(call: Call, state: Any, prepared: list[Prepared] | None) -> _Agreed:
-    """Check the state across ranks with two collectives of O(1) numbers per rank; every rank raises the same error.
-
-    First one allreduce, the call's first exchange: it agrees on every
-    rank's local errors (a wrong dtype on rank 0 alone is raised on every
-    rank, before anything else is exchanged) and on the call tag, and
-    carries every check that all ranks must pass: digests of the schema, of
-    every global field and shape, of the meshes' metadata (equal on every
-    rank or not), the totals, the largest counts, the last rank with data,
-    and whether every rank passed the same leaves.  Then one exclusive
-    scan: each rank's offsets (prefix sums of every field's count and
-    bytes) and the prefix maximum of the ranks' last leaves along each
-    mesh's curve, against which each rank checks its first leaf; an order
-    error is kept by the call for the save's next agreement (the writer's,
-    before any byte is written).  Nothing of size P is sent, received or
-    allocated.
+    Besides the container's checks of every field: the schema (its name,
+    version and fields) and the meshes' dimension, trees and curve are the
+    same on every rank.
     """
     cls = type(state)
-    names = list(getattr(cls, "__amrckpt_fields__", {}))
-    prep = prepared or []
-    meshes = [(j, getattr(state, p.name)) for j, p in enumerate(prep) if isinstance(p.kind, MeshKind)]
-    bounds = call.run(lambda: [_boundary(m) for _, m in meshes]) or [None] * len(meshes)
-    counts = [p.count for p in prep]
-    measured = call.run(_measures, prep) or [(0, 0)] * len(prep)
-    nbytes = [m[0] for m in measured]
-    r = call.rank
-    red = call.reduction("save: check the state")
-    if prepared is not None:
-        red.equal("schema", _schema_digest(cls))
-        red.equal("meshes", digest(repr([(m.dim, m.num_trees, m.curve) for _, m in meshes]).encode()))
-        for p in prep:
-            red.equal(f"{p.name}.value", p.digest % (1 << 62)).equal(f"{p.name}.shape", digest_of(p.shape))
-        for (j, m), b in zip(meshes, bounds, strict=True):
-            bd = digest_of(b, len(m)) if b is not None else None
-            name = prep[j].name
-            red.max(f"{name}.leaves", bd if bd is not None else NONE).min(f"{name}.leaves", bd if bd is not None else -NONE)
-            red.max(f"{name}.rank", r if b is not None else -1).min(f"{name}.rank", r if b is not None else call.size)
-        for j, p in enumerate(prep):
-            red.sum(f"{p.name}.count", counts[j]).sum(f"{p.name}.nbytes", nbytes[j])
-            red.max(f"{p.name}.count", counts[j]).max(f"{p.name}.nbytes", nbytes[j])
-            red.max(f"{p.name}.last count", r if counts[j] else 0).max(f"{p.name}.last nbytes", r if nbytes[j] else 0)
-            red.max(f"{p.name}.per leaf", measured[j][1])  # the largest values per leaf of an hp field (its count dtype)
-    got = red.run()
-    assert prepared is not None  # a rank that failed before it prepared its state made the run above raise
-    if not got.equal("schema"):
-        raise call.agreed(SchemaError("the ranks save different schemas (their name, version or fields differ)"))
-    if not got.equal("meshes"):
-        raise call.agreed(SchemaError("the ranks' meshes disagree on dimension, number of trees or curve"))
-    for name in names:
-        if not got.equal(f"{name}.value"):
-            raise call.agreed(SchemaError(f"field {name!r} differs between ranks; it must be the same on every rank"))
-        if not got.equal(f"{name}.shape"):
-            raise call.agreed(SchemaError(f"field {name!r} has a different shape on some ranks; it must be the same on every rank"))
-    for j, _ in meshes:
-        name = prep[j].name
-        if got.max(f"{name}.rank") > got.min(f"{name}.rank") and got.max(f"{name}.leaves") == got.min(f"{name}.leaves"):
-            raise call.agreed(
-                SchemaError(
-                    f"mesh {names[j]!r}: every rank passed the same {counts[j]} leaves: each rank must pass only its own part "
-                    "of the mesh (its leaves of a partition along the curve, e.g. amrckpt.Partition.uniform), not the whole mesh"
-                )
-            )
-    scan = call.reduction("save: offsets").sum("counts", counts).sum("nbytes", nbytes)
-    below = scan.max("last leaf", [_key(b[2], b[3]) if b is not None else -1 for b in bounds]).below()
-
-    def follow() -> None:
-        for (j, _), b, prev in zip(meshes, bounds, below.max("last leaf"), strict=True):
-            if b is not None and prev > _key(b[0], b[1]):
-                raise SchemaError(
-                    f"mesh {names[j]!r}: the leaves are not in curve order across ranks: the first leaf of rank {r} "
-                    f"(tree {b[0]}) does not follow the last leaf of an earlier rank (tree {prev >> 64}); the ranks' parts "
-                    "overlap or are out of rank order"
-                )
-
-    call.run(follow)  # agreed on by the save's next agreement (the writer's), before any byte is written
-    cs, bs = [], []
-    for j, p in enumerate(prep):
-        cmax, clast = got.max(f"{p.name}.count"), got.max(f"{p.name}.last count")
-        bmax, blast = got.max(f"{p.name}.nbytes"), got.max(f"{p.name}.last nbytes")
-        cs.append(scda.Share(counts[j], below.sum("counts")[j], got.sum(f"{p.name}.count"), cmax, clast))
-        bs.append(scda.Share(nbytes[j], below.sum("nbytes")[j], got.sum(f"{p.name}.nbytes"), bmax, blast))
-    return _Agreed(cs, bs, [int(got.max(f"{p.name}.per leaf")) for p in prep])
+    fields = call.run(_save_fields, state, prepared) if prepared is not None else None
+    meshes = [getattr(state, p.name) for p in prepared or [] if isinstance(p.kind, MeshKind)]
+    equal = {
+        "schema": (_schema_digest(cls), "the ranks save different schemas (their name, version or fields differ)"),
+        "meshes": (
+            digest(repr([(m.dim, m.num_trees, m.curve) for m in meshes]).encode()),
+            "the ranks' meshes disagree on dimension, number of trees or curve",
+        ),
+    }
+    return agree_fields(call, fields, equal)
 
 
 def save(
@@ -374,12 +311,12 @@ def _save(
         return check_local(state, check_order=check_mesh, checksum=True)
 
     prepared = call.run(check)
-    agreed = _agree_report(call, state, prepared)
+    agreed = _agree(call, state, prepared)
     assert prepared is not None  # else the agreement raised
     manifest = _manifest(type(state), state, prepared, agreed)
     with CheckpointWriter(path, manifest, comm=call.comm, access=access, defer=True) as w:
-        for j, (p, fs) in enumerate(zip(prepared, manifest.fields, strict=True)):
-            w.write_field(fs, p.payload, agreed.counts[j], agreed.nbytes[j])
+        for p, fs in zip(prepared, manifest.fields, strict=True):
+            w.write_field(fs, p.payload, agreed[p.name].counts, agreed[p.name].nbytes)
     return w.close(), manifest, prepared
 
 
@@ -403,23 +340,31 @@ def _write_record(call: Call, path: str, run: RunRecord, sync: bool) -> None:
     call.agree("save: run record")
 
 
-def _manifest(cls: type[CheckpointSchema], state: CheckpointSchema, prepared: list[Prepared], agreed: _Agreed) -> Manifest:
+def _manifest(
+    cls: type[CheckpointSchema], state: CheckpointSchema, prepared: list[Prepared], agreed: dict[str, AgreedField]
+) -> Manifest:
     kinds = cls.__amrckpt_fields__
     meshes = []
-    for j, p in enumerate(prepared):
+    for p in prepared:
         if isinstance(p.kind, MeshKind):
             mesh = getattr(state, p.name)  # dimension, trees and curve agreed on by every rank
             h = handler_for(p.kind.kind)
             meshes.append(
                 h.mesh_spec(  # type: ignore[attr-defined]
-                    p.name, mesh.dim, mesh.num_trees, mesh.curve, sfc.MAXLEVEL[mesh.dim], agreed.counts[j].total, p.kind.geometry
+                    p.name,
+                    mesh.dim,
+                    mesh.num_trees,
+                    mesh.curve,
+                    sfc.MAXLEVEL[mesh.dim],
+                    agreed[p.name].counts.total,
+                    p.kind.geometry,
                 )
             )
     fields: list[FieldSpec] = []
-    for j, p in enumerate(prepared):
+    for p in prepared:
         k = kinds[p.name]
         decl = k.declaration(p, getattr(k, "mesh", None))
-        fields.append(handler_for(k.kind).describe(decl, agreed.counts[j].total, agreed.max_counts[j]))
+        fields.append(handler_for(k.kind).describe(decl, agreed[p.name].counts.total, agreed[p.name].max_count))
     return Manifest(
         format_version=format_version_of(meshes),
         amrckpt_version=__version__,
