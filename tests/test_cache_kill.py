@@ -147,7 +147,8 @@ def test_a_restart_that_cannot_reach_a_nodes_pieces_warns_and_keeps_the_cached_s
     assert restarted(check, 3) == (older, "equal", "directory"), check.stderr[-3000:]
     warning = " ".join(check.stderr.split())
     assert "CachedStepsUnreachableWarning" in warning, warning[-3000:]
-    assert f"the steps {', '.join(map(str, cached))}, written by 4 ranks on 2 nodes: the pieces of ranks 2, 3 (node 1)" in warning
+    steps = f"the step{'s' if len(cached) > 1 else ''} {', '.join(map(str, cached))}"  # one step killed in, or several
+    assert f"{steps}, written by 4 ranks on 2 nodes: the pieces of ranks 2, 3 (node 1)" in warning, warning[-3000:]
     assert f"The restart takes the directory's newest (step {older}) instead" in warning
     kept = {c.step: c for c in list_cache(tmp_path / "cache" / "{node}")}
     assert all(s in kept and kept[s].size == 4 for s in cached), sorted(kept)  # none removed by the retention
