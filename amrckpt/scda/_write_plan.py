@@ -17,14 +17,22 @@ call to a :class:`WritePlan` instead of writing them:
 Sections added after :meth:`~WritePlan.settle` (an index and a footer,
 written by one rank) have their terms at once and are written by the same
 :meth:`~WritePlan.execute`.
+
+A writer opened without ``defer`` executes its plan after each call
+instead (:meth:`WritePlan.write_now`): the call's pieces are written at
+once, in rounds of ``_crc.CHUNK_NBYTES`` for a large bulk run, each round
+CRC'd by the helper thread while the next one is written, and the call
+agrees on its own errors.
 """
 
 from __future__ import annotations
 
+from .. import _crc
 from .._crc import LaterCrc, SectionCrc
 from ..comm import Call
+from ..errors import ScdaError
 from . import _backend
-from ._backend import ByteSink, capabilities_of
+from ._backend import Backend, ByteSink, capabilities_of, rounds
 
 __all__ = ["WritePlan"]
 
@@ -42,6 +50,10 @@ class WritePlan:
     ----------
     checksum : bool
         CRC32 every piece (in the helper thread), for the sections' CRC32s.
+    immediate : bool, optional
+        Pieces are written by :meth:`write_now` as each call gives them
+        (a writer opened without ``defer``); there is nothing to settle,
+        and each section's term is taken when it ends.
 
     Attributes
     ----------
@@ -60,11 +72,11 @@ class WritePlan:
 
     __slots__ = ("_cur", "_open", "checksum", "crcs", "ncontiguous", "nrounds", "pieces", "terms")
 
-    def __init__(self, checksum: bool) -> None:
+    def __init__(self, checksum: bool, *, immediate: bool = False) -> None:
         self.checksum = bool(checksum)
         self.pieces: list[Piece] = []
         self.terms: list[int] = []
-        self.crcs: list[int] | None = None
+        self.crcs: list[int] | None = [] if immediate else None  # immediate: each call agrees on its own
         self.nrounds = 1
         self.ncontiguous = 0
         self._open: list[tuple[SectionCrc | None, int]] = []  # each section's CRC32 pieces and end, until settled
@@ -149,3 +161,55 @@ class WritePlan:
             call.run(sink.write_gathered, mine, self.nrounds, self.ncontiguous, always=True)
         else:
             call.run(sink.write_gathered, mine, self.nrounds, always=True)
+
+    def write_now(self, backend: Backend, pieces: list[Piece], bulk: Piece | None, max_bulk: int) -> ScdaError | None:
+        """Write this rank's ``pieces`` and ``bulk`` run of the current section now (an immediate plan). Collective.
+
+        Every rank makes the same calls: one of the pieces and the bulk run
+        (``max_bulk`` is the largest bulk of any rank), or, for a bulk
+        larger than two CRC chunks, one of the pieces and
+        ``ceil(max_bulk / _crc.CHUNK_NBYTES)`` rounds of the bulk.  The
+        helper thread CRCs what was written while the next call writes;
+        every CRC32 is done when this returns (the caller's buffers are
+        free again).
+
+        Returns
+        -------
+        ScdaError or None
+            This rank's first error; after one, the rank joins the
+            remaining rounds with nothing to write, so that no rank waits.
+        """
+        cur = self._cur
+        if cur is None or max_bulk <= 2 * _crc.CHUNK_NBYTES:
+            # CRC the bytes in a helper thread while the backend writes them (both release the GIL).
+            later = cur.add_later([*pieces, *([bulk] if bulk is not None else [])]) if cur is not None else None
+            try:
+                backend.write(pieces, bulk, max_bulk)
+            except ScdaError as exc:
+                return exc
+            finally:
+                if later is not None:
+                    later.result()
+            return None
+        chunk = _crc.CHUNK_NBYTES
+        err: ScdaError | None = None
+        futures = [f for f in [cur.add_later(list(pieces))] if f is not None] if pieces else []
+        try:
+            backend.write(pieces, None, 0)
+        except ScdaError as exc:
+            err = exc
+        for part in rounds(bulk, max_bulk, chunk):
+            if err is not None:
+                part = None  # after an error, join the remaining rounds with nothing
+            try:
+                backend.write([], part, chunk)
+            except ScdaError as exc:
+                err = err or exc
+                continue
+            if part is not None:
+                fut = cur.add_later([part])
+                if fut is not None:
+                    futures.append(fut)
+        for f in futures:
+            f.result()
+        return err

@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _crc
-from .._crc import LaterCrc, SectionCrc
+from .._crc import LaterCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from ._access import FileAccess, open_backend, open_sink
-from ._backend import Backend, byte_view, rounds
+from ._backend import Backend, byte_view
 from ._checksummed import unwrap
 from ._codec import encode_elements
 from ._entries import format_entries
@@ -151,7 +150,8 @@ class ScdaWriter:
         self._defer = bool(defer)
         self._pending: BaseException | None = None
         self._digest = 0
-        self._plan = WritePlan(bool(checksum)) if self._defer else None  # deferred: every byte, until fclose
+        # Deferred: every byte, until fclose; immediate: written after each call.
+        self._plan = WritePlan(bool(checksum), immediate=not self._defer)
         self._sync_at_close = False
         self.style: Style = "unix"
         header = b""
@@ -176,8 +176,6 @@ class ScdaWriter:
         self._truncate = bool(self.access.truncate)
         self._failed: BaseException | None = None
         self._checksum = bool(checksum)
-        self._cur: SectionCrc | None = None
-        self._terms: list[int] = []
         self.records: list[SectionRecord] = []
         self.offset = 0
         self._section_start()
@@ -227,19 +225,12 @@ class ScdaWriter:
         return root_value
 
     def _section_start(self) -> None:
-        if self._plan is not None:
-            self._plan.begin_section()  # the plan keeps the section's CRC32 pieces
-        else:
-            self._cur = SectionCrc() if self._checksum else None
+        self._plan.begin_section()  # the plan keeps the section's CRC32 pieces
 
     def _section_end(self, record: SectionRecord) -> SectionRecord:
         self.records.append(record)
         self.offset = record.end
-        if self._plan is not None:
-            self._plan.end_section(record.end)
-        elif self._cur is not None:
-            self._terms.append(self._cur.term(record.end))
-            self._cur = None
+        self._plan.end_section(record.end)
         return record
 
     def settle(self) -> list[int]:
@@ -271,7 +262,7 @@ class ScdaWriter:
             On every rank, if the agreement fails (the file is then unusable except for :meth:`fclose`).
         """
         plan = self._plan
-        if plan is None or plan.settled:
+        if not self._defer or plan.settled:
             raise ScdaUsageError("settle: only once, on a writer opened with defer=True")
         with collective(self.comm, "scda.settle") as call:
             if self._pending is not None:
@@ -289,7 +280,7 @@ class ScdaWriter:
 
     def local_crcs(self) -> list[int]:
         """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
-        return list(self._plan.terms if self._plan is not None else self._terms)
+        return list(self._plan.terms)
 
     def section_crcs(self) -> list[int]:
         """CRC32 of every section written so far (file header first), as in :attr:`records`.
@@ -332,24 +323,11 @@ class ScdaWriter:
         ScdaError
             On every rank, the agreed error of any rank's write (not deferred).
         """
-        err: ScdaError | None = None
-        if self._plan is not None:  # written by fclose; CRCed by the helper thread meanwhile
+        if self._defer:  # written by fclose; CRCed by the helper thread meanwhile
             self._plan.add(pieces, bulk, bulk_crc)
             return
         assert self._backend is not None
-        if self._cur is not None and max_bulk > 2 * _crc.CHUNK_NBYTES:
-            err = self._write_rounds(self._cur, pieces, bulk, max_bulk)
-        else:
-            crc = None
-            if self._cur is not None:
-                # CRC the bytes in a helper thread while the backend writes them (both release the GIL).
-                crc = self._cur.add_later([*pieces, *([bulk] if bulk is not None else [])])
-            try:
-                self._backend.write(pieces, bulk, max_bulk)
-            except ScdaError as exc:
-                self._note(exc)
-            if crc is not None:
-                crc.result()
+        err = self._plan.write_now(self._backend, pieces, bulk, max_bulk)
         if err is not None:
             self.call.fail(err)
         try:
@@ -357,40 +335,6 @@ class ScdaWriter:
         except ScdaError as exc:
             self._failed = exc
             raise
-
-    def _write_rounds(
-        self, cur: SectionCrc, pieces: list[tuple[int, memoryview]], bulk: tuple[int, memoryview] | None, max_bulk: int
-    ) -> ScdaError | None:
-        """Write a large bulk run in rounds of ``_crc.CHUNK_NBYTES`` (collective; the same number on every rank).
-
-        The helper thread CRCs each round just written while the next one
-        is written: the bytes are still in the cache.  Returns this rank's
-        first error; after one, the rank joins the remaining rounds with
-        nothing to write, so that no rank waits.
-        """
-        assert self._backend is not None
-        chunk = _crc.CHUNK_NBYTES
-        err: ScdaError | None = None
-        futures = [f for f in [cur.add_later(list(pieces))] if f is not None] if pieces else []
-        try:
-            self._backend.write(pieces, None, 0)
-        except ScdaError as exc:
-            err = exc
-        for part in rounds(bulk, max_bulk, chunk):
-            if err is not None:
-                part = None  # after an error, join the remaining rounds with nothing
-            try:
-                self._backend.write([], part, chunk)
-            except ScdaError as exc:
-                err = err or exc
-                continue
-            if part is not None:
-                fut = cur.add_later([part])
-                if fut is not None:
-                    futures.append(fut)
-        for f in futures:
-            f.result()  # the caller's buffers are free again
-        return err
 
     # -- sections ---------------------------------------------------------
 
@@ -870,7 +814,6 @@ class ScdaWriter:
             backend, self._backend = self._backend, None
             backend.close(size)
             return
-        assert self._plan is not None
         if not self._plan.settled or self._failed is not None:
             return  # deferred but not settled, or failed: the file was never opened
         call = self.call
