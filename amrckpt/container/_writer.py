@@ -44,6 +44,14 @@ __all__ = [
 
 RUN_RECORD_SUFFIX = ".run.json"
 
+STREAM_NBYTES = 16 << 20
+"""Bytes per rank of a file from which a deferred write streams: the data written while the helper thread CRCs it.
+
+Below it, the second gathered write and the second reduction of a
+streaming write (:meth:`amrckpt.scda.ScdaWriter.flush`) cost more than
+the CRC32s they overlap (many ranks with small parts).
+"""
+
 RUN_RECORD_LIMIT = (64 << 10) + 32 * (1 << 21)
 """The largest run record read, in bytes: 64 KiB of fixed fields and 32 bytes per writing rank, for up to 2**21 ranks.
 
@@ -206,8 +214,9 @@ class CheckpointWriter:
             f.fclose()
             raise ScdaUsageError(f"close: field {missing.name!r} of the manifest was not written")
         try:
-            if self.defer:  # one agreement (raised on every rank before any byte is written), then one write in fclose
-                index = self._index(f.settle())
+            if self.defer:  # one agreement (raised on every rank before any byte is written), then the write
+                crcs = f.settle(stream=self._streams())
+                index = self._index(crcs if crcs is not None else f.flush())  # streaming: the CRC32s after the write
                 f.fwrite_block(index.model_dump_json(indent=1).encode() + b"\n", INDEX_USER_STRING)
                 index_crc = f.local_crcs()[-1]  # rank 0 holds every byte of the index section
             else:
@@ -222,6 +231,24 @@ class CheckpointWriter:
             f.fclose()
         self.result = WriteResult(self.path, nbytes, self.manifest, index)
         return self.result
+
+    def _streams(self) -> bool:
+        """Whether the deferred write streams (:meth:`amrckpt.scda.ScdaWriter.flush`): the same on every rank.
+
+        A file of at least :data:`STREAM_NBYTES` bytes per rank, through
+        the POSIX backend.  Not through MPI-IO: in a libfiu campaign, a
+        second collective write on the same file after MPICH had reported
+        an internal error (an injected ``open`` fault in an earlier save)
+        put one rank's pieces at each other's offsets, and the save
+        returned; one write per file never did.  Not through a backend
+        opener either: it may take one write only (a node cache's pieces
+        file).  The offset is the same on every rank once the fields'
+        arguments agree; where they do not, ``settle`` raises on every rank
+        before the choice matters.
+        """
+        backend = self.access.backend
+        posix = backend == "posix" or (backend is None and mpi_of(self.comm) is None)
+        return posix and self.scda.offset >= STREAM_NBYTES * self.comm.size
 
     def _index(self, crcs: list[int]) -> Index:
         """Return the index of the sections written so far: offsets, ends and the CRC32s ``crcs``. Not collective."""

@@ -63,7 +63,7 @@ call through a view.
 """
 
 
-def contiguous_calls(pieces: Sequence[Piece]) -> int:
+def contiguous_calls(pieces: Sequence[tuple[int, Any]]) -> int:
     """Return the collective calls that this rank's pieces of at least :data:`CONTIGUOUS_NBYTES` bytes take on their own.
 
     Not collective.  A piece larger than ``MAX_CALL_NBYTES`` takes one call

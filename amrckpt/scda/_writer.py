@@ -13,8 +13,8 @@ from .._crc import LaterCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
 from ._access import FileAccess, open_backend, open_sink
-from ._backend import Backend, byte_view
-from ._checksummed import unwrap
+from ._backend import Backend, ByteSink, byte_view
+from ._checksummed import Produced, unwrap
 from ._codec import encode_elements
 from ._entries import format_entries
 from ._format import (
@@ -150,6 +150,7 @@ class ScdaWriter:
         self._defer = bool(defer)
         self._pending: BaseException | None = None
         self._digest = 0
+        self._sink: ByteSink | None = None  # a streaming writer's file, opened by flush()
         # Deferred: every byte, until fclose; immediate: written after each call.
         self._plan = WritePlan(bool(checksum), immediate=not self._defer)
         self._sync_at_close = False
@@ -233,7 +234,7 @@ class ScdaWriter:
         self._plan.end_section(record.end)
         return record
 
-    def settle(self) -> list[int]:
+    def settle(self, *, stream: bool = False) -> list[int] | None:
         """Agree once on every call of a deferred writer so far; return the CRC32 of every section so far.
 
         Collective: one allreduce (errors, a digest of every call's
@@ -243,11 +244,22 @@ class ScdaWriter:
         sections may still be added (by one rank, e.g. an index): their
         errors are agreed on by :meth:`fclose`, which writes everything.
 
+        With ``stream=True`` (the same on every rank) the CRC32s are not
+        waited for: :meth:`flush` writes what is queued while they are
+        computed, then agrees on them and returns them.
+
+        Parameters
+        ----------
+        stream : bool, optional
+            Leave the CRC32s to :meth:`flush` (a large file: the helper
+            thread CRCs, and makes the produced data, while the bytes are
+            written).
+
         Returns
         -------
-        list of int
+        list of int or None
             The CRC32 of every section written so far (as :meth:`section_crcs`;
-            empty without ``checksum=True``).
+            empty without ``checksum=True``); None with ``stream``.
 
         Raises
         ------
@@ -268,15 +280,50 @@ class ScdaWriter:
             if self._pending is not None:
                 call.fail(self._pending)
             try:
-                agreed = plan.settle(call, self._digest)
+                agreed = plan.settle(call, self._digest, stream=stream)
             except ScdaError as exc:
                 self._failed = exc
                 raise
             if not agreed:
                 self._failed = call.agreed(ScdaArgumentError(f"write: {_DIFFER}"))
                 raise self._failed
-        assert plan.crcs is not None
-        return list(plan.crcs)
+        return None if plan.crcs is None else list(plan.crcs)
+
+    @collective_method("scda.flush")
+    def flush(self) -> list[int]:
+        """Open the file, write what is queued, and agree on the CRC32 of every section so far. Collective.
+
+        For a deferred writer settled with ``stream=True``: the helper
+        thread CRCs the bytes, and makes those still to be made, while they
+        are written; then one allreduce agrees on the CRC32s (and on every
+        rank's errors).  Sections added after it (an index that holds the
+        CRC32s, a footer) and the bytes still being made are written by
+        :meth:`fclose`.
+
+        Returns
+        -------
+        list of int
+            The CRC32 of every section written so far (empty without ``checksum=True``).
+
+        Raises
+        ------
+        ScdaUsageError
+            If the writer is not settled with ``stream=True``, or flushed already.
+        ScdaError
+            On every rank, if the file cannot be opened, or any rank's write, CRC32 or bytes to make failed (the
+            file is then unusable except for :meth:`fclose`, which closes it).
+        """
+        plan = self._plan
+        if not self._defer or not plan.settled or plan.crcs is not None or self._failed is not None:
+            raise ScdaUsageError("flush: only once, on a deferred writer settled with stream=True")
+        call = self.call
+        try:
+            self._sink = open_sink(self.path, self.comm, access=self.access)
+            crcs = plan.flush(self._sink, call)
+        except ScdaError as exc:
+            self._failed = exc
+            raise
+        return list(crcs)
 
     def local_crcs(self) -> list[int]:
         """Return this rank's CRC32 terms of every section (not collective): a section's CRC32 where this rank wrote all of it."""
@@ -309,7 +356,7 @@ class ScdaWriter:
     def _io(
         self,
         pieces: list[tuple[int, memoryview]],
-        bulk: tuple[int, memoryview] | None,
+        bulk: tuple[int, Any] | None,
         max_bulk: int,
         what: str,
         bulk_crc: int | LaterCrc | None = None,
@@ -535,6 +582,7 @@ class ScdaWriter:
         share = Share(0, 0, 0, 0, 0)
         E = 0
         data, known = unwrap(data)
+        bulk: memoryview | Produced = _EMPTY
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
@@ -545,7 +593,15 @@ class ScdaWriter:
             self._check_count(share.total, "N")
             self._check_count(E, "E")
             level = _level(level)
-            view = _local_view(data, share.count * E, "array data")
+            if isinstance(data, Produced) and (encode or not self._defer):
+                data, known = data.view(), None  # encoded or written now: made now
+            if isinstance(data, Produced):  # made while the bytes that exist are written (a deferred writer's plan)
+                if data.nbytes != share.count * E:
+                    want = share.count * E
+                    raise ScdaArgumentError(f"array data: {data.nbytes} bytes to come on this rank, not N_p * E = {want}")
+                bulk = data
+            else:
+                bulk = view = _local_view(data, share.count * E, "array data")
             digest = digest_of("A", ustr, cdig, E, bool(encode), level)
         except ScdaError as exc:
             self._note(exc)
@@ -567,9 +623,9 @@ class ScdaWriter:
             head = section_header(b"A", ustr, self.style) + count_entry(b"N", N, self.style) + count_entry(b"E", E, self.style)
             pieces.append((off, memoryview(head)))
         if r == (share.last if E else 0):
-            last = view[-1] if view.nbytes else None
+            last = bulk.last if isinstance(bulk, Produced) else bulk[-1] if bulk.nbytes else None
             pieces.append((data_off + total, memoryview(data_padding(total, last, self.style))))
-        self._io(pieces, (data_off + share.offset * E, view), share.max * E, what, known)
+        self._io(pieces, (data_off + share.offset * E, bulk), share.max * E, what, known)
         return self._section_end(SectionRecord("A", ustr, off, data_off + total + data_padding_nbytes(total), False))
 
     @collective_method("scda.fwrite_varray")
@@ -814,14 +870,19 @@ class ScdaWriter:
             backend, self._backend = self._backend, None
             backend.close(size)
             return
+        sink, self._sink = self._sink, None
+        call = self.call
+        if sink is not None and self._failed is not None:  # failed after flush() opened it, agreed: close it together
+            call.run(sink.close, size, always=True)
+            return
         if not self._plan.settled or self._failed is not None:
             return  # deferred but not settled, or failed: the file was never opened
-        call = self.call
-        try:
-            sink = open_sink(self.path, self.comm, access=self.access)
-        except ScdaError as exc:
-            self._failed = exc
-            raise
+        if sink is None:
+            try:
+                sink = open_sink(self.path, self.comm, access=self.access)
+            except ScdaError as exc:
+                self._failed = exc
+                raise
         if self._pending is not None:
             call.fail(self._pending)
         self._plan.execute(sink, call)  # a failed rank joins with nothing

@@ -23,7 +23,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .. import sfc
+from .. import scda, sfc
 from ..comm import digest_of
 from ..container import FieldSpec, GeometrySpec, HpData, Manifest, MeshSpec, Payload, dtype_from_json, dtype_to_json
 from ..errors import CheckpointError, ConnectivityError, SchemaError
@@ -327,8 +327,13 @@ class MeshKind(FieldKind):
             except SchemaError as exc:
                 raise SchemaError(f"field {name!r}: {exc}") from exc
 
-    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool = True) -> Prepared:
+    def prepare(self, cls: type[Any], name: str, value: Any, n: int | None, *, check: bool = True, later: bool = False) -> Prepared:
         """Check the mesh and pack its records; with ``check``, its ranges while packing (one pass over the leaves).
+
+        With ``later``, the records are packed by the helper thread, then
+        CRC'd (an :meth:`amrckpt.scda.Checksummed.later`: a deferred writer
+        writes them after the bytes that exist), and ``check`` is ignored:
+        the caller checks the leaves first (:meth:`Forest.check`).
 
         Raises
         ------
@@ -336,6 +341,12 @@ class MeshKind(FieldKind):
             On this rank, if ``value`` is not a mesh, or (with ``check``) a leaf is out of range.
         """
         self.check_value(name, value, None, check_values=False)
+        if later:
+            rec = sfc.mesh_record_dtype(value.dim)
+            k = len(value)
+            last = int(value.level[-1]) & 0xFF if k else None  # a record's last byte is its level (int8)
+            data = scda.Checksummed.later(value.to_records, nbytes=k * rec.itemsize, last=last, dtype=rec)
+            return Prepared(name, self, Payload(data, level=self.level), count=k)
         try:
             records = value.to_records(check=check)
         except SchemaError as exc:

@@ -124,10 +124,18 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, checksum: 
     for name, mk in meshes.items():
         mesh = getattr(state, name)
         # The checks cost most of a save of a 2M-leaf 3D mesh; meshes change at adaptation, not at every
-        # checkpoint: a mesh whose records have the CRC32 and length of the ones last checked (ranges and order,
-        # by a save or by Forest.from_p4est) is not checked again.  A mesh that may be such one is packed
-        # unchecked, and checked after its CRC32 if it is not.
+        # checkpoint: a mesh whose bytes have the CRC32 and length of the ones last checked (ranges and order,
+        # by a save or by Forest.from_p4est) is not checked again.  A mesh whose arrays must be packed into
+        # records (not views of records) is packed by the helper thread while the writer writes the bytes that
+        # exist (Checksummed.later): its key is the CRC32 of its arrays, and it is checked on them.  Else a mesh
+        # that may be a known one is packed unchecked, and checked after its CRC32 if it is not.
         known = getattr(mesh, "_ordered", None)
+        if checksum and _verbatim(mk) and mesh._own_records() is None:
+            seen = (_arrays_crc(mesh), len(mesh), mesh.curve, mesh.num_trees) if check_order else None
+            if seen is not None and known != seen:
+                _check_mesh(name, mesh, seen, ranges=True)
+            out[name] = mk.prepare(cls, name, mesh, None, later=True)
+            continue
         out[name] = mk.prepare(cls, name, mesh, None, check=check_order and known is None)
         payload = out[name].payload
         records = payload.data
@@ -138,23 +146,42 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, checksum: 
         elif checksum and _verbatim(mk):
             payload.data = scda.Checksummed.start(records)  # no key needed: in the helper thread
         seen = (crc, len(records), mesh.curve, mesh.num_trees) if check_order else None
-        if check_order and known != seen:
-            if known is not None:  # packed unchecked above
-                try:
-                    mesh.check()
-                except SchemaError as exc:
-                    raise SchemaError(f"field {name!r}: {exc}") from exc
-            try:
-                mesh.check_order()
-                mesh._ordered = seen
-            except SchemaError as exc:
-                raise SchemaError(
-                    f"field {name!r}: {exc} (leaves must follow the space-filling curve within each rank; "
-                    "sort them with amrckpt.sfc.sfc_order, or pass check_mesh=False to skip this check)"
-                ) from exc
+        if seen is not None and known != seen:
+            _check_mesh(name, mesh, seen, ranges=known is not None)  # known: packed unchecked above
     if later is not None:
         raise later
     return [out[name] for name in kinds]
+
+
+def _check_mesh(name: str, mesh: Forest, seen: tuple[int, int, str, int], *, ranges: bool) -> None:
+    """Check a mesh's leaves (their ranges too, if ``ranges``), then remember ``seen`` as the key of the checked mesh.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, naming the field: a leaf out of range, or leaves out of curve order.
+    """
+    if ranges:
+        try:
+            mesh.check()
+        except SchemaError as exc:
+            raise SchemaError(f"field {name!r}: {exc}") from exc
+    try:
+        mesh.check_order()
+        mesh._ordered = seen
+    except SchemaError as exc:
+        raise SchemaError(
+            f"field {name!r}: {exc} (leaves must follow the space-filling curve within each rank; "
+            "sort them with amrckpt.sfc.sfc_order, or pass check_mesh=False to skip this check)"
+        ) from exc
+
+
+def _arrays_crc(mesh: Forest) -> int:
+    """Return the key of a mesh's arrays for the check cache: their CRC32s chained, above 2**32 (never a records' key)."""
+    crc = 0
+    for a in (mesh.tree, mesh.level, *mesh.coords()):
+        crc = crc32(np.ascontiguousarray(a), crc)
+    return crc | (1 << 32)
 
 
 def _verbatim(kind: FieldKind) -> bool:
