@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._crc import crc32
-from .._threads import default_threads, pool
+from .._crc import crc32, crc32_combine
+from .._threads import default_threads, map_shared, pool
 from ..comm import Call, as_comm, collective
 from ..errors import SchemaError
 from ._connectivity import Connectivity
@@ -207,16 +208,17 @@ def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, 
     whole, one ``V(4 dim + 4)`` item per leaf just after the record's tree
     (the 3 bytes after a level spill onto the next record's tree), then the
     chunk's trees (one ``np.repeat`` of the trees it meets, from
-    ``pertree``) written over them.  With ``check``, on unsigned copies of
-    the chunk's columns (:class:`_Checks`): the ranges of
+    ``pertree``) written over them (:meth:`_Into.pack`).  With ``check``,
+    each chunk apart from the others (:func:`_check_chunk`): the ranges of
     :meth:`Forest.check` and whether each quadrant starts where the one
-    before it ends (:func:`_window_ok`, or :func:`_successors` across
-    trees: then the forest is complete, as ``p4est_is_valid`` requires, and
-    so in Morton order without overlaps), and the CRC32 of the records.
-    Where this rank may use two threads (:func:`amrckpt._threads.default_threads`)
-    and there are four chunks or more, a helper thread packs and CRCs the
-    chunks while this one checks them (numpy and the CRC32 release the GIL);
-    else each chunk is packed, checked and CRC'd in turn, while in the cache.
+    before it ends (then the forest is complete, as ``p4est_is_valid``
+    requires, and so in Morton order without overlaps), and the CRC32 of
+    its records, combined in order.  Where this rank may use two threads
+    (:func:`amrckpt._threads.default_threads`) and there are four chunks or
+    more, the helper thread packs and CRCs the chunks while this one checks
+    them, or (unchecked) both threads pack (numpy and the CRC32 release the
+    GIL); else each chunk is packed, checked and CRC'd in turn, while in the
+    cache.
 
     Parameters
     ----------
@@ -257,29 +259,39 @@ def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, 
     packed = np.ndarray((n,), dtype=f"V{size}", buffer=raw, offset=4, strides=(isz,))
     tree = rec["tree"]
     chunks = _chunks(pieces, pertree, g0)
-    checks = _Checks(dim, min(n, _CHUNK), check)
-    crc = 0
-    if check and len(chunks) >= 4 and default_threads() > 1:  # the helper packs (and CRCs) while this thread checks
-        fut = pool(1).submit(_pack_all, raw, isz, packed, tree, chunks)
+    into = _Into(raw, isz, packed, tree, dim, min(n, _CHUNK))
+    if len(chunks) < 4 or default_threads() < 2:
+        done = [_one_chunk(c, into, check) for c in chunks]
+    elif check:  # the helper packs and CRCs while this thread checks (the checks' short passes in two threads would
+        # wait on each other for the GIL; the packing's long copies do not)
+        fut = pool(1).submit(lambda: [into.pack(c, crc=True) for c in chunks])
         try:
-            for c in chunks:
-                checks.chunk(c)
+            judged = [_check_chunk(c, into, check) for c in chunks]
         finally:
-            crc = fut.result()
-    else:
-        for c in chunks:
-            _pack_chunk(packed, tree, c)
-            if checks.chunk(c):
-                crc = crc32(raw[c.a * isz : c.b * isz], crc)
-    if checks.beyond > 127:
+            crcs = fut.result()
+        done = [(*j, crc) for j, crc in zip(judged, crcs, strict=True)]
+    else:  # two threads pack; then the first tree of each chunk again (the chunk before may have spilled on it later)
+        done = map_shared(lambda c: _one_chunk(c, into, check), chunks, 2)
+        tree[[c.a for c in chunks]] = [c.t0 for c in chunks]
+    valid = check and all(r[0] for r in done)
+    complete = valid and all(r[1] for r in done)
+    crc = 0
+    for c, r in zip(chunks, done, strict=True) if complete else ():  # the chunks' CRC32s, in order
+        crc = crc32_combine(crc, r[3], (c.b - c.a) * isz)
+    if max((r[2] for r in done), default=0) > 127:
         lo, hi = min(int(pc[2].min()) for pc in pieces if len(pc[2])), max(int(pc[2].max()) for pc in pieces if len(pc[2]))
         if lo < -128 or hi > 127:
             raise SchemaError(f"Forest: level holds {lo if lo < -128 else hi}, beyond the range of int8")
-    return rec, checks.valid, crc if checks.valid and checks.complete else None
+    return rec, valid, crc if complete else None
 
 
 class _Chunk(NamedTuple):
-    """Quadrants ``s:e`` of a piece, records ``a:b``, in trees ``t0`` to ``t1``: what :func:`_pack` handles at once."""
+    """Quadrants ``s:e`` of a piece, records ``a:b``, in trees ``t0`` to ``t1``: what :func:`_pack` handles at once.
+
+    ``before``: the piece that holds the quadrant before the chunk (at
+    ``s - 1`` of ``piece``, or the last of an earlier piece), or None for
+    the first; ``tb``: its tree.
+    """
 
     piece: _Piece
     s: int
@@ -288,6 +300,8 @@ class _Chunk(NamedTuple):
     b: int
     t0: int
     t1: int
+    before: _Piece | None
+    tb: int
     pertree: np.ndarray
     g0: int
 
@@ -298,78 +312,106 @@ class _Chunk(NamedTuple):
 
 def _chunks(pieces: list[_Piece], pertree: np.ndarray, g0: int) -> list[_Chunk]:
     """Cut the pieces into chunks of at most ``_CHUNK`` quadrants, each with its trees (one ``searchsorted``)."""
-    cuts, at = [], 0
+    cuts: list[tuple[_Piece, int, int, int, _Piece | None]] = []
+    at, last = 0, None
     for pc in pieces:
         m = pc.lead.shape[0]
-        cuts += [(pc, s, min(m, s + _CHUNK), at) for s in range(0, m, _CHUNK)]
-        at += m
-    ends = np.array([[at + s, at + e - 1] for _, s, e, at in cuts], dtype=np.int64).reshape(-1, 2)
+        cuts += [(pc, s, min(m, s + _CHUNK), at, pc if s else last) for s in range(0, m, _CHUNK)]
+        at, last = at + m, pc if m else last
+    ends = np.array([[at + s - 1, at + s, at + e - 1] for _, s, e, at, _ in cuts], dtype=np.int64).reshape(-1, 3)
     trees = (np.searchsorted(pertree, ends + g0, side="right") - 1).tolist()
-    return [_Chunk(pc, s, e, at + s, at + e, t[0], t[1], pertree, g0) for (pc, s, e, at), t in zip(cuts, trees, strict=True)]
+    return [
+        _Chunk(pc, s, e, at + s, at + e, t[1], t[2], before, t[0], pertree, g0)
+        for (pc, s, e, at, before), t in zip(cuts, trees, strict=True)
+    ]
 
 
-def _pack_chunk(packed: np.ndarray, tree: np.ndarray, c: _Chunk) -> None:
-    """Copy a chunk's leading bytes into its records, then write its trees over the bytes that spilled."""
-    packed[c.a : c.b] = c.piece.lead[c.s : c.e]  # first: its bytes spill onto the trees of records a + 1 .. b
-    if c.t0 == c.t1:  # the chunk in one tree
-        tree[c.a : c.b] = c.t0
-    else:
-        tree[c.a : c.b] = c.trees()
+class _Into:
+    """Where :func:`_one_chunk` packs, and each thread's scratch for the checks (:meth:`scratch`).
 
-
-def _pack_all(raw: np.ndarray, isz: int, packed: np.ndarray, tree: np.ndarray, chunks: list[_Chunk]) -> int:
-    """Pack every chunk (:func:`_pack_chunk`) and return the CRC32 of the records (``isz`` bytes each) in ``raw``."""
-    crc = 0
-    for c in chunks:
-        _pack_chunk(packed, tree, c)
-        crc = crc32(raw[c.a * isz : c.b * isz], crc)
-    return crc
-
-
-class _Checks:
-    """The checks of :func:`_pack`, chunk by chunk in order, on unsigned copies of the chunk's columns (in the cache).
-
-    ``valid``: every leaf so far in range; ``complete``: each starts where
-    the one before it ends; ``beyond``: the largest level seen as uint32 of
-    (n, dim + 1) int32 rows (above 127: a level outside int8, refused even
-    unchecked).  ``buf`` column 0 holds the leaf before the chunk, whose
-    tree is ``prev``: the pair across the chunk's start is one more pair of
-    the chunk's window.
+    ``raw``: the records (``isz`` bytes each) and 4 spare bytes; ``packed``,
+    ``tree``: views of them (:func:`_pack`).
     """
 
-    def __init__(self, dim: int, m: int, check: bool) -> None:
-        self.dim = dim
-        self.valid, self.complete, self.beyond = check, check, 0
-        self.prev: int | None = None
-        self.buf = np.empty((dim + 1, m + 1 if check else 0), dtype=np.uint32)  # x, y [, z], level
-        self.tmp = np.empty((5, m + 1 if check else 0), dtype=np.uint32)
+    def __init__(self, raw: np.ndarray, isz: int, packed: np.ndarray, tree: np.ndarray, dim: int, m: int) -> None:
+        self.raw, self.isz, self.packed, self.tree, self.dim, self.m = raw, isz, packed, tree, dim, m
+        self.local = threading.local()
 
-    def chunk(self, c: _Chunk) -> bool:
-        """Check the chunk ``c`` (after those before it); return whether every leaf so far is in range and follows."""
-        dim, buf, k, level = self.dim, self.buf, c.e - c.s, c.piece.level
-        wide = level.dtype == np.int32
-        if not self.valid:
-            if wide:
-                self.beyond = max(self.beyond, int(level[c.s : c.e].view(np.uint32).max()))
-            return False
-        for i, col in enumerate([*c.piece.coords, level]):
+    def pack(self, c: _Chunk, crc: bool = False) -> int:
+        """Pack the chunk ``c`` into its records; return their CRC32 with ``crc`` (else 0).
+
+        The leading bytes are copied whole, their spill landing on the trees
+        of records ``a + 1 .. b``, then the chunk's trees written over them:
+        the tree of record ``b`` (the next chunk's first, or spare bytes) is
+        right once the next chunk is packed after this one.
+        """
+        self.packed[c.a : c.b] = c.piece.lead[c.s : c.e]
+        self.tree[c.a : c.b] = c.t0 if c.t0 == c.t1 else c.trees()
+        return self.crc(c) if crc else 0
+
+    def crc(self, c: _Chunk) -> int:
+        """Return the CRC32 of the chunk's records (packed)."""
+        return crc32(self.raw[c.a * self.isz : c.b * self.isz])
+
+    def scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return this thread's ``(dim + 1, m + 1)`` columns (x, y [, z], level) and ``(5, m + 1)`` temporaries, uint32."""
+        bufs: tuple[np.ndarray, np.ndarray] | None = getattr(self.local, "bufs", None)
+        if bufs is None:
+            bufs = self.local.bufs = (
+                np.empty((self.dim + 1, self.m + 1), dtype=np.uint32),
+                np.empty((5, self.m + 1), dtype=np.uint32),
+            )
+        return bufs
+
+
+def _one_chunk(c: _Chunk, into: _Into, check: bool) -> tuple[bool, bool, int, int]:
+    """Pack the chunk ``c`` (:meth:`_Into.pack`), check it (:func:`_check_chunk`) and CRC its records if it passes."""
+    into.pack(c)
+    valid, complete, beyond = _check_chunk(c, into, check)
+    return valid, complete, beyond, into.crc(c) if complete else 0
+
+
+def _check_chunk(c: _Chunk, into: _Into, check: bool) -> tuple[bool, bool, int]:
+    """Check the chunk ``c`` from p4est's quadrants, apart from the other chunks (in any thread).
+
+    On unsigned copies of the chunk's columns (in the cache), with the
+    quadrant before the chunk in column 0: the pair across the chunk's
+    start is one more pair of the window (:func:`_window_ok`;
+    :func:`_in_range` and :func:`_successors` say which check failed, or
+    judge pairs across trees).
+
+    Returns
+    -------
+    in_range, follows : bool
+        Every quadrant of the chunk in range; each starts where the one
+        before it ends (False without ``check``).
+    beyond : int
+        The largest level as uint32, of (n, dim + 1) int32 rows (else 0).
+    """
+    level, coords, dim = c.piece.level, c.piece.coords, into.dim
+    wide = level.dtype == np.int32
+    if not check:
+        return False, False, int(level[c.s : c.e].view(np.uint32).max()) if wide else 0
+    buf, tmp = into.scratch()
+    k, w = c.e - c.s, 1 if c.before is None else 0
+    for i, col in enumerate([*coords, level]):
+        if c.before is c.piece:
+            _copied(buf[i, : k + 1], col[c.s - 1 : c.e])
+        else:
+            if c.before is not None:
+                _copied(buf[i, :1], [*c.before.coords, c.before.level][i][-1:])
             _copied(buf[i, 1 : k + 1], col[c.s : c.e])
-        if wide:
-            self.beyond = max(self.beyond, int(buf[dim, 1 : k + 1].max()))
-        prev, w = self.prev, 1 if self.prev is None else 0
-        one = c.t0 == c.t1
-        if self.complete and one and prev not in (None, c.t0):  # a tree's first chunk: the pair across, then the chunk
-            two = buf[:, :2]
-            w = 1 if _successors(np.array([prev, c.t0], np.int32), list(two[:dim]), two[dim], dim, None) else 0
-        one = self.complete and one and (w == 1 or prev == c.t0)
-        if not (one and _window_ok(buf[:, w : k + 1], self.tmp, dim)):  # the exact checks say which failed
-            self.valid = _in_range(buf[:, 1 : k + 1], self.tmp, dim)
-            if self.valid and self.complete:
-                t = c.t0 if one else c.trees(with_before=w == 0)
-                self.complete = _successors(t, list(buf[:dim, w : k + 1]), buf[dim, w : k + 1], dim, None)
-        buf[:, 0] = buf[:, k]
-        self.prev = c.t1
-        return self.valid and self.complete
+    one = c.t0 == c.t1
+    if one and not w and c.tb != c.t0:  # a tree's first chunk: the pair across, then the chunk alone
+        two = buf[:, :2]
+        w = 1 if _successors(np.array([c.tb, c.t0], np.int32), list(two[:dim]), two[dim], dim, None) else 0
+        one = w == 1
+    valid = complete = True
+    if not (one and _window_ok(buf[:, w : k + 1], tmp, dim)):  # the exact checks say which failed
+        valid = _in_range(buf[:, 1 : k + 1], tmp, dim)
+        t = c.t0 if one else c.trees(with_before=w == 0)
+        complete = valid and _successors(t, list(buf[:dim, w : k + 1]), buf[dim, w : k + 1], dim, None)
+    return valid, complete, int(buf[dim, 1 : k + 1].max()) if wide else 0
 
 
 def _trees(pertree: np.ndarray, g0: int, g1: int) -> np.ndarray:

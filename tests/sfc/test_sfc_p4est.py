@@ -297,6 +297,8 @@ def test_from_p4est_judges_one_changed_leaf_as_the_exact_checks_do(
         for k, name in enumerate([*"xyz"[:dim], "level"]):
             records[name] = bad[:, k]
         for given in (bad, [records[pertree[t] : pertree[t + 1]] for t in range(K)]):
+            unchecked = ac.Forest.from_p4est(given, check=False, **kw)  # packed as it is, by two threads at once
+            assert unchecked.to_records().tobytes() == plain.to_records().tobytes()
             try:
                 plain.check()
             except SchemaError as exc:
@@ -305,3 +307,19 @@ def test_from_p4est_judges_one_changed_leaf_as_the_exact_checks_do(
                 continue
             forest = ac.Forest.from_p4est(given, **kw)
             assert forest == plain and (forest._ordered is not None) == _pairs_follow(plain)
+
+
+def test_from_p4est_unchecked_in_two_threads_packs_chunks_in_any_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk packed after the next one spills onto that one's first tree: written again after the chunks."""
+    from amrckpt.sfc import _p4est
+
+    monkeypatch.setattr(_p4est, "_CHUNK", 5)
+    monkeypatch.setattr(_p4est, "default_threads", lambda: 2)
+    monkeypatch.setattr(_p4est, "map_shared", lambda fn, items, threads: [fn(x) for x in items[::-1]][::-1])
+    K = 3
+    lv = random_forest(3, K, seed=60, level=1)
+    rows, trees, pertree = _pieces(lv, np.ones(lv.num_leaves, dtype=bool), K)
+    want = _part(lv, 0, lv.num_leaves, K).to_records().tobytes()
+    for given in (rows, trees):
+        forest = ac.Forest.from_p4est(given, pertree=pertree, global_first_quadrant=[0, len(rows)], check=False)
+        assert forest.to_records().tobytes() == want
