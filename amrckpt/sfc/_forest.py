@@ -389,7 +389,8 @@ class Forest:
             quadrant starts where the one before it ends, as in p4est's
             complete forests: such a forest is in Morton order, and
             :func:`amrckpt.save` does not check it again while its records
-            are unchanged (their CRC32).  Chunk by chunk while packing.
+            are unchanged (their CRC32).  Chunk by chunk while packing (in
+            amrckpt's helper thread where this rank may use two threads).
 
         Returns
         -------

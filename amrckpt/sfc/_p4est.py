@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._crc import crc32
+from .._crc import crc32, crc32_combine
+from .._threads import default_threads, map_shared, pool
 from ..comm import Call, as_comm, collective
 from ..errors import SchemaError
 from ._connectivity import Connectivity
+from ._follow import _copied, _in_range, _successors, _window_ok
 from ._keys import MAXLEVEL, QMAXLEVEL, morton_keys
 from ._tables import _CHECK_CHUNK as _CHUNK
 from ._tables import mesh_record_dtype
@@ -205,11 +208,17 @@ def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, 
     whole, one ``V(4 dim + 4)`` item per leaf just after the record's tree
     (the 3 bytes after a level spill onto the next record's tree), then the
     chunk's trees (one ``np.repeat`` of the trees it meets, from
-    ``pertree``) written over them.  With ``check``, while the chunk is in
-    the cache: the ranges of :meth:`Forest.check`, whether each quadrant
-    starts where the one before it ends (:func:`_successors`: then the
-    forest is complete, as ``p4est_is_valid`` requires, and so in Morton
-    order without overlaps), and the CRC32 of the records.
+    ``pertree``) written over them (:meth:`_Into.pack`).  With ``check``,
+    each chunk apart from the others (:func:`_check_chunk`): the ranges of
+    :meth:`Forest.check` and whether each quadrant starts where the one
+    before it ends (then the forest is complete, as ``p4est_is_valid``
+    requires, and so in Morton order without overlaps), and the CRC32 of
+    its records, combined in order.  Where this rank may use two threads
+    (:func:`amrckpt._threads.default_threads`) and there are four chunks or
+    more, the helper thread packs and CRCs the chunks while this one checks
+    them, or (unchecked) both threads pack (numpy and the CRC32 release the
+    GIL); else each chunk is packed, checked and CRC'd in turn, while in the
+    cache.
 
     Parameters
     ----------
@@ -242,132 +251,167 @@ def _pack(pieces: list[_Piece], dim: int, n: int, pertree: np.ndarray, g0: int, 
         :meth:`Forest.check` checks the range that p4est allows.
     """
     dtype = mesh_record_dtype(dim)
-    size = 4 * dim + 4
+    size, isz = 4 * dim + 4, dtype.itemsize
     # Whole leading bytes are copied (numpy's copy of 16-byte items beats the generic one of 13): the 3 bytes
     # after each level land on the next record's tree, written after them, and the last on spare bytes.
-    raw = np.empty(n * dtype.itemsize + 4, dtype=np.uint8)
-    rec = raw[: n * dtype.itemsize].view(dtype)
-    packed = np.ndarray((n,), dtype=f"V{size}", buffer=raw, offset=4, strides=(dtype.itemsize,))
+    raw = np.empty(n * isz + 4, dtype=np.uint8)
+    rec = raw[: n * isz].view(dtype)
+    packed = np.ndarray((n,), dtype=f"V{size}", buffer=raw, offset=4, strides=(isz,))
     tree = rec["tree"]
-    beyond = 0  # the largest level as uint32: above 127 if one is outside [0, 127]
-    valid, root = check, (1 << MAXLEVEL[dim]) - 1
-    complete, crc = check, 0
-    at = 0  # the first record of the piece
-    prev: tuple[int, list[int], int] | None = None  # the last leaf before the chunk: tree, coordinates, level
-    m = min(n, _CHUNK)
-    buf = np.empty((dim, m if check else 0), dtype=np.uint32)
-    lbuf8, lbuf32 = np.empty(m if check else 0, dtype=np.uint8), np.empty(m if check else 0, dtype=np.uint32)
-    for _, lead, level, coords in pieces:
-        m = lead.shape[0]
-        wide = level.dtype == np.int32
-        for s in range(0, m, _CHUNK):
-            e = min(m, s + _CHUNK)
-            a, b = at + s, at + e
-            t0 = int(np.searchsorted(pertree, g0 + a, side="right")) - 1
-            t1 = int(np.searchsorted(pertree, g0 + b - 1, side="right")) - 1
-            packed[a:b] = lead[s:e]  # first: its bytes spill onto the trees of records a + 1 .. b
-            t: int | np.ndarray = t0
-            if t0 == t1:  # the chunk in one tree
-                tree[a:b] = t0
-            else:
-                counts = np.diff(np.clip(pertree[t0 : t1 + 2], g0 + a, g0 + b))
-                t = np.repeat(np.arange(t0, t1 + 1, dtype=np.int32), counts)
-                tree[a:b] = t
-            if not valid:
-                if wide:  # a level beyond int8 is refused even unchecked
-                    beyond = max(beyond, int(level[s:e].view(np.uint32).max()))
-                continue
-            # The ranges of Forest._check_chunk, on contiguous unsigned copies of the chunk's columns (in the cache).
-            cols = [_copied(buf[k, : e - s], c[s:e]) for k, c in enumerate(coords)]
-            lv = _copied((lbuf32 if wide else lbuf8)[: e - s], level[s:e])
-            top = int(lv.max())
-            beyond = max(beyond, top if wide else 0)
-            u = cols[0] | cols[1]
-            if dim == 3:
-                u |= cols[2]
-            valid = top <= QMAXLEVEL[dim] and not int(np.bitwise_or.reduce(u)) & ~root
-            if valid:
-                np.left_shift(u, lv, out=u)
-                valid = not int(np.bitwise_or.reduce(u)) & root
-            if valid and complete:
-                complete = _successors(t, cols, lv, dim, prev)
-                prev = (t1, [int(c[-1]) for c in cols], int(lv[-1]))
-                if complete:
-                    crc = crc32(raw[a * dtype.itemsize : b * dtype.itemsize], crc)
-        at += m
-    if beyond > 127:
+    chunks = _chunks(pieces, pertree, g0)
+    into = _Into(raw, isz, packed, tree, dim, min(n, _CHUNK))
+    if len(chunks) < 4 or default_threads() < 2:
+        done = [_one_chunk(c, into, check) for c in chunks]
+    elif check:  # the helper packs and CRCs while this thread checks (the checks' short passes in two threads would
+        # wait on each other for the GIL; the packing's long copies do not)
+        fut = pool(1).submit(lambda: [into.pack(c, crc=True) for c in chunks])
+        try:
+            judged = [_check_chunk(c, into, check) for c in chunks]
+        finally:
+            crcs = fut.result()
+        done = [(*j, crc) for j, crc in zip(judged, crcs, strict=True)]
+    else:  # two threads pack; then the first tree of each chunk again (the chunk before may have spilled on it later)
+        done = map_shared(lambda c: _one_chunk(c, into, check), chunks, 2)
+        tree[[c.a for c in chunks]] = [c.t0 for c in chunks]
+    valid = check and all(r[0] for r in done)
+    complete = valid and all(r[1] for r in done)
+    crc = 0
+    for c, r in zip(chunks, done, strict=True) if complete else ():  # the chunks' CRC32s, in order
+        crc = crc32_combine(crc, r[3], (c.b - c.a) * isz)
+    if max((r[2] for r in done), default=0) > 127:
         lo, hi = min(int(pc[2].min()) for pc in pieces if len(pc[2])), max(int(pc[2].max()) for pc in pieces if len(pc[2]))
         if lo < -128 or hi > 127:
             raise SchemaError(f"Forest: level holds {lo if lo < -128 else hi}, beyond the range of int8")
-    return rec, valid, crc if valid and complete else None
+    return rec, valid, crc if complete else None
 
 
-def _successors(
-    t: int | np.ndarray, c: list[np.ndarray], lv: np.ndarray, dim: int, prev: tuple[int, list[int], int] | None
-) -> bool:
-    """Whether each leaf starts where the one before it ends (``prev``: the leaf before the first, if any). Vectorized.
+class _Chunk(NamedTuple):
+    """Quadrants ``s:e`` of a piece, records ``a:b``, in trees ``t0`` to ``t1``: what :func:`_pack` handles at once.
 
-    ``t``: the leaves' trees (int32), or their one tree; ``c``: their
-    coordinates, ``lv`` their levels (unsigned); leaves in range.
-
-    For leaves in range (aligned to their level): the Morton successor of a
-    leaf of side ``h`` at ``(x, y, z)`` is found without curve keys.  ``b``,
-    the lowest bit at or above ``h`` where not all of ``x``, ``y``, ``z`` are
-    set, is where the key's increment stops carrying; the bits below ``b``
-    clear; ``x`` flips bit ``b``, ``y`` flips it if ``x`` had it, ``z`` if
-    both had it.  ``b = 2**L``: the leaf ends its tree, and the next leaf
-    must be the next tree's first, at the origin.  About 20 passes over
-    uint32, against the ~70 of the keys (uint64).
+    ``before``: the piece that holds the quadrant before the chunk (at
+    ``s - 1`` of ``piece``, or the last of an earlier piece), or None for
+    the first; ``tb``: its tree.
     """
-    if prev is not None:  # the pair across the chunk's start: the same test on two leaves
-        pt, pc, pl = prev
-        two = [np.array([p, int(x[0])], dtype=np.uint32) for p, x in zip(pc, c, strict=True)]
-        first = t if isinstance(t, int) else int(t[0])
-        if not _successors(np.array([pt, first], np.int32), two, np.array([pl, int(lv[0])], np.uint8), dim, None):
-            return False
-    if len(lv) < 2:
-        return True
-    L = MAXLEVEL[dim]
-    x, y = c[0][:-1], c[1][:-1]
-    w = np.right_shift(np.uint32((1 << L) - 1), lv[:-1], dtype=np.uint32)  # h - 1: the bits below the leaf's side
-    full = x & y
-    if dim == 3:
-        full &= c[2][:-1]
-    w |= full
-    np.invert(w, out=w)  # the bits at or above h where not all coordinates are set
-    b = np.negative(w)
-    b &= w  # the lowest of them
-    keep = np.negative(b)  # b and the bits above it
-    # Where a coordinate differs from the successor's: (c & keep) ^ flip ^ next, or-ed over the coordinates.
-    off = x & keep
-    off ^= b
-    off ^= c[0][1:]
-    carry = x & b
-    tmp = y & keep
-    tmp ^= carry
-    tmp ^= c[1][1:]
-    off |= tmp
-    if dim == 3:
-        carry &= y
-        np.bitwise_and(c[2][:-1], keep, out=tmp)
-        tmp ^= carry
-        tmp ^= c[2][1:]
-        off |= tmp
-    if isinstance(t, int):  # one tree: every leaf's successor is the next one, and none but the last ends the tree
-        return not int(np.bitwise_or.reduce(off)) and int(b.max()) < 1 << L
-    ends = b == np.uint32(1 << L)
-    origin = c[0][1:] | c[1][1:]
-    if dim == 3:
-        origin |= c[2][1:]
-    t64 = t.astype(np.int64)
-    ok = np.where(ends, (t64[1:] == t64[:-1] + 1) & (origin == 0), (t64[1:] == t64[:-1]) & (off == 0))
-    return bool(ok.all())
+
+    piece: _Piece
+    s: int
+    e: int
+    a: int
+    b: int
+    t0: int
+    t1: int
+    before: _Piece | None
+    tb: int
+    pertree: np.ndarray
+    g0: int
+
+    def trees(self, with_before: bool = False) -> np.ndarray:
+        """Return the tree of each record ``a:b`` (int32; with ``with_before``, of record ``a - 1`` first), from ``pertree``."""
+        return _trees(self.pertree, self.g0 + self.a - int(with_before), self.g0 + self.b)
 
 
-def _copied(out: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """Copy ``a`` into ``out`` (as its unsigned bits, or its values if wider) and return ``out``."""
-    np.copyto(out, a.view(out.dtype) if a.dtype.itemsize == out.dtype.itemsize else a, casting="unsafe")
-    return out
+def _chunks(pieces: list[_Piece], pertree: np.ndarray, g0: int) -> list[_Chunk]:
+    """Cut the pieces into chunks of at most ``_CHUNK`` quadrants, each with its trees (one ``searchsorted``)."""
+    cuts: list[tuple[_Piece, int, int, int, _Piece | None]] = []
+    at, last = 0, None
+    for pc in pieces:
+        m = pc.lead.shape[0]
+        cuts += [(pc, s, min(m, s + _CHUNK), at, pc if s else last) for s in range(0, m, _CHUNK)]
+        at, last = at + m, pc if m else last
+    ends = np.array([[at + s - 1, at + s, at + e - 1] for _, s, e, at, _ in cuts], dtype=np.int64).reshape(-1, 3)
+    trees = (np.searchsorted(pertree, ends + g0, side="right") - 1).tolist()
+    return [
+        _Chunk(pc, s, e, at + s, at + e, t[1], t[2], before, t[0], pertree, g0)
+        for (pc, s, e, at, before), t in zip(cuts, trees, strict=True)
+    ]
+
+
+class _Into:
+    """Where :func:`_one_chunk` packs, and each thread's scratch for the checks (:meth:`scratch`).
+
+    ``raw``: the records (``isz`` bytes each) and 4 spare bytes; ``packed``,
+    ``tree``: views of them (:func:`_pack`).
+    """
+
+    def __init__(self, raw: np.ndarray, isz: int, packed: np.ndarray, tree: np.ndarray, dim: int, m: int) -> None:
+        self.raw, self.isz, self.packed, self.tree, self.dim, self.m = raw, isz, packed, tree, dim, m
+        self.local = threading.local()
+
+    def pack(self, c: _Chunk, crc: bool = False) -> int:
+        """Pack the chunk ``c`` into its records; return their CRC32 with ``crc`` (else 0).
+
+        The leading bytes are copied whole, their spill landing on the trees
+        of records ``a + 1 .. b``, then the chunk's trees written over them:
+        the tree of record ``b`` (the next chunk's first, or spare bytes) is
+        right once the next chunk is packed after this one.
+        """
+        self.packed[c.a : c.b] = c.piece.lead[c.s : c.e]
+        self.tree[c.a : c.b] = c.t0 if c.t0 == c.t1 else c.trees()
+        return self.crc(c) if crc else 0
+
+    def crc(self, c: _Chunk) -> int:
+        """Return the CRC32 of the chunk's records (packed)."""
+        return crc32(self.raw[c.a * self.isz : c.b * self.isz])
+
+    def scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """Return this thread's ``(dim + 1, m + 1)`` columns (x, y [, z], level) and ``(5, m + 1)`` temporaries, uint32."""
+        bufs: tuple[np.ndarray, np.ndarray] | None = getattr(self.local, "bufs", None)
+        if bufs is None:
+            bufs = self.local.bufs = (
+                np.empty((self.dim + 1, self.m + 1), dtype=np.uint32),
+                np.empty((5, self.m + 1), dtype=np.uint32),
+            )
+        return bufs
+
+
+def _one_chunk(c: _Chunk, into: _Into, check: bool) -> tuple[bool, bool, int, int]:
+    """Pack the chunk ``c`` (:meth:`_Into.pack`), check it (:func:`_check_chunk`) and CRC its records if it passes."""
+    into.pack(c)
+    valid, complete, beyond = _check_chunk(c, into, check)
+    return valid, complete, beyond, into.crc(c) if complete else 0
+
+
+def _check_chunk(c: _Chunk, into: _Into, check: bool) -> tuple[bool, bool, int]:
+    """Check the chunk ``c`` from p4est's quadrants, apart from the other chunks (in any thread).
+
+    On unsigned copies of the chunk's columns (in the cache), with the
+    quadrant before the chunk in column 0: the pair across the chunk's
+    start is one more pair of the window (:func:`_window_ok`;
+    :func:`_in_range` and :func:`_successors` say which check failed, or
+    judge pairs across trees).
+
+    Returns
+    -------
+    in_range, follows : bool
+        Every quadrant of the chunk in range; each starts where the one
+        before it ends (False without ``check``).
+    beyond : int
+        The largest level as uint32, of (n, dim + 1) int32 rows (else 0).
+    """
+    level, coords, dim = c.piece.level, c.piece.coords, into.dim
+    wide = level.dtype == np.int32
+    if not check:
+        return False, False, int(level[c.s : c.e].view(np.uint32).max()) if wide else 0
+    buf, tmp = into.scratch()
+    k, w = c.e - c.s, 1 if c.before is None else 0
+    for i, col in enumerate([*coords, level]):
+        if c.before is c.piece:
+            _copied(buf[i, : k + 1], col[c.s - 1 : c.e])
+        else:
+            if c.before is not None:
+                _copied(buf[i, :1], [*c.before.coords, c.before.level][i][-1:])
+            _copied(buf[i, 1 : k + 1], col[c.s : c.e])
+    one = c.t0 == c.t1
+    if one and not w and c.tb != c.t0:  # a tree's first chunk: the pair across, then the chunk alone
+        two = buf[:, :2]
+        w = 1 if _successors(np.array([c.tb, c.t0], np.int32), list(two[:dim]), two[dim], dim, None) else 0
+        one = w == 1
+    valid = complete = True
+    if not (one and _window_ok(buf[:, w : k + 1], tmp, dim)):  # the exact checks say which failed
+        valid = _in_range(buf[:, 1 : k + 1], tmp, dim)
+        t = c.t0 if one else c.trees(with_before=w == 0)
+        complete = valid and _successors(t, list(buf[:dim, w : k + 1]), buf[dim, w : k + 1], dim, None)
+    return valid, complete, int(buf[dim, 1 : k + 1].max()) if wide else 0
 
 
 def _trees(pertree: np.ndarray, g0: int, g1: int) -> np.ndarray:

@@ -264,3 +264,62 @@ def test_from_p4est_takes_nested_rows_as_one_array_and_arrays_as_pieces() -> Non
     assert ac.Forest.from_p4est(tuple(map(tuple, rows.tolist())), **kw) == want
     assert ac.Forest.from_p4est([rows[:5], rows[5:]], **kw) == want  # arrays: pieces
     assert ac.Forest.from_p4est((trees[0][:3], trees[0][3:]), **kw) == want
+
+
+@pytest.mark.parametrize(("chunk", "threads"), [(6, 1), (6, 2), (1 << 15, 2)])
+@pytest.mark.parametrize("dim", [2, 3])
+def test_from_p4est_judges_one_changed_leaf_as_the_exact_checks_do(
+    dim: int, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One coordinate bit or level changed: refused when a range check fails, trusted (_ordered) only when every pair follows.
+
+    Chunks of 6 leaves, checked as they are packed (one thread) or while the helper thread packs them (two).
+    """
+    from amrckpt.sfc import _p4est
+
+    monkeypatch.setattr(_p4est, "_CHUNK", chunk)
+    monkeypatch.setattr(_p4est, "default_threads", lambda: threads)
+    K = 2
+    lv = random_forest(dim, K, seed=50 + dim, level=1)
+    rows, _, pertree = _pieces(lv, np.ones(lv.num_leaves, dtype=bool), K)
+    kw = {"pertree": pertree, "global_first_quadrant": [0, len(rows)]}
+    L = sfc.MAXLEVEL[dim]
+    rng = np.random.default_rng(dim + chunk)
+    for _ in range(60):
+        bad = rows.copy()
+        i, axis = int(rng.integers(len(bad))), int(rng.integers(dim + 1))
+        if axis == dim:
+            bad[i, dim] = int(rng.integers(-2, sfc.QMAXLEVEL[dim] + 3))
+        else:
+            bad[i, axis] ^= 1 << int(rng.integers(L + 2))
+        plain = ac.Forest(lv.tree, bad[:, dim], *(bad[:, k] for k in range(dim)), num_trees=K)
+        records = np.zeros(len(bad), dtype=sfc.quadrant_dtype(dim))  # p4est_quadrant_t, one piece per tree
+        for k, name in enumerate([*"xyz"[:dim], "level"]):
+            records[name] = bad[:, k]
+        for given in (bad, [records[pertree[t] : pertree[t + 1]] for t in range(K)]):
+            unchecked = ac.Forest.from_p4est(given, check=False, **kw)  # packed as it is, by two threads at once
+            assert unchecked.to_records().tobytes() == plain.to_records().tobytes()
+            try:
+                plain.check()
+            except SchemaError as exc:
+                with pytest.raises(SchemaError, match=str(exc).split(" (")[0].replace("(", r"\(")):
+                    ac.Forest.from_p4est(given, **kw)
+                continue
+            forest = ac.Forest.from_p4est(given, **kw)
+            assert forest == plain and (forest._ordered is not None) == _pairs_follow(plain)
+
+
+def test_from_p4est_unchecked_in_two_threads_packs_chunks_in_any_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk packed after the next one spills onto that one's first tree: written again after the chunks."""
+    from amrckpt.sfc import _p4est
+
+    monkeypatch.setattr(_p4est, "_CHUNK", 5)
+    monkeypatch.setattr(_p4est, "default_threads", lambda: 2)
+    monkeypatch.setattr(_p4est, "map_shared", lambda fn, items, threads: [fn(x) for x in items[::-1]][::-1])
+    K = 3
+    lv = random_forest(3, K, seed=60, level=1)
+    rows, trees, pertree = _pieces(lv, np.ones(lv.num_leaves, dtype=bool), K)
+    want = _part(lv, 0, lv.num_leaves, K).to_records().tobytes()
+    for given in (rows, trees):
+        forest = ac.Forest.from_p4est(given, pertree=pertree, global_first_quadrant=[0, len(rows)], check=False)
+        assert forest.to_records().tobytes() == want
