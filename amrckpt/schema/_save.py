@@ -73,7 +73,13 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, checksum: 
     its records and, with ``check_order``, its leaves are checked: ranges
     while packing, then the curve order (p4est's ``p4est_tree_is_linear``),
     unless its records are the ones that passed last time (a save's checks,
-    or :meth:`Forest.from_p4est`'s: its CRC32 and length).
+    or :meth:`Forest.from_p4est`'s: its CRC32 and length).  With
+    ``checksum``, a mesh written as it is whose arrays are not views of
+    its records is not packed here: its ranges and order are checked on
+    the arrays (unless their CRC32s and length are the ones that passed
+    last time), and the helper thread packs and CRCs its records
+    (:meth:`amrckpt.scda.Checksummed.later`) while the save writes the
+    bytes that exist.
     Errors are raised in the same order either way: meshes first.
 
     Parameters
@@ -88,7 +94,8 @@ def check_local(state: CheckpointSchema, *, check_order: bool = True, checksum: 
         Start the CRC32 of every payload written as it is (uncompressed
         cells, arrays, hp values, mesh records): its data is then an
         :class:`amrckpt.scda.Checksummed`, whose CRC32 the save's writer
-        takes instead of CRCing the bytes again.
+        takes instead of CRCing the bytes again (a mesh's records are
+        packed, then CRC'd, by the helper thread).
 
     Returns
     -------
