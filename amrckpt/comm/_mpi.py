@@ -172,6 +172,8 @@ class MPIComm:
                 time.sleep(0.01)
             elif now - t0 > 0.01:
                 time.sleep(0.001)
+            else:
+                time.sleep(0)  # a yield: ranks sharing a core with this one (oversubscribed) get to arrive
         return out
 
     def dup(self) -> MPIComm:
