@@ -11,7 +11,7 @@ import numpy as np
 
 from .._crc import LaterCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
-from ..errors import ScdaArgumentError, ScdaError, ScdaUsageError
+from ..errors import AmrckptError, ScdaArgumentError, ScdaError, ScdaUsageError
 from ._access import FileAccess, open_backend, open_sink
 from ._backend import Backend, ByteSink, byte_view
 from ._checksummed import Produced, unwrap
@@ -309,9 +309,9 @@ class ScdaWriter:
         ------
         ScdaUsageError
             If the writer is not settled with ``stream=True``, or flushed already.
-        ScdaError
-            On every rank, if the file cannot be opened, or any rank's write, CRC32 or bytes to make failed (the
-            file is then unusable except for :meth:`fclose`, which closes it).
+        AmrckptError
+            On every rank, if the file cannot be opened (:class:`ScdaIOError`), or any rank's write, CRC32 or
+            bytes to make failed (the file is then unusable except for :meth:`fclose`, which closes it).
         """
         plan = self._plan
         if not self._defer or not plan.settled or plan.crcs is not None or self._failed is not None:
@@ -320,7 +320,7 @@ class ScdaWriter:
         try:
             self._sink = open_sink(self.path, self.comm, access=self.access)
             crcs = plan.flush(self._sink, call)
-        except ScdaError as exc:
+        except AmrckptError as exc:  # agreed on every rank (an I/O error, or a rank's error in making its bytes)
             self._failed = exc
             raise
         return list(crcs)
