@@ -59,6 +59,16 @@ class Checksummed:
             Its last byte (the scda data padding depends on it), None if empty.
         dtype : numpy.dtype
             The dtype of the array ``make`` returns.
+
+        Returns
+        -------
+        Checksummed
+            Whose ``data`` and ``crc`` are the same :class:`Produced`: a
+            deferred writer (``fwrite_array``) queues it and writes it after
+            the bytes that exist; any other writer, or an encoded section,
+            makes it at once.  An error of ``make`` (or bytes of another
+            size: :class:`~amrckpt.errors.ScdaArgumentError`) is raised
+            where the bytes or the CRC32 are first asked for, on this rank.
         """
         p = Produced(make, nbytes, last, dtype)
         return cls(p, p)
