@@ -20,6 +20,7 @@ import pytest
 from checkpoint_cases import Advection, assert_state_equal, global_state
 
 import amrckpt as ac
+from _support import collectives
 from amrckpt._crc import crc32
 from amrckpt.comm import run_threads
 from amrckpt.container import _writer
@@ -68,6 +69,22 @@ def test_a_large_enough_save_streams_and_writes_the_same_bytes(tmp_path: Path, m
         run_threads(P, lambda comm, path=path: ac.save(G.for_rank(comm), path, comm=comm, access=POSIX))
         assert len(calls) == 2 * P and sha(path) == want, P
     assert_state_equal(ac.load(tmp_path / "p3.scda", Advection).state, state)
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_a_streaming_save_makes_one_collective_more_than_a_one_write_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, P: int
+) -> None:
+    """The CRC32s' reduction ("write: crc32s") is the one exchange streaming adds; every rank makes the same count."""
+
+    def save(comm: Any, path: Path) -> None:
+        ac.save(G.for_rank(comm), path, comm=comm, access=POSIX)
+
+    one = collectives(P, save, tmp_path / "one.scda")
+    monkeypatch.setattr(_writer, "STREAM_NBYTES", 0)
+    streamed = collectives(P, save, tmp_path / "streamed.scda")
+    assert len(set(one)) == 1 and streamed == [one[0] + 1] * P, (one, streamed)
+    assert sha(tmp_path / "one.scda") == sha(tmp_path / "streamed.scda")
 
 
 def test_a_streaming_save_packs_the_mesh_in_the_helper_thread(stream: None) -> None:
