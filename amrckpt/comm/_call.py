@@ -58,6 +58,7 @@ from ._watchdog import (
     collective_timeout,
     disarm,
     install_excepthook,
+    note,
     notices,
     record,
     stall_limit,
@@ -167,6 +168,15 @@ class collective:
             ):
                 # An exception outside a step: this rank's own, which the others do not know about.  Agree on it
                 # (best effort: the other ranks are at their next exchange; every call's code is written so that it is one).
+                # Where they left the call instead (no exchange came after), the stall watchdog ends the job, naming it.
+                if call._cell is not None:
+                    note(
+                        id(call),
+                        f"this rank raised an error outside the call's steps ({type(exc).__name__}: {exc}) and waits "
+                        "for the other ranks to agree on it. They did not come, most likely because they had left the "
+                        "call (no exchange of theirs came after the point where this rank raised): the error is this "
+                        "rank's alone",
+                    )
                 call.fail(exc)
                 call.agree()
         finally:

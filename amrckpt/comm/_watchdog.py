@@ -325,6 +325,7 @@ _calls: dict[int, tuple[str, int, int, int, float, list[float]]] = {}  # id -> (
 _calls_lock = threading.Lock()  # also serializes the calls of faulthandler's timer
 _armed: list[float] = []  # the deadline (time.monotonic()) faulthandler's timer is set for, if it is
 _last_set = [0.0]  # when it was set last (time.monotonic())
+_notes: dict[int, str] = {}  # id -> what the stalled call's rank was doing, for the message
 _stall_thread: Any = None
 _log = logging.getLogger("amrckpt.comm")
 
@@ -396,10 +397,18 @@ def progress(cell: list[float], limit: float) -> None:
             _set_timer(deadline, now)
 
 
+def note(ident: int, text: str) -> None:
+    """Say what the watched call ``ident`` waits for, for the message if it stalls (:func:`_abort_stalled`). Not collective."""
+    with _calls_lock:
+        if ident in _calls:
+            _notes[ident] = text
+
+
 def disarm(ident: int) -> None:
     """Stop watching the call ``ident``; cancel faulthandler's timer if no call is open. Not collective."""
     with _calls_lock:
         _calls.pop(ident, None)
+        _notes.pop(ident, None)
         if not _calls and _armed:
             faulthandler.cancel_dump_traceback_later()
             _armed.clear()
@@ -417,23 +426,30 @@ def _watch_stalls() -> None:
         now = time.monotonic()
         with _calls_lock:
             calls = list(_calls.values())
+            notes = [_notes.get(ident, "") for ident in _calls]
             if calls:
                 deadline = min(cell[0] + limit + _grace(limit) for *_, limit, cell in calls)
                 if not _armed or abs(deadline - _armed[0]) > POLL:
                     _set_timer(deadline, now)
-        for op, seq, rank, size, limit, cell in calls:
+        for (op, seq, rank, size, limit, cell), text in zip(calls, notes, strict=True):
             if now - cell[0] > limit:
-                _abort_stalled(op, seq, rank, size, limit, now - cell[0])
+                _abort_stalled(op, seq, rank, size, limit, now - cell[0], text)
 
 
-def _abort_stalled(op: str, seq: int, rank: int, size: int, limit: float, stalled: float) -> None:
-    """Print why, the flight recorder and every thread's stack; end the MPI job (``MPI_Abort``)."""
+def _abort_stalled(op: str, seq: int, rank: int, size: int, limit: float, stalled: float, text: str = "") -> None:
+    """Print why, the flight recorder and every thread's stack; end the MPI job (``MPI_Abort``).
+
+    ``text`` says what the call waits for, where :func:`note` said it.
+    """
+    why = text or (
+        "a rank is stuck inside MPI or the file system (a collective that another rank never reaches, a "
+        "deadlock inside MPI-IO, a hung file server), and Python cannot release it from there"
+    )
     try:
         sys.stderr.write(
             f"amrckpt: rank {rank} of {size}: {op} (call {seq} on its communicator) has made no progress for "
             f"{stalled:.0f} s (the limit is {limit:g} s, twice AMRCKPT_COLLECTIVE_TIMEOUT) after every rank met at its "
-            "start: a rank is stuck inside MPI or the file system (a collective that another rank never reaches, a "
-            "deadlock inside MPI-IO, a hung file server), and Python cannot release it from there. The MPI job is "
+            f"start: {why}. The MPI job is "
             "ended (MPI_Abort) so that it does not hang; its checkpoints are as a kill leaves them (the newest one "
             "that was committed is whole). This rank's last calls: " + " | ".join(flight_recorder()) + "\n"
         )

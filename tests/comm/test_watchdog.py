@@ -292,6 +292,35 @@ def test_a_rank_stuck_inside_mpi_in_a_call_ends_the_job(tmp_path: Path, n: int) 
     assert "The MPI job is ended (MPI_Abort)" in p.stderr and 'job.py", line' in p.stderr, p.stderr  # and every stack
 
 
+def test_an_error_of_one_rank_after_the_calls_last_exchange_ends_the_job_naming_it(tmp_path: Path) -> None:
+    """Rank 0 raises outside any step after the call's last exchange; the others leave the call and go on to the next
+    (the signature of libfiu seed 2000097's hang): they time out there, and rank 0's agreement on its own error, which
+    no rank comes to, is ended by the stall watchdog with that error named. Before: rank 0 waited forever."""
+    p, seconds = run_job(
+        tmp_path,
+        """
+        from amrckpt.comm import collective
+        for step in range(2):
+            try:
+                with collective(comm, f"test: step {step}") as call:
+                    call.agree()
+                    if rank == 0 and step == 0:
+                        raise ValueError("rank 0's error after the last exchange")
+            except Exception as exc:
+                sys.stdout.write(f"rank {rank} step {step} {type(exc).__name__}" + chr(10))  # one write: lines do not mix
+                sys.stdout.flush()
+        print("rank", rank, "passed", flush=True)
+        """,
+        3,
+        limit=60,
+    )
+    assert p.returncode != 0 and "rank 0 passed" not in p.stdout, p.stdout + p.stderr
+    assert "rank 1 step 1 CollectiveTimeoutError" in p.stdout and "rank 2 step 1 CollectiveTimeoutError" in p.stdout, p.stdout
+    assert seconds < 2 * TIMEOUT + 30, seconds
+    assert "test: step 0 (call 1 on its communicator) has made no progress" in p.stderr, p.stderr
+    assert "this rank raised an error outside the call's steps (ValueError: rank 0's error after" in p.stderr, p.stderr
+
+
 def test_a_rank_stuck_holding_the_interpreter_lock_ends_the_job(tmp_path: Path) -> None:
     """Every rank stuck in a C call that holds the interpreter lock (the watchdog's thread cannot run): faulthandler's
     timer, set by the call, prints the stacks and ends the process, and the launcher ends the job."""
