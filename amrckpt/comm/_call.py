@@ -170,9 +170,13 @@ class collective:
                 # (best effort: the other ranks are at their next exchange; every call's code is written so that it is one).
                 # Where they left the call instead (no exchange came after), the stall watchdog ends the job, naming it.
                 if call._cell is not None:
+                    try:
+                        said = f"{type(exc).__name__}: {exc}"
+                    except Exception:  # noqa: BLE001 - an error whose str() fails: its class names it
+                        said = type(exc).__name__
                     note(
                         id(call),
-                        f"this rank raised an error outside the call's steps ({type(exc).__name__}: {exc}) and waits "
+                        f"this rank raised an error outside the call's steps ({said}) and waits "
                         "for the other ranks to agree on it. They did not come, most likely because they had left the "
                         "call (no exchange of theirs came after the point where this rank raised): the error is this "
                         "rank's alone",
