@@ -20,12 +20,14 @@ barrier (the slowest rank counts):
 * ``background``: ``background=True``; the time in ``manager.save`` is what
   the simulation waits for: the decision, the in-memory copy, and the wait
   for the previous save if it has not finished;
-
-(every save timed from a barrier, so that it does not count how far the
-ranks' steps drifted apart since the last one)
 * ``raw``: ``MPI.File`` ``Write_at_all`` of the same bytes into a new file,
   then ``Sync``, once per checkpoint, the file before the last deleted (as
   ``KeepLast(2)`` does): what the disk alone costs.
+
+Every save is timed from a barrier, so that it does not count how far the
+ranks' steps drifted apart since the last one.  The reference for a
+background save: one copy of each rank's arrays into buffers reused
+between copies, the least a snapshot of the state in memory can cost.
 
 Printed: the time a step is blocked by a background save as a fraction of the
 blocking save's time (issue 4's ratio), the run's slowdown with each mode
