@@ -293,10 +293,9 @@ def test_a_rank_stuck_inside_mpi_in_a_call_ends_the_job(tmp_path: Path, n: int) 
 
 
 def test_an_error_of_one_rank_after_the_calls_last_exchange_ends_the_job_naming_it(tmp_path: Path) -> None:
-    """Rank 0 raises outside any step after the call's last exchange; the others leave the call and go on to the next
-    (one rank still in a call's agreement, the others in the next call: what libfiu seed 2000097's hang looked like,
-    there from another cause): they time out there, and rank 0's agreement on its own error, which no rank comes to,
-    is ended by the stall watchdog with that error named. Before, its message blamed MPI or the file system."""
+    """Rank 0 raises outside any step after the call's last exchange; the others leave the call and go on to the next:
+    they time out there, and rank 0's agreement on its own error, which no rank comes to, is ended by the stall
+    watchdog, whose message names that error."""
     p, seconds = run_job(
         tmp_path,
         """
