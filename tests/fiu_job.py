@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import os
 import sys
 import time
 import traceback
@@ -206,6 +207,11 @@ def main() -> int:
     # A thread that dies before it runs (posix/mm/mmap) costs START_TIMEOUT; a healthy start takes well under a
     # millisecond: 10 s instead of 30 keeps a trial of a few such saves within the campaign's bound.
     amrckpt._threads.START_TIMEOUT = 10.0
+    stream = os.environ.get("AMRCKPT_TEST_STREAM_NBYTES")  # e.g. 0: every save of a trial streams (a campaign's option)
+    if stream:
+        import amrckpt.container._writer
+
+        amrckpt.container._writer.STREAM_NBYTES = int(stream)
     mode, jobs = sys.argv[1], json.loads(Path(sys.argv[2]).read_text())
     world = MPI.COMM_WORLD
     for t in jobs:

@@ -47,3 +47,22 @@ def test_fiu_campaign(tmp_path: Path) -> None:
     print(report)
     assert len(verdicts) == TRIALS
     assert not [v for v in noted if v.kinds - KNOWN_OPEN], report
+
+
+STREAMING = [7000029, 7000010, 7000030, 7000011, 7000005, 7000023]
+"""MPI-IO trials run again with every save streaming (two gathered writes per file): in 7000029 a
+second collective write put an earlier save's pieces into a committed file, until MPI-IO moved to independent calls
+after any rank's error (``amrckpt.scda._mpiio._errors_seen``)."""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("fiu")
+def test_fiu_trials_with_every_save_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same checks as :func:`test_fiu_campaign`, with the streaming threshold 0 in every job (MPI-IO and POSIX)."""
+    monkeypatch.setenv("AMRCKPT_TEST_STREAM_NBYTES", "0")
+    verdicts = campaign(tmp_path, STREAMING)
+    noted = [v for v in verdicts if v.kinds]
+    report = table(verdicts) + "".join(f"\n{v.trial.command()}: {v.problems}" for v in noted)
+    print(report)
+    assert len(verdicts) == len(STREAMING)
+    assert not [v for v in noted if v.kinds - KNOWN_OPEN], report

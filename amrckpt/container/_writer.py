@@ -236,19 +236,16 @@ class CheckpointWriter:
         """Whether the deferred write streams (:meth:`amrckpt.scda.ScdaWriter.flush`): the same on every rank.
 
         A file of at least :data:`STREAM_NBYTES` bytes per rank, through
-        the POSIX backend.  Not through MPI-IO: in a libfiu campaign, a
-        second collective write on the same file after MPICH had reported
-        an internal error (an injected ``open`` fault in an earlier save)
-        put one rank's pieces at each other's offsets, and the save
-        returned; one write per file never did.  Not through a backend
-        opener either: it may take one write only (a node cache's pieces
-        file).  The offset is the same on every rank once the fields'
-        arguments agree; where they do not, ``settle`` raises on every rank
-        before the choice matters.
+        the POSIX or the MPI-IO backend.  Not through a backend opener: it
+        may take one write only (a node cache's pieces file).  Through
+        MPI-IO the two writes are collective calls only while no rank has
+        seen an MPI-IO error (then every data call is independent:
+        ``amrckpt.scda._mpiio._errors_seen``).  The offset is the same on
+        every rank once the fields' arguments agree; where they do not,
+        ``settle`` raises on every rank before the choice matters.
         """
         backend = self.access.backend
-        posix = backend == "posix" or (backend is None and mpi_of(self.comm) is None)
-        return posix and self.scda.offset >= STREAM_NBYTES * self.comm.size
+        return (backend is None or isinstance(backend, str)) and self.scda.offset >= STREAM_NBYTES * self.comm.size
 
     def _index(self, crcs: list[int]) -> Index:
         """Return the index of the sections written so far: offsets, ends and the CRC32s ``crcs``. Not collective."""

@@ -57,6 +57,23 @@ _ERRNO_OF_TEXT = (
 """The errnos whose system text (``os.strerror``) in a ROMIO message of class ``MPI_ERR_IO`` gives the errno."""
 
 
+_errors_seen = False
+"""Whether MPI-IO reported an error in this process (set by :meth:`MPIIOBackend._error`, or agreed at an open); never reset.
+
+After a collective data call failed on some rank, MPICH's ROMIO has
+delivered another call's data to a later collective write: in a libfiu
+campaign (trial 7000029: an ``open`` fault failed the aggregator's part
+of a collective write, later ``MPI_File_open`` reported "INTERNAL ERROR:
+invalid error code"), a save two steps later returned on every rank with
+the pieces of ranks 1 to 3 replaced by those of an earlier save, although
+each rank's buffers held the right bytes when it called (their CRC32s
+checked at the call).  With independent calls from then on, the same
+trial wrote every byte right.  So once any rank has seen an MPI-IO error,
+files opened afterwards move their data with independent calls only
+(agreed at the open, :attr:`MPIIOBackend.independent_only`).
+"""
+
+
 class MPIIOBackend:
     """Shared file through MPI-IO (``MPI_File_write_at_all`` and friends).
 
@@ -82,6 +99,14 @@ class MPIIOBackend:
         aggregators (one per node by default): a save's collective write
         took 1.9 x as long at P = 1 and a load's read 3.7 x at P = 2, on one
         node (``docs/scaling.md`` says when to set it).
+    """
+
+    independent_only = False
+    """Whether every data call is independent (``MPI_File_write_at``, ``MPI_File_read_at``): the same on every rank.
+
+    True when MPI-IO had reported an error on any rank before this file was
+    opened (:data:`_errors_seen`, agreed at the open), unless the hint
+    ``romio_no_indep_rw=true`` forbids independent calls.
     """
 
     def __init__(self, path: str, mode: str, comm: Comm, info: Any = None, truncate: bool = True, defer: bool = False) -> None:
@@ -152,7 +177,12 @@ class MPIIOBackend:
             try:
                 # One allreduce agrees on the open and on the largest size any rank saw: a file that existed is
                 # emptied (MPI_File_set_size, collective); a new one is not (one collective call fewer per save).
-                existed = call.reduction("fopen").max("size seen", found[0]).run().max("size seen") > 0
+                got = call.reduction("fopen").max("size seen", found[0]).max("mpi-io errors seen", int(_errors_seen)).run()
+                existed = got.max("size seen") > 0
+                if got.max("mpi-io errors seen"):
+                    _seen()
+                    # Only where independent calls are allowed (the same hints on every rank).
+                    self.independent_only = self._independent_ok
                 if mode == "w" and truncate and existed:
                     call.run(set_size_0, always=True)
                     if not defer:  # deferred: agreed with the writer's other errors when it closes
@@ -182,6 +212,7 @@ class MPIIOBackend:
         agreed error is the other rank's.
         """
         MPI = self._MPI
+        _seen()
         cls = exc.Get_error_class()
         text = exc.Get_error_string()
         name = next((n for n in _MPI_ERRNO if getattr(MPI, n, None) == cls), None)
@@ -274,6 +305,9 @@ class MPIIOBackend:
 
     def _move(self, pieces: Sequence[Piece], bulk: Piece | None, rounds_nbytes: int, write: bool) -> None:
         err: BaseException | None = None
+        if self.independent_only:  # after an MPI-IO error: the bulk too (see _errors_seen)
+            pieces, bulk = [*pieces, *([bulk] if bulk is not None else [])], None
+            rounds_nbytes = 0
         try:
             self._independent(coalesce(pieces), write)
         except ScdaError as exc:
@@ -345,6 +379,12 @@ class MPIIOBackend:
         MPI = self._MPI
         verb = "write" if write else "read"
         err: BaseException | None = None
+        if self.independent_only:  # after an MPI-IO error: no collective data call (see _errors_seen)
+            if self._viewed:  # offsets count in the view: back to the plain bytes (every rank viewed alike: collective)
+                self._fh.Set_view(0, MPI.BYTE, MPI.BYTE)
+                self._viewed = False
+            self._independent(coalesce(pieces), write)
+            return
         if ncontiguous:
             big: list[Piece] = []
             rest: list[Piece] = []
@@ -460,6 +500,12 @@ class MPIIOBackend:
             if size is not None:
                 call.run(self._mpi_step, set_size, "cannot set the size of", always=True)
             call.run(self._mpi_step, close, "cannot close", always=True)
+
+
+def _seen() -> None:
+    """Mark that MPI-IO reported an error in this job (:data:`_errors_seen`)."""
+    global _errors_seen
+    _errors_seen = True
 
 
 HINTS_ENV = "AMRCKPT_MPIIO_HINTS"
