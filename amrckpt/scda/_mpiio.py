@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_mod
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -56,6 +57,9 @@ _ERRNO_OF_TEXT = (
 )
 """The errnos whose system text (``os.strerror``) in a ROMIO message of class ``MPI_ERR_IO`` gives the errno."""
 
+
+_log = logging.getLogger("amrckpt.scda")
+_warned = False  # whether rank 0 logged that the files move their data by independent calls
 
 _errors_seen = False
 """Whether MPI-IO reported an error in this process (set by :meth:`MPIIOBackend._error`, or agreed at an open); never reset.
@@ -180,9 +184,17 @@ class MPIIOBackend:
                 got = call.reduction("fopen").max("size seen", found[0]).max("mpi-io errors seen", int(_errors_seen)).run()
                 existed = got.max("size seen") > 0
                 if got.max("mpi-io errors seen"):
-                    _seen()
                     # Only where independent calls are allowed (the same hints on every rank).
                     self.independent_only = self._independent_ok
+                    if not _warned and comm.rank == 0:
+                        _log.warning(
+                            "MPI-IO reported an error earlier in this job, and after a failed collective call ROMIO has "
+                            "delivered stale data to a later one (docs/reliability.md): %s",
+                            "from now on amrckpt moves file data by independent calls only"
+                            if self.independent_only
+                            else "the hint romio_no_indep_rw=true forbids the independent calls that avoid it; drop the hint",
+                        )
+                    _seen(warned=True)
                 if mode == "w" and truncate and existed:
                     call.run(set_size_0, always=True)
                     if not defer:  # deferred: agreed with the writer's other errors when it closes
@@ -502,10 +514,11 @@ class MPIIOBackend:
             call.run(self._mpi_step, close, "cannot close", always=True)
 
 
-def _seen() -> None:
-    """Mark that MPI-IO reported an error in this job (:data:`_errors_seen`)."""
-    global _errors_seen
+def _seen(warned: bool = False) -> None:
+    """Mark that MPI-IO reported an error in this job (:data:`_errors_seen`), and whether the log said what follows."""
+    global _errors_seen, _warned
     _errors_seen = True
+    _warned = _warned or warned
 
 
 HINTS_ENV = "AMRCKPT_MPIIO_HINTS"

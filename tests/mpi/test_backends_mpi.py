@@ -9,6 +9,7 @@ import pytest
 
 from _support import world
 from amrckpt.comm import MPIComm
+from amrckpt.scda import _mpiio
 from amrckpt.testing import BackendTests, FaultyBackend
 
 pytestmark = pytest.mark.mpi
@@ -34,3 +35,21 @@ class TestPosixUnderMPI(_World):
 class TestFaultyMPIIO(_World):
     backend = FaultyBackend.over("mpiio")
     faulty = True
+
+
+class TestMPIIOAfterAnError(_World):
+    """The MPI-IO suite once rank 0 alone has seen an MPI-IO error: every file agrees to move its data by independent calls."""
+
+    backend = "mpiio"
+
+    @pytest.fixture(autouse=True)
+    def _an_error_seen_on_rank_0(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(_mpiio, "_errors_seen", world().rank == 0)
+        monkeypatch.setattr(_mpiio, "_warned", True)
+        gathered = _mpiio.MPIIOBackend._gathered
+
+        def independent_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+            assert self.independent_only, "a file opened after an MPI-IO error moves its data by independent calls"
+            return gathered(self, *args, **kwargs)
+
+        monkeypatch.setattr(_mpiio.MPIIOBackend, "_gathered", independent_only)

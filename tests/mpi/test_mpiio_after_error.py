@@ -37,9 +37,10 @@ def _sum() -> Any:
 @pytest.mark.parametrize("stream", [False, True], ids=["one write", "streaming"])
 @pytest.mark.parametrize("who", ["no rank", "rank 0", "last rank", "every rank"])
 def test_after_an_mpiio_error_every_rank_moves_its_bytes_by_independent_calls(
-    monkeypatch: pytest.MonkeyPatch, who: str, stream: bool
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, who: str, stream: bool
 ) -> None:
     comm = world()
+    monkeypatch.setattr(_mpiio, "_warned", False)
     seen = {"no rank": set(), "rank 0": {0}, "last rank": {comm.size - 1}, "every rank": set(range(comm.size))}[who]
     monkeypatch.setattr(_mpiio, "_errors_seen", comm.rank in seen)
     if stream:
@@ -79,6 +80,8 @@ def test_after_an_mpiio_error_every_rank_moves_its_bytes_by_independent_calls(
         # Every rank knows now (sticky, agreed at the open), and every byte went through independent calls, or
         # (no rank) the large pieces went through collective ones.
         assert comm.allgather(_mpiio._errors_seen) == [bool(seen)] * comm.size
+        said = [r.getMessage() for r in caplog.records if "independent calls only" in r.getMessage()]
+        assert len(said) == (1 if seen and comm.rank == 0 else 0), said  # once, by rank 0
         if seen:
             assert (written, collective[0]) == (size, 0), (written, size, collective[0])
         else:
