@@ -50,9 +50,8 @@ def test_fiu_campaign(tmp_path: Path) -> None:
 
 
 STREAMING = [7000029, 7000010, 7000030, 7000011, 7000005, 7000023]
-"""MPI-IO trials run again with every save streaming (two gathered writes per file): in 7000029 a
-second collective write put an earlier save's pieces into a committed file, until MPI-IO moved to independent calls
-after any rank's error (``amrckpt.scda._mpiio._errors_seen``)."""
+"""MPI-IO trials run with every save streaming (two gathered writes per file).  Without independent calls after an
+MPI-IO error (``amrckpt.scda._mpiio._errors_seen``), 7000029 commits a file that holds an earlier save's pieces."""
 
 
 @pytest.mark.slow
