@@ -64,17 +64,12 @@ _warned = False  # whether rank 0 logged that the files move their data by indep
 _errors_seen = False
 """Whether MPI-IO reported an error in this process (set by :meth:`MPIIOBackend._error`, or agreed at an open); never reset.
 
-After a collective data call failed on some rank, MPICH's ROMIO has
-delivered another call's data to a later collective write: in a libfiu
-campaign (trial 7000029: an ``open`` fault failed the aggregator's part
-of a collective write, later ``MPI_File_open`` reported "INTERNAL ERROR:
-invalid error code"), a save two steps later returned on every rank with
-the pieces of ranks 1 to 3 replaced by those of an earlier save, although
-each rank's buffers held the right bytes when it called (their CRC32s
-checked at the call).  With independent calls from then on, the same
-trial wrote every byte right.  So once any rank has seen an MPI-IO error,
-files opened afterwards move their data with independent calls only
-(agreed at the open, :attr:`MPIIOBackend.independent_only`).
+After a collective data call fails on some rank, ROMIO's exchange between
+the ranks can deliver another call's data to a later collective write
+(libfiu trial 7000029: a committed file held an earlier save's pieces,
+though every rank's buffers were right; docs/reliability.md).  So once any
+rank has seen an MPI-IO error, files opened afterwards move their data by
+independent calls only (agreed at the open, :attr:`MPIIOBackend.independent_only`).
 """
 
 
@@ -214,6 +209,8 @@ class MPIIOBackend:
 
     def _error(self, exc: Any, what: str) -> ScdaIOError:
         """Return the ScdaIOError of an MPI-IO error, with the errno of its MPI error class or of the system's text in it.
+
+        Marks the process (:data:`_errors_seen`): files opened from then on move their data by independent calls.
 
         ROMIO reports a failed ``write``/``open`` of the file system as the
         generic class ``MPI_ERR_IO`` whose message ends in the system's text
@@ -388,15 +385,12 @@ class MPIIOBackend:
         self._gathered(pieces, nrounds, False, ncontiguous)
 
     def _gathered(self, pieces: Sequence[Piece], nrounds: int, write: bool, ncontiguous: int = 0) -> None:
+        if self.independent_only:  # after an MPI-IO error: no collective data call, and so never a view (_errors_seen)
+            self._independent(coalesce(pieces), write)
+            return
         MPI = self._MPI
         verb = "write" if write else "read"
         err: BaseException | None = None
-        if self.independent_only:  # after an MPI-IO error: no collective data call (see _errors_seen)
-            if self._viewed:  # offsets count in the view: back to the plain bytes (every rank viewed alike: collective)
-                self._fh.Set_view(0, MPI.BYTE, MPI.BYTE)
-                self._viewed = False
-            self._independent(coalesce(pieces), write)
-            return
         if ncontiguous:
             big: list[Piece] = []
             rest: list[Piece] = []

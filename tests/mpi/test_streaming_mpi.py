@@ -20,7 +20,7 @@ from _support import world
 from amrckpt import CheckpointManager, FileAccess, save
 from amrckpt.container import _writer
 from amrckpt.errors import AmrckptError, ScdaIOError
-from amrckpt.scda import _backend
+from amrckpt.scda import _backend, _mpiio
 
 pytestmark = pytest.mark.mpi
 
@@ -48,29 +48,35 @@ def _min() -> Any:
     return MPI.MIN
 
 
+@pytest.mark.parametrize("backend", ["posix", "mpiio"])
 @pytest.mark.parametrize("who", ["rank 0", "last rank", "every rank"])
 @pytest.mark.parametrize("which", [1, 2])
 def test_a_failed_streaming_write_is_every_ranks_error_and_commits_nothing(
-    monkeypatch: pytest.MonkeyPatch, who: str, which: int
+    monkeypatch: pytest.MonkeyPatch, backend: str, who: str, which: int
 ) -> None:
     """The first or the second gathered write fails on rank 0, the last rank or every rank: every rank raises the same
-    error, and the manager's newest step stays the one before."""
+    error, and the manager's newest step stays the one before.  Through MPI-IO the failing ranks fail after the
+    collective call (a rank that left it would leave the others waiting in it)."""
     comm = world()
     bad = {"rank 0": {0}, "last rank": {comm.size - 1}, "every rank": set(range(comm.size))}[who]
     monkeypatch.setattr(_writer, "STREAM_NBYTES", 0)
-    orig = _backend.PosixBackend.write_gathered
+    cls = _backend.PosixBackend if backend == "posix" else _mpiio.MPIIOBackend
+    orig = cls.write_gathered
     calls = [0]
     failing = [False]
 
     def write_gathered(self: Any, pieces: Any, *args: Any, **kwargs: Any) -> None:
         calls[0] += 1
+        if backend == "mpiio":
+            orig(self, pieces, *args, **kwargs)
         if failing[0] and comm.rank in bad and calls[0] == which:
             raise ScdaIOError(5, f"{self.path!r}: cannot write (injected on rank {comm.rank})")
-        orig(self, pieces, *args, **kwargs)
+        if backend == "posix":
+            orig(self, pieces, *args, **kwargs)
 
-    monkeypatch.setattr(_backend.PosixBackend, "write_gathered", write_gathered)
+    monkeypatch.setattr(cls, "write_gathered", write_gathered)
     with shared_tmpdir() as d:
-        with CheckpointManager(d, Advection, comm=comm.Dup(), access=POSIX) as mgr:
+        with CheckpointManager(d, Advection, comm=comm.Dup(), access=FileAccess(backend=backend)) as mgr:
             mgr.save(1, G.for_rank(comm), force=True)
             calls[0] = 0
             failing[0] = True
