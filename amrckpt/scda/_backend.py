@@ -273,7 +273,7 @@ class PosixBackend:
     serial runs and for thread ranks (:class:`~amrckpt.comm.ThreadComm`).
     """
 
-    def __init__(self, path: str, mode: str, comm: Comm, truncate: bool = True) -> None:
+    def __init__(self, path: str, mode: str, comm: Comm, truncate: bool = False) -> None:
         self.comm = comm
         self.path = path
         self.mode = mode

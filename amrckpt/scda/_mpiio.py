@@ -81,7 +81,8 @@ class MPIIOBackend:
     path : str
         The file.
     mode : {"w", "r"}
-        Create (truncate) for writing, or open for reading.
+        Create or overwrite for writing (``truncate``: empty an existing
+        file first), or open for reading.
     comm : MPIComm
         The communicator; opening is collective over it.
     info : dict of str to str, or mpi4py.MPI.Info, optional
@@ -108,7 +109,7 @@ class MPIIOBackend:
     ``romio_no_indep_rw=true`` forbids independent calls.
     """
 
-    def __init__(self, path: str, mode: str, comm: Comm, info: Any = None, truncate: bool = True, defer: bool = False) -> None:
+    def __init__(self, path: str, mode: str, comm: Comm, info: Any = None, truncate: bool = False, defer: bool = False) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
@@ -118,6 +119,7 @@ class MPIIOBackend:
         self.mode = mode
         self._fh: Any = None
         self._viewed = False  # whether a gathered call set a file view (the same on every rank)
+        self._cut = True  # whether close(size=) and sync(size=) set the size: not for a file new at the open (agreed)
         self._independent_ok = True  # independent I/O allowed (not with the hint romio_no_indep_rw=true)
         mpi_info = MPI.INFO_NULL
         free_info = False
@@ -148,7 +150,7 @@ class MPIIOBackend:
                     self._independent_ok = (used.Get("romio_no_indep_rw") or "false").lower() != "true"
                 finally:
                     used.Free()
-                if mode == "w" and truncate:
+                if mode == "w":
                     found[0] = int(self._fh.Get_size())  # local (MPI_File_get_size); agreed below
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot open") from exc
@@ -175,9 +177,11 @@ class MPIIOBackend:
                     mpi_info.Free()
             try:
                 # One allreduce agrees on the open and on the largest size any rank saw: a file that existed is
-                # emptied (MPI_File_set_size, collective); a new one is not (one collective call fewer per save).
+                # emptied now (truncate) or cut to its new size when closing (MPI_File_set_size, collective); a new
+                # one is neither (one collective call fewer per save).
                 got = call.reduction("fopen").max("size seen", found[0]).max("mpi-io errors seen", int(_errors_seen)).run()
                 existed = got.max("size seen") > 0
+                self._cut = existed  # only a file that held bytes before needs its size set when closing
                 if got.max("mpi-io errors seen"):
                     # Only where independent calls are allowed (the same hints on every rank).
                     self.independent_only = self._independent_ok
@@ -483,10 +487,13 @@ class MPIIOBackend:
         return got[0]
 
     def sync(self, size: int | None = None) -> None:
-        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_sync`` (collective calls); errors kept by the call."""
+        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_sync`` (collective calls); errors kept by the call.
+
+        A file that was new (or empty) at the open is not cut: it holds what was written.
+        """
 
         def sync() -> None:
-            if size is not None:
+            if size is not None and self._cut:
                 self._fh.Set_size(size)
             self._fh.Sync()
 
@@ -494,7 +501,10 @@ class MPIIOBackend:
             call.run(self._mpi_step, sync, "cannot sync", always=True)
 
     def close(self, size: int | None = None) -> None:
-        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_close``; errors kept by the call."""
+        """``MPI_File_set_size`` to ``size`` if given, then ``MPI_File_close``; errors kept by the call.
+
+        A file that was new (or empty) at the open is not cut: it holds what was written (one collective call fewer).
+        """
 
         def set_size() -> None:
             self._fh.Set_size(size)
@@ -503,7 +513,7 @@ class MPIIOBackend:
             self._fh.Close()
 
         with _Step(self.comm, "scda.close") as call:
-            if size is not None:
+            if size is not None and self._cut:
                 call.run(self._mpi_step, set_size, "cannot set the size of", always=True)
             call.run(self._mpi_step, close, "cannot close", always=True)
 

@@ -916,13 +916,13 @@ def fopen_write(
     info: Any = None,
     backend: str | None = None,
     checksum: bool = False,
-    truncate: bool = True,
+    truncate: bool = False,
     defer: bool = False,
     access: FileAccess | None = None,
 ) -> ScdaWriter:
     r"""Create an scda file and write its header section F (libsc ``sc_scda_fopen_write``).
 
-    Collective.  An existing file is truncated (paper A.3).
+    Collective.  An existing file is overwritten (paper A.3), in place unless ``truncate``.
 
     Parameters
     ----------
@@ -944,19 +944,19 @@ def fopen_write(
         CRC32 every byte written, for :meth:`ScdaWriter.section_crcs` (one
         extra pass over the data in memory, by zlib-ng).
     truncate : bool, optional
-        True (default, as libsc and C's ``fopen(.., "w")``): empty an
-        existing file when opening.  False: overwrite it in place and cut it
-        to its final size when closing: the same bytes in the end, but the
-        file's pages are reused (faster on file systems where allocating
-        them costs, e.g. a tmpfs).  Until then, a crash leaves old bytes
-        behind the new ones.
+        False (default): overwrite an existing file in place and cut it to
+        its final size when closing: the same bytes in the end as libsc's,
+        but the file's pages are reused (faster on file systems where
+        allocating them costs, e.g. a tmpfs).  Until then, a crash leaves
+        old bytes behind the new ones.  True: empty an existing file when
+        opening (libsc, C's ``fopen(.., "w")``).
     defer : bool, optional
         Defer every agreement and every byte: the ``fwrite_*`` calls check
         their arguments locally and queue their bytes (CRCed meanwhile by a
         helper thread); :meth:`ScdaWriter.settle` agrees once on all of them
         (every rank raises the same error, before the file is even opened)
         and combines the CRC32s; :meth:`ScdaWriter.fclose` opens (creates,
-        truncates) the file, writes every rank's bytes of the whole file in
+        overwrites) the file, writes every rank's bytes of the whole file in
         one collective call (MPI-IO: a file view and ``MPI_File_write_all``)
         and agrees on its errors.  Block data must then be passed on every
         rank.  The bytes are the same.  With ``checksum``, the CRC32 of an

@@ -262,9 +262,9 @@ class BackendTests(SinkSourceTests):
         assert all(self.run(body))
 
     def test_opening_to_write_empties_an_existing_file_and_creates_a_new_one(self, backend_dir: Path) -> None:
-        """``truncate=True`` (the default): an existing longer file is emptied first; a new file is created empty."""
+        """``truncate=True``: an existing longer file is emptied first; a new file is created empty."""
         old, new = backend_dir / "old.bin", backend_dir / "new.bin"
-        access = self.access
+        access = self.access.replace(truncate=True)
 
         def body(comm: Comm) -> bool:
             if comm.rank == 0:
