@@ -104,7 +104,10 @@ def round_trip(src: Path, data_size: int, reps: int) -> dict[str, Any] | None:
       fsync); ``amrckpt load``: ``load`` (CRC32s checked), the connectivity's bytes to
       ``p8est_connectivity_inflate``, ``Forest.to_p4est`` and ``p8est_inflate``; default checks;
     * ``trusted save`` / ``trusted load``: the same without the checks of the leaves (``check=False``,
-      ``check_mesh=False``).
+      ``check_mesh=False``);
+    * each save twice in a row: ``... save new`` to a new file (the last one deleted first, untimed: every page
+      of the file allocated anew), then ``... save`` over that file, as each overwrites a file by default
+      (p4est's ``fopen(.., "wb")`` empties it first; amrckpt overwrites it in place, ``FileAccess.truncate``).
 
     Every forest loaded is compared with the one p4est holds (``p8est_checksum``, ``p8est_is_equal`` with the
     data), untimed.  Returns rank 0's result (None on the other ranks).
@@ -145,22 +148,30 @@ def round_trip(src: Path, data_size: int, reps: int) -> dict[str, Any] | None:
         data = np.ascontiguousarray(loaded.state.data)
         return lib.inflate(c, q.global_first_quadrant, q.pertree, q.quadrants, data), c
 
+    def unlink(path: Path) -> None:
+        comm.Barrier()
+        if comm.rank == 0:
+            path.unlink(missing_ok=True)
+
     who_all = ("p4est", "amrckpt", "trusted")
-    times: dict[str, list[float]] = {f"{w} {op}": [] for w in who_all for op in ("save", "load")}
+    times: dict[str, list[float]] = {f"{w} {op}": [] for w in who_all for op in ("save", "save new", "load")}
     same: dict[str, bool] = {}
     for k in range(reps + 1):
         for who in who_all if k % 2 == 0 else who_all[::-1]:
+            check = who == "amrckpt"
+            save: Any = (lambda: lib.save(pf, forest)) if who == "p4est" else (lambda check=check: ac_save(check))
+            unlink(pf if who == "p4est" else ck)  # untimed: the next save writes a new file, every page anew
+            new_s, _ = timed(save)
+            save_s, _ = timed(save)  # over the file of the same forest: each overwrites a file as it does by default
             if who == "p4est":
-                save_s, _ = timed(lambda: lib.save(pf, forest))
                 load_s, (back, c) = timed(lambda: lib.load(pf, data_size))
             else:
-                check = who == "amrckpt"
-                save_s, _ = timed(lambda check=check: ac_save(check))
                 load_s, (back, c) = timed(lambda check=check: ac_load(check))
             ok = lib.checksum(back) == reference and lib.is_equal(forest, back)
             same[who] = same.get(who, True) and bool(comm.allreduce(ok, op=MPI.LAND))
             lib.destroy(back, c)
             if k:
+                times[f"{who} save new"].append(new_s)
                 times[f"{who} save"].append(save_s)
                 times[f"{who} load"].append(load_s)
     lib.destroy(forest, conn)
@@ -191,7 +202,7 @@ def run_round_trip(src: Path, data_size: int, reps: int, ranks: int) -> dict[str
     trip["ratio"] = {
         f"{w} {op}": trip["median"][f"{w} {op}"] / trip["median"][f"p4est {op}"]
         for w in ("amrckpt", "trusted")
-        for op in ("save", "load")
+        for op in ("save", "save new", "load")
     }
     return trip
 
@@ -271,7 +282,10 @@ def main() -> None:
                 print(f"  {k:13s} {trip['median'][k]:8.4f} s  ({min(v):.4f}-{max(v):.4f})")
             for w in ("amrckpt", "trusted"):
                 r = trip["ratio"]
-                print(f"ratio {w} / p4est, round trip P = {P}: save {r[w + ' save']:.2f}, load {r[w + ' load']:.2f}")
+                print(
+                    f"ratio {w} / p4est, round trip P = {P}: save {r[w + ' save']:.2f} "
+                    f"(to a new file {r[w + ' save new']:.2f}), load {r[w + ' load']:.2f}"
+                )
         if args.json:
             out = Path(args.json)
             out.parent.mkdir(parents=True, exist_ok=True)
