@@ -469,7 +469,8 @@ def _round_rows(d: dict[str, dict[int, Result]]) -> list[tuple[str, float, float
     for P, r in sorted(d.get("end-to-end", {}).items()):
         for op in ("save new", "save warm", "load"):
             if "hp" in r:
-                rows.append((f"{op}, 2.1 M leaves, P = {P}", r["hp"][op]["ratio"], 0.90, True))
+                # issue 34's goals: 0.90 at P = 1, where a second core CRCs and packs; 0.80 at P = 2, where none is free
+                rows.append((f"{op}, 2.1 M leaves, P = {P}", r["hp"][op]["ratio"], 0.90 if P == 1 else 0.80, True))
     for P, r in sorted(d.get("end-to-end-small", {}).items()):
         for op in ("save new", "save warm", "load"):
             if "hp" in r:
