@@ -119,7 +119,7 @@ def convert(
     Parameters
     ----------
     src, dst : str or os.PathLike
-        The checkpoint and the new file (created or truncated).
+        The checkpoint and the new file (created, or overwritten: ``FileAccess.truncate``).
     comm : None, mpi4py.MPI.Comm or Comm, optional
     compress : {"keep", "encode", "decode"}, optional
         Keep each field's compression, compress every field (paper section 3) or none.

@@ -96,7 +96,7 @@ class CheckpointWriter:
     Parameters
     ----------
     path : str or os.PathLike
-        The file (created or truncated).
+        The file (created, or overwritten: ``FileAccess.truncate``).
     manifest : Manifest
         What the file will hold; written at once (the same on every rank).
     comm : None, mpi4py.MPI.Comm or Comm, optional

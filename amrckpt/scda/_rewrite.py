@@ -60,7 +60,7 @@ def rewrite(
     Parameters
     ----------
     src, dst : str or os.PathLike
-        The file, and the new one (created or truncated).
+        The file, and the new one (created, or overwritten: ``FileAccess.truncate``).
     comm : None, mpi4py.MPI.Comm or Comm, optional
     compress : {"keep", "encode", "decode"}, optional
     style : {"unix", "mime"}, optional

@@ -275,7 +275,7 @@ def save(
     state : CheckpointSchema
         This rank's state.
     path : str or os.PathLike
-        The file to write (created or truncated).  For atomic commits use a
+        The file to write (created, or overwritten: ``FileAccess.truncate``).  For atomic commits use a
         :class:`~amrckpt.CheckpointManager`.
     comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
         The communicator; None writes serially, without MPI.
