@@ -13,7 +13,7 @@ from .. import scda
 from .._files import replacing
 from .._version import __version__
 from ..comm import SerialComm, as_comm, collective
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ScdaArgumentError
 from ._convention import (
     FOOTER_USER_STRING,
     MANIFEST_USER_STRING,
@@ -139,6 +139,8 @@ def convert(
 
     Raises
     ------
+    ScdaArgumentError
+        On every rank, if ``dst`` is ``src`` itself (it would be overwritten while it is read); nothing is written.
     ChecksumError
         On every rank, if a section of ``src`` does not match its CRC32.
     CheckpointError
@@ -147,6 +149,10 @@ def convert(
         On every rank, if ``src`` is not a valid scda file or ``dst`` cannot be written.
     """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     c = as_comm(comm)
+    with collective(c, "convert") as call:
+        same = call.on_root(lambda: os.path.exists(dst) and os.path.samefile(src, dst), what="convert: the same file")
+    if same:
+        raise ScdaArgumentError(f"convert: {os.fspath(dst)!r} is {os.fspath(src)!r} itself; write to another name")
     changed = 0
     with CheckpointReader(src, comm=c, verify=True) as r:
         m = r.manifest

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..comm import collective
+from ..errors import ScdaArgumentError
 from ._copy import read_section_data, write_section_data
 from ._format import Style
 from ._layout import SectionHeader
@@ -76,9 +78,15 @@ def rewrite(
 
     Raises
     ------
+    ScdaArgumentError
+        On every rank, if ``dst`` is ``src`` itself (it would be overwritten while it is read); nothing is written.
     ScdaError
         On every rank, if ``src`` is damaged or ``dst`` cannot be written.
     """
+    with collective(comm, "scda.rewrite") as call:
+        same = call.on_root(lambda: os.path.exists(dst) and os.path.samefile(src, dst), what="rewrite: the same file")
+    if same:
+        raise ScdaArgumentError(f"rewrite: {os.fspath(dst)!r} is {os.fspath(src)!r} itself; write to another name")
     sections = encoded = decoded = 0
     with fopen_read(src, comm=comm) as f, fopen_write(dst, f.user_string, comm=comm, style=style, vendor=f.vendor) as w:
         done = 0

@@ -537,6 +537,36 @@ def test_layouts_survive_convert(tmp_path: Path) -> None:
     assert np.array_equal(st.big.values, LG["big"])
 
 
+@pytest.mark.parametrize("name", ["the same name", "a hard link", "a symbolic link"])
+def test_convert_and_rewrite_refuse_to_write_over_their_source(tmp_path: Path, name: str) -> None:
+    """A file would be overwritten in place while it is read: every rank refuses alike, and nothing is written."""
+    from amrckpt import scda
+    from amrckpt.container import convert
+    from amrckpt.errors import ScdaArgumentError
+
+    src = tmp_path / "a.scda"
+    run_threads(2, lambda comm: ac.save(_layouts_rank(comm), src, comm=comm))
+    dst = {"the same name": src, "a hard link": tmp_path / "hard.scda", "a symbolic link": tmp_path / "soft.scda"}[name]
+    if name == "a hard link":
+        dst.hardlink_to(src)
+    elif name == "a symbolic link":
+        dst.symlink_to(src)
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    for fn in (convert, scda.rewrite):
+
+        def body(comm: Any, fn: Any = fn) -> str:
+            try:
+                fn(src, dst, comm=comm, compress="decode")
+            except ScdaArgumentError as exc:
+                return str(exc)
+            return "written"
+
+        got = run_threads(3, body)
+        assert len(set(got)) == 1 and "itself; write to another name" in got[0], got
+        assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    assert np.array_equal(ac.load(src, Layouts).state.rho, LG["rho"])
+
+
 def test_chunks_and_per_element_compression_exclude_each_other() -> None:
     with pytest.raises(SchemaError, match="exclude each other"):
         ac.Cells("<f8", compress="element", chunks=10)
