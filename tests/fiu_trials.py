@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -243,13 +244,15 @@ STALL_MARK = "has made no progress for"
 def _returned_before_the_watchdog(t: Trial, lines: list[str]) -> int:
     """The newest step whose save every rank reported ``ok`` on stderr before the watchdog ended the job (0: none)."""
     ok: dict[int, set[int]] = {}
-    for ln in lines:
-        head, _, rest = ln.partition("] ")
-        rank = int(head.rsplit(" ", 1)[-1])
-        words = rest.split()
-        if len(words) >= 3 and words[0] == "save" and words[2] == "ok":
-            ok.setdefault(int(words[1].rstrip(":")), set()).add(rank)
+    for ln in lines:  # the ranks write to one stderr: two reports can share a line ("[t rank 1] save 4: ok  [t rank 0] ...")
+        for m in _REPORT.finditer(ln):
+            if m["result"] == "ok":
+                ok.setdefault(int(m["step"]), set()).add(int(m["rank"]))
     return max((s for s, ranks in ok.items() if len(ranks) == t.P), default=0)
+
+
+_REPORT = re.compile(r"\[\S+ rank (?P<rank>\d+)\] save (?P<step>\d+): (?P<result>\S+)")
+"""One rank's report of a save on stderr (``fiu_job.py``): its rank, the step and ``ok`` or the error's class."""
 
 
 def judge(t: Trial, save: dict[str, Any], verify: dict[str, Any] | None) -> Verdict:
