@@ -36,12 +36,11 @@ Calls nest: an entry point called inside another on the same communicator
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -70,7 +69,6 @@ __all__ = [
     "Reduced",
     "agreed_error",
     "collective",
-    "collective_method",
     "current_call",
     "describe",
 ]
@@ -189,30 +187,6 @@ class collective:
             calls = dict(getattr(_open, "calls", {}))
             calls.pop(_key(call.comm), None)
             _open.calls = calls
-
-
-_S = TypeVar("_S")
-_P = ParamSpec("_P")
-
-
-def collective_method(op: str) -> Callable[[Callable[Concatenate[_S, _P], T]], Callable[Concatenate[_S, _P], T]]:
-    """Run a method of an object with a ``comm`` attribute as one collective call named ``op`` (:class:`collective`).
-
-    For the objects whose every method is collective (an open file): each
-    method is a call of its own, or joins the call open on the same
-    communicator (a load that reads through the object); inside it,
-    :func:`current_call` gives the call.
-    """
-
-    def wrap(fn: Callable[Concatenate[_S, _P], T]) -> Callable[Concatenate[_S, _P], T]:
-        def method(obj: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> T:
-            with collective(obj.comm, op):  # type: ignore[attr-defined]
-                return fn(obj, *args, **kwargs)
-
-        functools.update_wrapper(method, fn)
-        return method
-
-    return wrap
 
 
 class Call:
