@@ -7,7 +7,9 @@ the file then holds the bytes of a one-rank save of a new file; through
 MPI-IO a file new at the open is not cut (``MPI_File_set_size`` only where
 bytes were there before), and ``truncate=True`` still empties the file at
 the open.  A save that fails after some of its bytes are written over an
-older checkpoint leaves a file that no load takes for a checkpoint.
+older checkpoint leaves a file that no load takes for a checkpoint.  And
+``convert`` and ``scda.rewrite`` refuse, on every rank, a destination that is
+their source (its name, a hard or a symbolic link).
 """
 
 from __future__ import annotations
@@ -143,3 +145,35 @@ def test_a_save_that_fails_over_an_older_checkpoint_leaves_no_checkpoint(monkeyp
                 got = type(exc).__name__
             everyone = comm.allgather(got)
             assert len(set(everyone)) == 1 and everyone[0] != "loaded", everyone
+
+
+@pytest.mark.parametrize("name", ["the same name", "a hard link", "a symbolic link"])
+def test_convert_and_rewrite_refuse_their_own_source_on_every_rank(name: str) -> None:
+    """A file would be overwritten in place while it is read: rank 0 finds it, every rank raises the same error, and
+    nothing is written (the source keeps its bytes)."""
+    from amrckpt import scda
+    from amrckpt.container import convert
+    from amrckpt.errors import ScdaArgumentError
+
+    comm = world()
+    with shared_tmpdir() as d:
+        src = d / "ckpt.scda"
+        save(G.for_rank(comm), src, comm=comm)
+        dst = {"the same name": src, "a hard link": d / "hard.scda", "a symbolic link": d / "soft.scda"}[name]
+        if comm.rank == 0 and name == "a hard link":
+            dst.hardlink_to(src)
+        elif comm.rank == 0 and name == "a symbolic link":
+            dst.symlink_to(src)
+        comm.Barrier()
+        before = _digest(src)
+        for fn in (convert, scda.rewrite):
+            try:
+                fn(src, dst, comm=comm, compress="decode")
+                got = "written"
+            except ScdaArgumentError as exc:
+                got = str(exc)
+            everyone = comm.allgather(got)
+            assert len(set(everyone)) == 1 and "itself; write to another name" in everyone[0], everyone
+            comm.Barrier()
+            assert comm.allgather(_digest(src) == before) == [True] * comm.size
+        assert_state_equal(load(src, Advection, comm=comm).state, G.for_rank(comm))
