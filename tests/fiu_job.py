@@ -217,7 +217,11 @@ def main() -> int:
     for t in jobs:
         out = Path(t["out"])
         if world.rank == 0:
-            (out / f"{t['id']}.{mode}.start").write_text(str(time.time()))
+            # written whole, then renamed: the campaign polls for this mark and must never read it half written
+            # (an empty mark read as time 0 made a trial that had just begun look 120 s old: a false "hang")
+            mark = out / f"{t['id']}.{mode}.start"
+            mark.with_suffix(".tmp").write_text(str(time.time()))
+            os.replace(mark.with_suffix(".tmp"), mark)
         t0 = time.monotonic()
         faulthandler.dump_traceback_later(t["dump_after"], exit=False)  # a hang's stacks, before the campaign kills it
         rec = save_trial(t, world) if mode == "save" else verify_trial(t, world)

@@ -154,6 +154,7 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=ferr, env=_env(), cwd=REPO)
             hung: str | None = None
             stalled = False
+            seen: dict[str, float] = {}
             t0 = time.time()
             while proc.poll() is None:
                 time.sleep(0.2)
@@ -168,7 +169,9 @@ def run_jobs(mode: str, P: int, trials: list[dict[str, Any]], out: Path, log: An
                         proc.wait()
                         break
                 if running:
-                    started = float((out / f"{running[-1]['id']}.{mode}.start").read_text() or 0)
+                    # the job writes the mark by a rename; a mark read empty (a job of an older harness) counts from now
+                    text = (out / f"{running[-1]['id']}.{mode}.start").read_text().strip()
+                    started = float(text) if text else seen.setdefault(running[-1]["id"], time.time())
                     if time.time() - started > TRIAL_TIMEOUT:
                         hung = running[-1]["id"]
                         stacks = _stacks([p for p in _matching(str(spec)) if p != proc.pid])
