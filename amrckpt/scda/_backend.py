@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -28,7 +29,7 @@ from ..comm import Call, Comm, collective, current_call
 from ..errors import (
     ScdaUsageError,
 )
-from ._io import Piece, byte_view, coalesce, open_read, os_error, preadv, pwritev, rounds
+from ._io import Piece, byte_view, coalesce, open_read, os_error, preadv, pwritev, refuse_link, rounds
 
 __all__ = [
     "Backend",
@@ -282,11 +283,12 @@ class PosixBackend:
             try:
                 if mode == "w":
                     # Rank 0 creates (truncates) the file before the others open it.
-                    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+                    # O_NOFOLLOW: never through a symbolic link planted under the name (refuse_link)
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if truncate else 0)
                     call.run(self._open, flags, "cannot create", on=0)
                     call.agree("fopen_write")
                     if comm.rank != 0:
-                        call.run(self._open, os.O_WRONLY, "cannot open for writing")
+                        call.run(self._open, os.O_WRONLY | os.O_NOFOLLOW, "cannot open for writing")
                 else:
                     call.run(self._open_read)
                 call.agree("fopen")
@@ -299,6 +301,8 @@ class PosixBackend:
         try:
             self._fd = os.open(self.path, flags, 0o666)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                refuse_link(self.path)  # a link planted after the writer's own look: say so
             raise os_error(exc, self.path, what) from exc
 
     def _open_read(self) -> None:

@@ -9,10 +9,22 @@ from typing import Any
 
 import numpy as np
 
-from .._files import advance, open_regular, pread_exact, preadv_exact
+from .._files import advance, is_link, open_regular, pread_exact, preadv_exact
 from ..errors import AmrckptError, ScdaArgumentError, ScdaCountError, ScdaFileNotFoundError, ScdaIOError, ScdaPermissionError
 
-__all__ = ["Piece", "advance", "byte_view", "coalesce", "open_read", "os_error", "pread", "preadv", "pwritev", "rounds"]
+__all__ = [
+    "Piece",
+    "advance",
+    "byte_view",
+    "coalesce",
+    "open_read",
+    "os_error",
+    "pread",
+    "preadv",
+    "pwritev",
+    "refuse_link",
+    "rounds",
+]
 
 Piece = tuple[int, memoryview]
 """``(file offset, buffer)``: a run of bytes that one rank writes or reads."""
@@ -104,6 +116,35 @@ def open_read(path: str) -> int:
         return open_regular(path)
     except OSError as exc:
         raise os_error(exc, path, "cannot open for reading") from exc
+
+
+def refuse_link(path: str) -> None:
+    """Refuse to write ``path`` if it is a symbolic link: a file is written under its own name, never through a link.
+
+    Not collective: :class:`~amrckpt.scda.ScdaWriter` asks it on rank 0 and
+    agrees on the answer with its first agreement, before the file is
+    opened; the POSIX backend also opens with ``O_NOFOLLOW``.  A link
+    planted under a checkpoint's name would send the checkpoint's bytes
+    over its target (POSIX ``open`` and ``MPI_File_open`` follow it).
+
+    Raises
+    ------
+    ScdaIOError
+        ``ELOOP``, if ``path`` is a symbolic link (dangling or not): the
+        message names its target and the fix.
+    """
+    if not is_link(path):
+        return
+    try:
+        target = repr(os.readlink(path))
+    except OSError:
+        target = "a target that cannot be read"
+    raise ScdaIOError(
+        errno_mod.ELOOP,
+        f"cannot write {path!r}: it is a symbolic link to {target}, and amrckpt never writes through a link (one "
+        "planted under a checkpoint's name would send its bytes elsewhere); write to the target's own name, or remove "
+        "the link",
+    )
 
 
 def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:

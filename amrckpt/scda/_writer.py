@@ -33,6 +33,7 @@ from ._format import (
     section_header,
     to_bytes,
 )
+from ._io import refuse_link
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
 from ._write_plan import WritePlan
 
@@ -160,6 +161,8 @@ class ScdaWriter:
         try:
             self.access = FileAccess() if access is None else access
             self.style = check_style(self.access.style)
+            if self.comm.rank == 0:
+                refuse_link(self.path)  # agreed with the first agreement, before the file is opened
             header = file_header(to_bytes(vendor, "vendor"), to_bytes(user_string, "user_string"), self.style)
             digest = digest_of(header)
         except ScdaError as exc:
@@ -978,7 +981,8 @@ def fopen_write(
         For a vendor or user string that is too long or a bad style.
     ScdaIOError
         If the file cannot be created (subclasses for a missing directory or
-        a permission problem).
+        a permission problem); errno ``ELOOP`` if ``path`` is a symbolic
+        link (a file is never written through a link).
     """
     a = FileAccess.of(access, style=style, info=info, backend=backend, truncate=truncate)
     return ScdaWriter(path, user_string, comm=comm, vendor=vendor, checksum=checksum, defer=defer, access=a)

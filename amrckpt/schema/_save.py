@@ -275,8 +275,8 @@ def save(
     state : CheckpointSchema
         This rank's state.
     path : str or os.PathLike
-        The file to write (created, or overwritten: ``FileAccess.truncate``).  For atomic commits use a
-        :class:`~amrckpt.CheckpointManager`.
+        The file to write (created, or overwritten: ``FileAccess.truncate``; never through a symbolic link
+        under this name).  For atomic commits use a :class:`~amrckpt.CheckpointManager`.
     comm : None, mpi4py.MPI.Comm or amrckpt.comm.Comm, optional
         The communicator; None writes serially, without MPI.
     check_mesh : bool, optional
@@ -309,7 +309,8 @@ def save(
         ranks, leaves out of order within a rank or across ranks, every
         rank passing the same (global) mesh.
     ScdaIOError
-        On every rank, if the file cannot be written.
+        On every rank, if the file cannot be written (errno ``ELOOP``, before it is opened, if ``path`` is a symbolic
+        link).
     """
     t0 = time.time()
     a = scda.FileAccess.of(access)

@@ -215,3 +215,39 @@ def test_a_close_whose_set_size_fails_on_some_ranks_raises_on_every_rank(monkeyp
         comm.Barrier()
         assert comm.allgather(_digest(path) == _digest(d / "serial.scda")) == [True] * comm.size
         assert_state_equal(load(path, Advection, comm=comm).state, G.for_rank(comm))
+
+
+@pytest.mark.parametrize("target", ["a checkpoint", "no file"])
+@pytest.mark.parametrize("backend", ["posix", "mpiio"])
+def test_a_save_never_writes_through_a_symbolic_link(backend: str, target: str) -> None:
+    """A link planted under the name (to another checkpoint, or dangling): every rank raises ``ELOOP`` naming the link
+    before the file is opened; the target keeps its bytes (or is not created), and the link stays a link.  The same for
+    the scda layer's immediate writer."""
+    import errno
+
+    from amrckpt import scda
+
+    comm = world()
+    with shared_tmpdir() as d:
+        other, path = d / "other.scda", d / "ckpt.scda"
+        if target == "a checkpoint":
+            save(BIG.for_rank(comm), other, comm=comm, access=FileAccess(backend=backend))
+        if comm.rank == 0:
+            path.symlink_to(other.name)
+        comm.Barrier()
+        before = _digest(other) if target == "a checkpoint" else None
+        attempts = [
+            lambda: save(G.for_rank(comm), path, comm=comm, access=FileAccess(backend=backend)),
+            lambda: scda.fopen_write(path, b"x", comm=comm, access=FileAccess(backend=backend)).fclose(),
+        ]
+        for attempt in attempts:
+            try:
+                attempt()
+                got = "written"
+            except ScdaIOError as exc:
+                got = f"{type(exc).__name__} {exc.errno} {'symbolic link' in str(exc)}"
+            everyone = comm.allgather(got)
+            assert everyone == [f"ScdaIOError {errno.ELOOP} True"] * comm.size, everyone
+            comm.Barrier()
+            kept = path.is_symlink() and (_digest(other) == before if before else not other.exists())
+            assert comm.allgather(kept) == [True] * comm.size
