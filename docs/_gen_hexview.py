@@ -58,7 +58,13 @@ def _fixed_environment(version: str) -> Iterator[None]:
 
 
 def source() -> str:
-    """Return the Python block of docs/checkpoints.md that writes the page's file (``tiny.scda``)."""
+    """Return the Python block of docs/checkpoints.md that writes the page's file (``tiny.scda``).
+
+    Raises
+    ------
+    LookupError
+        If the page has no such block (its ``<!-- hexview: source -->`` mark is gone).
+    """
     m = SOURCE.search(DOC.read_text(encoding="utf-8"))
     if m is None:
         raise LookupError(f"{DOC}: no Python block after <!-- hexview: source -->")
