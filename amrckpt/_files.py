@@ -263,6 +263,19 @@ def is_link(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Return whether ``a`` and ``b`` name one file: the same name, a hard link, or a symbolic link to it. Not collective.
+
+    ``os.path.samefile`` (``stat`` of both: device and inode); False when
+    either is missing or cannot be looked at, so that the caller's own open
+    reports that with its errno.
+    """
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def pread_exact(fd: int, nbytes: int, offset: int) -> bytes:
     """Return ``nbytes`` bytes from byte ``offset`` of ``fd``, fewer only where the file ends. Not collective.
 

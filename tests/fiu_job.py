@@ -218,7 +218,7 @@ def main() -> int:
         out = Path(t["out"])
         if world.rank == 0:
             # written whole, then renamed: the campaign polls for this mark and must never read it half written
-            # (an empty mark read as time 0 made a trial that had just begun look 120 s old: a false "hang")
+            # (a mark read empty, as time 0, would make a trial that has just begun look 120 s old: a false "hang")
             mark = out / f"{t['id']}.{mode}.start"
             mark.with_suffix(".tmp").write_text(str(time.time()))
             os.replace(mark.with_suffix(".tmp"), mark)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import scda
-from .._files import replacing
+from .._files import replacing, same_file
 from .._version import __version__
 from ..comm import SerialComm, as_comm, collective
 from ..errors import CheckpointError, ScdaArgumentError
@@ -150,7 +150,7 @@ def convert(
     """  # noqa: DOC501 (checksum_error() returns the ChecksumError)
     c = as_comm(comm)
     with collective(c, "convert") as call:
-        same = call.on_root(lambda: os.path.exists(dst) and os.path.samefile(src, dst), what="convert: the same file")
+        same = call.on_root(lambda: same_file(src, dst), what="convert: the same file")
     if same:
         raise ScdaArgumentError(f"convert: {os.fspath(dst)!r} is {os.fspath(src)!r} itself; write to another name")
     changed = 0

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._files import same_file
 from ..comm import collective
 from ..errors import ScdaArgumentError
 from ._copy import read_section_data, write_section_data
@@ -84,7 +85,7 @@ def rewrite(
         On every rank, if ``src`` is damaged or ``dst`` cannot be written.
     """
     with collective(comm, "scda.rewrite") as call:
-        same = call.on_root(lambda: os.path.exists(dst) and os.path.samefile(src, dst), what="rewrite: the same file")
+        same = call.on_root(lambda: same_file(src, dst), what="rewrite: the same file")
     if same:
         raise ScdaArgumentError(f"rewrite: {os.fspath(dst)!r} is {os.fspath(src)!r} itself; write to another name")
     sections = encoded = decoded = 0

@@ -567,6 +567,27 @@ def test_convert_and_rewrite_refuse_to_write_over_their_source(tmp_path: Path, n
     assert np.array_equal(ac.load(src, Layouts).state.rho, LG["rho"])
 
 
+def test_convert_and_rewrite_of_a_missing_source_say_it_is_missing(tmp_path: Path) -> None:
+    """The same-file check passes a missing source on to the open, which names it (not an error of the check)."""
+    from amrckpt import scda
+    from amrckpt.container import convert
+    from amrckpt.errors import ScdaFileNotFoundError
+
+    dst = tmp_path / "out.scda"
+    dst.write_bytes(b"an existing file")
+    for fn in (convert, scda.rewrite):
+
+        def body(comm: Any, fn: Any = fn) -> str:
+            try:
+                fn(tmp_path / "missing.scda", dst, comm=comm)
+            except ScdaFileNotFoundError as exc:
+                return f"{type(exc).__name__} {exc.errno} {'missing.scda' in str(exc)}"
+            return "written"
+
+        assert run_threads(2, body) == ["ScdaFileNotFoundError 2 True"] * 2
+    assert dst.read_bytes() == b"an existing file"
+
+
 def test_chunks_and_per_element_compression_exclude_each_other() -> None:
     with pytest.raises(SchemaError, match="exclude each other"):
         ac.Cells("<f8", compress="element", chunks=10)
