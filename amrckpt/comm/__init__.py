@@ -14,10 +14,10 @@ from __future__ import annotations
 from ._agreed import agreed_error, describe
 from ._base import NONE, Columns, Comm, Reduced, ReduceOp, SerialComm, combine_columns, digest_of
 from ._call import Call, collective, current_call
-from ._method import collective_method
+from ._method import collective_method, unwatch, watch
 from ._mpi import MPIComm, is_mpi4py_comm, world_comm
 from ._reduction import Reduction, Totals
-from ._registry import as_comm, mpi_of, require_comm, unwatch, watch
+from ._registry import as_comm, mpi_of, require_comm
 from ._thread import ThreadComm, run_threads, thread_rank
 from ._watchdog import DEFAULT_TIMEOUT, install_excepthook
 

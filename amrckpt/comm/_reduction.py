@@ -11,14 +11,31 @@ same names (:class:`Reduced`): no list positions outside ``comm/``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ._call import Call
+from ._base import Reduced
 
-__all__ = ["Reduction", "Totals"]
+__all__ = ["Meeting", "Reduction", "Totals"]
 
 _OPS = ("sum", "max", "min", "xor", "equal")
+
+
+class Meeting(Protocol):
+    """What a :class:`Reduction` runs on: the two reductions of a collective call (:class:`~amrckpt.comm.Call`'s)."""
+
+    def allreduce(
+        self,
+        sums: Sequence[int] = (),
+        maxima: Sequence[int] = (),
+        xors: Sequence[int] = (),
+        *,
+        equal: Sequence[int] = (),
+        root_value: Any = None,
+        root: int = 0,
+        what: str = "",
+    ) -> Reduced: ...
+
+    def exscan(self, sums: Sequence[int] = (), maxima: Sequence[int] = (), xors: Sequence[int] = ()) -> Reduced: ...
 
 
 class Reduction:
@@ -32,15 +49,15 @@ class Reduction:
 
     Parameters
     ----------
-    call : Call
-        The collective call the reduction belongs to.
+    call : Meeting
+        The collective call the reduction belongs to (a :class:`~amrckpt.comm.Call`).
     what : str, optional
         Names the exchange in error messages.
     """
 
     __slots__ = ("_call", "_channels", "_root", "_what")
 
-    def __init__(self, call: Call, what: str = "") -> None:
+    def __init__(self, call: Meeting, what: str = "") -> None:
         self._call = call
         self._what = what
         self._channels: dict[tuple[str, str], tuple[list[int], bool]] = {}

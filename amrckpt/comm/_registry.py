@@ -14,19 +14,15 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import errors
-from . import _watchdog
 from ._base import Comm, SerialComm
 from ._launch import launched_task
 from ._mpi import MPIComm, is_mpi4py_comm
 from ._thread import ThreadComm
 
-if TYPE_CHECKING:
-    from ._call import Call
-
-__all__ = ["as_comm", "mpi_of", "require_comm", "unwatch", "watch"]
+__all__ = ["as_comm", "mpi_of", "require_comm"]
 
 
 def as_comm(comm: Any = None) -> Comm:
@@ -185,37 +181,3 @@ def _mark_broken(comm: Comm, why: str) -> None:
         c.mpi_comm.Set_attr(_broken_keyval[0], why)
     else:
         _broken_objects[c] = why
-
-
-# -- a manager's watch over its communicator ------------------------------------------------------------------
-
-
-def watch(call: Call, timeout: float | None = None) -> None:
-    """Watch ``call``'s communicator for a manager: its meeting timeout, and exit notices under MPI. Collective.
-
-    ``timeout`` (seconds; None: ``AMRCKPT_COLLECTIVE_TIMEOUT`` or the
-    default) bounds every meeting on the communicator while it is watched.
-    Under MPI with several ranks, a duplicate of the communicator carries
-    exit notices: a process that ends while it is watched tells the others
-    (``atexit``), so that a rank waiting for it fails at once.  Watches
-    nest (one per open manager); :func:`unwatch` ends one.
-
-    Raises
-    ------
-    ScdaArgumentError
-        If ``timeout`` is not a positive number.
-    """
-    if timeout is not None and not timeout > 0:
-        raise call.agreed(errors.ScdaArgumentError(f"collective_timeout={timeout!r}: give a positive number of seconds"))
-    key = _key(call.comm)
-    inner = _inner(call.comm)
-    _watchdog.watch(key, inner.mpi_comm if isinstance(inner, MPIComm) and inner.size > 1 else None)
-    if timeout is not None:
-        _watchdog.set_timeout(key, timeout)
-
-
-def unwatch(comm: Comm) -> None:
-    """End one :func:`watch` of ``comm`` (the last one drops its timeout and exit notices). Not collective."""
-    key = _key(comm)
-    if _watchdog.unwatch(key):
-        _watchdog.set_timeout(key, None)

@@ -18,55 +18,21 @@ import abc
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..errors import CheckpointError
-from ..scda import MAX_INFLATE_RATIO, Checksummed, ReadPlan, Share
+from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share
 from ..sfc import mesh_record_dtype
 from ._chunks import plan_chunks, write_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
 from ._hp_layouts import HpLayout, count_dtype, hp_layout, hp_layout_of
 from ._registry import register, registered
-from ._sections import FieldSource, SectionSink, Span, check_a, sections_of
+from ._sections import Build, FieldSource, Payload, SectionSink, Span, check_a, sections_of
 from ._varray import decode, plan_varray
 
 __all__ = ["HANDLERS", "FieldHandler", "Payload", "count_dtype", "handler_for"]
-
-Build = Callable[[], Any]
-"""What a handler's plan returns: builds the field's value once the plan has run."""
-
-
-@dataclass
-class Payload:
-    r"""One field's data on this rank, checked by the schema and ready for its handler's :meth:`FieldHandler.write`.
-
-    Attributes
-    ----------
-    data : bytes, numpy.ndarray or amrckpt.scda.Checksummed
-        inline: the 32 bytes of JSON; block: the JSON bytes; ndarray: the
-        array's bytes (the same on every rank); mesh: (N_p,) leaf records;
-        cells and array: (N_p, \\*shape) values; hp: (sum(counts), \\*shape)
-        values.  Arrays in the byte order of the file, contiguous.  An
-        array written as it is may come as a :class:`~amrckpt.scda.Checksummed`
-        (the array and its CRC32), which the handler passes to the sink as
-        it is; :attr:`array` is the array either way.
-    counts : (N_p,) numpy.ndarray of int64, optional
-        hp: values of each local leaf.
-    level : int
-        zlib level of a compressed or chunked field.
-    """
-
-    data: Any = None
-    counts: np.ndarray | None = None
-    level: int = 9
-
-    @property
-    def array(self) -> Any:
-        """``data``, or the data of a :class:`~amrckpt.scda.Checksummed`."""
-        return self.data.data if isinstance(self.data, Checksummed) else self.data
 
 
 class FieldHandler(abc.ABC):

@@ -11,7 +11,7 @@ and of their bytes per leaf.  Every layout stores the same runs of values,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -20,7 +20,9 @@ from ..scda import ReadPlan, Share, parse_entries
 from ._chunks import plan_hp_chunks, plan_hp_counts, write_hp_chunks
 from ._convention import FieldSpec
 from ._sections import (
+    Build,
     FieldSource,
+    Payload,
     Section,
     SectionSink,
     Span,
@@ -32,9 +34,6 @@ from ._sections import (
     sections_of,
 )
 from ._varray import decode, plan_varray
-
-if TYPE_CHECKING:
-    from ._handlers import Build, Payload
 
 __all__ = ["HP_LAYOUTS", "HpLayout", "count_dtype", "hp_layout", "hp_layout_of"]
 

@@ -17,12 +17,14 @@ import numpy as np
 from .._threads import default_threads, map_shared
 from ..comm import Comm
 from ..errors import CheckpointError
-from ..scda import RawSection, SectionHeader, parse_entries
+from ..scda import Checksummed, RawSection, SectionHeader, parse_entries
 from ._convention import FieldSpec, IndexEntry, Manifest
 
 __all__ = [
+    "Build",
     "Deferred",
     "FieldSource",
+    "Payload",
     "Section",
     "SectionSink",
     "Span",
@@ -36,6 +38,40 @@ __all__ = [
     "resolve",
     "sections_of",
 ]
+
+
+Build = Callable[[], Any]
+"""What a handler's plan returns: builds the field's value once the plan has run."""
+
+
+@dataclass
+class Payload:
+    r"""One field's data on this rank, checked by the schema and ready for its handler's :meth:`FieldHandler.write`.
+
+    Attributes
+    ----------
+    data : bytes, numpy.ndarray or amrckpt.scda.Checksummed
+        inline: the 32 bytes of JSON; block: the JSON bytes; ndarray: the
+        array's bytes (the same on every rank); mesh: (N_p,) leaf records;
+        cells and array: (N_p, \\*shape) values; hp: (sum(counts), \\*shape)
+        values.  Arrays in the byte order of the file, contiguous.  An
+        array written as it is may come as a :class:`~amrckpt.scda.Checksummed`
+        (the array and its CRC32), which the handler passes to the sink as
+        it is; :attr:`array` is the array either way.
+    counts : (N_p,) numpy.ndarray of int64, optional
+        hp: values of each local leaf.
+    level : int
+        zlib level of a compressed or chunked field.
+    """
+
+    data: Any = None
+    counts: np.ndarray | None = None
+    level: int = 9
+
+    @property
+    def array(self) -> Any:
+        """``data``, or the data of a :class:`~amrckpt.scda.Checksummed`."""
+        return self.data.data if isinstance(self.data, Checksummed) else self.data
 
 
 @dataclass(frozen=True)

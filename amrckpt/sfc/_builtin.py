@@ -10,16 +10,14 @@ numbered along the Morton curve of the brick, p4est_connectivity.c) and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConnectivityError
-from ._tables import _CHILDREN, _EDGES, _FACES
-
-if TYPE_CHECKING:
-    from ._connectivity import Connectivity
+from ._tables import _CHILDREN, _EDGES, _FACES, ConnectivityTables, ConnT
 
 __all__ = ["new_brick", "new_shell", "shell_map"]
 
@@ -257,7 +255,7 @@ def _brick_vertices(b: _Brick) -> tuple[np.ndarray, np.ndarray]:
     return verts, ttv
 
 
-def new_brick(n: list[int], per: list[bool], cls: type[Connectivity]) -> Connectivity:
+def new_brick(n: list[int], per: list[bool], cls: Callable[..., ConnT]) -> ConnT:
     """``p4est_connectivity_new_brick`` / ``p8est_connectivity_new_brick``, vectorized over trees."""
     b = _brick_trees(n, per)
     tf, ttt, ttf = _brick_faces(b)
@@ -273,7 +271,7 @@ def new_brick(n: list[int], per: list[bool], cls: type[Connectivity]) -> Connect
 # ---------------------------------------------------------------------------- the shell geometry
 
 
-def shell_map(conn: Connectivity, tree: Any, ref: Any, R1: float, R2: float) -> np.ndarray:
+def shell_map(conn: ConnectivityTables, tree: Any, ref: Any, R1: float, R2: float) -> np.ndarray:
     """Place points of :meth:`Connectivity.shell` trees on the shell ``R1 <= r <= R2`` (``p8est_geometry_new_shell``).
 
     Not collective, vectorized.  The vertex map first (``abc`` in
@@ -358,7 +356,7 @@ _SHELL_EDGE_TO_EDGE = """
 """
 
 
-def new_shell(cls: type[Connectivity]) -> Connectivity:
+def new_shell(cls: Callable[..., ConnT]) -> ConnT:
     """Return p8est's 24-tree spherical shell (``p8est_connectivity_new_shell``); see :meth:`Connectivity.shell`."""
     xy = np.array([(x, y) for y in (-1, 0, 1) for x in (-1, 0, 1)], dtype=np.float64)
     v = np.concatenate([np.column_stack([xy, np.full(9, z)]) for z in (1.0, 2.0)])

@@ -11,15 +11,13 @@ Used by :meth:`Connectivity.to_p4est_bytes` and
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ..errors import ConnectivityError, P4estFormatError
-from ._tables import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT
-
-if TYPE_CHECKING:
-    from ._connectivity import Connectivity
+from ._tables import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT, ConnectivityTables, ConnT
 
 __all__ = ["connectivity_sink", "connectivity_source"]
 
@@ -37,7 +35,7 @@ def _format_error(message: str, section: str, offset: int) -> P4estFormatError:
     return err
 
 
-def connectivity_sink(conn: Connectivity, package_version: str = "") -> bytes:
+def connectivity_sink(conn: ConnectivityTables, package_version: str = "") -> bytes:
     """Return ``conn`` as ``p4est_connectivity_save`` writes it (see :meth:`Connectivity.to_p4est_bytes`).
 
     Raises
@@ -82,7 +80,7 @@ def connectivity_sink(conn: Connectivity, package_version: str = "") -> bytes:
     return b"".join(parts)
 
 
-def connectivity_source(buf: Any, cls: type[Connectivity], *, offset: int = 0, check: bool = True) -> tuple[Connectivity, str, int]:
+def connectivity_source(buf: Any, cls: Callable[..., ConnT], *, offset: int = 0, check: bool = True) -> tuple[ConnT, str, int]:
     """Read a connectivity as ``p4est_connectivity_load`` does (see :meth:`Connectivity.from_p4est_bytes`).
 
     Raises

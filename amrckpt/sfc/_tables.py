@@ -1,16 +1,16 @@
-"""The tables of the sfc package: p4est's connectivity numbers and the mesh record, shared by the modules that use them.
+"""The tables of the sfc package: p4est's connectivity numbers, the mesh record, a connectivity's arrays.
 
-Not collective.  Kept apart so that the modules that build, read, write and
+Not collective.  Shared by the modules that use them, and kept apart so that the modules that build, read, write and
 check forests and connectivities import these and never each other back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-__all__ = ["P4EST_ONDISK_FORMAT", "mesh_record_dtype"]
+__all__ = ["P4EST_ONDISK_FORMAT", "ConnectivityTables", "mesh_record_dtype"]
 
 P4EST_ONDISK_FORMAT = {2: 0x2000009, 3: 0x3000009}
 """``P4EST_ONDISK_FORMAT`` and ``P8EST_ONDISK_FORMAT`` of p4est 2.x: the first word of its connectivity and forest headers."""
@@ -31,3 +31,43 @@ def mesh_record_dtype(dim: int) -> np.dtype[Any]:
     """
     names = [*["tree", "x", "y", "z"][: dim + 1], "level"]
     return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
+
+
+class ConnectivityTables(Protocol):
+    """What the builders, the geometry and p4est's byte format use of a :class:`~amrckpt.sfc.Connectivity`: its arrays.
+
+    A structural type (``Connectivity`` has these; see its attributes), so
+    that the modules it is built from never import it back.
+    """
+
+    dim: int
+    vertices: np.ndarray
+    tree_to_vertex: np.ndarray | None
+    tree_to_tree: np.ndarray
+    tree_to_face: np.ndarray
+    tree_to_edge: np.ndarray | None
+    ett_offset: np.ndarray
+    edge_to_tree: np.ndarray
+    edge_to_edge: np.ndarray
+    tree_to_corner: np.ndarray | None
+    ctt_offset: np.ndarray
+    corner_to_tree: np.ndarray
+    corner_to_corner: np.ndarray
+    tree_to_attr: np.ndarray | None
+
+    @property
+    def num_trees(self) -> int: ...
+    @property
+    def num_vertices(self) -> int: ...
+    @property
+    def num_edges(self) -> int: ...
+    @property
+    def num_corners(self) -> int: ...
+    @property
+    def tree_attr_bytes(self) -> int: ...
+    def map_points(self, tree: Any, ref: Any) -> np.ndarray: ...
+    def check(self) -> None: ...
+
+
+ConnT = TypeVar("ConnT", bound=ConnectivityTables)
+"""A connectivity class's instances (built by the class the caller passes)."""
