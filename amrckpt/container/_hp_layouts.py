@@ -30,6 +30,7 @@ from ._sections import (
     column_prefix,
     counts_of,
     exact_sum,
+    int64_later,
     not_multiples,
     sections_of,
 )
@@ -169,7 +170,7 @@ class _CountsLayout:
             most = int(raw.max()) if raw.size else 0
             if most > total:
                 raise CheckpointError(f"{src.path!r}: field {fs.name!r} has a leaf of more values than its values section holds")
-            got["counts"], got["n"] = raw.astype(np.int64), exact_sum(raw, most)
+            got["counts"], got["n"] = int64_later(raw), exact_sum(raw, most)  # the int64 copy overlaps the values' read
             return int(got["n"])
 
         def then(before: int) -> None:
@@ -183,7 +184,7 @@ class _CountsLayout:
             src.cursors[key] = (span.end, before + n)
 
         plan.scan(local, then, column_prefix(src, key, csec.raw.data_offset, cdt, span.offset))
-        return lambda: (got["values"], got["counts"])
+        return lambda: (got["values"], got["counts"]())
 
     def plan_leaf_nbytes(self, src: FieldSource, plan: ReadPlan, fs: FieldSpec, span: Span, E: int) -> Callable[[], np.ndarray]:
         csec, vsec, cdt = self._sections(src, fs, span)

@@ -526,6 +526,38 @@ def test_layouts_one_sha256_on_any_P_and_read_on_any_Q(tmp_path: Path) -> None:
                 )
 
 
+def test_hp_counts_widened_on_a_helper_thread_equal_the_serial_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The int64 copy of an hp field's counts, made on a helper thread while the values are read, is the same array."""
+    import threading
+
+    from amrckpt.container import _sections
+
+    path = tmp_path / "layouts.scda"
+    run_threads(1, lambda comm: ac.save(_layouts_rank(comm), path, comm=comm))
+    want = run_threads(2, lambda comm: ac.load(path, Layouts, comm=comm).state)
+    where: list[str] = []
+    real = _sections.pool
+
+    def watched(threads: int) -> Any:
+        p = real(threads)
+
+        class Watched:
+            def submit(self, fn: Any, *args: Any) -> Any:
+                return p.submit(lambda: (where.append(threading.current_thread().name), fn(*args))[1])
+
+        return Watched()
+
+    monkeypatch.setattr(_sections, "_WIDEN_LATER", 1)
+    monkeypatch.setattr(_sections, "pool", watched)
+    monkeypatch.setenv("AMRCKPT_THREADS", "2")
+    got = run_threads(2, lambda comm: ac.load(path, Layouts, comm=comm).state)
+    assert len(where) == 4 and all(name.startswith("amrckpt-work") for name in where)  # modes and wide, on both ranks
+    for g, w in zip(got, want, strict=True):
+        for name in ("modes", "wide"):
+            assert getattr(g, name).counts.dtype == np.int64
+            assert getattr(g, name) == getattr(w, name)
+
+
 def test_layouts_survive_convert(tmp_path: Path) -> None:
     src, dst = tmp_path / "a.scda", tmp_path / "b.scda"
     run_threads(2, lambda comm: ac.save(_layouts_rank(comm), src, comm=comm))
