@@ -22,10 +22,22 @@ def git(*args: str) -> str:
         return ""
 
 
+def cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo; else :func:`platform.processor`, possibly "")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def provenance() -> dict[str, Any]:
-    """The facts every result records: node, CPUs, versions, date, 1-minute load average, commit, uncommitted changes."""
+    """The facts every result records: node, processor, CPUs, versions, date, 1-minute load average, commit, uncommitted changes."""
     return {
         "node": platform.node(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "numpy": np.__version__,
