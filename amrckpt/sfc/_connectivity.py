@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import ConnectivityError
 from ._builtin import new_brick, new_shell
 from ._p4est_bytes import connectivity_sink, connectivity_source
-from ._tables import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT
+from ._tables import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT, ConnectivityTables
 
 __all__ = ["P4EST_ONDISK_FORMAT", "Connectivity"]
 
@@ -50,7 +50,7 @@ def _int_table(value: Any, shape: tuple[int, ...], dtype: Any, name: str) -> np.
     return out
 
 
-class Connectivity:
+class Connectivity(ConnectivityTables):
     """A p4est connectivity: the trees of a forest, their corners in space and their neighbours.
 
     An immutable value (the arrays are read-only); ``==`` is
@@ -116,21 +116,6 @@ class Connectivity:
         "tree_to_vertex",
         "vertices",
     )
-
-    dim: int
-    vertices: np.ndarray
-    tree_to_vertex: np.ndarray | None
-    tree_to_tree: np.ndarray
-    tree_to_face: np.ndarray
-    tree_to_edge: np.ndarray | None
-    ett_offset: np.ndarray
-    edge_to_tree: np.ndarray
-    edge_to_edge: np.ndarray
-    tree_to_corner: np.ndarray | None
-    ctt_offset: np.ndarray
-    corner_to_tree: np.ndarray
-    corner_to_corner: np.ndarray
-    tree_to_attr: np.ndarray | None
 
     def __init__(
         self,

@@ -6,7 +6,8 @@ check forests and connectivities import these and never each other back.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+import abc
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,12 +34,15 @@ def mesh_record_dtype(dim: int) -> np.dtype[Any]:
     return np.dtype({"names": names, "formats": ["<i4"] * (dim + 1) + ["i1"]})
 
 
-class ConnectivityTables(Protocol):
-    """What the builders, the geometry and p4est's byte format use of a :class:`~amrckpt.sfc.Connectivity`: its arrays.
+class ConnectivityTables(abc.ABC):
+    """A connectivity's arrays and what the builders, the geometry and p4est's byte format use of it.
 
-    A structural type (``Connectivity`` has these; see its attributes), so
-    that the modules it is built from never import it back.
+    The base of :class:`~amrckpt.sfc.Connectivity`, which implements the
+    rest (see its attributes); the modules it is built from take this
+    type, never the class, so that they never import it back.
     """
+
+    __slots__ = ()
 
     dim: int
     vertices: np.ndarray
@@ -56,17 +60,37 @@ class ConnectivityTables(Protocol):
     tree_to_attr: np.ndarray | None
 
     @property
-    def num_trees(self) -> int: ...
+    @abc.abstractmethod
+    def num_trees(self) -> int:
+        """:attr:`Connectivity.num_trees`."""
+
     @property
-    def num_vertices(self) -> int: ...
+    @abc.abstractmethod
+    def num_vertices(self) -> int:
+        """:attr:`Connectivity.num_vertices`."""
+
     @property
-    def num_edges(self) -> int: ...
+    @abc.abstractmethod
+    def num_edges(self) -> int:
+        """:attr:`Connectivity.num_edges`."""
+
     @property
-    def num_corners(self) -> int: ...
+    @abc.abstractmethod
+    def num_corners(self) -> int:
+        """:attr:`Connectivity.num_corners`."""
+
     @property
-    def tree_attr_bytes(self) -> int: ...
-    def map_points(self, tree: Any, ref: Any) -> np.ndarray: ...
-    def check(self) -> None: ...
+    @abc.abstractmethod
+    def tree_attr_bytes(self) -> int:
+        """:attr:`Connectivity.tree_attr_bytes`."""
+
+    @abc.abstractmethod
+    def map_points(self, tree: Any, ref: Any) -> np.ndarray:
+        """:meth:`Connectivity.map_points`."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """:meth:`Connectivity.check`."""
 
 
 ConnT = TypeVar("ConnT", bound=ConnectivityTables)
