@@ -2,8 +2,8 @@
 
 zarr's codecs receive a ``ByteGetter`` / ``ByteSetter``, never a concrete
 store; field handlers receive a :class:`FieldSource` when they plan reads
-and a :class:`SectionSink` when they write, never the checkpoint reader or
-writer.
+(and return a :data:`Build`) and a :class:`SectionSink` with the field's
+:class:`Payload` when they write, never the checkpoint reader or writer.
 """
 
 from __future__ import annotations
