@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 from ._base import Reduced
 
-__all__ = ["Meeting", "Reduction", "Totals"]
+__all__ = ["Reducer", "Reduction", "Totals"]
 
 _OPS = ("sum", "max", "min", "xor", "equal")
 
 
-class Meeting(Protocol):
+class Reducer(Protocol):
     """What a :class:`Reduction` runs on: the two reductions of a collective call (:class:`~amrckpt.comm.Call`'s)."""
 
     def allreduce(self, *args: Any, **kwargs: Any) -> Reduced: ...  # Call.allreduce
@@ -38,7 +38,7 @@ class Reduction:
 
     Parameters
     ----------
-    call : Meeting
+    call : Reducer
         The collective call the reduction belongs to (a :class:`~amrckpt.comm.Call`).
     what : str, optional
         Names the exchange in error messages.
@@ -46,7 +46,7 @@ class Reduction:
 
     __slots__ = ("_call", "_channels", "_root", "_what")
 
-    def __init__(self, call: Meeting, what: str = "") -> None:
+    def __init__(self, call: Reducer, what: str = "") -> None:
         self._call = call
         self._what = what
         self._channels: dict[tuple[str, str], tuple[list[int], bool]] = {}
