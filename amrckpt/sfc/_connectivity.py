@@ -92,6 +92,9 @@ class Connectivity(ConnectivityTables):
         The trees at each corner and their corners.
     tree_to_attr : (num_trees, tree_attr_bytes) numpy.ndarray of numpy.uint8 or None
         p4est's per-tree attribute bytes (``p4est_connectivity_set_attr``), or None.
+    num_trees, num_vertices, num_edges, num_corners, tree_attr_bytes : int
+        p4est's counts of the same names, from the arrays' lengths
+        (``num_edges`` is 0 in 2D, ``tree_attr_bytes`` 0 without attributes).
 
     Raises
     ------
@@ -207,33 +210,6 @@ class Connectivity(ConnectivityTables):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Connectivity, (self.dim, *(getattr(self, n) for n in _ARRAYS)))
-
-    # ------------------------------------------------------------------ sizes
-
-    @property
-    def num_trees(self) -> int:
-        """The number of trees (p4est ``num_trees``)."""
-        return int(self.tree_to_tree.shape[0])
-
-    @property
-    def num_vertices(self) -> int:
-        """The number of vertices (p4est ``num_vertices``)."""
-        return int(self.vertices.shape[0])
-
-    @property
-    def num_edges(self) -> int:
-        """The number of edges shared beyond face neighbours (p8est ``num_edges``; 0 in 2D)."""
-        return int(self.ett_offset.shape[0]) - 1
-
-    @property
-    def num_corners(self) -> int:
-        """The number of corners shared beyond face and edge neighbours (p4est ``num_corners``)."""
-        return int(self.ctt_offset.shape[0]) - 1
-
-    @property
-    def tree_attr_bytes(self) -> int:
-        """Bytes of attribute per tree (p4est ``tree_attr_bytes``; 0 without)."""
-        return 0 if self.tree_to_attr is None else int(self.tree_to_attr.shape[1])
 
     def __repr__(self) -> str:
         return (

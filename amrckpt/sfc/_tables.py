@@ -35,11 +35,12 @@ def mesh_record_dtype(dim: int) -> np.dtype[Any]:
 
 
 class ConnectivityTables(abc.ABC):
-    """A connectivity's arrays and what the builders, the geometry and p4est's byte format use of it.
+    """A connectivity's arrays and counts: what the builders, the geometry and p4est's byte format use of it.
 
-    The base of :class:`~amrckpt.sfc.Connectivity`, which implements the
-    rest (see its attributes); the modules it is built from take this
-    type, never the class, so that they never import it back.
+    The base of :class:`~amrckpt.sfc.Connectivity` (see its attributes),
+    which implements :meth:`map_points` and :meth:`check`; the modules it
+    is built from take this type, never the class, so that they never
+    import it back.  Not collective.
     """
 
     __slots__ = ()
@@ -60,29 +61,29 @@ class ConnectivityTables(abc.ABC):
     tree_to_attr: np.ndarray | None
 
     @property
-    @abc.abstractmethod
     def num_trees(self) -> int:
-        """:attr:`Connectivity.num_trees`."""
+        """The number of trees (p4est ``num_trees``)."""
+        return int(self.tree_to_tree.shape[0])
 
     @property
-    @abc.abstractmethod
     def num_vertices(self) -> int:
-        """:attr:`Connectivity.num_vertices`."""
+        """The number of vertices (p4est ``num_vertices``)."""
+        return int(self.vertices.shape[0])
 
     @property
-    @abc.abstractmethod
     def num_edges(self) -> int:
-        """:attr:`Connectivity.num_edges`."""
+        """The number of edges shared beyond face neighbours (p8est ``num_edges``; 0 in 2D)."""
+        return int(self.ett_offset.shape[0]) - 1
 
     @property
-    @abc.abstractmethod
     def num_corners(self) -> int:
-        """:attr:`Connectivity.num_corners`."""
+        """The number of corners shared beyond face and edge neighbours (p4est ``num_corners``)."""
+        return int(self.ctt_offset.shape[0]) - 1
 
     @property
-    @abc.abstractmethod
     def tree_attr_bytes(self) -> int:
-        """:attr:`Connectivity.tree_attr_bytes`."""
+        """Bytes of attribute per tree (p4est ``tree_attr_bytes``; 0 without)."""
+        return 0 if self.tree_to_attr is None else int(self.tree_to_attr.shape[1])
 
     @abc.abstractmethod
     def map_points(self, tree: Any, ref: Any) -> np.ndarray:
