@@ -102,11 +102,6 @@ class StepCommit:
         self._kept: list[tuple[Path, Path]] = []  # (final name, previous name) of what this commit replaces
         self._placed: list[Path] = []  # records this commit put under their final names
 
-    @property
-    def replaces(self) -> bool:
-        """Whether the commit replaces a checkpoint of the same step."""
-        return any(f == self.final for f, _ in self._kept)
-
     def _previous(self, final: Path) -> Path:
         return self.directory / self.names.previous_name(final.name, self.token)
 
