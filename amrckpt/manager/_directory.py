@@ -32,7 +32,7 @@ from ..errors import (
     StepNotFoundError,
 )
 from ._commit import StepCommit, recover
-from ._evidence import Check, io_error_of, unreadable
+from ._evidence import Check, io_error_of
 from ._history import HISTORY, read_index, write_index
 from ._lock import DirectoryLock
 from ._names import RECORDS, STEP_RECORD, Listing, StepNames
@@ -245,7 +245,7 @@ class CheckpointDirectory:
         try:
             return Check(read_info(self.path_of(step), comm=SerialComm()))
         except (AmrckptError, OSError) as exc:
-            return Check(None, f"{type(exc).__name__}: {exc}", unreadable(exc), exc)
+            return Check(None, f"{type(exc).__name__}: {exc}", io_error_of(exc) is not None, exc)
 
     # -- records --------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from .. import errors
 from ..container import CheckpointInfo
 from ..errors import CheckpointError, ScdaCountError, ScdaError, ScdaIOError
 
-__all__ = ["Check", "io_error_of", "unreadable"]
+__all__ = ["Check", "io_error_of"]
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,3 @@ def io_error_of(exc: BaseException) -> BaseException | None:
             out.rank_errors = dict(exc.rank_errors)
             return out
     return None
-
-
-def unreadable(exc: BaseException) -> bool:
-    """Whether an error of reading a checkpoint says nothing of its bytes (:func:`io_error_of`): never a verdict."""
-    return io_error_of(exc) is not None

@@ -113,10 +113,6 @@ class CacheLevel:
         """Return the directory of the cached ``step``."""
         return self.path / self.names.build_name(step)
 
-    def partial_path(self, step: int, token: str) -> Path:
-        """Return the temporary name of the cached ``step`` in the save ``token``."""
-        return self.path / self.names.partial_name(self.names.build_name(step), token)
-
     def make_partial(self, step: int, token: str) -> Path:
         """Make the temporary directory of a cached save (every rank of the node may call it; a link there is refused).
 
@@ -125,7 +121,7 @@ class CacheLevel:
         ScdaIOError
             On this rank, if it cannot be made or checked (with the errno), or it is not a directory (a link: ``EEXIST``).
         """  # noqa: DOC501 (os_error() returns the ScdaIOError)
-        tmp = self.partial_path(step, token)
+        tmp = self.path / self.names.partial_name(self.names.build_name(step), token)
         try:
             tmp.mkdir()
         except FileExistsError:

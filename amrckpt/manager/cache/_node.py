@@ -112,7 +112,6 @@ class NodeLevel:
         self._error: BaseException | None = None
         self._pending: BaseException | None = None  # a background flush's error, for the next save unless made moot
         self._comm: Comm | None = None
-        self._threads = False
         m = mpi_of(call.comm)
         self._threads = m.thread_multiple() if m is not None else call.comm.size == 1
         if self._threads:
