@@ -307,49 +307,29 @@ class CheckpointDirectory:
         """Every checkpoint, oldest first, with its validity (metadata CRC32s) and its step record's facts."""
         out = []
         for step, name in sorted(self.listing().checkpoints.items()):
-            path = self.path / name
             c = self.check(step)
-            record, problem = self.read_record(step, c.info)
-            e = record or {}
-            nbytes = self._size(name) or 0
-            if c.info is None:
-                out.append(
-                    CheckpointRecord(
-                        step,
-                        str(path),
-                        False,
-                        c.problem,
-                        e.get("time"),
-                        e.get("saved_at"),
-                        e.get("save_seconds"),
-                        nbytes,
-                        e.get("writer_size"),
-                        e.get("reason"),
-                        e.get("metrics"),
-                        e.get("metadata"),
-                        record_problem=problem,
-                        unreadable=c.unreadable,
-                    )
-                )
-                continue
-            e = e if problem is None else {}  # a record of another file says nothing of this one
-            t = c.info.manifest.values.get("time")
+            info = c.info
+            record, problem = self.read_record(step, info)
+            # A record of another file says nothing of this one (shown only beside a checkpoint that does not verify).
+            e = record if record is not None and (info is None or problem is None) else {}
+            t = info.manifest.values.get("time") if info is not None else None
             out.append(
                 CheckpointRecord(
                     step,
-                    str(path),
-                    True,
-                    None,
+                    str(self.path / name),
+                    info is not None,
+                    c.problem,
                     t if isinstance(t, (int, float)) and not isinstance(t, bool) else e.get("time"),
-                    c.info.saved_at or e.get("saved_at"),
+                    (info.saved_at if info is not None else None) or e.get("saved_at"),
                     e.get("save_seconds"),
-                    nbytes,
-                    c.info.writer_size or e.get("writer_size"),
+                    self._size(name) or 0,
+                    (info.writer_size if info is not None else None) or e.get("writer_size"),
                     e.get("reason"),
                     e.get("metrics"),
                     e.get("metadata"),
                     problem,
-                    schema=f"{c.info.manifest.schema_name} v{c.info.manifest.schema_version}",
+                    c.unreadable,
+                    f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None,
                 )
             )
         return out
