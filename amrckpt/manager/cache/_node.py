@@ -148,9 +148,9 @@ class NodeLevel:
             keep=self.cache.keep,
             protect=protect,
             log=self.log,
-            retire=self._retire_later,
             token=f"{self._token}{self._saves:08x}",
         )
+        self._retention = done.retention
         self.cached = step
         return done
 
@@ -164,10 +164,6 @@ class NodeLevel:
         """
         floor = max((s for s in (self._floor, self.flushed) if s is not None), default=-1)
         return {s for s in self._found if s > floor}
-
-    def _retire_later(self, retention: Callable[[], None]) -> None:
-        """Keep the cache's retention for :meth:`start_retention` (no collective call: it only unlinks this node's files)."""
-        self._retention = retention
 
     def start_retention(self) -> None:
         """Start the retention of the last cached save in a thread, if it has not started. Not collective."""
