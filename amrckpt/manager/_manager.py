@@ -495,7 +495,8 @@ class CheckpointManager(Generic[S]):
                 kw: dict[str, Any] = {"partition": partition, "fields": fields, "adapt": adapt}
                 return load(path, self.schema, comm=self.comm, access=FileAccess.of(access, info=self.access.info), **kw)
 
-            self._aside.readmit(call)  # what an older release kept aside as unreadable is read again (the cache compares with it)
+            # What an older release kept aside as unreadable is renamed back by rank 0 and read again (the cache compares with it).
+            call.on_root(self._dir.readmit, what="restore: read again what was kept aside as unreadable")
             fetched, got = self._level.restore_newer(call, load_one)  # a newer step of the level's: in place, else flushed
             if fetched is not None and got is not None:
                 self.restored_from = "cache"
