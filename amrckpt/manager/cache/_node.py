@@ -450,13 +450,9 @@ class NodeLevel:
                 return other, None
             if step is None or (than is not None and step <= than):
                 return None, None
+            pieces: Pieces | None = None
             try:
                 pieces = gather_pieces(call, self.level, self.layout, step, verify=False)
-            except AmrckptError as exc:
-                self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
-                below = step
-                continue
-            try:
                 loaded, err = self._load_in_place(call, step, pieces, load_cached)
                 if err is not None:  # the pieces' CRC32s checked, damaged copies replaced by partners' (a flush needs them so too)
                     self.log.warning("the cached step %d cannot be read in place (%s); checking its pieces", step, err)
@@ -474,7 +470,8 @@ class NodeLevel:
                 below = step
                 continue
             finally:
-                pieces.close()
+                if pieces is not None:
+                    pieces.close()
             self.flushed = step
             return step, None
 
