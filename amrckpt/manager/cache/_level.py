@@ -42,8 +42,6 @@ class CacheLevel:
         The node's cache directory.
     prefix : str
         The checkpoints' prefix (the steps are ``<prefix>-<step:012d>.cache``).
-    fs : FileSystem, optional
-        The file operations of commits (rename, directory fsync).
     sync : bool, optional
         Fsync the pieces files and the directory.
     recycle : bool, optional
@@ -54,14 +52,13 @@ class CacheLevel:
         self,
         path: Path,
         prefix: str,
-        fs: FileSystem = LOCAL,
         sync: bool = True,
         log: RankLogger | None = None,
         recycle: bool = False,
     ) -> None:
         self.path = path
         self.names = StepNames(prefix, extension=EXTENSION)
-        self.fs = fs
+        self.fs: FileSystem = LOCAL  # the file operations of commits (rename, directory fsync)
         self.sync = sync
         self.log = log
         self.recycle = recycle
