@@ -114,39 +114,32 @@ class CheckpointDirectory:
         if lock:
             self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
         try:
-            self._tidy()
+            listing = self.listing()
+            if recover(self.path, listing, self.names, self.fs, self.log):
+                listing = self.listing()
+            for step, recs in listing.records.items():  # records of no checkpoint: a commit cut short, a delete cut short
+                if step in listing.checkpoints:
+                    continue
+                for name in recs.values():
+                    try:
+                        if not stat.S_ISREG(os.lstat(self.path / name).st_mode):
+                            self.log.warning("%s is not a regular file (a link?): left alone", name)
+                            continue
+                        self.fs.unlink(self.path / name)
+                        self.log.info("removed %s, a record without its checkpoint", name)
+                    except OSError:
+                        pass
+            for name in os.listdir(self.path):
+                if name.startswith(f".{HISTORY}{PARTIAL}"):  # an index rewrite cut short (the index itself is whole)
+                    with contextlib.suppress(OSError):
+                        self.fs.unlink(self.path / name)
+            self._adopt_index(listing)
         except OSError as exc:
             self.close()
             raise ManagerIOError.of(f"cannot use the checkpoint directory {str(self.path)!r}", exc) from exc
         except BaseException:
             self.close()
             raise
-
-    def _tidy(self) -> None:
-        listing = self.listing()
-        if recover(self.path, listing, self.names, self.fs, self.log):
-            listing = self.listing()
-        for step, recs in listing.records.items():  # records of no checkpoint: a commit cut short, a delete cut short
-            if step in listing.checkpoints:
-                continue
-            for name in recs.values():
-                self._remove_if_regular(name, "a record without its checkpoint")
-        for name in os.listdir(self.path):
-            if name.startswith(f".{HISTORY}{PARTIAL}"):  # an index rewrite cut short (the index itself is whole)
-                with contextlib.suppress(OSError):
-                    self.fs.unlink(self.path / name)
-        self._adopt_index(listing)
-
-    def _remove_if_regular(self, name: str, what: str) -> None:
-        p = self.path / name
-        try:
-            if not stat.S_ISREG(os.lstat(p).st_mode):
-                self.log.warning("%s is not a regular file (a link?): left alone", name)
-                return
-            self.fs.unlink(p)
-            self.log.info("removed %s, %s", name, what)
-        except OSError:
-            pass
 
     def _adopt_index(self, listing: Listing) -> None:
         """Write step records from the history index for checkpoints that have none (a directory of an older version)."""
