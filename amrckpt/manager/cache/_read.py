@@ -177,12 +177,6 @@ class CachedFile:
     def close(self) -> None:
         """Nothing to close (the pieces are the manager's)."""
 
-    def __enter__(self) -> CachedFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class CachedBackend:
     """A :class:`~amrckpt.scda.ByteSource` over one rank's pieces of a cached step (read only): no collective call in it.
@@ -301,9 +295,6 @@ class CachedBackend:
     def file_size(self) -> int:
         """Return the file's size in bytes (the same on every rank)."""
         return self._map.size
-
-    def sync(self, size: int | None = None) -> None:
-        """Nothing to flush."""
 
     def close(self, size: int | None = None) -> None:
         """Nothing to close (the pieces are the manager's)."""
