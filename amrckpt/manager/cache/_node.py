@@ -87,6 +87,7 @@ class NodeLevel:
         self.access = FileAccess(info=access.info, backend=access.backend)  # the flushes' shared files
         self.style = access.style
         self.check_mesh = check_mesh
+        self._flush_kw: dict[str, Any] = {"access": self.access, "keep_policy": keep_policy, "log": log}  # of every flush
         self.seconds: list[float] = []
         self.layout = NodeLayout.of(call, cache)
         rank = call.comm.rank
@@ -265,8 +266,7 @@ class NodeLevel:
             self._pending = None
 
         def run(c: Comm) -> None:
-            kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
-            flush_step(c, self.level, self.layout, self.directory, step, **kw)
+            flush_step(c, self.level, self.layout, self.directory, step, **self._flush_kw)
             self.flushed = step if self.flushed is None else max(self.flushed, step)
             self._last_flush_time = time.time()
 
@@ -408,11 +408,10 @@ class NodeLevel:
         """
         self.wait_retention()
         prefix = self.level.names.prefix
-        kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
         if newest_cached(call, self.level, self.layout, step + 1) == step:
-            flush_step(call.comm, self.level, self.layout, self.directory, step, **kw)
+            flush_step(call.comm, self.level, self.layout, self.directory, step, **self._flush_kw)
         elif newest_other_shape(call, self.cache, prefix, self.layout, step + 1) == step:
-            done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, step, **kw)
+            done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, step, **self._flush_kw)
             if isinstance(done, Unreachable):
                 outcome = f"restore({step}) cannot load it"
                 text = _unreachable_message([done], "that restore() asked for", outcome, self.cache, self.layout)
@@ -429,13 +428,12 @@ class NodeLevel:
         """:meth:`restore_newer`'s search; the cached steps of another shape that cannot be reached go into ``unreachable``."""
         below: int | None = None
         prefix = self.level.names.prefix
-        kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
         while True:
             step = newest_cached(call, self.level, self.layout, below)
             other = newest_other_shape(call, self.cache, prefix, self.layout, below)
             if other is not None and (step is None or other > step) and (than is None or other > than):
                 try:
-                    done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, other, **kw)
+                    done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, other, **self._flush_kw)
                 except AmrckptError as exc:
                     self.log.warning(
                         "the cached step %d (of another job shape) cannot be flushed (%s); trying an older step", other, exc
@@ -464,7 +462,7 @@ class NodeLevel:
                     self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
                     return step, loaded
                 self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, err)
-                flush_step(call.comm, self.level, self.layout, self.directory, step, pieces=pieces, **kw)
+                flush_step(call.comm, self.level, self.layout, self.directory, step, pieces=pieces, **self._flush_kw)
             except AmrckptError as exc:
                 self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
                 below = step
