@@ -202,10 +202,7 @@ class CachedBackend:
         NotInPiecesError
             Some bytes asked for are not among them.
         """
-        for off, b in [*pieces, *([bulk] if bulk is not None else [])]:
-            lacking = self._map.fill(off, b)
-            if lacking:
-                raise self._map.not_held(lacking)
+        CachedFile(self._map).readv([*pieces, *([bulk] if bulk is not None else [])])  # as this rank's own reads
 
     def read_gathered(
         self,
