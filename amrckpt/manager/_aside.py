@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from ..comm import Call
@@ -37,12 +38,6 @@ class SetAside:
         self.directory = directory
         self.unusable: set[int] = set()
 
-    def skip(self, call: Call, step: int, problem: str, unreadable: bool) -> Skipped:
-        """Keep a checkpoint aside (rank 0: rename, warning); return it on every rank. Collective."""
-        got: Skipped = call.on_root(lambda: self.directory.set_aside(step, problem, unreadable), what="restore: keep aside")
-        self.report([got])
-        return got
-
     def report(self, skipped: list[Skipped]) -> None:
         """Note on every rank what rank 0 kept aside (the warning was issued there)."""
         for s in skipped:
@@ -50,11 +45,6 @@ class SetAside:
                 self.unusable.add(s.step)
             else:
                 self.unusable.discard(s.step)
-
-    def readmit(self, call: Call) -> list[int]:
-        """Rank 0 renames back what was kept aside as unreadable (:meth:`CheckpointDirectory.readmit`). Collective."""
-        got: list[int] = call.on_root(self.directory.readmit, what="restore: read again what was kept aside as unreadable")
-        return got
 
     def newest(
         self, call: Call, records: list[CheckpointRecord], load_one: Callable[[str | os.PathLike[str]], Loaded[S]]
@@ -96,5 +86,7 @@ class SetAside:
                     problem = f"{type(exc).__name__}: {exc}"
                     continue
                 return r.step, loaded, tuple(skipped)
-            skipped.append(self.skip(call, r.step, problem, False))
+            # Rank 0 renames it aside (a warning there); every rank notes what it did.
+            skipped.append(call.on_root(partial(self.directory.set_aside, r.step, problem, False), what="restore: keep aside"))
+            self.report(skipped[-1:])
         return None, None, tuple(skipped)

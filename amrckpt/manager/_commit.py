@@ -92,7 +92,11 @@ class StepCommit:
         self.step = step
         self.token = token
         self.fs = fs
-        self._undo = _innermost(fs)
+        # Undone through the file system under wrappers (``wrapped``, as the communicator wrappers of amrckpt.testing set
+        # it): a fault wrapper injects faults into the steps of a commit, not into their undoing.
+        self._undo = fs
+        while (inner := getattr(self._undo, "wrapped", None)) is not None:
+            self._undo = inner
         self.sync = sync
         self.tree = tree
         self.name = names.build_name(step)
@@ -101,11 +105,6 @@ class StepCommit:
         self.renamed = False
         self._kept: list[tuple[Path, Path]] = []  # (final name, previous name) of what this commit replaces
         self._placed: list[Path] = []  # records this commit put under their final names
-
-    @property
-    def replaces(self) -> bool:
-        """Whether the commit replaces a checkpoint of the same step."""
-        return any(f == self.final for f, _ in self._kept)
 
     def _previous(self, final: Path) -> Path:
         return self.directory / self.names.previous_name(final.name, self.token)
@@ -194,19 +193,6 @@ def remove_tree(path: Path) -> None:
             raise exc[1] if isinstance(exc, tuple) else exc
 
     shutil.rmtree(path, onerror=gone_already)
-
-
-def _innermost(fs: FileSystem) -> FileSystem:
-    """Return the file system under wrappers (``wrapped``, as the communicator wrappers of amrckpt.testing set it).
-
-    A commit is undone through it: a fault wrapper injects faults into the
-    steps of a commit, not into their undoing.
-    """
-    while True:
-        inner = getattr(fs, "wrapped", None)
-        if inner is None:
-            return fs
-        fs = inner
 
 
 def _regular(path: Path) -> bool:

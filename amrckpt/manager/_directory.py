@@ -32,7 +32,7 @@ from ..errors import (
     StepNotFoundError,
 )
 from ._commit import StepCommit, recover
-from ._evidence import Check, io_error_of, unreadable
+from ._evidence import Check, io_error_of
 from ._history import HISTORY, read_index, write_index
 from ._lock import DirectoryLock
 from ._names import RECORDS, STEP_RECORD, Listing, StepNames
@@ -114,39 +114,32 @@ class CheckpointDirectory:
         if lock:
             self._lock = DirectoryLock.acquire(self.path, self.fs, self.log)
         try:
-            self._tidy()
+            listing = self.listing()
+            if recover(self.path, listing, self.names, self.fs, self.log):
+                listing = self.listing()
+            for step, recs in listing.records.items():  # records of no checkpoint: a commit cut short, a delete cut short
+                if step in listing.checkpoints:
+                    continue
+                for name in recs.values():
+                    try:
+                        if not stat.S_ISREG(os.lstat(self.path / name).st_mode):
+                            self.log.warning("%s is not a regular file (a link?): left alone", name)
+                            continue
+                        self.fs.unlink(self.path / name)
+                        self.log.info("removed %s, a record without its checkpoint", name)
+                    except OSError:
+                        pass
+            for name in os.listdir(self.path):
+                if name.startswith(f".{HISTORY}{PARTIAL}"):  # an index rewrite cut short (the index itself is whole)
+                    with contextlib.suppress(OSError):
+                        self.fs.unlink(self.path / name)
+            self._adopt_index(listing)
         except OSError as exc:
             self.close()
             raise ManagerIOError.of(f"cannot use the checkpoint directory {str(self.path)!r}", exc) from exc
         except BaseException:
             self.close()
             raise
-
-    def _tidy(self) -> None:
-        listing = self.listing()
-        if recover(self.path, listing, self.names, self.fs, self.log):
-            listing = self.listing()
-        for step, recs in listing.records.items():  # records of no checkpoint: a commit cut short, a delete cut short
-            if step in listing.checkpoints:
-                continue
-            for name in recs.values():
-                self._remove_if_regular(name, "a record without its checkpoint")
-        for name in os.listdir(self.path):
-            if name.startswith(f".{HISTORY}{PARTIAL}"):  # an index rewrite cut short (the index itself is whole)
-                with contextlib.suppress(OSError):
-                    self.fs.unlink(self.path / name)
-        self._adopt_index(listing)
-
-    def _remove_if_regular(self, name: str, what: str) -> None:
-        p = self.path / name
-        try:
-            if not stat.S_ISREG(os.lstat(p).st_mode):
-                self.log.warning("%s is not a regular file (a link?): left alone", name)
-                return
-            self.fs.unlink(p)
-            self.log.info("removed %s, %s", name, what)
-        except OSError:
-            pass
 
     def _adopt_index(self, listing: Listing) -> None:
         """Write step records from the history index for checkpoints that have none (a directory of an older version)."""
@@ -245,7 +238,7 @@ class CheckpointDirectory:
         try:
             return Check(read_info(self.path_of(step), comm=SerialComm()))
         except (AmrckptError, OSError) as exc:
-            return Check(None, f"{type(exc).__name__}: {exc}", unreadable(exc), exc)
+            return Check(None, f"{type(exc).__name__}: {exc}", io_error_of(exc) is not None, exc)
 
     # -- records --------------------------------------------------------------------------------------
 
@@ -307,49 +300,29 @@ class CheckpointDirectory:
         """Every checkpoint, oldest first, with its validity (metadata CRC32s) and its step record's facts."""
         out = []
         for step, name in sorted(self.listing().checkpoints.items()):
-            path = self.path / name
             c = self.check(step)
-            record, problem = self.read_record(step, c.info)
-            e = record or {}
-            nbytes = self._size(name) or 0
-            if c.info is None:
-                out.append(
-                    CheckpointRecord(
-                        step,
-                        str(path),
-                        False,
-                        c.problem,
-                        e.get("time"),
-                        e.get("saved_at"),
-                        e.get("save_seconds"),
-                        nbytes,
-                        e.get("writer_size"),
-                        e.get("reason"),
-                        e.get("metrics"),
-                        e.get("metadata"),
-                        record_problem=problem,
-                        unreadable=c.unreadable,
-                    )
-                )
-                continue
-            e = e if problem is None else {}  # a record of another file says nothing of this one
-            t = c.info.manifest.values.get("time")
+            info = c.info
+            record, problem = self.read_record(step, info)
+            # A record of another file says nothing of this one (shown only beside a checkpoint that does not verify).
+            e = record if record is not None and (info is None or problem is None) else {}
+            t = info.manifest.values.get("time") if info is not None else None
             out.append(
                 CheckpointRecord(
                     step,
-                    str(path),
-                    True,
-                    None,
+                    str(self.path / name),
+                    info is not None,
+                    c.problem,
                     t if isinstance(t, (int, float)) and not isinstance(t, bool) else e.get("time"),
-                    c.info.saved_at or e.get("saved_at"),
+                    (info.saved_at if info is not None else None) or e.get("saved_at"),
                     e.get("save_seconds"),
-                    nbytes,
-                    c.info.writer_size or e.get("writer_size"),
+                    self._size(name) or 0,
+                    (info.writer_size if info is not None else None) or e.get("writer_size"),
                     e.get("reason"),
                     e.get("metrics"),
                     e.get("metadata"),
                     problem,
-                    schema=f"{c.info.manifest.schema_name} v{c.info.manifest.schema_version}",
+                    c.unreadable,
+                    f"{info.manifest.schema_name} v{info.manifest.schema_version}" if info is not None else None,
                 )
             )
         return out

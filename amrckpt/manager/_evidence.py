@@ -16,7 +16,7 @@ from .. import errors
 from ..container import CheckpointInfo
 from ..errors import CheckpointError, ScdaCountError, ScdaError, ScdaIOError
 
-__all__ = ["Check", "io_error_of", "unreadable"]
+__all__ = ["Check", "io_error_of"]
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,6 @@ class Check:
 _ERRNO = re.compile(r"\[Errno (\d+)\] ")
 
 
-def _is_io(name: str) -> bool:
-    """Whether the class named ``name`` (of amrckpt's tree or a builtin) is an I/O error, not a count of bytes missing."""
-    cls = getattr(errors, name, None) or getattr(builtins, name, None)
-    return isinstance(cls, type) and issubclass(cls, OSError) and not issubclass(cls, ScdaCountError)
-
-
 def io_error_of(exc: BaseException) -> BaseException | None:
     """Return the I/O error among the failures of reading a checkpoint, or None if they are evidence in its bytes. Not collective.
 
@@ -82,14 +76,10 @@ def io_error_of(exc: BaseException) -> BaseException | None:
         return exc
     for rank, text in sorted(exc.rank_errors.items()):
         name, _, message = text.partition(": ")
-        if _is_io(name):
+        cls = getattr(errors, name, None) or getattr(builtins, name, None)  # of amrckpt's tree or a builtin
+        if isinstance(cls, type) and issubclass(cls, OSError) and not issubclass(cls, ScdaCountError):  # I/O, not bytes missing
             m = _ERRNO.match(message)
             out = ScdaIOError(int(m.group(1)) if m else errno.EIO, f"rank {rank}: {message[m.end() if m else 0 :]}")
             out.rank_errors = dict(exc.rank_errors)
             return out
     return None
-
-
-def unreadable(exc: BaseException) -> bool:
-    """Whether an error of reading a checkpoint says nothing of its bytes (:func:`io_error_of`): never a verdict."""
-    return io_error_of(exc) is not None

@@ -81,10 +81,9 @@ class SaveHandle:
         TimeoutError
             If the save is still running after ``timeout`` (on this rank only).
         """
-        self._join(timeout)
-        if self._error is not None:
-            self._reported = True
-            raise self._error
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
         return self.path if self.saved else None
 
     def exception(self, timeout: float | None = None) -> BaseException | None:

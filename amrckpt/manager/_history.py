@@ -20,7 +20,7 @@ from typing import Any
 from .._files import LOCAL, FileSystem, write_atomic
 from ._records import RecordError, encode_record, parse_json
 
-__all__ = ["HISTORY", "INDEX_LIMIT", "index_bytes", "read_index", "write_index"]
+__all__ = ["HISTORY", "INDEX_LIMIT", "read_index", "write_index"]
 
 HISTORY = "amrckpt-history.jsonl"
 """The name of the history index in a checkpoint directory."""
@@ -54,11 +54,6 @@ def read_index(directory: Path, fs: FileSystem = LOCAL) -> dict[int, dict[str, A
     return out
 
 
-def index_bytes(records: Mapping[int, Mapping[str, Any]]) -> bytes:
-    """Return the index of ``records`` (step to record): one line per step, by step."""
-    return b"".join(encode_record(dict(records[s])) for s in sorted(records))
-
-
 def write_index(directory: Path, records: Mapping[int, Mapping[str, Any]], *, fs: FileSystem = LOCAL, sync: bool = False) -> None:
     """Write the index of ``records`` atomically (a link planted under its name is replaced, not followed). Not collective.
 
@@ -67,4 +62,5 @@ def write_index(directory: Path, records: Mapping[int, Mapping[str, Any]], *, fs
     OSError
         If it cannot be written; the previous index is then as it was.
     """
-    write_atomic(directory / HISTORY, index_bytes(records), sync=sync, fs=fs)
+    data = b"".join(encode_record(dict(records[s])) for s in sorted(records))  # one line per step, by step
+    write_atomic(directory / HISTORY, data, sync=sync, fs=fs)

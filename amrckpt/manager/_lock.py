@@ -126,11 +126,6 @@ class DirectoryLock:
             raise
         return cls(path, fd, log)
 
-    @property
-    def held(self) -> bool:
-        """Whether this object still holds the lock."""
-        return self._fd >= 0
-
     def release(self) -> None:
         """Drop the lock (close the file; the file stays, naming the last holder). Not collective; never raises.
 

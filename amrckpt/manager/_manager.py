@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from .._files import FileSystem
 from .._logging import RankLogger, get_logger
-from ..comm import Call, Comm, collective, collective_method, current_call, install_excepthook, mpi_of, unwatch, watch
+from ..comm import Comm, collective, collective_method, current_call, install_excepthook, mpi_of, unwatch, watch
 from ..errors import (
     AmrckptError,
     ManagerError,
@@ -181,7 +181,23 @@ class CheckpointManager(Generic[S]):
                 self.access = FileAccess.of(access).replace(sync=sync)  # refused on every rank if not a FileAccess
                 watch(call, collective_timeout)  # this manager's timeout; exit notices under MPI
                 self._watched = True
-                self._init(call, schema, save_policy, keep_policy, abort_on_error)
+                self.schema = schema
+                self.save_policy: SavePolicy = save_policy if save_policy is not None else EveryNSteps(100)
+                self.keep_policy: KeepPolicy = keep_policy if keep_policy is not None else KeepLast(3)
+                self.abort_on_error = abort_on_error
+                if abort_on_error and mpi_of(self.comm) is not None and self.comm.size > 1:
+                    install_excepthook()  # an uncaught exception on one rank ends the job (python -m mpi4py's behaviour)
+                self._last_step: int | None = None
+                self._last_time = time.time()
+                self._last_save_time: float | None = None
+                self.halt_requested = False
+                self._aside = SetAside(self._dir)  # damaged checkpoints kept aside, or (if that failed) never overwritten
+                self._closed = False
+                self.restored_step: int | None = None
+                self.restored_from: str | None = None
+                self.skipped: tuple[Skipped, ...] = ()
+                call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
+                call.agree("CheckpointManager: open the directory")
                 kw: dict[str, Any] = {"keep_policy": self.keep_policy, "access": self.access, "check_mesh": check_mesh}
                 level = open_level(call, self._dir, cache, background, flush_policy, aside=self._aside, log=self.log, **kw)
                 self._level: Level = level
@@ -194,27 +210,6 @@ class CheckpointManager(Generic[S]):
                 if self._watched:
                     unwatch(self.comm)
                 raise
-
-    def _init(
-        self, call: Call, schema: type[S], save_policy: SavePolicy | None, keep_policy: KeepPolicy | None, abort_on_error: bool
-    ) -> None:
-        self.schema = schema
-        self.save_policy: SavePolicy = save_policy if save_policy is not None else EveryNSteps(100)
-        self.keep_policy: KeepPolicy = keep_policy if keep_policy is not None else KeepLast(3)
-        self.abort_on_error = abort_on_error
-        if abort_on_error and mpi_of(self.comm) is not None and self.comm.size > 1:
-            install_excepthook()  # an uncaught exception on one rank ends the job (python -m mpi4py's behaviour)
-        self._last_step: int | None = None
-        self._last_time = time.time()
-        self._last_save_time: float | None = None
-        self.halt_requested = False
-        self._aside = SetAside(self._dir)  # damaged checkpoints kept aside, or (if that failed) never overwritten
-        self._closed = False
-        self.restored_step: int | None = None
-        self.restored_from: str | None = None
-        self.skipped: tuple[Skipped, ...] = ()
-        call.run(self._dir.open, on=0)  # mkdir, lock, cut-short commits: every step of rank 0's agreed, OSErrors included
-        call.agree("CheckpointManager: open the directory")
 
     @property
     def directory(self) -> Path:
@@ -326,48 +321,26 @@ class CheckpointManager(Generic[S]):
                 "CheckpointManager.save: the manager is closed (close() or the end of its with block); "
                 "open a new CheckpointManager on the directory to save again"
             )
-        with collective(self.comm, "CheckpointManager.save"):
-            return self._save(step, state, force, overwrite, time_value, metrics, metadata)
-
-    def _save(
-        self,
-        step: int,
-        state: Any,
-        force: bool,
-        overwrite: bool,
-        time_value: float | None,
-        metrics: dict[str, Any] | None,
-        metadata: dict[str, Any] | None,
-    ) -> SaveHandle:
-        self._level.ready()
-        decision = self.decide(step)
-        if decision.halt:
-            self.halt_requested = True
-        if not (force or decision.save):
-            return SaveHandle(step, False, None)
-        reason = "forced" if force and not decision.save else decision.reason
-        extra = self._preflight(step, overwrite, metrics, metadata)
-        checkpoint = as_schema(self.schema, state)
-        if time_value is None:
-            time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
-        handle = self._level.save(step, checkpoint, {"reason": reason, "time": time_value, **extra}, decision.halt)
-        self._last_step, self._last_time = step, time.time()  # a save that failed may be tried again at the same step
-        self._last_save_time = self._last_time
-        return handle
-
-    def _preflight(
-        self, step: int, overwrite: bool, metrics: dict[str, Any] | None, metadata: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        """Check metrics and metadata (JSON, equal on every rank) and the step (rank 0's listing). Collective: one allreduce.
-
-        Returns the keys to add to the step record.
-        """
-        call = current_call(self.comm)
-        assert call is not None
-        unusable = frozenset(self._aside.unusable)
-        extra, skipped = agreed_facts(call, metrics, metadata, lambda: self._dir.prepare_step(step, overwrite, unusable))
-        self._aside.report(skipped)
-        return extra
+        with collective(self.comm, "CheckpointManager.save") as call:
+            self._level.ready()
+            decision = self.decide(step)
+            if decision.halt:
+                self.halt_requested = True
+            if not (force or decision.save):
+                return SaveHandle(step, False, None)
+            reason = "forced" if force and not decision.save else decision.reason
+            # Metrics and metadata checked (JSON, equal on every rank) and the step (rank 0's listing), in one allreduce:
+            # ``extra`` holds the keys to add to the step record.
+            unusable = frozenset(self._aside.unusable)
+            extra, skipped = agreed_facts(call, metrics, metadata, lambda: self._dir.prepare_step(step, overwrite, unusable))
+            self._aside.report(skipped)
+            checkpoint = as_schema(self.schema, state)
+            if time_value is None:
+                time_value = getattr(checkpoint, "time", None) if "time" in checkpoint.__amrckpt_fields__ else None
+            handle = self._level.save(step, checkpoint, {"reason": reason, "time": time_value, **extra}, decision.halt)
+            self._last_step, self._last_time = step, time.time()  # a save that failed may be tried again at the same step
+            self._last_save_time = self._last_time
+            return handle
 
     def wait(self) -> None:
         """Wait for a background save and a flush in progress; raise their error (the same on every rank). Collective."""
@@ -514,28 +487,26 @@ class CheckpointManager(Generic[S]):
             On rank 0, for cached steps of another job shape that this job cannot reach.
         """
         with collective(self.comm, "CheckpointManager.restore_latest") as call:
-            return self._restore_latest(call, into, partition, fields, adapt)
+            self.wait()
+            self.restored_step = self.restored_from = None
+            self.skipped = ()
 
-    def _restore_latest(self, call: Call, into: Any, partition: Any, fields: list[str] | None, adapt: Any = None) -> Any:
-        self.wait()
-        self.restored_step = self.restored_from = None
-        self.skipped = ()
+            def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
+                kw: dict[str, Any] = {"partition": partition, "fields": fields, "adapt": adapt}
+                return load(path, self.schema, comm=self.comm, access=FileAccess.of(access, info=self.access.info), **kw)
 
-        def load_one(path: str | os.PathLike[str], access: FileAccess | None = None) -> Loaded[S]:
-            kw: dict[str, Any] = {"partition": partition, "fields": fields, "adapt": adapt}
-            return load(path, self.schema, comm=self.comm, access=FileAccess.of(access, info=self.access.info), **kw)
-
-        self._aside.readmit(call)  # what an older release kept aside as unreadable is read again (the cache compares with it)
-        fetched, got = self._level.restore_newer(call, load_one)  # a newer step of the level's: in place, else flushed
-        if fetched is not None and got is not None:
-            self.restored_from = "cache"
-            return self._restored(fetched, got, into)
-        step, loaded, skipped = self._aside.newest(call, self.history(), load_one)
-        if step is None or loaded is None:
-            self.skipped = skipped
-            return None
-        self.restored_from = "cache" if step == fetched else "directory"
-        return self._restored(step, loaded, into, skipped)
+            # What an older release kept aside as unreadable is renamed back by rank 0 and read again (the cache compares with it).
+            call.on_root(self._dir.readmit, what="restore: read again what was kept aside as unreadable")
+            fetched, got = self._level.restore_newer(call, load_one)  # a newer step of the level's: in place, else flushed
+            if fetched is not None and got is not None:
+                self.restored_from = "cache"
+                return self._restored(fetched, got, into)
+            step, loaded, skipped = self._aside.newest(call, self.history(), load_one)
+            if step is None or loaded is None:
+                self.skipped = skipped
+                return None
+            self.restored_from = "cache" if step == fetched else "directory"
+            return self._restored(step, loaded, into, skipped)
 
     def _restored(self, step: int, loaded: Loaded[S], into: Any, skipped: tuple[Skipped, ...] = ()) -> Any:
         self.restored_step = self._last_step = step

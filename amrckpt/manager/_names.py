@@ -28,9 +28,8 @@ from ..errors import ManagerError
 
 __all__ = ["ASIDE_REASONS", "Listing", "Name", "StepNames"]
 
-RUN_RECORD = RUN_RECORD_SUFFIX  # ".run.json", the container's
 STEP_RECORD = ".step.json"
-RECORDS = (RUN_RECORD, STEP_RECORD)
+RECORDS = (RUN_RECORD_SUFFIX, STEP_RECORD)  # ".run.json", the container's
 ASIDE_REASONS = ("damaged", "unreadable")
 
 Kind = Literal["checkpoint", "record", "partial", "previous", "aside"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..._files import new_token, open_regular
+from ..._files import open_regular
 from ..._logging import RankLogger, get_logger
 from ...comm import Call, Comm, collective
 from ...errors import ManagerError, ManagerIOError
@@ -51,11 +51,12 @@ FORMAT = 1
 
 @dataclass(frozen=True)
 class Cached:
-    """A step saved into the node caches: its bytes in the final file and the seconds the save blocked."""
+    """A step saved into the node caches: its bytes in the final file, the seconds the save blocked, and its retention."""
 
     step: int
     nbytes: int
     seconds: float
+    retention: Callable[[], None]
 
 
 def _send_view(path: Path) -> Any:
@@ -137,8 +138,7 @@ def cache_step(
     keep: int,
     protect: set[int],
     log: RankLogger,
-    retire: Callable[[Callable[[], None]], None] | None = None,
-    token: str | None = None,
+    token: str,
 ) -> Cached:
     """Save ``state`` as the cached ``step`` on every node, with its partner copies; then the cache's retention. Collective.
 
@@ -146,13 +146,12 @@ def cache_step(
     record, step record) by suffix, kept in the cached step's
     ``step.json`` until its flush publishes them beside the shared file.
     The retention (each rank unlinks its own files of the steps beyond
-    ``keep``, then the node's first rank removes their directories) runs
-    here, or is handed to ``retire`` to run later (in a thread: it makes no
+    ``keep``, then the node's first rank removes their directories) is
+    returned, to run later (``Cached.retention``, in a thread: it makes no
     collective call and never raises; the steps it removes are listed now).
     ``token`` names the save's temporary directories (hexadecimal, the same
     on every rank and new for every save: :meth:`NodeLevel.save
-    <amrckpt.manager.cache._node.NodeLevel.save>` counts its saves); default:
-    chosen by rank 0 (one more allreduce).
+    <amrckpt.manager.cache._node.NodeLevel.save>` counts its saves).
 
     Raises
     ------
@@ -165,7 +164,6 @@ def cache_step(
     """
     with collective(comm, "CheckpointManager.cache") as call:
         first = layout.first(comm.rank)
-        token = token if token is not None else call.on_root(new_token, what="cache: token")
         commit = level.new_commit(step, token)
         tmp = commit.tmp
         t0 = time.time()
@@ -209,11 +207,7 @@ def cache_step(
                 if gone:
                     log.info("cache retention: removed the cached steps %s of this node", gone)
 
-        if retire is None:
-            retention()
-        else:
-            retire(retention)
-    return Cached(step, result.nbytes, seconds)
+    return Cached(step, result.nbytes, seconds, retention)
 
 
 def _partner_copy(call: Call, layout: NodeLayout, k: int, tmp: Path, sync: bool) -> None:

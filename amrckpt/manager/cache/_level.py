@@ -42,8 +42,6 @@ class CacheLevel:
         The node's cache directory.
     prefix : str
         The checkpoints' prefix (the steps are ``<prefix>-<step:012d>.cache``).
-    fs : FileSystem, optional
-        The file operations of commits (rename, directory fsync).
     sync : bool, optional
         Fsync the pieces files and the directory.
     recycle : bool, optional
@@ -54,14 +52,13 @@ class CacheLevel:
         self,
         path: Path,
         prefix: str,
-        fs: FileSystem = LOCAL,
         sync: bool = True,
         log: RankLogger | None = None,
         recycle: bool = False,
     ) -> None:
         self.path = path
         self.names = StepNames(prefix, extension=EXTENSION)
-        self.fs = fs
+        self.fs: FileSystem = LOCAL  # the file operations of commits (rename, directory fsync)
         self.sync = sync
         self.log = log
         self.recycle = recycle
@@ -113,10 +110,6 @@ class CacheLevel:
         """Return the directory of the cached ``step``."""
         return self.path / self.names.build_name(step)
 
-    def partial_path(self, step: int, token: str) -> Path:
-        """Return the temporary name of the cached ``step`` in the save ``token``."""
-        return self.path / self.names.partial_name(self.names.build_name(step), token)
-
     def make_partial(self, step: int, token: str) -> Path:
         """Make the temporary directory of a cached save (every rank of the node may call it; a link there is refused).
 
@@ -125,7 +118,7 @@ class CacheLevel:
         ScdaIOError
             On this rank, if it cannot be made or checked (with the errno), or it is not a directory (a link: ``EEXIST``).
         """  # noqa: DOC501 (os_error() returns the ScdaIOError)
-        tmp = self.partial_path(step, token)
+        tmp = self.path / self.names.partial_name(self.names.build_name(step), token)
         try:
             tmp.mkdir()
         except FileExistsError:

@@ -87,6 +87,7 @@ class NodeLevel:
         self.access = FileAccess(info=access.info, backend=access.backend)  # the flushes' shared files
         self.style = access.style
         self.check_mesh = check_mesh
+        self._flush_kw: dict[str, Any] = {"access": self.access, "keep_policy": keep_policy, "log": log}  # of every flush
         self.seconds: list[float] = []
         self.layout = NodeLayout.of(call, cache)
         rank = call.comm.rank
@@ -112,7 +113,6 @@ class NodeLevel:
         self._error: BaseException | None = None
         self._pending: BaseException | None = None  # a background flush's error, for the next save unless made moot
         self._comm: Comm | None = None
-        self._threads = False
         m = mpi_of(call.comm)
         self._threads = m.thread_multiple() if m is not None else call.comm.size == 1
         if self._threads:
@@ -149,9 +149,9 @@ class NodeLevel:
             keep=self.cache.keep,
             protect=protect,
             log=self.log,
-            retire=self._retire_later,
             token=f"{self._token}{self._saves:08x}",
         )
+        self._retention = done.retention
         self.cached = step
         return done
 
@@ -165,10 +165,6 @@ class NodeLevel:
         """
         floor = max((s for s in (self._floor, self.flushed) if s is not None), default=-1)
         return {s for s in self._found if s > floor}
-
-    def _retire_later(self, retention: Callable[[], None]) -> None:
-        """Keep the cache's retention for :meth:`start_retention` (no collective call: it only unlinks this node's files)."""
-        self._retention = retention
 
     def start_retention(self) -> None:
         """Start the retention of the last cached save in a thread, if it has not started. Not collective."""
@@ -270,8 +266,7 @@ class NodeLevel:
             self._pending = None
 
         def run(c: Comm) -> None:
-            kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
-            flush_step(c, self.level, self.layout, self.directory, step, **kw)
+            flush_step(c, self.level, self.layout, self.directory, step, **self._flush_kw)
             self.flushed = step if self.flushed is None else max(self.flushed, step)
             self._last_flush_time = time.time()
 
@@ -413,11 +408,10 @@ class NodeLevel:
         """
         self.wait_retention()
         prefix = self.level.names.prefix
-        kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
         if newest_cached(call, self.level, self.layout, step + 1) == step:
-            flush_step(call.comm, self.level, self.layout, self.directory, step, **kw)
+            flush_step(call.comm, self.level, self.layout, self.directory, step, **self._flush_kw)
         elif newest_other_shape(call, self.cache, prefix, self.layout, step + 1) == step:
-            done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, step, **kw)
+            done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, step, **self._flush_kw)
             if isinstance(done, Unreachable):
                 outcome = f"restore({step}) cannot load it"
                 text = _unreachable_message([done], "that restore() asked for", outcome, self.cache, self.layout)
@@ -434,13 +428,12 @@ class NodeLevel:
         """:meth:`restore_newer`'s search; the cached steps of another shape that cannot be reached go into ``unreachable``."""
         below: int | None = None
         prefix = self.level.names.prefix
-        kw: dict[str, Any] = {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
         while True:
             step = newest_cached(call, self.level, self.layout, below)
             other = newest_other_shape(call, self.cache, prefix, self.layout, below)
             if other is not None and (step is None or other > step) and (than is None or other > than):
                 try:
-                    done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, other, **kw)
+                    done = flush_other_shape(call, self.cache, prefix, self.layout, self.directory, other, **self._flush_kw)
                 except AmrckptError as exc:
                     self.log.warning(
                         "the cached step %d (of another job shape) cannot be flushed (%s); trying an older step", other, exc
@@ -455,13 +448,9 @@ class NodeLevel:
                 return other, None
             if step is None or (than is not None and step <= than):
                 return None, None
+            pieces: Pieces | None = None
             try:
                 pieces = gather_pieces(call, self.level, self.layout, step, verify=False)
-            except AmrckptError as exc:
-                self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
-                below = step
-                continue
-            try:
                 loaded, err = self._load_in_place(call, step, pieces, load_cached)
                 if err is not None:  # the pieces' CRC32s checked, damaged copies replaced by partners' (a flush needs them so too)
                     self.log.warning("the cached step %d cannot be read in place (%s); checking its pieces", step, err)
@@ -473,13 +462,14 @@ class NodeLevel:
                     self.cached = step if self.cached is None else max(self.cached, step)  # flushed at close, if not before
                     return step, loaded
                 self.log.warning("the cached step %d cannot be read in place (%s); flushing it first", step, err)
-                flush_step(call.comm, self.level, self.layout, self.directory, step, pieces=pieces, **kw)
+                flush_step(call.comm, self.level, self.layout, self.directory, step, pieces=pieces, **self._flush_kw)
             except AmrckptError as exc:
                 self.log.warning("the cached step %d cannot be used (%s); trying an older copy", step, exc)
                 below = step
                 continue
             finally:
-                pieces.close()
+                if pieces is not None:
+                    pieces.close()
             self.flushed = step
             return step, None
 

@@ -69,11 +69,6 @@ class Pieces:
     raw: Any = None  # what the views point into (an mmap or bytes), kept alive with them
 
     @property
-    def nbytes(self) -> int:
-        """The bytes of the pieces."""
-        return sum(b.nbytes for _, b in self.pieces)
-
-    @property
     def end(self) -> int:
         """The end of the last piece in the file (0 if none)."""
         return max((off + b.nbytes for off, b in self.pieces), default=0)

@@ -210,7 +210,6 @@ class PiecesBackend:
         self._maps = maps  # None: never through a mapping (not a tmpfs)
         self._mapping: mmap.mmap | None = None
         self._stat: os.stat_result | None = None
-        self.written: Path | None = None
         self.recycled = False
 
     def take_piece_crcs(self, known: list[tuple[int, int, int]]) -> None:
@@ -260,7 +259,6 @@ class PiecesBackend:
             if mapping is not None:
                 _close_mapping(mapping)
             raise
-        self.written = self._file
         if mapping is not None and self._maps is not None and self._stat is not None:
             self._maps.keep(self._fd, self._stat, mapping)  # for the next time this file is recycled
 

@@ -177,12 +177,6 @@ class CachedFile:
     def close(self) -> None:
         """Nothing to close (the pieces are the manager's)."""
 
-    def __enter__(self) -> CachedFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class CachedBackend:
     """A :class:`~amrckpt.scda.ByteSource` over one rank's pieces of a cached step (read only): no collective call in it.
@@ -208,10 +202,7 @@ class CachedBackend:
         NotInPiecesError
             Some bytes asked for are not among them.
         """
-        for off, b in [*pieces, *([bulk] if bulk is not None else [])]:
-            lacking = self._map.fill(off, b)
-            if lacking:
-                raise self._map.not_held(lacking)
+        CachedFile(self._map).readv([*pieces, *([bulk] if bulk is not None else [])])  # as this rank's own reads
 
     def read_gathered(
         self,
@@ -301,9 +292,6 @@ class CachedBackend:
     def file_size(self) -> int:
         """Return the file's size in bytes (the same on every rank)."""
         return self._map.size
-
-    def sync(self, size: int | None = None) -> None:
-        """Nothing to flush."""
 
     def close(self, size: int | None = None) -> None:
         """Nothing to close (the pieces are the manager's)."""
