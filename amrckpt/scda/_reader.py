@@ -22,7 +22,7 @@ from ..errors import (
     ScdaUsageError,
 )
 from ._access import FileAccess, open_backend
-from ._backend import Backend, byte_view, rounds
+from ._backend import Backend
 from ._codec import MAX_INFLATE_RATIO, decode_elements
 from ._entries import parse_entries
 from ._format import (
@@ -33,6 +33,7 @@ from ._format import (
     padding_form,
     parse_file_header,
 )
+from ._io import byte_view, rounds
 from ._layout import RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
 
 __all__ = ["ScdaReader", "fopen_read", "read_file_header"]

@@ -13,7 +13,7 @@ from .._crc import LaterCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import AmrckptError, ScdaArgumentError, ScdaError, ScdaUsageError
 from ._access import FileAccess, open_backend, open_sink
-from ._backend import Backend, ByteSink, byte_view
+from ._backend import Backend, ByteSink
 from ._checksummed import Produced, unwrap
 from ._codec import encode_elements
 from ._entries import format_entries
@@ -33,7 +33,7 @@ from ._format import (
     section_header,
     to_bytes,
 )
-from ._io import refuse_link
+from ._io import byte_view, refuse_link
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
 from ._write_plan import WritePlan
 
