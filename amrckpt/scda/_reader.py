@@ -34,7 +34,7 @@ from ._format import (
     parse_file_header,
 )
 from ._io import byte_view, rounds
-from ._layout import RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
+from ._layout import RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count, to_rank
 
 __all__ = ["ScdaReader", "fopen_read", "read_file_header"]
 
@@ -111,7 +111,9 @@ class ScdaReader:
             self._backend: Backend | None = open_backend(self.path, "r", self.comm, access=access)
             try:
                 size = self._backend.file_size()
-                head = call.on_root(lambda: self._read_file_header(size), what="file header")
+                head = call.on_root(
+                    lambda: read_file_header(self._read_bytes, size, self.path, strict=self.strict), what="file header"
+                )
             except AmrckptError:
                 self._backend.close()
                 self._backend = None
@@ -132,9 +134,6 @@ class ScdaReader:
         assert self._backend is not None
         self._backend.read([(offset, memoryview(buf))], None, 0)
         return bytes(buf)
-
-    def _read_file_header(self, size: int) -> tuple[bytes, bytes, int]:
-        return read_file_header(self._read_bytes, size, self.path, strict=self.strict)
 
     @property
     def call(self) -> Call:
@@ -350,7 +349,7 @@ class ScdaReader:
         try:
             self._check_open(what)
             p = self._expect(what, ("data",), "I")
-            root = _root(root, self.comm.size)
+            root = to_rank(root, self.comm.size)
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(root, what))
@@ -401,7 +400,7 @@ class ScdaReader:
             self._check_open(what)
             p = self._expect(what, ("data",), "B")
             if root is not None:
-                root = _root(root, self.comm.size)
+                root = to_rank(root, self.comm.size)
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(root, what))
@@ -898,13 +897,6 @@ def read_file_header(read: Any, size: int, path: str, *, strict: bool = False) -
 def _uniform(N: int, P: int) -> list[int]:
     """Return the uniform partition of p4est_partition: rank p starts at floor(N p / P)."""
     return [(N * (p + 1)) // P - (N * p) // P for p in range(P)]
-
-
-def _root(root: Any, size: int) -> int:
-    r = to_count(root, "root")
-    if r >= size:
-        raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {size}")
-    return r
 
 
 def _out_view(out: Any, nbytes: int, what: str) -> memoryview | None:

@@ -34,7 +34,7 @@ from ._format import (
     to_bytes,
 )
 from ._io import byte_view, refuse_link
-from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count, to_rank
 from ._write_plan import WritePlan
 
 __all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
@@ -428,7 +428,7 @@ class ScdaWriter:
             self._check_open(what)
             ustr = self._user_string(user_string)
             _reserved(ustr, (MAGIC_B, MAGIC_A), allow_magic, "inline")
-            root = self._root(root)
+            root = to_rank(root, self.comm.size)
             if self.comm.rank == root:
                 view = _local_view(data, INLINE_DATA_NBYTES, "inline data")
             digest = digest_of("I", ustr, root)
@@ -484,7 +484,7 @@ class ScdaWriter:
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
-            root = self._root(root)
+            root = to_rank(root, self.comm.size)
             level = _level(level)
             if self.comm.rank == root or self._defer:  # a deferred writer needs the size E on every rank
                 if data is None:
@@ -827,12 +827,6 @@ class ScdaWriter:
         u = to_bytes(user_string, "user_string")
         check_user_string(u)
         return u
-
-    def _root(self, root: Any) -> int:
-        r = to_count(root, "root")
-        if r >= self.comm.size:
-            raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {self.comm.size}")
-        return r
 
     @staticmethod
     def _check_count(value: int, name: str) -> None:
