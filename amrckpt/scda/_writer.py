@@ -182,7 +182,7 @@ class ScdaWriter:
         self._checksum = bool(checksum)
         self.records: list[SectionRecord] = []
         self.offset = 0
-        self._section_start()
+        self._plan.begin_section()
         try:
             self._io([(0, memoryview(header))] if self.comm.rank == 0 else [], None, 0, "file header")
         except BaseException:  # agreed on every rank: close the file together, then re-raise
@@ -227,9 +227,6 @@ class ScdaWriter:
             return got.value
         self._digest = digest_of(self._digest, what, digest, root_value)
         return root_value
-
-    def _section_start(self) -> None:
-        self._plan.begin_section()  # the plan keeps the section's CRC32 pieces
 
     def _section_end(self, record: SectionRecord) -> SectionRecord:
         self.records.append(record)
@@ -435,7 +432,7 @@ class ScdaWriter:
         except ScdaError as exc:
             self._note(exc)
         self._begin(what, digest)
-        self._section_start()
+        self._plan.begin_section()
         off = self.offset
         pieces = []
         if self.comm.rank == root:
@@ -500,7 +497,7 @@ class ScdaWriter:
         except ScdaError as exc:
             self._note(exc)
         E, Ec = self._begin(what, digest, root_value=(view.nbytes, enc.size), root=root)
-        self._section_start()
+        self._plan.begin_section()
         off = self.offset
         pieces: list[tuple[int, memoryview]] = []
         me = self.comm.rank == root
@@ -609,7 +606,7 @@ class ScdaWriter:
         except ScdaError as exc:
             self._note(exc)
         self._begin(what, digest)
-        self._section_start()
+        self._plan.begin_section()
         off = self.offset
         if encode:
             n = share.count
@@ -711,7 +708,7 @@ class ScdaWriter:
         except ScdaError as exc:
             self._note(exc)
         self._begin(what, digest)
-        self._section_start()
+        self._plan.begin_section()
         off = self.offset
         N = share.total
         if encode:
