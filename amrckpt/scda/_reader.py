@@ -147,6 +147,7 @@ class ScdaReader:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is closed")
 
     def _expect(self, what: str, stages: Sequence[str], types: str) -> _Pending:
+        self._check_open(what)
         p = self._pending
         if p is None:
             raise ScdaUsageError(f"{what}: call fread_section_header first")
@@ -347,7 +348,6 @@ class ScdaReader:
         """
         what = "fread_inline_data"
         try:
-            self._check_open(what)
             p = self._expect(what, ("data",), "I")
             root = to_rank(root, self.comm.size)
         except ScdaError as exc:
@@ -397,7 +397,6 @@ class ScdaReader:
         what = "fread_block_data"
         p = self._pending
         try:
-            self._check_open(what)
             p = self._expect(what, ("data",), "B")
             if root is not None:
                 root = to_rank(root, self.comm.size)
@@ -482,7 +481,6 @@ class ScdaReader:
         counts: list[int] = []
         C: list[int] = []
         try:
-            self._check_open(what)
             p = self._expect(what, ("data",), "A")
             counts, C = self._read_partition(elem_counts, p.header.elem_count)
             if elem_size is not None and to_count(elem_size, "elem_size") != p.header.elem_size:
@@ -555,7 +553,6 @@ class ScdaReader:
         p = self._pending
         counts: list[int] = []
         try:
-            self._check_open(what)
             p = self._expect(what, ("vsizes", "vdata"), "V")
             counts, _ = self._read_partition(elem_counts, p.header.elem_count)
         except ScdaError as exc:
@@ -634,7 +631,6 @@ class ScdaReader:
         r = self.comm.rank
         usizes = None
         try:
-            self._check_open(what)
             p = self._expect(what, ("vdata",), "V")
             counts, _ = self._read_partition(elem_counts, p.header.elem_count)
             S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
@@ -803,11 +799,9 @@ class ScdaReader:
         self._bulk_read(None if skip else (raw.data_offset + v.local_offset, memoryview(enc)), int(S.max()), "read")
         if skip:
             self._crc_skip()
-        else:
-            self._crc_add(raw.data_offset + v.local_offset, enc)
-        if skip:
             self._agree("decode")
             return None
+        self._crc_add(raw.data_offset + v.local_offset, enc)
         result = None
         try:
             assert v.sizes is not None
