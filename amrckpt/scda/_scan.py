@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,11 +87,7 @@ def exact_reader(fd: int, path: str, short: type[AmrckptError] = ScdaCountError)
     ``short`` (default :class:`ScdaCountError`) where the file ends first
     and :class:`ScdaIOError` (with its errno) where ``pread`` fails.
     """
-
-    def read(offset: int, nbytes: int) -> bytes:
-        return pread(fd, path, offset, nbytes, short)
-
-    return read
+    return functools.partial(pread, fd, path, short=short)
 
 
 def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bool = False) -> FileInfo:
