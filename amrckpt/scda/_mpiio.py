@@ -287,32 +287,34 @@ class MPIIOBackend:
                 raise ScdaCountError(f"wrote {got} of {want} bytes at byte {off} of {self.path!r}")
             raise ScdaCountError(f"file {self.path!r} ends early: read {got} of {want} bytes at byte {off}")
 
-    def _collective(self, bulk: Piece | None, rounds_nbytes: int, write: bool, failed: bool) -> None:
+    def _at_all(self, off: int, buf: memoryview, write: bool, err: BaseException | None) -> BaseException | None:
+        """One ``MPI_File_write_at_all`` or ``MPI_File_read_at_all`` of ``buf`` at byte ``off``. Collective.
+
+        Returns ``err`` (an earlier error of this rank, after which the bytes
+        moved are not checked), else the error of this call, else None.  A
+        short read is read on (:meth:`_finish_read`).
+        """
         MPI = self._MPI
+        st = MPI.Status()
+        try:
+            (self._fh.Write_at_all if write else self._fh.Read_at_all)(off, [buf, MPI.BYTE], st)
+            if err is None and buf.nbytes and write:
+                self._check_count(st, buf.nbytes, off, write)
+            elif err is None and buf.nbytes:
+                self._finish_read(st, buf, off)
+        except MPI.Exception as exc:
+            return err or self._error(exc, f"cannot {'write' if write else 'read'} {buf.nbytes} bytes at byte {off} of")
+        except ScdaError as exc:
+            return err or exc
+        return err
+
+    def _collective(self, bulk: Piece | None, rounds_nbytes: int, write: bool, failed: bool) -> None:
         rounds = -(-rounds_nbytes // _backend.MAX_CALL_NBYTES)
         off, buf = bulk if (bulk is not None and not failed) else (0, memoryview(bytearray()))
         err: BaseException | None = None
         for k in range(rounds):
             part = buf[k * _backend.MAX_CALL_NBYTES : (k + 1) * _backend.MAX_CALL_NBYTES]
-            pos = off + k * _backend.MAX_CALL_NBYTES if part.nbytes else 0
-            st = MPI.Status()
-            try:
-                if write:
-                    self._fh.Write_at_all(pos, [part, MPI.BYTE], st)
-                else:
-                    self._fh.Read_at_all(pos, [part, MPI.BYTE], st)
-            except MPI.Exception as exc:
-                if err is None:
-                    err = self._error(exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {pos} of")
-                continue
-            if err is None:
-                try:
-                    if write:
-                        self._check_count(st, part.nbytes, pos, write)
-                    elif part.nbytes:
-                        self._finish_read(st, part, pos)
-                except ScdaError as exc:
-                    err = exc
+            err = self._at_all(off + k * _backend.MAX_CALL_NBYTES if part.nbytes else 0, part, write, err)
         if err is not None:
             raise err
 
@@ -408,20 +410,9 @@ class MPIIOBackend:
             if self._viewed:  # offsets count in the view: back to the plain bytes (every rank viewed alike: collective)
                 self._fh.Set_view(0, MPI.BYTE, MPI.BYTE)
                 self._viewed = False
-            call = self._fh.Write_at_all if write else self._fh.Read_at_all
             for k in range(ncontiguous):
                 off, buf = big[k] if k < len(big) and err is None else (0, memoryview(bytearray()))
-                st = MPI.Status()
-                try:
-                    call(off, [buf, MPI.BYTE], st)
-                    if buf.nbytes and write:
-                        self._check_count(st, buf.nbytes, off, write)
-                    elif buf.nbytes:
-                        self._finish_read(st, buf, off)
-                except MPI.Exception as exc:
-                    err = err or self._error(exc, f"cannot {verb} {buf.nbytes} bytes at byte {off} of")
-                except ScdaError as exc:
-                    err = err or exc
+                err = self._at_all(off, buf, write, err)
             if self._independent_ok:  # the rest is sparse: no view over its holes (the decision is the same on every rank)
                 try:
                     if err is None:
