@@ -508,11 +508,7 @@ class ScdaReader:
                 bulk = (raw.data_offset + C[r] * E, view)
             except ScdaError as exc:
                 self.call.fail(exc)
-        self._agree(what)
-        self._bulk_read_counted(bulk, max(counts) * E, what)
-        if self.strict:
-            self.call.run(self._check_padding, raw, hdr.elem_count * E, on=0)
-            self._agree(what)
+        self._read_data(bulk, max(counts) * E, what, raw, hdr.elem_count * E)
         assert raw.end is not None
         self._done(raw.end)
         return result
@@ -664,11 +660,7 @@ class ScdaReader:
                     bulk = (p.raw.data_offset + v.local_offset, view)
                 except ScdaError as exc:
                     self.call.fail(exc)
-            self._agree(what)
-            self._bulk_read_counted(bulk, max(S), what)
-            if self.strict:
-                self.call.run(self._check_padding, p.raw, v.total, on=0)
-                self._agree(what)
+            self._read_data(bulk, max(S), what, p.raw, v.total)
         self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
         return result
 
@@ -680,8 +672,11 @@ class ScdaReader:
             raise ScdaArgumentError(f"elem_counts sum to {C[-1]}; the section has N = {N} elements")
         return counts, C
 
-    def _bulk_read_counted(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
-        """Read this rank's bulk run (collective) and count its bytes for the checksum.
+    def _read_data(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str, raw: RawSection, n: int) -> None:
+        """Agree, read this rank's bulk run (collective) and count its bytes for the checksum; strict: check the padding.
+
+        The padding is the one after the ``n`` data bytes of ``raw``, read
+        and checked by rank 0 and agreed on.
 
         When checksumming a large section, the run is read in rounds of
         ``amrckpt._crc.CHUNK_NBYTES`` bytes (the same number of collective calls on every
@@ -690,27 +685,29 @@ class ScdaReader:
         left to wait for at the end.
         """
         chunk = _crc.CHUNK_NBYTES
+        self._agree(what)
         if self._cur is None or max_bulk <= 2 * chunk:
             self._bulk_read(bulk, max_bulk, what)
-            if bulk is None:
-                self._crc_skip()
-            else:
+            if bulk is not None:
                 self._crc_add(*bulk)
-            return
-        assert self._backend is not None
-        for part in rounds(bulk, max_bulk, chunk):
-            if self.call.failed:
-                part = None  # after an error, join the remaining rounds with nothing
-            try:
-                self._backend.read([], part, chunk)  # every rank calls every round: they are collective
-            except ScdaError as exc:
-                self.call.fail(exc)
-                continue
-            if part is not None:
-                self._cur.add_later([part])
-        self._agree(what)
+        else:
+            assert self._backend is not None
+            for part in rounds(bulk, max_bulk, chunk):
+                if self.call.failed:
+                    part = None  # after an error, join the remaining rounds with nothing
+                try:
+                    self._backend.read([], part, chunk)  # every rank calls every round: they are collective
+                except ScdaError as exc:
+                    self.call.fail(exc)
+                    continue
+                if part is not None:
+                    self._cur.add_later([part])
+            self._agree(what)
         if bulk is None:
             self._crc_skip()
+        if self.strict:
+            self.call.run(self._check_padding, raw, n, on=0)
+            self._agree(what)
 
     def _bulk_read(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         assert self._backend is not None
