@@ -253,10 +253,7 @@ class MPIIOBackend:
                     part = b[done : done + _backend.MAX_CALL_NBYTES]
                     st = MPI.Status()
                     try:
-                        if write:
-                            self._fh.Write_at(off + done, [part, MPI.BYTE], st)
-                        else:
-                            self._fh.Read_at(off + done, [part, MPI.BYTE], st)
+                        (self._fh.Write_at if write else self._fh.Read_at)(off + done, [part, MPI.BYTE], st)
                     except MPI.Exception as exc:
                         raise self._error(
                             exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {off + done} of"
