@@ -162,15 +162,10 @@ class MPIIOBackend:
                 raise self._error(exc, "cannot truncate") from exc
 
         with _Step(comm, "scda.open") as call:
-            if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
-                try:
+            try:
+                if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
                     call.run(lambda: os.close(open_read(path)), on=0)
                     call.agree("fopen: a regular file")
-                except BaseException:
-                    if free_info:
-                        mpi_info.Free()
-                    raise
-            try:
                 call.run(open_file, always=True)  # MPI_File_open is collective: every rank joins
             finally:
                 if free_info:
