@@ -336,12 +336,11 @@ def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Log
             raise ScdaDecodeError(
                 f"{first.where}U = {usize} uncompressed bytes per element cannot come from a file of {file_size} bytes"
             )
-        nxt = first.end
     else:
         usize = 0
         if first.elem_size != COUNT_ENTRY_NBYTES:
             raise ScdaDecodeError(f"{first.where}{magic!r} array must have E = 32, not {first.elem_size}")
-        nxt = first.end
+    nxt = first.end
     assert nxt is not None
     if nxt >= file_size:
         raise ScdaDecodeError(f"{first.where}compression header {magic!r} is the last section of the file")
