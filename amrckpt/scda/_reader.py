@@ -170,11 +170,16 @@ class ScdaReader:
                 )
             )
 
-    def _done(self, end: int) -> None:
+    def _done(self) -> None:
         p, self._pending = self._pending, None
+        assert p is not None
+        end = p.raw.end
+        if end is None:  # a V section: its end follows from the sizes read
+            assert p.v is not None
+            end = p.raw.data_offset + p.v.total + data_padding_nbytes(p.v.total)
         self.offset = end
         cur, self._cur = self._cur, None
-        if cur is None or p is None:
+        if cur is None:
             return
 
         # Rank 0 reads the data padding (which no data call reads) to cover every byte.
@@ -313,13 +318,9 @@ class ScdaReader:
         if p is None:
             return
         self._crc_skip()
-        if p.raw.end is not None:
-            self._done(p.raw.end)
-            return
-        v = p.v
-        if v is None:
-            v = p.v = self._v_sizes(p, _uniform(p.raw.elem_count, self.comm.size), want=False)
-        self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+        if p.raw.end is None and p.v is None:
+            p.v = self._v_sizes(p, _uniform(p.raw.elem_count, self.comm.size), want=False)
+        self._done()
 
     # -- I and B ----------------------------------------------------------
 
@@ -360,8 +361,7 @@ class ScdaReader:
         elif root != 0:
             out = self.call.run(self._read_bytes, raw.data_offset, 32, on=root if not skip else -1)
             self._agree(what)
-        assert raw.end is not None
-        self._done(raw.end)
+        self._done()
         return None if (skip or self.comm.rank != root) else out
 
     @collective_method("scda.fread_block_data")
@@ -436,8 +436,7 @@ class ScdaReader:
             except Exception as exc:  # noqa: BLE001 - agreed on below
                 self.call.fail(exc)
         self._agree(what)
-        assert raw.end is not None
-        self._done(raw.end)
+        self._done()
         return result
 
     # -- A ----------------------------------------------------------------
@@ -497,7 +496,7 @@ class ScdaReader:
             n = counts[r]
             usizes = np.full(n, E, dtype=np.uint64)
             decoded = self._v_decode(p, v, usizes, n * E, out, skip)
-            self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+            self._done()
             return decoded
         raw = p.raw
         result: np.ndarray | None = None
@@ -509,8 +508,7 @@ class ScdaReader:
             except ScdaError as exc:
                 self.call.fail(exc)
         self._read_data(bulk, max(counts) * E, what, raw, hdr.elem_count * E)
-        assert raw.end is not None
-        self._done(raw.end)
+        self._done()
         return result
 
     # -- V ----------------------------------------------------------------
@@ -661,7 +659,7 @@ class ScdaReader:
                 except ScdaError as exc:
                     self.call.fail(exc)
             self._read_data(bulk, max(S), what, p.raw, v.total)
-        self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+        self._done()
         return result
 
     # -- internals for V and decoding -------------------------------------
