@@ -300,16 +300,6 @@ class MPIIOBackend:
             return err or exc
         return err
 
-    def _collective(self, bulk: Piece | None, rounds_nbytes: int, write: bool, failed: bool) -> None:
-        rounds = -(-rounds_nbytes // _backend.MAX_CALL_NBYTES)
-        off, buf = bulk if (bulk is not None and not failed) else (0, memoryview(bytearray()))
-        err: BaseException | None = None
-        for k in range(rounds):
-            part = buf[k * _backend.MAX_CALL_NBYTES : (k + 1) * _backend.MAX_CALL_NBYTES]
-            err = self._at_all(off + k * _backend.MAX_CALL_NBYTES if part.nbytes else 0, part, write, err)
-        if err is not None:
-            raise err
-
     def _move(self, pieces: Sequence[Piece], bulk: Piece | None, rounds_nbytes: int, write: bool) -> None:
         err: BaseException | None = None
         if self.independent_only:  # after an MPI-IO error: the bulk too (see _errors_seen)
@@ -319,10 +309,13 @@ class MPIIOBackend:
             self._independent(coalesce(pieces), write)
         except ScdaError as exc:
             err = exc
-        try:
-            self._collective(bulk, rounds_nbytes, write, failed=err is not None)
-        except ScdaError as exc:
-            err = err or exc
+        # The bulk in rounds, every rank in every round (with nothing after an error of the pieces).
+        off, buf = bulk if (bulk is not None and err is None) else (0, memoryview(bytearray()))
+        rounds_err: BaseException | None = None  # the rounds' own first error (after it, no bytes are checked)
+        for k in range(-(-rounds_nbytes // _backend.MAX_CALL_NBYTES)):
+            part = buf[k * _backend.MAX_CALL_NBYTES : (k + 1) * _backend.MAX_CALL_NBYTES]
+            rounds_err = self._at_all(off + k * _backend.MAX_CALL_NBYTES if part.nbytes else 0, part, write, rounds_err)
+        err = err or rounds_err
         if err is not None:
             raise err
 
