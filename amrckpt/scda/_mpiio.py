@@ -420,10 +420,7 @@ class MPIIOBackend:
                 self._fh.Set_view(0, MPI.BYTE, ftype if ftype is not None else MPI.BYTE)
                 self._viewed = True
                 call = self._fh.Write_all if write else self._fh.Read_all
-                if mtype is not None:
-                    call([MPI.BOTTOM, 1, mtype], st)
-                else:
-                    call([bytearray(), 0, MPI.BYTE], st)
+                call([MPI.BOTTOM, 1, mtype] if mtype is not None else [bytearray(), 0, MPI.BYTE], st)
                 if err is None and want:
                     self._check_count(st, want, blocks[0][0], write)
             except MPI.Exception as exc:
