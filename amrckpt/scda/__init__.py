@@ -33,7 +33,7 @@ truncation, sync, line breaks).
 from __future__ import annotations
 
 from ._access import BackendOpener, FileAccess, LocalFileOpener, open_backend, open_sink, open_source
-from ._backend import MAX_CALL_NBYTES, Backend, ByteSink, ByteSource, Capabilities, PosixBackend, capabilities_of, os_error
+from ._backend import MAX_CALL_NBYTES, Backend, ByteSink, ByteSource, Capabilities, PosixBackend, capabilities_of
 from ._checksummed import Checksummed
 from ._codec import MAX_INFLATE_RATIO, decode_elements, encode_elements
 from ._copy import SectionData, copy_section, read_section_data, write_section_data
@@ -51,7 +51,7 @@ from ._format import (
     parse_count_entry,
     unpad_string,
 )
-from ._io import open_read
+from ._io import open_read, os_error
 from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, RawSection, SectionHeader, Share, read_raw_section, read_section
 from ._mpiio import HINTS_ENV, MPIIOBackend, hints
 from ._plan import GatheredExecutor, LocalExecutor, LocalFile, PlanExecutor, ReadPlan, checksum_error

@@ -221,18 +221,15 @@ def _served(got: object, protocol: Any, path: str | os.PathLike[str], what: str)
     lacks = missing_members(got, protocol)
     with contextlib.suppress(Exception):  # what it opened, closed on every rank alike
         got.close()  # type: ignore[attr-defined]
-    raise ScdaUsageError(
-        f"{os.fspath(path)!r}: the backend {type(got).__name__} does not serve {what} (it has no {', '.join(lacks)}): "
-        f"{_what_it_is(got)}"
-    )
-
-
-def _what_it_is(got: object) -> str:
     if isinstance(got, ByteSink):
-        return "it is a sink of whole files only, which a deferred writer opens (amrckpt.scda.open_sink)"
-    if isinstance(got, ByteSource):
-        return "it is a source only, which read plans open (amrckpt.scda.open_source)"
-    return "give FileAccess(backend=) an opener of an amrckpt.scda.Backend, ByteSink or ByteSource"
+        hint = "it is a sink of whole files only, which a deferred writer opens (amrckpt.scda.open_sink)"
+    elif isinstance(got, ByteSource):
+        hint = "it is a source only, which read plans open (amrckpt.scda.open_source)"
+    else:
+        hint = "give FileAccess(backend=) an opener of an amrckpt.scda.Backend, ByteSink or ByteSource"
+    raise ScdaUsageError(
+        f"{os.fspath(path)!r}: the backend {type(got).__name__} does not serve {what} (it has no {', '.join(lacks)}): {hint}"
+    )
 
 
 def _open(path: str | os.PathLike[str], mode: str, comm: Comm, a: FileAccess, defer: bool) -> object:

@@ -29,7 +29,7 @@ from ..comm import Call, Comm, collective, current_call
 from ..errors import (
     ScdaUsageError,
 )
-from ._io import Piece, byte_view, coalesce, open_read, os_error, preadv, pwritev, refuse_link, rounds
+from ._io import Piece, coalesce, open_read, os_error, preadv, pwritev, refuse_link
 
 __all__ = [
     "Backend",
@@ -37,12 +37,8 @@ __all__ = [
     "ByteSource",
     "Capabilities",
     "PosixBackend",
-    "byte_view",
     "capabilities_of",
     "missing_members",
-    "os_error",
-    "preadv",
-    "rounds",
 ]
 
 MAX_CALL_NBYTES = 1 << 30

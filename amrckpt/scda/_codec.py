@@ -18,6 +18,7 @@ all checks are vectorized over the whole batch with numpy.
 from __future__ import annotations
 
 import binascii
+import functools
 import itertools
 import operator
 from collections.abc import Callable, Sequence
@@ -48,16 +49,12 @@ _BATCH_NBYTES = 8 << 20  # uncompressed bytes per batch: bounds temporaries
 _compress = zlib_ng.compress  # (data, level) -> zlib stream; tests substitute libsc's streams
 
 
-def _b64encode_binascii(data: bytes) -> bytes:
-    return binascii.b2a_base64(data, newline=False)
-
-
 try:  # pybase64 (SIMD) where installed: the same standard base64 as binascii, several times faster
     from pybase64 import b64encode as _b64encode_simd
 
     _b64encode: Callable[[bytes], bytes] = _b64encode_simd
 except ImportError:  # pragma: no cover - pybase64 is optional
-    _b64encode = _b64encode_binascii
+    _b64encode = functools.partial(binascii.b2a_base64, newline=False)
 _ZlibError: type[Exception] = zlib_ng.error  # type: ignore[assignment]
 
 
@@ -279,7 +276,7 @@ def decode_elements(
         i = int(np.flatnonzero(mismatch)[0])
         raise fail(i, f"element announces {int(size_field[i])} bytes, its U entry says {int(U[i])}")
     zlen = D - 9
-    toobig = U > _U64_ratio(zlen)
+    toobig = U > (zlen.astype(np.uint64) + np.uint64(1)) * np.uint64(MAX_INFLATE_RATIO)
     if toobig.any():
         i = int(np.flatnonzero(toobig)[0])
         raise fail(i, f"{int(U[i])} bytes cannot inflate from a {int(zlen[i])}-byte zlib stream")
@@ -296,7 +293,3 @@ def decode_elements(
         i = int(np.flatnonzero(wrong)[0])
         raise fail(i, f"inflates to {int(got[i])} bytes, its size says {int(U[i])}")
     return np.frombuffer(bytearray().join(outs), dtype=np.uint8)
-
-
-def _U64_ratio(zlen: np.ndarray) -> np.ndarray:
-    return (zlen.astype(np.uint64) + np.uint64(1)) * np.uint64(MAX_INFLATE_RATIO)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,6 @@ from ..errors import AmrckptError, ScdaArgumentError, ScdaCountError, ScdaFileNo
 
 __all__ = [
     "Piece",
-    "advance",
     "byte_view",
     "coalesce",
     "open_read",
@@ -150,47 +149,21 @@ def refuse_link(path: str) -> None:
 def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:
     """Write the contiguous run ``bufs`` at byte ``off`` of the open file ``fd``: ``pwritev`` until all is written. Not collective.
 
+    512 buffers a call, until every byte is written.
+
     Raises
     ------
     ScdaIOError
         Where ``pwritev`` fails (with its errno); ScdaCountError where it writes nothing.
-    """
-    _vectored(
-        os.pwritev,
-        fd,
-        off,
-        [b for b in bufs if b.nbytes],
-        lambda at: (f"cannot write to byte {at} of", f"wrote 0 bytes at byte {at} of {path!r}"),
-        path,
-    )
-
-
-def _vectored(
-    call: Callable[[int, list[memoryview], int], int],
-    fd: int,
-    off: int,
-    bufs: list[memoryview],
-    say: Callable[[int], tuple[str, str]],
-    path: str,
-) -> None:
-    """Move ``bufs`` to byte ``off`` by ``call`` (``os.pwritev``), 512 buffers a call, until all moved.
-
-    ``say(offset)`` gives the messages of a failed call and of a call that moved nothing.
-
-    Raises
-    ------
-    ScdaCountError
-        On this rank, with the second message of ``say``, if a call moves nothing.
-    ScdaIOError
-        On this rank, with the first message of ``say``, if a call fails (with its errno).
     """  # noqa: DOC501 (os_error() returns the ScdaIOError)
+    bufs = [b for b in bufs if b.nbytes]
     while bufs:
         try:
-            n = call(fd, bufs[:512], off)
+            n = os.pwritev(fd, bufs[:512], off)
         except OSError as exc:
-            raise os_error(exc, path, say(off)[0]) from exc
+            raise os_error(exc, path, f"cannot write to byte {off} of") from exc
         if n == 0:
-            raise ScdaCountError(say(off)[1])
+            raise ScdaCountError(f"wrote 0 bytes at byte {off} of {path!r}")
         off += n
         advance(bufs, n)
 

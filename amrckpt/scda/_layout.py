@@ -36,6 +36,7 @@ __all__ = [
     "read_raw_section",
     "read_section",
     "to_count",
+    "to_rank",
 ]
 
 MAGIC_B = b"B compressed scda 00"
@@ -145,6 +146,13 @@ def to_count(value: Any, what: str) -> int:
     if v < 0:
         raise ScdaArgumentError(f"{what} must be non-negative, not {v}")
     return v
+
+
+def to_rank(root: Any, size: int) -> int:
+    r = to_count(root, "root")
+    if r >= size:
+        raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {size}")
+    return r
 
 
 def partition_offsets(elem_counts: Sequence[int] | np.ndarray, size: int, what: str = "elem_counts") -> tuple[list[int], list[int]]:
@@ -328,12 +336,11 @@ def recognize(read: Any, first: RawSection, file_size: int, decode: bool) -> Log
             raise ScdaDecodeError(
                 f"{first.where}U = {usize} uncompressed bytes per element cannot come from a file of {file_size} bytes"
             )
-        nxt = first.end
     else:
         usize = 0
         if first.elem_size != COUNT_ENTRY_NBYTES:
             raise ScdaDecodeError(f"{first.where}{magic!r} array must have E = 32, not {first.elem_size}")
-        nxt = first.end
+    nxt = first.end
     assert nxt is not None
     if nxt >= file_size:
         raise ScdaDecodeError(f"{first.where}compression header {magic!r} is the last section of the file")

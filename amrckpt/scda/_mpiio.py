@@ -162,15 +162,10 @@ class MPIIOBackend:
                 raise self._error(exc, "cannot truncate") from exc
 
         with _Step(comm, "scda.open") as call:
-            if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
-                try:
+            try:
+                if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
                     call.run(lambda: os.close(open_read(path)), on=0)
                     call.agree("fopen: a regular file")
-                except BaseException:
-                    if free_info:
-                        mpi_info.Free()
-                    raise
-            try:
                 call.run(open_file, always=True)  # MPI_File_open is collective: every rank joins
             finally:
                 if free_info:
@@ -253,10 +248,7 @@ class MPIIOBackend:
                     part = b[done : done + _backend.MAX_CALL_NBYTES]
                     st = MPI.Status()
                     try:
-                        if write:
-                            self._fh.Write_at(off + done, [part, MPI.BYTE], st)
-                        else:
-                            self._fh.Read_at(off + done, [part, MPI.BYTE], st)
+                        (self._fh.Write_at if write else self._fh.Read_at)(off + done, [part, MPI.BYTE], st)
                     except MPI.Exception as exc:
                         raise self._error(
                             exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {off + done} of"
@@ -287,34 +279,26 @@ class MPIIOBackend:
                 raise ScdaCountError(f"wrote {got} of {want} bytes at byte {off} of {self.path!r}")
             raise ScdaCountError(f"file {self.path!r} ends early: read {got} of {want} bytes at byte {off}")
 
-    def _collective(self, bulk: Piece | None, rounds_nbytes: int, write: bool, failed: bool) -> None:
+    def _at_all(self, off: int, buf: memoryview, write: bool, err: BaseException | None) -> BaseException | None:
+        """One ``MPI_File_write_at_all`` or ``MPI_File_read_at_all`` of ``buf`` at byte ``off``. Collective.
+
+        Returns ``err`` (an earlier error of this rank, after which the bytes
+        moved are not checked), else the error of this call, else None.  A
+        short read is read on (:meth:`_finish_read`).
+        """
         MPI = self._MPI
-        rounds = -(-rounds_nbytes // _backend.MAX_CALL_NBYTES)
-        off, buf = bulk if (bulk is not None and not failed) else (0, memoryview(bytearray()))
-        err: BaseException | None = None
-        for k in range(rounds):
-            part = buf[k * _backend.MAX_CALL_NBYTES : (k + 1) * _backend.MAX_CALL_NBYTES]
-            pos = off + k * _backend.MAX_CALL_NBYTES if part.nbytes else 0
-            st = MPI.Status()
-            try:
-                if write:
-                    self._fh.Write_at_all(pos, [part, MPI.BYTE], st)
-                else:
-                    self._fh.Read_at_all(pos, [part, MPI.BYTE], st)
-            except MPI.Exception as exc:
-                if err is None:
-                    err = self._error(exc, f"cannot {'write' if write else 'read'} {part.nbytes} bytes at byte {pos} of")
-                continue
-            if err is None:
-                try:
-                    if write:
-                        self._check_count(st, part.nbytes, pos, write)
-                    elif part.nbytes:
-                        self._finish_read(st, part, pos)
-                except ScdaError as exc:
-                    err = exc
-        if err is not None:
-            raise err
+        st = MPI.Status()
+        try:
+            (self._fh.Write_at_all if write else self._fh.Read_at_all)(off, [buf, MPI.BYTE], st)
+            if err is None and buf.nbytes and write:
+                self._check_count(st, buf.nbytes, off, write)
+            elif err is None and buf.nbytes:
+                self._finish_read(st, buf, off)
+        except MPI.Exception as exc:
+            return err or self._error(exc, f"cannot {'write' if write else 'read'} {buf.nbytes} bytes at byte {off} of")
+        except ScdaError as exc:
+            return err or exc
+        return err
 
     def _move(self, pieces: Sequence[Piece], bulk: Piece | None, rounds_nbytes: int, write: bool) -> None:
         err: BaseException | None = None
@@ -325,10 +309,13 @@ class MPIIOBackend:
             self._independent(coalesce(pieces), write)
         except ScdaError as exc:
             err = exc
-        try:
-            self._collective(bulk, rounds_nbytes, write, failed=err is not None)
-        except ScdaError as exc:
-            err = err or exc
+        # The bulk in rounds, every rank in every round (with nothing after an error of the pieces).
+        off, buf = bulk if (bulk is not None and err is None) else (0, memoryview(bytearray()))
+        rounds_err: BaseException | None = None  # the rounds' own first error (after it, no bytes are checked)
+        for k in range(-(-rounds_nbytes // _backend.MAX_CALL_NBYTES)):
+            part = buf[k * _backend.MAX_CALL_NBYTES : (k + 1) * _backend.MAX_CALL_NBYTES]
+            rounds_err = self._at_all(off + k * _backend.MAX_CALL_NBYTES if part.nbytes else 0, part, write, rounds_err)
+        err = err or rounds_err
         if err is not None:
             raise err
 
@@ -408,20 +395,9 @@ class MPIIOBackend:
             if self._viewed:  # offsets count in the view: back to the plain bytes (every rank viewed alike: collective)
                 self._fh.Set_view(0, MPI.BYTE, MPI.BYTE)
                 self._viewed = False
-            call = self._fh.Write_at_all if write else self._fh.Read_at_all
             for k in range(ncontiguous):
                 off, buf = big[k] if k < len(big) and err is None else (0, memoryview(bytearray()))
-                st = MPI.Status()
-                try:
-                    call(off, [buf, MPI.BYTE], st)
-                    if buf.nbytes and write:
-                        self._check_count(st, buf.nbytes, off, write)
-                    elif buf.nbytes:
-                        self._finish_read(st, buf, off)
-                except MPI.Exception as exc:
-                    err = err or self._error(exc, f"cannot {verb} {buf.nbytes} bytes at byte {off} of")
-                except ScdaError as exc:
-                    err = err or exc
+                err = self._at_all(off, buf, write, err)
             if self._independent_ok:  # the rest is sparse: no view over its holes (the decision is the same on every rank)
                 try:
                     if err is None:
@@ -444,10 +420,7 @@ class MPIIOBackend:
                 self._fh.Set_view(0, MPI.BYTE, ftype if ftype is not None else MPI.BYTE)
                 self._viewed = True
                 call = self._fh.Write_all if write else self._fh.Read_all
-                if mtype is not None:
-                    call([MPI.BOTTOM, 1, mtype], st)
-                else:
-                    call([bytearray(), 0, MPI.BYTE], st)
+                call([MPI.BOTTOM, 1, mtype] if mtype is not None else [bytearray(), 0, MPI.BYTE], st)
                 if err is None and want:
                     self._check_count(st, want, blocks[0][0], write)
             except MPI.Exception as exc:

@@ -22,7 +22,7 @@ from ..errors import (
     ScdaUsageError,
 )
 from ._access import FileAccess, open_backend
-from ._backend import Backend, byte_view, rounds
+from ._backend import Backend
 from ._codec import MAX_INFLATE_RATIO, decode_elements
 from ._entries import parse_entries
 from ._format import (
@@ -33,7 +33,8 @@ from ._format import (
     padding_form,
     parse_file_header,
 )
-from ._layout import RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count
+from ._io import byte_view, rounds
+from ._layout import RawSection, SectionHeader, partition_offsets, read_raw_section, recognize, to_count, to_rank
 
 __all__ = ["ScdaReader", "fopen_read", "read_file_header"]
 
@@ -110,7 +111,9 @@ class ScdaReader:
             self._backend: Backend | None = open_backend(self.path, "r", self.comm, access=access)
             try:
                 size = self._backend.file_size()
-                head = call.on_root(lambda: self._read_file_header(size), what="file header")
+                head = call.on_root(
+                    lambda: read_file_header(self._read_bytes, size, self.path, strict=self.strict), what="file header"
+                )
             except AmrckptError:
                 self._backend.close()
                 self._backend = None
@@ -132,9 +135,6 @@ class ScdaReader:
         self._backend.read([(offset, memoryview(buf))], None, 0)
         return bytes(buf)
 
-    def _read_file_header(self, size: int) -> tuple[bytes, bytes, int]:
-        return read_file_header(self._read_bytes, size, self.path, strict=self.strict)
-
     @property
     def call(self) -> Call:
         """The collective call of the method running (every public method is one: :func:`amrckpt.comm.collective`)."""
@@ -147,6 +147,7 @@ class ScdaReader:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is closed")
 
     def _expect(self, what: str, stages: Sequence[str], types: str) -> _Pending:
+        self._check_open(what)
         p = self._pending
         if p is None:
             raise ScdaUsageError(f"{what}: call fread_section_header first")
@@ -169,11 +170,16 @@ class ScdaReader:
                 )
             )
 
-    def _done(self, end: int) -> None:
+    def _done(self) -> None:
         p, self._pending = self._pending, None
+        assert p is not None
+        end = p.raw.end
+        if end is None:  # a V section: its end follows from the sizes read
+            assert p.v is not None
+            end = p.raw.data_offset + p.v.total + data_padding_nbytes(p.v.total)
         self.offset = end
         cur, self._cur = self._cur, None
-        if cur is None or p is None:
+        if cur is None:
             return
 
         # Rank 0 reads the data padding (which no data call reads) to cover every byte.
@@ -312,13 +318,9 @@ class ScdaReader:
         if p is None:
             return
         self._crc_skip()
-        if p.raw.end is not None:
-            self._done(p.raw.end)
-            return
-        v = p.v
-        if v is None:
-            v = p.v = self._v_sizes(p, _uniform(p.raw.elem_count, self.comm.size), want=False)
-        self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+        if p.raw.end is None and p.v is None:
+            p.v = self._v_sizes(p, _uniform(p.raw.elem_count, self.comm.size), want=False)
+        self._done()
 
     # -- I and B ----------------------------------------------------------
 
@@ -347,9 +349,8 @@ class ScdaReader:
         """
         what = "fread_inline_data"
         try:
-            self._check_open(what)
             p = self._expect(what, ("data",), "I")
-            root = _root(root, self.comm.size)
+            root = to_rank(root, self.comm.size)
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(root, what))
@@ -360,8 +361,7 @@ class ScdaReader:
         elif root != 0:
             out = self.call.run(self._read_bytes, raw.data_offset, 32, on=root if not skip else -1)
             self._agree(what)
-        assert raw.end is not None
-        self._done(raw.end)
+        self._done()
         return None if (skip or self.comm.rank != root) else out
 
     @collective_method("scda.fread_block_data")
@@ -397,10 +397,9 @@ class ScdaReader:
         what = "fread_block_data"
         p = self._pending
         try:
-            self._check_open(what)
             p = self._expect(what, ("data",), "B")
             if root is not None:
-                root = _root(root, self.comm.size)
+                root = to_rank(root, self.comm.size)
         except ScdaError as exc:
             self.call.fail(exc)
         self._agree(what, digest_of(root, what))
@@ -437,8 +436,7 @@ class ScdaReader:
             except Exception as exc:  # noqa: BLE001 - agreed on below
                 self.call.fail(exc)
         self._agree(what)
-        assert raw.end is not None
-        self._done(raw.end)
+        self._done()
         return result
 
     # -- A ----------------------------------------------------------------
@@ -482,7 +480,6 @@ class ScdaReader:
         counts: list[int] = []
         C: list[int] = []
         try:
-            self._check_open(what)
             p = self._expect(what, ("data",), "A")
             counts, C = self._read_partition(elem_counts, p.header.elem_count)
             if elem_size is not None and to_count(elem_size, "elem_size") != p.header.elem_size:
@@ -499,7 +496,7 @@ class ScdaReader:
             n = counts[r]
             usizes = np.full(n, E, dtype=np.uint64)
             decoded = self._v_decode(p, v, usizes, n * E, out, skip)
-            self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+            self._done()
             return decoded
         raw = p.raw
         result: np.ndarray | None = None
@@ -510,13 +507,8 @@ class ScdaReader:
                 bulk = (raw.data_offset + C[r] * E, view)
             except ScdaError as exc:
                 self.call.fail(exc)
-        self._agree(what)
-        self._bulk_read_counted(bulk, max(counts) * E, what)
-        if self.strict:
-            self.call.run(self._check_padding, raw, hdr.elem_count * E, on=0)
-            self._agree(what)
-        assert raw.end is not None
-        self._done(raw.end)
+        self._read_data(bulk, max(counts) * E, what, raw, hdr.elem_count * E)
+        self._done()
         return result
 
     # -- V ----------------------------------------------------------------
@@ -555,7 +547,6 @@ class ScdaReader:
         p = self._pending
         counts: list[int] = []
         try:
-            self._check_open(what)
             p = self._expect(what, ("vsizes", "vdata"), "V")
             counts, _ = self._read_partition(elem_counts, p.header.elem_count)
         except ScdaError as exc:
@@ -634,7 +625,6 @@ class ScdaReader:
         r = self.comm.rank
         usizes = None
         try:
-            self._check_open(what)
             p = self._expect(what, ("vdata",), "V")
             counts, _ = self._read_partition(elem_counts, p.header.elem_count)
             S, _ = partition_offsets(proc_sizes, self.comm.size, "proc_sizes")
@@ -668,12 +658,8 @@ class ScdaReader:
                     bulk = (p.raw.data_offset + v.local_offset, view)
                 except ScdaError as exc:
                     self.call.fail(exc)
-            self._agree(what)
-            self._bulk_read_counted(bulk, max(S), what)
-            if self.strict:
-                self.call.run(self._check_padding, p.raw, v.total, on=0)
-                self._agree(what)
-        self._done(p.raw.data_offset + v.total + data_padding_nbytes(v.total))
+            self._read_data(bulk, max(S), what, p.raw, v.total)
+        self._done()
         return result
 
     # -- internals for V and decoding -------------------------------------
@@ -684,8 +670,11 @@ class ScdaReader:
             raise ScdaArgumentError(f"elem_counts sum to {C[-1]}; the section has N = {N} elements")
         return counts, C
 
-    def _bulk_read_counted(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
-        """Read this rank's bulk run (collective) and count its bytes for the checksum.
+    def _read_data(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str, raw: RawSection, n: int) -> None:
+        """Agree, read this rank's bulk run (collective) and count its bytes for the checksum; strict: check the padding.
+
+        The padding is the one after the ``n`` data bytes of ``raw``, read
+        and checked by rank 0 and agreed on.
 
         When checksumming a large section, the run is read in rounds of
         ``amrckpt._crc.CHUNK_NBYTES`` bytes (the same number of collective calls on every
@@ -694,27 +683,29 @@ class ScdaReader:
         left to wait for at the end.
         """
         chunk = _crc.CHUNK_NBYTES
+        self._agree(what)
         if self._cur is None or max_bulk <= 2 * chunk:
             self._bulk_read(bulk, max_bulk, what)
-            if bulk is None:
-                self._crc_skip()
-            else:
+            if bulk is not None:
                 self._crc_add(*bulk)
-            return
-        assert self._backend is not None
-        for part in rounds(bulk, max_bulk, chunk):
-            if self.call.failed:
-                part = None  # after an error, join the remaining rounds with nothing
-            try:
-                self._backend.read([], part, chunk)  # every rank calls every round: they are collective
-            except ScdaError as exc:
-                self.call.fail(exc)
-                continue
-            if part is not None:
-                self._cur.add_later([part])
-        self._agree(what)
+        else:
+            assert self._backend is not None
+            for part in rounds(bulk, max_bulk, chunk):
+                if self.call.failed:
+                    part = None  # after an error, join the remaining rounds with nothing
+                try:
+                    self._backend.read([], part, chunk)  # every rank calls every round: they are collective
+                except ScdaError as exc:
+                    self.call.fail(exc)
+                    continue
+                if part is not None:
+                    self._cur.add_later([part])
+            self._agree(what)
         if bulk is None:
             self._crc_skip()
+        if self.strict:
+            self.call.run(self._check_padding, raw, n, on=0)
+            self._agree(what)
 
     def _bulk_read(self, bulk: tuple[int, memoryview] | None, max_bulk: int, what: str) -> None:
         assert self._backend is not None
@@ -803,11 +794,9 @@ class ScdaReader:
         self._bulk_read(None if skip else (raw.data_offset + v.local_offset, memoryview(enc)), int(S.max()), "read")
         if skip:
             self._crc_skip()
-        else:
-            self._crc_add(raw.data_offset + v.local_offset, enc)
-        if skip:
             self._agree("decode")
             return None
+        self._crc_add(raw.data_offset + v.local_offset, enc)
         result = None
         try:
             assert v.sizes is not None
@@ -897,13 +886,6 @@ def read_file_header(read: Any, size: int, path: str, *, strict: bool = False) -
 def _uniform(N: int, P: int) -> list[int]:
     """Return the uniform partition of p4est_partition: rank p starts at floor(N p / P)."""
     return [(N * (p + 1)) // P - (N * p) // P for p in range(P)]
-
-
-def _root(root: Any, size: int) -> int:
-    r = to_count(root, "root")
-    if r >= size:
-        raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {size}")
-    return r
 
 
 def _out_view(out: Any, nbytes: int, what: str) -> memoryview | None:

@@ -11,7 +11,6 @@ from ..comm import collective
 from ..errors import ScdaArgumentError
 from ._copy import read_section_data, write_section_data
 from ._format import Style
-from ._layout import SectionHeader
 from ._reader import fopen_read
 from ._writer import fopen_write
 
@@ -36,12 +35,6 @@ class RewriteResult:
     encoded: int
     decoded: int
     file_size: int
-
-
-def _want_encoded(h: SectionHeader, mode: str) -> bool:
-    if h.type == "I":
-        return False
-    return {"keep": h.decoded, "encode": True, "decode": False}[mode]
 
 
 def rewrite(
@@ -93,7 +86,7 @@ def rewrite(
         done = 0
         while (h := f.fread_section_header(decode=True)) is not None:
             sections += 1
-            enc = _want_encoded(h, compress)
+            enc = h.type != "I" and {"keep": h.decoded, "encode": True, "decode": False}[compress]
             write_section_data(w, read_section_data(f, h), encode=enc, level=level)
             encoded += int(enc and not h.decoded)
             decoded += int(h.decoded and not enc)

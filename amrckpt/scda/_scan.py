@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AmrckptError, ScdaCountError, ScdaError
+from ..errors import AmrckptError, ScdaCountError, ScdaDecodeError, ScdaError
 from ._entries import parse_entries
 from ._format import COUNT_ENTRY_NBYTES, FILE_HEADER_NBYTES, data_padding_nbytes, padding_form, parse_file_header
 from ._io import open_read, pread
@@ -86,11 +87,7 @@ def exact_reader(fd: int, path: str, short: type[AmrckptError] = ScdaCountError)
     ``short`` (default :class:`ScdaCountError`) where the file ends first
     and :class:`ScdaIOError` (with its errno) where ``pread`` fails.
     """
-
-    def read(offset: int, nbytes: int) -> bytes:
-        return pread(fd, path, offset, nbytes, short)
-
-    return read
+    return functools.partial(pread, fd, path, short=short)
 
 
 def scan(path: str | os.PathLike[str], *, decode: bool = True, check_padding: bool = False) -> FileInfo:
@@ -224,8 +221,6 @@ def _logical(index: int, pair: Logical, raws: tuple[RawSection, ...], read: obje
         try:
             nbytes = _sum_entries(read, a, b"U", a.data_offset, a.elem_count)
         except ScdaError as exc:
-            from ..errors import ScdaDecodeError
-
             raise ScdaDecodeError(f"{a.where}invalid U entry: {exc}") from exc
     return SectionInfo(
         index, h.type, h.user_string, h.elem_count, h.elem_size, raws[0].offset, _end(raws[-1]), h.decoded, nbytes, raws

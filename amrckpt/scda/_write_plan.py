@@ -42,13 +42,11 @@ from .._crc import LaterCrc, SectionCrc
 from ..comm import Call
 from ..errors import ScdaError
 from . import _backend
-from ._backend import Backend, ByteSink, capabilities_of, rounds
+from ._backend import Backend, ByteSink, capabilities_of
 from ._checksummed import Produced
+from ._io import Piece, rounds
 
 __all__ = ["WritePlan"]
-
-Piece = tuple[int, memoryview]
-"""``(file offset, bytes)``: one run of bytes this rank writes."""
 
 
 class WritePlan:

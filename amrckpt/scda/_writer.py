@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ from .._crc import LaterCrc
 from ..comm import Call, Comm, as_comm, collective, collective_method, current_call, digest_of
 from ..errors import AmrckptError, ScdaArgumentError, ScdaError, ScdaUsageError
 from ._access import FileAccess, open_backend, open_sink
-from ._backend import Backend, ByteSink, byte_view
+from ._backend import Backend, ByteSink
 from ._checksummed import Produced, unwrap
 from ._codec import encode_elements
 from ._entries import format_entries
@@ -33,8 +34,8 @@ from ._format import (
     section_header,
     to_bytes,
 )
-from ._io import refuse_link
-from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count
+from ._io import byte_view, refuse_link
+from ._layout import MAGIC_A, MAGIC_B, MAGIC_V, Share, last_owner, partition_offsets, to_count, to_rank
 from ._write_plan import WritePlan
 
 __all__ = ["ScdaWriter", "SectionRecord", "fopen_write"]
@@ -182,7 +183,6 @@ class ScdaWriter:
         self._checksum = bool(checksum)
         self.records: list[SectionRecord] = []
         self.offset = 0
-        self._section_start()
         try:
             self._io([(0, memoryview(header))] if self.comm.rank == 0 else [], None, 0, "file header")
         except BaseException:  # agreed on every rank: close the file together, then re-raise
@@ -197,6 +197,15 @@ class ScdaWriter:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is closed")
         if self._failed is not None:
             raise ScdaUsageError(f"{what}: the file {self.path!r} is unusable after an earlier error: {self._failed}")
+
+    @contextlib.contextmanager
+    def _unusable_on(self, kind: type[BaseException] = ScdaError) -> Iterator[None]:
+        """Make the file unusable (:meth:`_check_open`) by an error of ``kind`` that the body raises, and re-raise it."""
+        try:
+            yield
+        except kind as exc:
+            self._failed = exc
+            raise
 
     @property
     def call(self) -> Call:
@@ -213,10 +222,11 @@ class ScdaWriter:
             self.call.fail(exc)
 
     def _begin(self, what: str, digest: int, root_value: Any = None, root: int = 0) -> Any:
-        """Agree on argument checks before any byte is written (deferred: note them for :meth:`settle`).
+        """Start the next section; agree on argument checks before any byte is written (deferred: note them for :meth:`settle`).
 
         Returns ``root``'s ``root_value`` on every rank (deferred: this rank's own).
         """
+        self._plan.begin_section()  # the plan keeps the section's CRC32 pieces
         if not self._defer:
             if self._pending is not None:
                 self.call.fail(self._pending)
@@ -227,9 +237,6 @@ class ScdaWriter:
             return got.value
         self._digest = digest_of(self._digest, what, digest, root_value)
         return root_value
-
-    def _section_start(self) -> None:
-        self._plan.begin_section()  # the plan keeps the section's CRC32 pieces
 
     def _section_end(self, record: SectionRecord) -> SectionRecord:
         self.records.append(record)
@@ -282,11 +289,8 @@ class ScdaWriter:
         with collective(self.comm, "scda.settle") as call:
             if self._pending is not None:
                 call.fail(self._pending)
-            try:
+            with self._unusable_on():
                 agreed = plan.settle(call, self._digest, stream=stream)
-            except ScdaError as exc:
-                self._failed = exc
-                raise
             if not agreed:
                 self._failed = call.agreed(ScdaArgumentError(f"write: {_DIFFER}"))
                 raise self._failed
@@ -320,12 +324,9 @@ class ScdaWriter:
         if not self._defer or not plan.settled or plan.crcs is not None or self._failed is not None:
             raise ScdaUsageError("flush: only once, on a deferred writer settled with stream=True")
         call = self.call
-        try:
+        with self._unusable_on(AmrckptError):  # agreed on every rank (an I/O error, or a rank's error in making its bytes)
             self._sink = open_sink(self.path, self.comm, access=self.access)
             crcs = plan.flush(self._sink, call)
-        except AmrckptError as exc:  # agreed on every rank (an I/O error, or a rank's error in making its bytes)
-            self._failed = exc
-            raise
         return list(crcs)
 
     def local_crcs(self) -> list[int]:
@@ -380,11 +381,8 @@ class ScdaWriter:
         err = self._plan.write_now(self._backend, pieces, bulk, max_bulk)
         if err is not None:
             self.call.fail(err)
-        try:
+        with self._unusable_on():
             self.call.agree(what)
-        except ScdaError as exc:
-            self._failed = exc
-            raise
 
     # -- sections ---------------------------------------------------------
 
@@ -428,14 +426,13 @@ class ScdaWriter:
             self._check_open(what)
             ustr = self._user_string(user_string)
             _reserved(ustr, (MAGIC_B, MAGIC_A), allow_magic, "inline")
-            root = self._root(root)
+            root = to_rank(root, self.comm.size)
             if self.comm.rank == root:
                 view = _local_view(data, INLINE_DATA_NBYTES, "inline data")
             digest = digest_of("I", ustr, root)
         except ScdaError as exc:
             self._note(exc)
         self._begin(what, digest)
-        self._section_start()
         off = self.offset
         pieces = []
         if self.comm.rank == root:
@@ -484,7 +481,7 @@ class ScdaWriter:
         try:
             self._check_open(what)
             ustr = self._user_string(user_string)
-            root = self._root(root)
+            root = to_rank(root, self.comm.size)
             level = _level(level)
             if self.comm.rank == root or self._defer:  # a deferred writer needs the size E on every rank
                 if data is None:
@@ -500,7 +497,6 @@ class ScdaWriter:
         except ScdaError as exc:
             self._note(exc)
         E, Ec = self._begin(what, digest, root_value=(view.nbytes, enc.size), root=root)
-        self._section_start()
         off = self.offset
         pieces: list[tuple[int, memoryview]] = []
         me = self.comm.rank == root
@@ -609,7 +605,6 @@ class ScdaWriter:
         except ScdaError as exc:
             self._note(exc)
         self._begin(what, digest)
-        self._section_start()
         off = self.offset
         if encode:
             n = share.count
@@ -711,7 +706,6 @@ class ScdaWriter:
         except ScdaError as exc:
             self._note(exc)
         self._begin(what, digest)
-        self._section_start()
         off = self.offset
         N = share.total
         if encode:
@@ -814,11 +808,8 @@ class ScdaWriter:
             call.fail(self._pending)
         got = call.run(encode_elements, view, offsets, level=level, style=self.style)
         enc, esizes = got if got is not None else (np.empty(0, np.uint8), np.empty(0, np.uint64))
-        try:
+        with self._unusable_on():
             S = call.allgather_int(enc.size, what="encode")  # S_p: libsc's P-long proc_sizes
-        except ScdaError as exc:
-            self._failed = exc
-            raise
         return self._write_v(off, prefix, ustr, share, esizes, Share.of(S.tolist(), self.comm.rank, "proc_sizes"), memoryview(enc))
 
     # -- small helpers ----------------------------------------------------
@@ -827,12 +818,6 @@ class ScdaWriter:
         u = to_bytes(user_string, "user_string")
         check_user_string(u)
         return u
-
-    def _root(self, root: Any) -> int:
-        r = to_count(root, "root")
-        if r >= self.comm.size:
-            raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {self.comm.size}")
-        return r
 
     @staticmethod
     def _check_count(value: int, name: str) -> None:
@@ -881,22 +866,16 @@ class ScdaWriter:
         if not self._plan.settled or self._failed is not None:
             return  # deferred but not settled, or failed: the file was never opened
         if sink is None:
-            try:
+            with self._unusable_on():
                 sink = open_sink(self.path, self.comm, access=self.access)
-            except ScdaError as exc:
-                self._failed = exc
-                raise
         if self._pending is not None:
             call.fail(self._pending)
         self._plan.execute(sink, call)  # a failed rank joins with nothing
         if self._sync_at_close:
             sink.sync(size)  # errors kept by the call
         sink.close(size)  # closes on every rank, whatever failed; errors kept by the call
-        try:
+        with self._unusable_on(BaseException):
             call.agree("fclose")
-        except BaseException as exc:
-            self._failed = exc
-            raise
 
     def __enter__(self) -> ScdaWriter:
         return self
