@@ -21,6 +21,7 @@ from ._handlers import handler_for
 from ._metadata import (
     CheckpointInfo,
     Metadata,
+    entry_of,
     explain,
     parse_model,
     read_index_on_root,
@@ -203,10 +204,7 @@ class CheckpointReader(LeafRanges):
         CheckpointError
             If the index has no such section.
         """
-        try:
-            return self.index.entry(name)
-        except KeyError:
-            raise CheckpointError(f"{self.path!r}: the index has no section {name!r}") from None
+        return entry_of(self.index, name, self.path)
 
     def entries(self, name: str) -> list[IndexEntry]:
         """Return the index entries of the sections named ``name``, in file order (two for an hp field of layout ``counts``).
