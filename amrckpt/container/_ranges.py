@@ -20,7 +20,7 @@ from .. import scda
 from .._crc import crc32, crc32_combine
 from ..errors import AmrckptError, CheckpointError
 from ._convention import FieldSpec, IndexEntry
-from ._handlers import FieldHandler, handler_for
+from ._handlers import handler_for
 from ._metadata import explain, read_sections
 from ._sections import Span, resolve
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ._convention import Index, Manifest
     from ._sections import Section
 
-__all__ = ["LeafRanges", "reads_as"]
+__all__ = ["LeafRanges"]
 
 
 class LeafRanges:
@@ -199,7 +199,7 @@ class LeafRanges:
             On this rank, if field ``name`` is not a cells (or array) field.
         """
         fs = self._field(name)
-        if reads_as(fs) != "values":
+        if handler_for(fs.kind).reads_as != "values":
             raise ValueError(f"field {name!r} is a {fs.kind} field, not cells")
         out: np.ndarray = self.read_range(name, start, count)
         return out
@@ -225,7 +225,7 @@ class LeafRanges:
             On this rank, if field ``name`` is not an hp field.
         """
         fs = self._field(name)
-        if reads_as(fs) != "runs":
+        if handler_for(fs.kind).reads_as != "runs":
             raise ValueError(f"field {name!r} is a {fs.kind} field, not hp")
         values, counts = self.read_range(name, start, count)
         return counts, values
@@ -250,7 +250,7 @@ class LeafRanges:
             As :meth:`read_range`.
         """
         fs = self._field(name)
-        if reads_as(fs) != "runs":
+        if handler_for(fs.kind).reads_as != "runs":
             raise ValueError(f"field {name!r} is a {fs.kind} field, not hp")
         h = handler_for(fs.kind)
         E = h.value_dtype(fs, self.path).itemsize * math.prod(fs.shape)
@@ -265,8 +265,3 @@ class LeafRanges:
             return self.read_hp(name, start, count)[0]
         counts: np.ndarray = self._read_range(name, start, count, plan_counts)
         return counts
-
-
-def reads_as(fs: FieldSpec) -> str:
-    h: FieldHandler = handler_for(fs.kind)
-    return h.reads_as
