@@ -148,10 +148,6 @@ def unshuffle(data: Any, E: int) -> np.ndarray:
     return b.reshape(E, -1).T if E > 1 else b.reshape(-1, 1)
 
 
-def _encode(data: Any, E: int, level: int) -> Any:
-    return _compressor()[1](shuffle(data, E), level)
-
-
 def _bytes_of(data: Any) -> np.ndarray:
     """Return the bytes of a contiguous array or buffer as (nbytes,) uint8 (a view)."""
     if isinstance(data, np.ndarray):
@@ -189,7 +185,7 @@ def _write_streams(
     """
     r = call.rank
     jobs = [(c, E) for chunks, E, _ in streams for c in chunks]
-    enc: list[Any] = call.run(map_shared, lambda job: _encode(job[0], job[1], level), jobs, threads()) or []
+    enc: list[Any] = call.run(map_shared, lambda job: _compressor()[1](shuffle(job[0], job[1]), level), jobs, threads()) or []
     per: list[tuple[list[Any], np.ndarray, int]] = []
     at = 0
     for chunks, _, _ in streams:
@@ -564,20 +560,6 @@ def _plan_counts(
     return decoding, raw, base, chunks
 
 
-def _as_counts(raw: np.ndarray, what: str) -> np.ndarray:
-    """Return decoded counts as int64, refusing those of ``<u8`` above 2**63 (no file holds that many values).
-
-    Raises
-    ------
-    CheckpointError
-        On this rank, if a count is 2**63 or more.
-    """
-    c = raw.astype(np.int64)
-    if c.size and int(c.min()) < 0:
-        raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
-    return c
-
-
 def plan_hp_counts(
     src: FieldSource, plan: ReadPlan, csec: Section, vsec: Section, span: Span, cdt: np.dtype[Any], K: int, what: str
 ) -> Callable[[], np.ndarray]:
@@ -596,7 +578,10 @@ def plan_hp_counts(
     def build() -> np.ndarray:
         d: dict[str, Any] = {"counts": decoding()}
         resolve(d)
-        return _as_counts(raw[span.offset - base : span.end - base], what)
+        c = raw[span.offset - base : span.end - base].astype(np.int64)
+        if c.size and int(c.min()) < 0:  # a count of <u8 at or above 2**63: no file holds that many values
+            raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
+        return c
 
     return build
 
