@@ -7,26 +7,11 @@ from typing import Any
 
 from pydantic import create_model
 
-from ..container import FieldSpec, Manifest
+from ..container import Manifest
 from ..errors import SchemaError
 from ._kinds import KINDS
 
 __all__ = ["schema_from_manifest"]
-
-
-def _kind_of(fs: FieldSpec, manifest: Manifest) -> tuple[Any, Any]:
-    """Return ``(annotation, FieldInfo)`` of one field as its manifest entry describes it (by the schema kind of its kind).
-
-    Raises
-    ------
-    SchemaError
-        On this rank, if the field's kind is unknown to this release.
-    """
-    try:
-        kind = KINDS[fs.kind]
-    except KeyError:
-        raise SchemaError(f"field {fs.name!r} is of kind {fs.kind!r}, unknown to this release") from None
-    return kind.from_spec(fs, manifest)
 
 
 def schema_from_manifest(base: type[Any], manifest: Manifest) -> type[Any]:
@@ -44,7 +29,11 @@ def schema_from_manifest(base: type[Any], manifest: Manifest) -> type[Any]:
             raise SchemaError(
                 f"field {fs.name!r} of schema {manifest.schema_name!r} is not a Python identifier: no schema class has it"
             )
-        fields[fs.name] = _kind_of(fs, manifest)
+        try:
+            kind = KINDS[fs.kind]
+        except KeyError:
+            raise SchemaError(f"field {fs.name!r} is of kind {fs.kind!r}, unknown to this release") from None
+        fields[fs.name] = kind.from_spec(fs, manifest)  # (annotation, FieldInfo), as the manifest entry describes it
     ident = "".join(ch if ch.isalnum() else "_" for ch in manifest.schema_name)
     cls_name = f"{ident[:1].upper()}{ident[1:]}_v{manifest.schema_version}" if ident else f"Schema_v{manifest.schema_version}"
     model: type[Any] = create_model(
