@@ -315,10 +315,6 @@ class CheckpointReader:
 
         call.on_root(check, what="damage")
 
-    def _execute(self, plan: scda.ReadPlan) -> None:
-        """Run ``plan`` on every rank (opening the file for collective reads on first use). Collective."""
-        self._executor.run(plan)
-
     @collective_method("CheckpointReader.read_fields")
     def read_fields(self, fields: Sequence[FieldSpec], parts: Mapping[str, Partition]) -> dict[str, Any]:
         """Read this rank's part of many fields at once: one read plan, whatever their number and layouts. Collective.
@@ -355,7 +351,7 @@ class CheckpointReader:
         build: dict[str, Any] = {}
         for fs in fields:
             self._plan(plan, fs, self._span(fs, parts), build)
-        self._execute(plan)
+        self._executor.run(plan)  # collective: opens the file for collective reads on first use
         values: dict[str, Any] = {}
         for name, b in build.items():
             if plan.error is None:
@@ -457,7 +453,7 @@ class CheckpointReader:
                 fixed += got
         if fixed > self.file_size:  # a manifest's shapes, not the file: would not fit int64 either
             raise CheckpointError(f"{self.path!r}: the manifest gives each leaf {fixed} bytes, more than the file holds")
-        self._execute(plan)
+        self._executor.run(plan)
         w = np.full(span.count, fixed, dtype=np.int64)
         for fn in later:
             if plan.error is None:
