@@ -27,7 +27,7 @@ from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share
 from ..sfc import mesh_record_dtype
 from ._chunks import plan_chunks, write_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
-from ._hp_layouts import HpLayout, count_dtype, hp_layout, hp_layout_of
+from ._hp_layouts import HP_LAYOUTS, HpLayout, count_dtype, hp_layout_of
 from ._registry import register, registered
 from ._sections import Build, FieldSource, Payload, SectionSink, Span, check_a, sections_of
 from ._varray import decode, plan_varray
@@ -443,7 +443,7 @@ class HpHandler(FieldHandler):
         CheckpointError
             If an hp field has no such layout.
         """
-        layout = hp_layout(fs)
+        layout = HP_LAYOUTS.get(fs.layout)
         if layout is None:
             raise CheckpointError(f"{path!r}: hp field {fs.name!r} cannot have layout {fs.layout!r}")
         return layout
