@@ -284,40 +284,27 @@ Compress = bool | Literal["element"]
 """What ``compress=`` accepts: ``False``, ``True`` (chunks of leaves), ``"element"`` (the scda paper's per-element convention)."""
 
 
-def _element(compress: Any) -> bool:
-    """Return whether ``compress`` asks for the per-element convention (``"element"``) rather than chunks (``True``).
-
-    Raises
-    ------
-    SchemaError
-        On this rank, if ``compress`` is not False, True or ``"element"``.
-    """
-    if isinstance(compress, str):
-        if compress != "element":
-            raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
-        return True
-    if not isinstance(compress, (bool, np.bool_)):
-        raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
-    return False
-
-
 def _layout(compress: Any, chunks: Any, level: Any) -> tuple[bool, int | None, Any]:
     """Return (per-element convention, leaves per chunk or None, zlib level) of a field's ``compress``, ``chunks``, ``level``.
 
-    A ``level`` of None is 1 for chunks, else 9.
+    ``compress="element"`` asks for the per-element convention, ``True``
+    for chunks.  A ``level`` of None is 1 for chunks, else 9.
 
     Raises
     ------
     SchemaError
-        On this rank, if ``chunks`` is not a positive int, or is given with ``compress="element"``.
+        On this rank, if ``compress`` is not False, True or ``"element"``, or ``chunks`` is not a positive int, or is
+        given with ``compress="element"``.
     """
-    element = _element(compress)
+    if (isinstance(compress, str) and compress != "element") or not isinstance(compress, (str, bool, np.bool_)):
+        raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
+    element = isinstance(compress, str)
     if chunks is not None:
         if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
             raise SchemaError(f"chunks must be a positive int (leaves per chunk), not {chunks!r}")
         if element:
             raise SchemaError('compress="element" (per element) and chunks (per chunk of leaves) exclude each other: choose one')
-    elif compress is True or (not element and bool(compress)):
+    elif not element and compress:
         chunks = DEFAULT_CHUNK
     return element, chunks, level if level is not None else 1 if chunks is not None else 9
 
