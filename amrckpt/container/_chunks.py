@@ -51,7 +51,6 @@ __all__ = [
     "plan_hp_chunks",
     "plan_hp_counts",
     "shuffle",
-    "unshuffle",
     "write_chunks",
     "write_hp_chunks",
 ]
@@ -140,12 +139,6 @@ def shuffle(data: Any, E: int) -> np.ndarray:
     if E == 1:
         return b
     return np.ascontiguousarray(b.reshape(-1, E).T).reshape(-1)
-
-
-def unshuffle(data: Any, E: int) -> np.ndarray:
-    """Invert :func:`shuffle`: (n, E) uint8, a view of a transpose (copy it where it goes)."""
-    b = np.frombuffer(data, dtype=np.uint8)
-    return b.reshape(E, -1).T if E > 1 else b.reshape(-1, 1)
 
 
 def _bytes_of(data: Any) -> np.ndarray:
