@@ -422,10 +422,8 @@ class _Decode:
         self.n = self.s = self.t = self.o = empty
 
     def __call__(self, i: int) -> None:
-        if self.pdata is not None:
-            c = self.pdata if i == 0 else self.data[self.ends[i - 1] : self.ends[i]]
-        else:
-            c = self.data[self.ends[i] : self.ends[i + 1]]
+        j = i - (self.pdata is not None)  # the partial chunk, if any, is chunk 0
+        c = self.pdata if j < 0 else self.data[self.ends[j] : self.ends[j + 1]]
         E, n = self.E, int(self.n[i])
         try:
             raw = self.decode(c, n * E)
