@@ -92,16 +92,14 @@ class CheckpointInfo:
     @property
     def writer_size(self) -> int | None:
         """The number of processes that wrote the file, where known."""
-        if self.run is not None:
-            return self.run.writer_size
-        return self.provenance.writer_size if self.provenance is not None else None
+        rec = self.run if self.run is not None else self.provenance
+        return rec.writer_size if rec is not None else None
 
     @property
     def saved_at(self) -> str | None:
         """When the save started (UTC, ISO 8601), where known."""
-        if self.run is not None:
-            return self.run.saved_at
-        return self.provenance.saved_at if self.provenance is not None else None
+        rec = self.run if self.run is not None else self.provenance
+        return rec.saved_at if rec is not None else None
 
 
 def parse_model(model: Any, raw: bytes, what: str, path: str) -> Any:
