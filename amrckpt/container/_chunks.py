@@ -51,7 +51,6 @@ __all__ = [
     "plan_hp_chunks",
     "plan_hp_counts",
     "shuffle",
-    "unshuffle",
     "write_chunks",
     "write_hp_chunks",
 ]
@@ -142,16 +141,6 @@ def shuffle(data: Any, E: int) -> np.ndarray:
     return np.ascontiguousarray(b.reshape(-1, E).T).reshape(-1)
 
 
-def unshuffle(data: Any, E: int) -> np.ndarray:
-    """Invert :func:`shuffle`: (n, E) uint8, a view of a transpose (copy it where it goes)."""
-    b = np.frombuffer(data, dtype=np.uint8)
-    return b.reshape(E, -1).T if E > 1 else b.reshape(-1, 1)
-
-
-def _encode(data: Any, E: int, level: int) -> Any:
-    return _compressor()[1](shuffle(data, E), level)
-
-
 def _bytes_of(data: Any) -> np.ndarray:
     """Return the bytes of a contiguous array or buffer as (nbytes,) uint8 (a view)."""
     if isinstance(data, np.ndarray):
@@ -189,7 +178,7 @@ def _write_streams(
     """
     r = call.rank
     jobs = [(c, E) for chunks, E, _ in streams for c in chunks]
-    enc: list[Any] = call.run(map_shared, lambda job: _encode(job[0], job[1], level), jobs, threads()) or []
+    enc: list[Any] = call.run(map_shared, lambda job: _compressor()[1](shuffle(job[0], job[1]), level), jobs, threads()) or []
     per: list[tuple[list[Any], np.ndarray, int]] = []
     at = 0
     for chunks, _, _ in streams:
@@ -414,26 +403,27 @@ class _Decode:
     transposed whole).  ``a[i]`` and ``b[i]`` are its leaves (for messages).
     """
 
-    __slots__ = ("E", "a", "b", "data", "decode", "ends", "n", "name", "o", "pdata", "s", "t", "targets", "what")
+    __slots__ = ("E", "a", "b", "data", "decode", "ends", "n", "name", "o", "pdata", "s", "sizes", "t", "targets", "what")
 
     def __init__(
-        self, targets: _Targets, E: int, got: dict[str, Any], partial: bool, what: str, name: str, *, checked: bool
+        self, plan: ReadPlan, got: dict[str, Any], a: np.ndarray, b: np.ndarray, E: int, what: str, name: str, targets: Any = ()
     ) -> None:
-        self.targets, self.E, self.what, self.name = targets, E, what, name
-        self.decode = _decompressor(checked)
+        self.targets: _Targets = list(targets)
+        self.E, self.what, self.name, self.a, self.b = E, what, name, a, b
+        self.decode = _decompressor(plan.verify and plan.compares_sections)
         self.data: np.ndarray = got["data"]
-        self.pdata: Any = got["pdata"] if partial else None
+        self.pdata: Any = got.get("pdata")  # the chunk below this rank's first leaf, if it reads one (plan_varray)
         sizes = got["sizes"]
         self.ends = np.zeros(sizes.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=self.ends[1:])
+        # The compressed sizes of the chunks read, the partial one first.
+        self.sizes: np.ndarray = np.concatenate([np.array([got["psize"]], dtype=np.uint64), sizes]) if "pdata" in got else sizes
         empty = np.zeros(0, dtype=np.int64)
-        self.n = self.s = self.t = self.o = self.a = self.b = empty
+        self.n = self.s = self.t = self.o = empty
 
     def __call__(self, i: int) -> None:
-        if self.pdata is not None:
-            c = self.pdata if i == 0 else self.data[self.ends[i - 1] : self.ends[i]]
-        else:
-            c = self.data[self.ends[i] : self.ends[i + 1]]
+        j = i - (self.pdata is not None)  # the partial chunk, if any, is chunk 0
+        c = self.pdata if j < 0 else self.data[self.ends[j] : self.ends[j + 1]]
         E, n = self.E, int(self.n[i])
         try:
             raw = self.decode(c, n * E)
@@ -455,8 +445,8 @@ class _Decode:
             w = b1 - b0
             np.positive(planes[b0:b1, s:t], out=flat[o * w : (o + t - s) * w].reshape(-1, w).T)
 
-    def check(self, sizes: np.ndarray) -> None:
-        """Refuse, before anything is decoded, a chunk whose stream of ``sizes`` bytes cannot hold its values.
+    def place(self, n: np.ndarray, s: np.ndarray, t: np.ndarray, o: np.ndarray) -> None:
+        """Set ``n``, ``s``, ``t``, ``o``; refuse, before anything is decoded, a chunk whose stream cannot hold its values.
 
         Deflate expands at most ``MAX_INFLATE_RATIO``-fold: nothing is
         allocated for decoded data that the file cannot hold.
@@ -467,6 +457,8 @@ class _Decode:
             On this rank, if a chunk's stream of ``sizes`` bytes is too short to inflate to its values (more than
             ``MAX_INFLATE_RATIO``-fold).
         """
+        self.n, self.s, self.t, self.o = n, s, t, o
+        sizes = self.sizes
         bad = self.n.astype(np.float64) * self.E > MAX_INFLATE_RATIO * (sizes.astype(np.float64) + 16)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -476,17 +468,21 @@ class _Decode:
             )
 
 
-def _chunk_leaves(c0: int, c1: int, partial: int | None, K: int, N: int) -> tuple[np.ndarray, np.ndarray]:
-    """First and end leaves of the chunks a rank reads: the partial one (if any), then ``c0 .. c1 - 1`` ((n,) int64 each)."""
-    idx = np.arange(c0 - (partial is not None), c1, dtype=np.int64)
-    a = idx * K
-    return a, np.minimum(a + K, N)
+_Chunks = tuple[int, int, int | None, np.ndarray, np.ndarray]
 
 
-def _sizes_read(got: dict[str, Any], partial: bool) -> np.ndarray:
-    """Return the compressed sizes of the chunks a rank reads, the partial one first ((n,) uint64)."""
-    sizes: np.ndarray = got["sizes"]
-    return np.concatenate([np.array([got["psize"]], dtype=np.uint64), sizes]) if partial else sizes
+def _chunks_of(span: Span, K: int) -> _Chunks:
+    """Return ``(c0, c1, partial, a, b)``: the chunks a rank reads, and their first and end leaves.
+
+    Chunks ``c0 .. c1 - 1`` start among the rank's leaves; ``partial`` is
+    the one below its first leaf (or None); ``a`` and ``b`` ((n,) int64)
+    are the leaves of each chunk read, the partial one first.
+    """
+    lo, hi = span.offset, span.end
+    c0, c1 = -(-lo // K), -(-hi // K)
+    partial = lo // K if lo % K and hi > lo else None
+    a = np.arange(c0 - (partial is not None), c1, dtype=np.int64) * K
+    return c0, c1, partial, a, np.minimum(a + K, span.N)
 
 
 def plan_chunks(
@@ -507,83 +503,52 @@ def plan_chunks(
         If the section does not hold the chunks the manifest describes
         (now), or a chunk is not a zlib stream of its leaves (when decoded).
     """
-    lo, hi, N = span.offset, span.end, span.N
-    if sec.raw.elem_count != -(-N // K):
-        raise CheckpointError(f"{what}: the section at byte {sec.entry.offset} is not the chunks the manifest describes")
-    c0, c1 = -(-lo // K), -(-hi // K)  # the chunks that start among this rank's leaves
-    partial = lo // K if lo % K and hi > lo else None
+    lo, hi = span.offset, span.end
+    _check_chunks((sec,), span.N, K, what)
+    c0, c1, partial, a, b = _chunks_of(span, K)
     got = plan_varray(src, plan, sec, c0, c1, what, partial=partial)
-    targets = [(0, E, out.reshape(-1).view(np.uint8))]
 
     def build() -> Deferred:
-        job = _Decode(targets, E, got, partial is not None, what, "chunk", checked=plan.verify and plan.compares_sections)
-        job.a, job.b = _chunk_leaves(c0, c1, partial, K, N)
-        job.n = job.b - job.a
-        job.s = np.maximum(job.a, lo) - job.a
-        job.t = np.minimum(job.b, hi) - job.a
-        job.o = np.maximum(job.a, lo) - lo
-        job.check(_sizes_read(got, partial is not None))
-        return Deferred([(job, job.a.size)], lambda: out)
+        job = _Decode(plan, got, a, b, E, what, "chunk", [(0, E, out.reshape(-1).view(np.uint8))])
+        job.place(b - a, np.maximum(a, lo) - a, np.minimum(b, hi) - a, np.maximum(a, lo) - lo)
+        return Deferred([(job, a.size)], lambda: out)
 
     return build
 
 
-def _check_hp_sections(csec: Section, vsec: Section, N: int, K: int, what: str) -> None:
-    """Check that both V sections of an hp field hold ceil(N / K) chunks, before anything is planned by them.
+def _check_chunks(secs: tuple[Section, ...], N: int, K: int, what: str) -> None:
+    """Check that the V sections of a chunked field hold ceil(N / K) chunks, before anything is planned by them.
 
     Raises
     ------
     CheckpointError
         On this rank, if a section does not hold the ceil(N / K) chunks the manifest describes.
     """
-    for sec in (csec, vsec):
+    for sec in secs:
         if sec.raw.elem_count != -(-N // K):
             raise CheckpointError(f"{what}: the section at byte {sec.entry.offset} is not the chunks the manifest describes")
 
 
 def _plan_counts(
     src: FieldSource, plan: ReadPlan, csec: Section, span: Span, cdt: np.dtype[Any], K: int, what: str
-) -> tuple[Callable[[], Deferred], np.ndarray, int, int | None]:
-    """Plan this rank's chunks of hp counts; return (decoding, the counts decoded into, their first leaf, partial).
+) -> tuple[Callable[[], Deferred], np.ndarray, int, _Chunks]:
+    """Plan this rank's chunks of hp counts; return (decoding, the counts decoded into, their first leaf, the chunks).
 
     The decoded counts (of ``cdt``, unchecked) are those of every leaf of
     the chunks read: from the first leaf of the first chunk read (returned)
-    to the end of the last.
+    to the end of the last; the chunks are :func:`_chunks_of`'s.
     """
-    lo, hi, N = span.offset, span.end, span.N
-    c0, c1 = -(-lo // K), -(-hi // K)
-    partial = lo // K if lo % K and hi > lo else None
+    chunks = c0, c1, partial, a, b = _chunks_of(span, K)
     got = plan_varray(src, plan, csec, c0, c1, what, partial=partial)
-    a, b = _chunk_leaves(c0, c1, partial, K, N)
-    base = int(a[0]) if a.size else lo
+    base = int(a[0]) if a.size else span.offset
     raw = np.empty(int(b[-1]) - base if b.size else 0, dtype=cdt)
 
     def decoding() -> Deferred:
-        checked = plan.verify and plan.compares_sections
-        targets = [(0, cdt.itemsize, raw.view(np.uint8))]
-        job = _Decode(targets, cdt.itemsize, got, partial is not None, what, "counts", checked=checked)
-        job.a, job.b = a, b
-        job.n = job.t = b - a
-        job.s = np.zeros_like(a)
-        job.o = a - base
-        job.check(_sizes_read(got, partial is not None))
+        job = _Decode(plan, got, a, b, cdt.itemsize, what, "counts", [(0, cdt.itemsize, raw.view(np.uint8))])
+        job.place(b - a, np.zeros_like(a), b - a, a - base)
         return Deferred([(job, a.size)], lambda: None)
 
-    return decoding, raw, base, partial
-
-
-def _as_counts(raw: np.ndarray, what: str) -> np.ndarray:
-    """Return decoded counts as int64, refusing those of ``<u8`` above 2**63 (no file holds that many values).
-
-    Raises
-    ------
-    CheckpointError
-        On this rank, if a count is 2**63 or more.
-    """
-    c = raw.astype(np.int64)
-    if c.size and int(c.min()) < 0:
-        raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
-    return c
+    return decoding, raw, base, chunks
 
 
 def plan_hp_counts(
@@ -598,13 +563,16 @@ def plan_hp_counts(
     CheckpointError
         If the sections do not hold the chunks the manifest describes, or a chunk does not decode.
     """
-    _check_hp_sections(csec, vsec, span.N, K, what)
+    _check_chunks((csec, vsec), span.N, K, what)
     decoding, raw, base, _ = _plan_counts(src, plan, csec, span, cdt, K, what)
 
     def build() -> np.ndarray:
         d: dict[str, Any] = {"counts": decoding()}
         resolve(d)
-        return _as_counts(raw[span.offset - base : span.end - base], what)
+        c = raw[span.offset - base : span.end - base].astype(np.int64)
+        if c.size and int(c.min()) < 0:  # a count of <u8 at or above 2**63: no file holds that many values
+            raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
+        return c
 
     return build
 
@@ -647,15 +615,13 @@ def plan_hp_chunks(
     """
     lo, hi = span.offset, span.end
     E = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-    _check_hp_sections(csec, vsec, span.N, K, what)
-    decoding, raw, base, partial = _plan_counts(src, plan, csec, span, cdt, K, what)
-    gv = plan_varray(src, plan, vsec, -(-lo // K), -(-hi // K), what, partial=partial)
+    _check_chunks((csec, vsec), span.N, K, what)
+    decoding, raw, base, (c0, c1, partial, a, b) = _plan_counts(src, plan, csec, span, cdt, K, what)
+    gv = plan_varray(src, plan, vsec, c0, c1, what, partial=partial)
 
     def values_pass() -> Deferred:
-        vsizes = _sizes_read(gv, partial is not None)
-        job = _Decode([], E, gv, partial is not None, what, "values", checked=plan.verify and plan.compares_sections)
-        a, b = _chunk_leaves(-(-lo // K), -(-hi // K), partial, K, span.N)
-        job.a, job.b = a, b
+        job = _Decode(plan, gv, a, b, E, what, "values")
+        vsizes = job.sizes
         most = int(raw.max()) if raw.size else 0
         if most * E > MAX_INFLATE_RATIO * (int(vsizes.max()) + 16 if vsizes.size else 0):  # no chunk holds that leaf's values
             raise CheckpointError(f"{what} has a leaf of more values than its values section can hold")
@@ -664,12 +630,13 @@ def plan_hp_chunks(
                 raise CheckpointError(f"{what} has more values than its values section can hold")
         cum = np.zeros(raw.size + 1, dtype=np.int64)
         np.cumsum(raw, dtype=np.int64, out=cum[1:])
-        job.n = cum[b - base] - cum[a - base]
-        job.check(vsizes)
         first = np.maximum(a, lo) - base
-        job.s = cum[first] - cum[a - base]
-        job.t = cum[np.minimum(b, hi) - base] - cum[a - base]
-        job.o = cum[first] - cum[lo - base]
+        job.place(
+            cum[b - base] - cum[a - base],
+            cum[first] - cum[a - base],
+            cum[np.minimum(b, hi) - base] - cum[a - base],
+            cum[first] - cum[lo - base],
+        )
         values = np.empty((int(cum[hi - base] - cum[lo - base]), *shape), dtype=dt)
         job.targets = [(0, E, values.reshape(-1).view(np.uint8))]
         mine = raw[lo - base : hi - base].astype(np.int64)

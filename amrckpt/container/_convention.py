@@ -25,6 +25,7 @@ from the index to any field, and tell a complete file from one cut short.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,6 +85,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
 
 
+def _without_none(out: Any, keys: Sequence[str]) -> Any:
+    """Return a model's serialized dict ``out`` without those of ``keys`` whose value is None (anything else as it is)."""
+    if isinstance(out, dict):
+        for k in keys:
+            if out.get(k, 0) is None:
+                del out[k]
+    return out
+
+
 class FieldSpec(_Model):
     """One field of a checkpoint, as the manifest describes it."""
 
@@ -123,15 +133,7 @@ class FieldSpec(_Model):
     @model_serializer(mode="wrap")
     def _without_default_layout(self, handler: SerializerFunctionWrapHandler) -> Any:
         # The layout attributes are written only where set: a field in one section keeps format 2's first bytes.
-        out = handler(self)
-        if isinstance(out, dict):
-            for k in _LAYOUT_KEYS:
-                if out.get(k, 0) is None:
-                    del out[k]
-        return out
-
-
-_LAYOUT_KEYS = ("layout", "count_dtype", "chunk")
+        return _without_none(handler(self), ("layout", "count_dtype", "chunk"))
 
 
 class ConnectivitySpec(_Model):
@@ -165,10 +167,7 @@ class ConnectivitySpec(_Model):
     @model_serializer(mode="wrap")
     def _without_absent(self, handler: SerializerFunctionWrapHandler) -> Any:
         out = handler(self)
-        if isinstance(out, dict):
-            for k in [k for k, v in out.items() if v is None]:
-                del out[k]
-        return out
+        return _without_none(out, list(out) if isinstance(out, dict) else [])
 
     def to_connectivity(self, dim: int) -> Connectivity:
         """Return the connectivity of a ``dim``-dimensional mesh (ConnectivityError if the arrays do not fit).
@@ -283,15 +282,9 @@ class GeometrySpec(_Model):
     @model_serializer(mode="wrap")
     def _without_absent(self, handler: SerializerFunctionWrapHandler) -> Any:
         # What formats 1 and 2 did not have is written only where set: their geometries keep their bytes.
-        out = handler(self)
-        if isinstance(out, dict):
-            for k in ("periodic", "connectivity", "map"):
-                if out.get(k, 0) is None:
-                    del out[k]
-            if self.connectivity is not None:
-                for k in ("tree_lower", "tree_upper", "vertices", "tree_to_vertex"):
-                    if out.get(k, 0) is None:
-                        del out[k]
+        out = _without_none(handler(self), ("periodic", "connectivity", "map"))
+        if self.connectivity is not None:
+            out = _without_none(out, ("tree_lower", "tree_upper", "vertices", "tree_to_vertex"))
         return out
 
     @model_validator(mode="after")

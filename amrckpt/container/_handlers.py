@@ -27,7 +27,7 @@ from ..scda import MAX_INFLATE_RATIO, ReadPlan, Share
 from ..sfc import mesh_record_dtype
 from ._chunks import plan_chunks, write_chunks
 from ._convention import FieldSpec, Manifest, MeshSpec, dtype_from_json
-from ._hp_layouts import HpLayout, count_dtype, hp_layout, hp_layout_of
+from ._hp_layouts import HP_LAYOUTS, HpLayout, count_dtype, hp_layout_of
 from ._registry import register, registered
 from ._sections import Build, FieldSource, Payload, SectionSink, Span, check_a, sections_of
 from ._varray import decode, plan_varray
@@ -253,14 +253,14 @@ class ArrayHandler(FieldHandler):
         return "V" if decl.get("chunks") is not None else "A"
 
     def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
-        out = _array_decl(super().describe(decl), decl)
+        out = super().describe(decl)
         K = decl.get("chunks")
         if K is not None:
             out = out.model_copy(update={"layout": "chunks", "chunk": K, "compressed": False})
         return self._where(out, decl, total)
 
     def _where(self, out: FieldSpec, decl: Mapping[str, Any], total: int) -> FieldSpec:
-        return out.model_copy(update={"count": total})
+        return _array_decl(out, decl, count=total)
 
     def check_spec(self, fs: FieldSpec, manifest: Manifest, path: str) -> None:
         if fs.layout == "chunks":
@@ -336,7 +336,7 @@ class CellsHandler(ArrayHandler):
     per_leaf = True
 
     def _where(self, out: FieldSpec, decl: Mapping[str, Any], total: int) -> FieldSpec:
-        return out.model_copy(update={"mesh": decl.get("mesh")})
+        return _array_decl(out, decl, mesh=decl.get("mesh"))
 
 
 @register
@@ -354,12 +354,8 @@ class MeshHandler(ArrayHandler):
     is_mesh = True
     reads_as = "records"
 
-    def describe(self, decl: Mapping[str, Any], total: int = 0, max_count: int = 0) -> FieldSpec:
-        out = FieldHandler.describe(self, decl)
-        K = decl.get("chunks")
-        if K is not None:
-            out = out.model_copy(update={"layout": "chunks", "chunk": K, "compressed": False})
-        return out
+    def _where(self, out: FieldSpec, decl: Mapping[str, Any], total: int) -> FieldSpec:
+        return out  # dimension, curve and geometry are in the manifest's MeshSpec
 
     def mesh_spec(self, name: str, dim: int, num_trees: int, curve: str, maxlevel: int, num_leaves: int, geometry: Any) -> MeshSpec:
         """Return the mesh's manifest entry: its record (the packed leaves' fields), leaf count and geometry."""
@@ -443,7 +439,7 @@ class HpHandler(FieldHandler):
         CheckpointError
             If an hp field has no such layout.
         """
-        layout = hp_layout(fs)
+        layout = HP_LAYOUTS.get(fs.layout)
         if layout is None:
             raise CheckpointError(f"{path!r}: hp field {fs.name!r} cannot have layout {fs.layout!r}")
         return layout

@@ -1,7 +1,7 @@
 """The three layouts of an hp field on disk, one object each, behind one protocol.
 
 :class:`~amrckpt.container._handlers.HpHandler` looks its layout up once
-(:func:`hp_layout`, from the manifest's ``layout``; :func:`hp_layout_of`,
+(:data:`HP_LAYOUTS`, by the manifest's ``layout``; :func:`hp_layout_of`,
 from the schema's declaration) and hands every step on to it: the manifest
 entry, its check, the sections written, the reads planned of a rank's leaves
 and of their bytes per leaf.  Every layout stores the same runs of values,
@@ -36,7 +36,7 @@ from ._sections import (
 )
 from ._varray import decode, plan_varray
 
-__all__ = ["HP_LAYOUTS", "HpLayout", "count_dtype", "hp_layout", "hp_layout_of"]
+__all__ = ["HP_LAYOUTS", "HpLayout", "count_dtype", "hp_layout_of"]
 
 
 def count_dtype(max_count: int) -> str:
@@ -334,11 +334,6 @@ def _sizes(counts: np.ndarray, value_nbytes: int) -> np.ndarray:
 
 HP_LAYOUTS: dict[str | None, HpLayout] = {lay.name: lay for lay in (_CountsLayout(), _ChunksLayout(), _VLayout())}
 """The layout of each value of an hp field's manifest ``layout``."""
-
-
-def hp_layout(fs: FieldSpec) -> HpLayout | None:
-    """Return the layout of manifest entry ``fs``, or None if an hp field has no such layout."""
-    return HP_LAYOUTS.get(fs.layout)
 
 
 def hp_layout_of(decl: Mapping[str, Any]) -> HpLayout:

@@ -55,6 +55,7 @@ __all__ = [
     "Metadata",
     "check_manifest",
     "checksum_error",
+    "entry_of",
     "explain",
     "parse_model",
     "read_index_on_root",
@@ -91,16 +92,14 @@ class CheckpointInfo:
     @property
     def writer_size(self) -> int | None:
         """The number of processes that wrote the file, where known."""
-        if self.run is not None:
-            return self.run.writer_size
-        return self.provenance.writer_size if self.provenance is not None else None
+        rec = self.run if self.run is not None else self.provenance
+        return rec.writer_size if rec is not None else None
 
     @property
     def saved_at(self) -> str | None:
         """When the save started (UTC, ISO 8601), where known."""
-        if self.run is not None:
-            return self.run.saved_at
-        return self.provenance.saved_at if self.provenance is not None else None
+        rec = self.run if self.run is not None else self.provenance
+        return rec.saved_at if rec is not None else None
 
 
 def parse_model(model: Any, raw: bytes, what: str, path: str) -> Any:
@@ -316,11 +315,7 @@ def read_metadata(f: scda.LocalFile, verify: bool, fields: Sequence[str] | Liter
             explain(read, size, head[0], verify, path, exc)
         raise
     index_raw, index = read_index_on_root(read, size, path, verify=verify)
-    try:
-        e = index.entry("amrckpt manifest")
-    except KeyError:
-        raise CheckpointError(f"{path!r}: the index has no section 'amrckpt manifest'") from None
-    manifest_raw = _block(read, size, e, MANIFEST_USER_STRING, verify, path)
+    manifest_raw = _block(read, size, entry_of(index, "amrckpt manifest", path), MANIFEST_USER_STRING, verify, path)
     manifest: Manifest = parse_model(Manifest, manifest_raw, "manifest", path)
     check_manifest(manifest, path)
     sections: dict[str, list[Section]] = {}
@@ -332,12 +327,12 @@ def read_metadata(f: scda.LocalFile, verify: bool, fields: Sequence[str] | Liter
     sections.update(read_sections(read, size, index, manifest, found_at_open(manifest, fields), verify, path))
     prov = counts = None
     if manifest.format_version == 1:
-        prov = _block(read, size, _entry(index, "amrckpt provenance", path), PROVENANCE_USER_STRING, verify, path)
-        counts = _format1_partition(read, size, _entry(index, "amrckpt partition", path), verify, path)
+        prov = _block(read, size, entry_of(index, "amrckpt provenance", path), PROVENANCE_USER_STRING, verify, path)
+        counts = _format1_partition(read, size, entry_of(index, "amrckpt partition", path), verify, path)
     return Metadata(size, index_raw, manifest_raw, read_run_record(path), sections, prov, counts)
 
 
-def _entry(index: Index, name: str, path: str) -> IndexEntry:
+def entry_of(index: Index, name: str, path: str) -> IndexEntry:
     try:
         return index.entry(name)
     except KeyError:

@@ -202,18 +202,9 @@ def _verify(call: Call, spath: str, access: scda.FileAccess, structure: bool, co
     except AmrckptError as exc:
         return VerifyReport(spath, False, [scda.problem_of(exc)], None)
     for e, crc in zip(index.sections, crcs, strict=True):
-        if crc is None:
-            problems.append(
-                Problem(
-                    "damaged", f"section {e.name!r} (bytes {e.offset}..{e.end}) is not inside the file", e.name, e.offset, e.end
-                )
-            )
-        elif crc != e.crc32:
-            problems.append(
-                Problem(
-                    "damaged", f"section {e.name!r} (bytes {e.offset}..{e.end}) does not match its CRC32", e.name, e.offset, e.end
-                )
-            )
+        if crc != e.crc32:
+            why = "is not inside the file" if crc is None else "does not match its CRC32"
+            problems.append(Problem("damaged", f"section {e.name!r} (bytes {e.offset}..{e.end}) {why}", e.name, e.offset, e.end))
     ck = None
     try:
         ck = read_info(spath, comm=call.comm, verify=True, access=access)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
 
 from ..container import Manifest
 from ..errors import SchemaError
-from ._kinds import CellsKind, FieldKind, MeshKind
+from ._kinds import KINDS, CellsKind, FieldKind, MeshKind
 
 __all__ = ["CheckpointSchema", "Migration"]
 
@@ -136,11 +137,30 @@ class CheckpointSchema(BaseModel):
         Raises
         ------
         SchemaError
-            If a field's dtype cannot be rebuilt, or its name is not a Python identifier.
+            If a field's dtype cannot be rebuilt, its name is not a Python identifier (or is a keyword, or starts
+            with ``_``), or its kind is unknown to this release.
         """
-        from ._manifest import schema_from_manifest
-
-        return schema_from_manifest(cls, manifest)
+        fields: dict[str, Any] = {}
+        for fs in manifest.fields:
+            if not fs.name.isidentifier() or keyword.iskeyword(fs.name) or fs.name.startswith("_"):
+                raise SchemaError(
+                    f"field {fs.name!r} of schema {manifest.schema_name!r} is not a Python identifier: no schema class has it"
+                )
+            try:
+                kind = KINDS[fs.kind]
+            except KeyError:
+                raise SchemaError(f"field {fs.name!r} is of kind {fs.kind!r}, unknown to this release") from None
+            fields[fs.name] = kind.from_spec(fs, manifest)  # (annotation, FieldInfo), as the manifest entry describes it
+        ident = "".join(ch if ch.isalnum() else "_" for ch in manifest.schema_name)
+        version = manifest.schema_version
+        model: type[CheckpointSchema] = create_model(
+            f"{ident[:1].upper()}{ident[1:]}_v{version}" if ident else f"Schema_v{version}",
+            __base__=cls,
+            __cls_kwargs__={"name": manifest.schema_name, "version": version},
+            __module__=__name__,
+            **fields,
+        )
+        return model
 
     @classmethod
     def migration(cls, from_version: int) -> Callable[[Migration], Migration]:

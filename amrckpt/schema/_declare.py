@@ -189,8 +189,7 @@ def Mesh(
     if given is not None and not isinstance(given, GeometrySpec):
         what = type(given).__name__
         raise SchemaError(f"Mesh: geometry must be an amrckpt.sfc.Connectivity or an amrckpt.container.GeometrySpec, not {what}")
-    element, chunks = _layout(compress, chunks)
-    level = level if level is not None else 1 if chunks is not None else 9
+    element, chunks, level = _layout(compress, chunks, level)
     return _field(mesh_kind(dim, curve, geometry, description, element, level, chunks), PydanticUndefined)
 
 
@@ -262,12 +261,21 @@ def _values(
     compress: Any,
     level: Any,
     chunks: Any,
+    *,
+    nonempty: bool = False,
     **more: Any,
 ) -> Any:
-    """Return the field of fixed-size values (cells, arrays): dtype, shape, compression and chunks checked."""
+    """Return the field of fixed-size values (cells, arrays, hp): dtype, shape, compression and chunks checked.
+
+    Raises
+    ------
+    SchemaError
+        On this rank, if a declared value is not valid; with ``nonempty``, if a value of ``shape`` has no bytes.
+    """
     dt, native = _dtype_spec(dtype, what)
-    element, chunks = _layout(compress, chunks)
-    level = level if level is not None else 1 if chunks is not None else 9
+    if nonempty and math.prod(_shape(shape)) == 0:
+        raise SchemaError(f"{what}: values of shape {_shape(shape)} have no bytes, so the file could not carry their counts")
+    element, chunks, level = _layout(compress, chunks, level)
     common = _common(units, description, element, level)
     return _field(cls(**common, dtype=dt, native=native, shape=_shape(shape), chunks=chunks, **more), PydanticUndefined)
 
@@ -276,41 +284,29 @@ Compress = bool | Literal["element"]
 """What ``compress=`` accepts: ``False``, ``True`` (chunks of leaves), ``"element"`` (the scda paper's per-element convention)."""
 
 
-def _element(compress: Any) -> bool:
-    """Return whether ``compress`` asks for the per-element convention (``"element"``) rather than chunks (``True``).
+def _layout(compress: Any, chunks: Any, level: Any) -> tuple[bool, int | None, Any]:
+    """Return (per-element convention, leaves per chunk or None, zlib level) of a field's ``compress``, ``chunks``, ``level``.
+
+    ``compress="element"`` asks for the per-element convention, ``True``
+    for chunks.  A ``level`` of None is 1 for chunks, else 9.
 
     Raises
     ------
     SchemaError
-        On this rank, if ``compress`` is not False, True or ``"element"``.
+        On this rank, if ``compress`` is not False, True or ``"element"``, or ``chunks`` is not a positive int, or is
+        given with ``compress="element"``.
     """
-    if isinstance(compress, str):
-        if compress != "element":
-            raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
-        return True
-    if not isinstance(compress, (bool, np.bool_)):
+    if (isinstance(compress, str) and compress != "element") or not isinstance(compress, (str, bool, np.bool_)):
         raise SchemaError(f'compress must be False, True or "element", not {compress!r}')
-    return False
-
-
-def _layout(compress: Any, chunks: Any) -> tuple[bool, int | None]:
-    """Return (per-element convention, leaves per chunk or None) of a field's ``compress`` and ``chunks``.
-
-    Raises
-    ------
-    SchemaError
-        On this rank, if ``chunks`` is not a positive int, or is given with ``compress="element"``.
-    """
-    element = _element(compress)
+    element = isinstance(compress, str)
     if chunks is not None:
         if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
             raise SchemaError(f"chunks must be a positive int (leaves per chunk), not {chunks!r}")
         if element:
             raise SchemaError('compress="element" (per element) and chunks (per chunk of leaves) exclude each other: choose one')
-        return False, chunks
-    if compress is True or (not element and bool(compress)):
-        return False, DEFAULT_CHUNK
-    return element, None
+    elif not element and compress:
+        chunks = DEFAULT_CHUNK
+    return element, chunks, level if level is not None else 1 if chunks is not None else 9
 
 
 def HpCells(
@@ -358,16 +354,7 @@ def HpCells(
     SchemaError
         As :func:`Cells`, or if a value has no bytes.
     """
-    dt, native = _dtype_spec(dtype, "HpCells")
-    shape = _shape(shape)
-    if math.prod(shape) == 0:
-        raise SchemaError(f"HpCells: values of shape {shape} have no bytes, so the file could not carry their counts")
-    element, chunks = _layout(compress, chunks)
-    level = level if level is not None else 1 if chunks is not None else 9
-    kind = HpCellsKind(
-        **_common(units, description, element, level), dtype=dt, native=native, shape=shape, mesh=mesh, chunks=chunks
-    )
-    return _field(kind, PydanticUndefined)
+    return _values(HpCellsKind, "HpCells", dtype, shape, units, description, compress, level, chunks, nonempty=True, mesh=mesh)
 
 
 def Array(

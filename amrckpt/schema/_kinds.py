@@ -44,7 +44,6 @@ __all__ = [
     "NDArrayKind",
     "Prepared",
     "ArrayKind",
-    "disk_dtype",
 ]
 
 CellData = np.ndarray
@@ -75,11 +74,6 @@ def _dtype_spec(spec: Any, what: str) -> tuple[np.dtype[Any], bool]:
     else:
         native = dt.byteorder in ("=", "|") and all(dt[n].byteorder in ("=", "|") for n in (dt.names or ()))
     return dt, native
-
-
-def disk_dtype(dt: np.dtype[Any], native: bool) -> np.dtype[Any]:
-    """Return the dtype with the byte order it has in a file: explicit, native resolved."""
-    return dt.newbyteorder("=") if native else dt
 
 
 @dataclass
@@ -409,7 +403,7 @@ class CellsKind(FieldKind):
     @property
     def disk_dtype(self) -> np.dtype[Any]:
         """The dtype in the file: the declared byte order, or the writer's."""
-        return disk_dtype(self.dtype, self.native)
+        return self.dtype.newbyteorder("=") if self.native else self.dtype
 
     def _check_dtype(self, name: str, got: np.dtype[Any]) -> None:
         if got.newbyteorder("=") != self.dtype.newbyteorder("=") or (got.names or ()) != (self.dtype.names or ()):
