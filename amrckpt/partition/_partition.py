@@ -448,11 +448,6 @@ def _uniform_cuts(N: int, P: int) -> np.ndarray:
     return q * p + (r * p) // P
 
 
-def _floor_cuts(W: int, P: int) -> np.ndarray:
-    """Return ``floor(W * q / P)`` for q = 1..P-1, exactly, as int64 (W < 2**63)."""
-    return _uniform_cuts(W, P)[1:-1]
-
-
 def _local_int_sum(w: np.ndarray, wmax: int) -> int:
     """Return the exact sum of non-negative int64 ``w`` whose maximum is ``wmax``."""
     if wmax * w.shape[0] <= MAX_ELEMENTS:
@@ -561,7 +556,7 @@ def _weighted(local_weights: Any, call: Call, size: Any) -> Partition:
         incl = np.cumsum(wq)  # S_{i+1} - prefix for this rank's elements i
         # The first element whose inclusive prefix exceeds floor(W*q/P); for
         # q < P it exists on exactly one rank (W > 0), the others keep N.
-        j = np.searchsorted(incl, _floor_cuts(W, P) - np.int64(prefix), side="right")
+        j = np.searchsorted(incl, _uniform_cuts(W, P)[1:-1] - np.int64(prefix), side="right")
         inside = j < n
         cand[inside] = first + j[inside]
     gfq = np.empty(P + 1, dtype=np.int64)
