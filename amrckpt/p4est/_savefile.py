@@ -135,13 +135,10 @@ def _parse_open(path: str, check: bool) -> P4estHeader:
             f.seek(at)
             return f.read(n)
 
-        f.seek(0)
         magic = f.read(8)
         if magic not in (b"p4est\0\0\0", b"p8est\0\0\0"):
             raise _error(f"{path!r} is not a p4est file: it starts with {magic!r}, not p4est's magic", "connectivity header", 0)
         head = read(0, 112, "connectivity header")
-        if head[:8] not in (b"p4est\0\0\0", b"p8est\0\0\0"):
-            raise _error(f"{path!r} is not a p4est file: it starts with {head[:8]!r}, not p4est's magic", "connectivity header", 0)
         V, K, E, nett, NC, nctt, attr = struct.unpack("<7Q", head[48:104])
         if K < 1 or any(x >= 2**31 for x in (V, K, E, nett, NC, nctt, attr)):
             raise _error(f"impossible counts in the connectivity header ({K} trees, {V} vertices)", "connectivity header", 48)
