@@ -303,9 +303,7 @@ class Connectivity(ConnectivityTables):
             return False
         if not np.array_equal(self.vertices.view(np.uint64), other.vertices.view(np.uint64)):
             return False
-        names = ["tree_to_vertex", "tree_to_edge", "tree_to_corner", "tree_to_tree", "tree_to_face", "tree_to_attr"]
-        names += ["ett_offset", "edge_to_tree", "edge_to_edge", "ctt_offset", "corner_to_tree", "corner_to_corner"]
-        for name in names:
+        for name in _ARRAYS[1:]:  # the vertices compared above
             a, b = getattr(self, name), getattr(other, name)
             if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
                 return False
