@@ -70,7 +70,7 @@ class AdaptStep:
         if self.kind == "refine":
             out: np.ndarray = np.where(self.mask, F, 1).astype(np.int64)
             return out
-        keep = ~_members(self.mask, F)
+        keep = ~family_members(self.mask, dim)
         out = np.where(self.mask[keep], F, 1).astype(np.int64)
         return out
 
@@ -253,11 +253,7 @@ def family_members(first: np.ndarray, dim: int) -> np.ndarray:
     -------
     (n,) numpy.ndarray of bool
     """
-    return _members(first, 1 << dim)
-
-
-def _members(first: np.ndarray, F: int) -> np.ndarray:
-    """Mark members 1 .. F - 1 of the families whose first leaves are marked."""
+    F = 1 << dim
     if _tiles(first, F):
         every = np.ones(first.shape[0], dtype=bool)
         every[::F] = False
@@ -301,7 +297,7 @@ def coarsen_step(forest: Forest, first: Any, *, check: bool = True) -> Forest:
     if _tiles(m, F):  # every leaf in a family: the parents are the first leaves, by slicing
         coords = [c[::F] for c in forest.coords()]
         return Forest(forest.tree[::F], forest.level[::F] - np.int8(1), *coords, num_trees=forest.num_trees)
-    keep = ~_members(m, 1 << d)
+    keep = ~family_members(m, d)
     lev = forest.level[keep] - m[keep].astype(np.int8)
     # child 0's anchor is its parent's
     return Forest(forest.tree[keep], lev, *[c[keep] for c in forest.coords()], num_trees=forest.num_trees)
@@ -429,5 +425,5 @@ def coarsen(forest: Forest, levels: int = 1, marker: Any = None, *, minlevel: in
                 break
         steps.append(AdaptStep("coarsen", first))
         forest = coarsen_step(forest, first, check=False)
-        mark = mark[::F].copy() if _tiles(first, F) else mark[~_members(first, F)]
+        mark = mark[::F].copy() if _tiles(first, F) else mark[~family_members(first, d)]
     return Adapted(forest, tuple(steps))
