@@ -343,7 +343,9 @@ class Partition:
             If ``rank`` is out of range.
 
         """
-        r = self._rank(rank)
+        r = _index(rank, "rank")
+        if not 0 <= r < self.size:
+            raise PartitionError(f"rank {r} is outside [0, {self.size})")
         return int(self.global_first_quadrant[r]), int(self.global_first_quadrant[r + 1])
 
     def owner(self, global_indices: Any) -> np.ndarray:
@@ -377,12 +379,6 @@ class Partition:
                 raise PartitionError(f"global index {int(flat[i])} (entry {i}) is outside [0, N = {self.N})")
         ranks = np.searchsorted(self.global_first_quadrant, idx.astype(np.int64, copy=False), side="right") - 1
         return np.asarray(ranks, dtype=np.int64)
-
-    def _rank(self, rank: int) -> int:
-        r = _index(rank, "rank")
-        if not 0 <= r < self.size:
-            raise PartitionError(f"rank {r} is outside [0, {self.size})")
-        return r
 
     # ------------------------------------------------------------------ value semantics
 
