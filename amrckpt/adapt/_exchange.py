@@ -22,10 +22,6 @@ from ..sfc import MAXLEVEL, Forest, mesh_record_dtype
 __all__ = ["alltoall", "keep", "moved", "weights"]
 
 
-def _records(forest: Forest) -> np.ndarray:
-    return forest.to_records()
-
-
 def _take(item: Any, a: int, b: int) -> Any:
     """Leaves ``a:b`` of a per-leaf item: records, an array, or (values, counts, offsets) of an hp field."""
     if isinstance(item, HpData):
@@ -181,7 +177,7 @@ def weights(state: dict[str, Any], names: list[str], dim: int) -> np.ndarray:
 def moved(call: Call, state: dict[str, Any], cur: Partition, new: Partition) -> dict[str, Any]:
     """Move the whole state (leaves, fields, marks) from ``cur`` to ``new``. Collective."""
     forest = state["forest"]
-    items = {k: (_records(forest) if k == "forest" else v) for k, v in state.items()}
+    items = {k: (forest.to_records() if k == "forest" else v) for k, v in state.items()}
     got = _move(call, items, cur, new)
     got["forest"] = Forest.from_records(got["forest"], num_trees=forest.num_trees, curve=forest.curve)
     return got

@@ -60,7 +60,7 @@ def _levels(v: Any, what: str, lo: int, hi: int) -> int:
     return k
 
 
-def _check_ops(adapt: Adapt, dim: int, size: int, default_conn: Any) -> None:
+def _check_ops(adapt: Adapt, dim: int, default_conn: Any) -> None:
     """Check the ops against the mesh and the job: the same on every rank (no data), so raised directly.
 
     Raises
@@ -141,7 +141,7 @@ def adapt_state(
         without a connectivity.
     """
     forest: Forest = values[mesh]
-    _check_ops(adapt, forest.dim, call.comm.size, connectivity)
+    _check_ops(adapt, forest.dim, connectivity)
     names = [n for n in values if n != mesh and n in kinds and kinds[n].per_leaf and kinds[n].mesh_name(n) == mesh]
     tkinds = {n: ("hp" if isinstance(values[n], HpData) else "cells") for n in names}
     transfers = call.run(lambda: {n: _transfer_of(n, tkinds[n], adapt) for n in names}) or {}

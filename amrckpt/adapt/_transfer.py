@@ -108,7 +108,7 @@ def apply_cells(values: np.ndarray, step: AdaptStep, dim: int, transfer: CellTra
     return out
 
 
-def _run_index(offsets: np.ndarray, src: np.ndarray, counts: np.ndarray, size: int) -> np.ndarray:
+def _run_index(offsets: np.ndarray, src: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Return the positions of the runs ``offsets[s] .. offsets[s] + counts[k]`` for ``s = src[k]``, concatenated.
 
     One repeat and an in-place add (numpy.intp: what indexing takes without a conversion).
@@ -265,7 +265,7 @@ def _gather_runs(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, count
     """Concatenate the runs ``values[offsets[s]:offsets[s] + counts[k]]`` for ``s = src[k]``, vectorized (one ``take``)."""
     if int(counts.sum()) == 0:
         return values[:0]
-    out: np.ndarray = values[_run_index(offsets, src, counts, values.shape[0])]
+    out: np.ndarray = values[_run_index(offsets, src, counts)]
     return out
 
 
@@ -296,8 +296,9 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
         pv = _gather_runs(data.values, off, idx, counts[idx])
         kv, kc = hp_user(transfer.refine(pv, counts[idx].copy()), idx.size * F, shape, data.values.dtype, f"{name}: refine")
         # children of refined leaves from kv, kc; others as they are
-        new_counts[np.repeat(m, n_out)] = kc
-        return HpData(_merge_runs(data, m, n_out, src, kv, kc, new_counts), new_counts)
+        child = np.repeat(m, n_out)
+        new_counts[child] = kc
+        return HpData(_merge_runs(data, child, src, kv, kc, new_counts), new_counts)
     if idx.size == 0:
         return HpData(data.values, counts.copy())
     every = idx.size * F == m.shape[0]  # every leaf is in a family: the members are the leaves in order
@@ -319,45 +320,35 @@ def apply_hp(data: HpData, step: AdaptStep, dim: int, transfer: HpTransfer, name
         pv = _average_runs(data.values, counts, idx, fo, pc, F, tiled=every)
         if every:  # the parents' runs are all the runs, in order
             return HpData(pv, pc.copy())
-        off = data.offsets
     else:
-        off = data.offsets
         fam = np.arange(m.shape[0]) if every else (idx[:, None] + np.arange(F)[None, :]).reshape(-1)
-        kv = _gather_runs(data.values, off, fam, counts[fam])
+        kv = _gather_runs(data.values, data.offsets, fam, counts[fam])
         pv, pc = hp_user(transfer.coarsen(kv, counts[fam].copy()), idx.size, shape, data.values.dtype, f"{name}: coarsen")
     keep = ~family_members(m, dim)
     new_counts = counts[keep]
     is_parent = m[keep]
-    parent_pos = np.flatnonzero(is_parent)
-    new_counts[parent_pos] = pc
+    new_counts[is_parent] = pc
     # the kept leaves' runs, with each family's run replaced by its parent's
-    src = np.flatnonzero(keep)
-    new_off = np.concatenate([[0], np.cumsum(new_counts)])
-    out = np.empty((int(new_off[-1]), *shape), dtype=data.values.dtype)
-    single = ~is_parent
-    if single.any():
-        pos = _run_index(new_off, np.flatnonzero(single), new_counts[single], out.shape[0])
-        out[pos] = _gather_runs(data.values, off, src[single], new_counts[single])
-    if pv.size:
-        out[_run_index(new_off, parent_pos, pc, out.shape[0])] = pv.reshape(-1, *shape)
-    return HpData(out, new_counts)
+    return HpData(_merge_runs(data, is_parent, np.flatnonzero(keep), pv, pc, new_counts), new_counts)
 
 
 def _merge_runs(
-    data: HpData, m: np.ndarray, n_out: np.ndarray, src: np.ndarray, kv: np.ndarray, kc: np.ndarray, new_counts: np.ndarray
+    data: HpData, new: np.ndarray, src: np.ndarray, kv: np.ndarray, kc: np.ndarray, new_counts: np.ndarray
 ) -> np.ndarray:
-    """Return the values after a refinement: unrefined leaves' runs as they were, refined leaves' children from ``kv``."""
+    """Return the values after a step: the runs of the leaves marked ``new`` from ``kv`` (``kc`` values each), others as they were.
+
+    ``new``, ``new_counts``: over the leaves after the step; ``src``: the
+    leaf before the step of each leaf after it, for the runs kept (the
+    children of a refined leaf, or the parent of a family, are marked).
+    """
     new_off = np.concatenate([[0], np.cumsum(new_counts)])
     out = np.empty((int(new_off[-1]), *data.values.shape[1:]), dtype=data.values.dtype)
-    child = np.repeat(m, n_out)
-    plain = np.flatnonzero(~child)
+    plain = np.flatnonzero(~new)
     if plain.size:
-        out[_run_index(new_off, plain, new_counts[plain], out.shape[0])] = _gather_runs(
-            data.values, data.offsets, src[plain], new_counts[plain]
-        )
-    kids = np.flatnonzero(child)
-    if kids.size:
-        out[_run_index(new_off, kids, kc, out.shape[0])] = kv
+        out[_run_index(new_off, plain, new_counts[plain])] = _gather_runs(data.values, data.offsets, src[plain], new_counts[plain])
+    made = np.flatnonzero(new)
+    if made.size:
+        out[_run_index(new_off, made, kc)] = kv
     return out
 
 

@@ -18,6 +18,7 @@ arrays given (:func:`amrckpt.partition.keep_families`).
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -69,7 +70,7 @@ class AdaptStep:
         if self.kind == "refine":
             out: np.ndarray = np.where(self.mask, F, 1).astype(np.int64)
             return out
-        keep = ~_members(self.mask, F)
+        keep = ~family_members(self.mask, dim)
         out = np.where(self.mask[keep], F, 1).astype(np.int64)
         return out
 
@@ -190,49 +191,41 @@ def family_starts(forest: Forest) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     if n < F:
         return out
-    if n % F == 0 and _aligned_families(forest).all():
-        # leaves F i .. F i + F - 1 are a family for every i: a leaf is in one family at most, so these are all
-        out[::F] = True
-        return out
+    if n % F == 0:
+        # contiguous first (a forest read from a file holds views of its records, 13 or 17 bytes apart): one pass each
+        rows = [np.ascontiguousarray(a).reshape(-1, F) for a in (forest.tree, forest.level, *forest.coords())]
+        if _families(rows[0], rows[1], rows[2:], lambda a, c_i: a[:, c_i], d).all():
+            # leaves F i .. F i + F - 1 are a family for every i: a leaf is in one family at most, so these are all
+            out[::F] = True
+            return out
     k = n - F + 1
-    lev = forest.level[:k]
-    # int32 side (2**30 at level 0 fits; anchors plus a side wrap only where level 0 is refused anyway)
-    h = np.left_shift(np.int32(1), (MAXLEVEL[d] - lev).astype(np.int32))
-    coords = forest.coords()
-    ok = lev >= 1
-    for c in coords:
-        ok &= (c[:k] & h) == 0  # child 0: the parent's anchor
-    for c_i in range(1, F):
-        ok &= forest.level[c_i : c_i + k] == lev
-        ok &= forest.tree[c_i : c_i + k] == forest.tree[:k]
-        for a, c in enumerate(coords):
-            ok &= (c[c_i : c_i + k] == c[:k] + h) if (c_i >> a) & 1 else (c[c_i : c_i + k] == c[:k])
-    out[:k] = ok
+    out[:k] = _families(forest.tree, forest.level, forest.coords(), lambda a, c_i: a[c_i : c_i + k], d)
     return out
 
 
-def _aligned_families(forest: Forest) -> np.ndarray:
-    """Return whether leaves ``F i .. F i + F - 1`` are a family, for each i (``n`` a multiple of ``F = 2**dim``).
+def _families(
+    tree: np.ndarray, level: np.ndarray, coords: list[np.ndarray], member: Callable[[np.ndarray, int], np.ndarray], d: int
+) -> np.ndarray:
+    """Return whether each candidate's ``2**dim`` leaves are a family: the children of one parent, in Morton order.
 
-    The test of :func:`family_starts` on the leaves reshaped to rows of
-    ``F``: one pass over each column, ``n / F`` long.
+    ``member(a, c_i)`` is the ``c_i``-th leaf of every candidate in the
+    array ``a`` (the trees, the levels or a coordinate): the leaves shifted
+    by ``c_i`` (:func:`family_starts`' test at every leaf), or column
+    ``c_i`` of the leaves reshaped to rows of ``2**dim`` (its test of the
+    rows: one pass over each column, ``n / 2**dim`` long).
     """
-    d = forest.dim
-    F = 1 << d
-    # contiguous first (a forest read from a file holds views of its records, 13 or 17 bytes apart): one pass each
-    lev = np.ascontiguousarray(forest.level).reshape(-1, F)
-    tree = np.ascontiguousarray(forest.tree).reshape(-1, F)
-    l0, t0 = lev[:, 0], tree[:, 0]
+    l0, t0 = member(level, 0), member(tree, 0)
+    c0 = [member(c, 0) for c in coords]
+    # int32 side (2**30 at level 0 fits; anchors plus a side wrap only where level 0 is refused anyway)
     h = np.left_shift(np.int32(1), (MAXLEVEL[d] - l0).astype(np.int32))
     ok = l0 >= 1
-    cols = [np.ascontiguousarray(c).reshape(-1, F) for c in forest.coords()]
-    for c in cols:
-        ok &= (c[:, 0] & h) == 0  # child 0: the parent's anchor
-    for c_i in range(1, F):
-        ok &= lev[:, c_i] == l0
-        ok &= tree[:, c_i] == t0
-        for a, c in enumerate(cols):
-            ok &= (c[:, c_i] == c[:, 0] + h) if (c_i >> a) & 1 else (c[:, c_i] == c[:, 0])
+    for c in c0:
+        ok &= (c & h) == 0  # child 0: the parent's anchor
+    for c_i in range(1, 1 << d):
+        ok &= member(level, c_i) == l0
+        ok &= member(tree, c_i) == t0
+        for a, c in enumerate(coords):
+            ok &= (member(c, c_i) == c0[a] + h) if (c_i >> a) & 1 else (member(c, c_i) == c0[a])
     return ok
 
 
@@ -260,11 +253,7 @@ def family_members(first: np.ndarray, dim: int) -> np.ndarray:
     -------
     (n,) numpy.ndarray of bool
     """
-    return _members(first, 1 << dim)
-
-
-def _members(first: np.ndarray, F: int) -> np.ndarray:
-    """Mark members 1 .. F - 1 of the families whose first leaves are marked."""
+    F = 1 << dim
     if _tiles(first, F):
         every = np.ones(first.shape[0], dtype=bool)
         every[::F] = False
@@ -308,7 +297,7 @@ def coarsen_step(forest: Forest, first: Any, *, check: bool = True) -> Forest:
     if _tiles(m, F):  # every leaf in a family: the parents are the first leaves, by slicing
         coords = [c[::F] for c in forest.coords()]
         return Forest(forest.tree[::F], forest.level[::F] - np.int8(1), *coords, num_trees=forest.num_trees)
-    keep = ~_members(m, 1 << d)
+    keep = ~family_members(m, d)
     lev = forest.level[keep] - m[keep].astype(np.int8)
     # child 0's anchor is its parent's
     return Forest(forest.tree[keep], lev, *[c[keep] for c in forest.coords()], num_trees=forest.num_trees)
@@ -367,7 +356,9 @@ def refine(forest: Forest, levels: int = 1, marker: Any = None, *, maxlevel: int
     _check_forest(forest, "refine")
     k = _levels(levels, "refine")
     d = forest.dim
-    top = _maxlevel(maxlevel, d)
+    top = QMAXLEVEL[d] if maxlevel is None else operator.index(maxlevel)
+    if not 0 <= top <= QMAXLEVEL[d]:
+        raise AdaptError(f"refine: maxlevel must be in [0, {QMAXLEVEL[d]}] in {d}D, not {top}")
     mark = np.ones(len(forest), dtype=bool) if marker is None else _mask(marker, len(forest), "refine").copy()
     steps: list[AdaptStep] = []
     for _ in range(k):
@@ -378,15 +369,6 @@ def refine(forest: Forest, levels: int = 1, marker: Any = None, *, maxlevel: int
         forest = refine_step(forest, m)
         mark = np.repeat(mark, 1 << d) if m.all() else np.repeat(mark, np.where(m, 1 << d, 1))
     return Adapted(forest, tuple(steps))
-
-
-def _maxlevel(maxlevel: Any, d: int) -> int:
-    if maxlevel is None:
-        return QMAXLEVEL[d]
-    top = operator.index(maxlevel)
-    if not 0 <= top <= QMAXLEVEL[d]:
-        raise AdaptError(f"refine: maxlevel must be in [0, {QMAXLEVEL[d]}] in {d}D, not {top}")
-    return top
 
 
 def coarsen(forest: Forest, levels: int = 1, marker: Any = None, *, minlevel: int = 0) -> Adapted:
@@ -443,5 +425,5 @@ def coarsen(forest: Forest, levels: int = 1, marker: Any = None, *, minlevel: in
                 break
         steps.append(AdaptStep("coarsen", first))
         forest = coarsen_step(forest, first, check=False)
-        mark = mark[::F].copy() if _tiles(first, F) else mark[~_members(first, F)]
+        mark = mark[::F].copy() if _tiles(first, F) else mark[~family_members(first, d)]
     return Adapted(forest, tuple(steps))

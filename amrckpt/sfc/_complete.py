@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._keys import MAXLEVEL, morton_keys
+from ._tables import _CHECK_CHUNK as _CHUNK
 
 __all__ = ["ForestGap", "forest_gap"]
 
@@ -163,7 +164,3 @@ def forest_gap(
     if g0 + n == num_leaves:
         return _pair(g0 + n - 1, int(t[-1]), last_end, num_trees, 0, full, num_trees)
     return None
-
-
-_CHUNK = 1 << 15
-"""Leaves per chunk of :func:`forest_gap`: its temporaries of a chunk stay in a core's L2 cache."""

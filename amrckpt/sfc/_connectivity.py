@@ -23,8 +23,6 @@ from ._tables import _CHILDREN, _EDGES, _FACES, P4EST_ONDISK_FORMAT, Connectivit
 
 __all__ = ["P4EST_ONDISK_FORMAT", "Connectivity"]
 
-_TOPIDX = np.dtype("<i4")  # p4est_topidx_t (int32_t)
-
 
 def _int_table(value: Any, shape: tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
     """``value`` as a C-contiguous array of ``dtype`` and ``shape`` (-1: any length), or ConnectivityError.
@@ -305,9 +303,7 @@ class Connectivity(ConnectivityTables):
             return False
         if not np.array_equal(self.vertices.view(np.uint64), other.vertices.view(np.uint64)):
             return False
-        names = ["tree_to_vertex", "tree_to_edge", "tree_to_corner", "tree_to_tree", "tree_to_face", "tree_to_attr"]
-        names += ["ett_offset", "edge_to_tree", "edge_to_edge", "ctt_offset", "corner_to_tree", "corner_to_corner"]
-        for name in names:
+        for name in _ARRAYS[1:]:  # the vertices compared above
             a, b = getattr(self, name), getattr(other, name)
             if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
                 return False
@@ -332,11 +328,7 @@ class Connectivity(ConnectivityTables):
         if self.tree_to_vertex is not None:
             out: np.ndarray = self.vertices[self.tree_to_vertex]
             return out
-        c = np.arange(C)
-        unit = np.stack([(c >> a) & 1 for a in range(3)], axis=1).astype(np.float64)
-        if self.dim == 2:
-            unit[:, 2] = 0.0
-        pts = np.broadcast_to(unit, (self.num_trees, C, 3)).copy()
+        pts = np.broadcast_to(_unit_vertices(self.dim), (self.num_trees, C, 3)).copy()
         pts[:, :, 0] += np.arange(self.num_trees)[:, None]
         return pts
 
@@ -643,6 +635,3 @@ def _check_shared(
         _first_bad(f"shared {kind} inconsistency (equal flips)", (k[1:] == k[:-1]) & (f[1:] == f[:-1]), "entry")
     else:
         _first_bad(f"shared {kind} inconsistency (the tree's own {kind} twice)", refs & (count > 1), f"tree {kind}")
-
-
-# ---------------------------------------------------------------------------- the brick

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import numpy as np
@@ -358,14 +359,11 @@ def _build_hilbert_tables(dim: int, chunk: int) -> tuple[np.ndarray, np.ndarray]
 # Levels per table lookup (chunk) and zero levels appended below the key so
 # that the chunks divide it: 2D 30 = 5 x 6, 3D 19 + 1 = 5 x 4.
 _HCHUNK = {2: (6, 0), 3: (4, 1)}
-_HTABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
+@functools.cache
 def _hilbert_tables(dim: int) -> tuple[np.ndarray, np.ndarray]:
-    tables = _HTABLES.get(dim)
-    if tables is None:
-        tables = _HTABLES[dim] = _build_hilbert_tables(dim, _HCHUNK[dim][0])
-    return tables
+    return _build_hilbert_tables(dim, _HCHUNK[dim][0])
 
 
 def _hilbert_unchecked(coords: list[np.ndarray], lev: np.ndarray | None) -> np.ndarray:

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import PartitionError
+from ._follow import _copied
 from ._keys import (
     _U64,
     MAXLEVEL,
@@ -22,6 +23,7 @@ from ._keys import (
     _volumes,
     morton_decode,
 )
+from ._tables import _CHECK_CHUNK as _CHUNK
 
 
 class Leaves(NamedTuple):
@@ -252,10 +254,6 @@ def check_linear_forest(
         raise PartitionError(f"not a complete forest: gap after leaf {i}, the last of tree {int(t[i])}")
 
 
-_CHUNK = 1 << 15
-"""Leaves per chunk of :func:`_morton_linear`: its ~25 temporaries of a chunk stay in a core's L2 cache."""
-
-
 def _morton_linear(tree: Any, level: Any, x: Any, y: Any, z: Any) -> bool:
     """Whether leaves are certainly valid and linear in Morton order (:func:`check_linear_forest`'s fast path).
 
@@ -338,12 +336,6 @@ def _morton_linear(tree: Any, level: Any, x: Any, y: Any, z: Any) -> bool:
         if not np.where(t[1:] == t[:-1], after, t[1:] > t[:-1]).all():
             return False
     return True
-
-
-def _copied(out: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """Copy ``a`` into ``out`` (as its unsigned bits) and return ``out``."""
-    np.copyto(out, a.view(out.dtype))
-    return out
 
 
 def is_linear_forest(

@@ -65,13 +65,13 @@ class P4estQuadrants(NamedTuple):
     last_local_tree: int
 
 
-def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np.ndarray]:
+def _columns(quadrants: Any) -> tuple[int, list[np.ndarray], np.ndarray]:
     """Return ``(dim, [x, y(, z)], level)`` of quadrants given as (n, dim + 1) integers or ``p4est_quadrant_t`` records.
 
     Raises
     ------
     SchemaError
-        On this rank, for quadrants of another shape or dtype, or of another dimension than the connectivity's.
+        On this rank, for quadrants of another shape or dtype.
     """
     q = np.asarray(quadrants)
     if q.dtype.names is not None:
@@ -94,8 +94,6 @@ def _columns(quadrants: Any, dim: int | None) -> tuple[int, list[np.ndarray], np
             coords, level = [rows[a] for a in range(d)], rows[d]
         else:  # views: Forest copies them once, checking that they fit
             coords, level = [q[:, a] for a in range(d)], q[:, d]
-    if dim is not None and d != dim:
-        raise SchemaError(f"Forest.from_p4est: {d}D quadrants, a {dim}D connectivity")
     return d, coords, level
 
 
@@ -163,13 +161,13 @@ def forest_from_p4est(
     packable = bool(arrays) and all(pc is not None for pc in pieces) and len({pc[0] for pc in pieces if pc is not None}) == 1
     if packable:
         dim = pieces[0][0]  # type: ignore[index]
-        if connectivity is not None and dim != connectivity.dim:
-            raise SchemaError(f"Forest.from_p4est: {dim}D quadrants, a {connectivity.dim}D connectivity")
         n = sum(a.shape[0] for a in arrays)
     else:
         q = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-        dim, coords, level = _columns(q, None if connectivity is None else connectivity.dim)
+        dim, coords, level = _columns(q)
         n = level.shape[0]
+    if connectivity is not None and dim != connectivity.dim:
+        raise SchemaError(f"Forest.from_p4est: {dim}D quadrants, a {connectivity.dim}D connectivity")
     pt = np.asarray(pertree, dtype=np.int64)
     gfq = np.asarray(global_first_quadrant, dtype=np.int64)
     if pt.ndim != 1 or pt.shape[0] < 2 or pt[0] != 0 or (pt[1:] < pt[:-1]).any():
