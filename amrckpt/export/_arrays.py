@@ -92,6 +92,10 @@ def _stored(dt: np.dtype[Any]) -> np.dtype[Any] | None:
     return None
 
 
+def _number(v: Any, kind: type) -> Any:
+    return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def _flat(a: np.ndarray) -> np.ndarray:
     return a.reshape(a.shape[0], math.prod(a.shape[1:]))
 

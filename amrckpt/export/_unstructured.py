@@ -24,11 +24,11 @@ import numpy as np
 from .._logging import get_logger
 from .._threads import Pool
 from ..errors import CheckpointError
-from ._arrays import CellArray, HpSummary, PointSet, leaf_values, mesh_spec, plan_arrays, plan_points, point_values
+from ._arrays import CellArray, HpSummary, PointSet, _number, leaf_values, mesh_spec, plan_arrays, plan_points, point_values
 from ._geometry import VTK_CELL_TYPE, float32_exact, mesh_geometry
 from ._points import POINT_BLOCK_LEAVES, count_shared_corners, shared_corners
 from ._reader import open_reader
-from ._sink import RowSink
+from ._sink import RowSink, cell_dataset
 
 __all__ = ["POINTS_CHUNK_ROWS", "PREFETCH_CHUNKS", "VTK_VERTEX"]
 
@@ -40,10 +40,6 @@ PREFETCH_CHUNKS = 2
 """Chunks a serial export reads and converts ahead of the one it writes (each holds about 100 bytes per leaf)."""
 POINTS_CHUNK_ROWS = 1 << 16
 """Rows of an HDF5 chunk of ``Points`` when a serial export appends them (768 KiB of float32 points)."""
-
-
-def _number(v: Any, kind: type) -> Any:
-    return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 @dataclass(frozen=True)
@@ -112,23 +108,13 @@ def _survey(
     return out
 
 
-def _common_arrays(steps: Sequence[_Step]) -> list[CellArray]:
-    """Return the arrays of the first step that every step has, alike (others are logged and left out)."""
-    first = steps[0].arrays
-    keep = set.intersection(*({a.key for a in s.arrays} for s in steps))
-    dropped = [a.name for a in first if a.key not in keep]
+def _common(per_step: Sequence[Sequence[Any]], name: Callable[[Any], str], what: str) -> list[Any]:
+    """Return the items (arrays or point sets) of the first step that every step has, alike (others are logged and left out)."""
+    keep = set.intersection(*({x.key for x in items} for items in per_step))
+    dropped = [name(x) for x in per_step[0] if x.key not in keep]
     if dropped:
-        logger.warning("arrays %s are not in every checkpoint alike; not exported", dropped)
-    return [a for a in first if a.key in keep]
-
-
-def _common_points(steps: Sequence[_Step]) -> list[PointSet]:
-    """Return the point sets of the first step that every step has, alike (others are logged and left out)."""
-    keep = set.intersection(*({p.key for p in s.points} for s in steps))
-    dropped = [p.field for p in steps[0].points if p.key not in keep]
-    if dropped:
-        logger.warning("point sets %s are not in every checkpoint alike; not exported", dropped)
-    return [p for p in steps[0].points if p.key in keep]
+        logger.warning("%s %s are not in every checkpoint alike; not exported", what, dropped)
+    return [x for x in per_step[0] if x.key in keep]
 
 
 def _dataset_name(a: CellArray, units_in_names: bool) -> str:
@@ -222,12 +208,8 @@ def _create(
     mixed = any(plan.particles)
     everything = [("cell:", a) for a in arrays] + [(f"point:{p.field}:", a) for p in points for a in p.arrays]
     for prefix, a in everything:
-        shape = (total,) if a.ncomp == 1 else (total, a.ncomp)
         fill = {"fillvalue": _fill(a.dtype)} if mixed else {}
-        ds = cd.create_dataset(_dataset_name(a, units_in_names), shape, dtype=a.dtype, **fill)
-        if a.units:
-            ds.attrs.create("units", np.bytes_(a.units.encode()))
-        d[prefix + a.name] = ds
+        d[prefix + a.name] = cell_dataset(cd, _dataset_name(a, units_in_names), a, total, **fill)
     root.create_group("PointData")
     fd = root.create_group("FieldData")
     step_v = np.array([-1 if s.step is None else s.step for s in steps], dtype=np.int64)
