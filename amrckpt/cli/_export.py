@@ -69,6 +69,3 @@ def _cmd_export(args: argparse.Namespace) -> int:
         else:
             _out(f"wrote {res.path}: {res.num_cells[0]} cells from {src}{when}, arrays {', '.join(res.arrays)}")
     return EXIT_OK
-
-
-# -- ls -----------------------------------------------------------------------
