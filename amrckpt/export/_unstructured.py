@@ -353,27 +353,18 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         If the points are float32 and a leaf is finer than ``job.float32_level``.
     """
     reader, arrays, geometry, maxlevel, rows = job.reader, job.arrays, job.geometry, job.maxlevel, job.rows
-    a, b, chunk, mesh, float32_level, ids, points_dtype = (
-        job.a,
-        job.b,
-        job.chunk,
-        job.mesh,
-        job.float32_level,
-        job.ids,
-        job.points_dtype,
-    )
     nv = 1 << geometry.dim
     num_leaves = rows.num_leaves
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
-    blocks = _Blocks(b)
+    blocks = _Blocks(job.b)
     cell_type = VTK_CELL_TYPE[geometry.dim]
 
     def convert(s: int, e: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
         """Read and convert leaves ``s .. e - 1`` (on the worker thread): their rows of cells, and the blocks they complete."""
-        leaves = reader.read_mesh(s, e - s, mesh)
+        leaves = reader.read_mesh(s, e - s, job.mesh)
         last = e == num_leaves and not rows.num_particles
         cells = [
-            np.arange(nv * s, nv * (e + last), nv, dtype=ids),
+            np.arange(nv * s, nv * (e + last), nv, dtype=job.ids),
             np.full(e - s, cell_type, dtype=np.uint8),
             *(np.ascontiguousarray(v) for v in leaf_values(arrays, reader, leaves, s, num_leaves)),
         ]
@@ -389,9 +380,9 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         """
         out = []
         for first, block in done:
-            if np.dtype(points_dtype) == np.float32 and int(block["level"].max()) > float32_level:
+            if np.dtype(job.points_dtype) == np.float32 and int(block["level"].max()) > job.float32_level:
                 raise _Float64Needed
-            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
+            pts, corners = shared_corners(block, geometry, maxlevel, job.points_dtype, first=rows.next_point)
             out.append((first, rows.next_point, pts, corners.reshape(-1)))
             rows.next_point += len(pts)
         return out
@@ -414,7 +405,7 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         s, e, cells, done = convert(s, e)
         return s, e, cells, place(done)
 
-    chunks = [(s, min(s + chunk, b)) for s in range(a, b, chunk)]
+    chunks = [(s, min(s + job.chunk, job.b)) for s in range(job.a, job.b, job.chunk)]
     if prefetch and len(chunks) > 1:
         # Two threads: one reads, converts and places chunk after chunk (queued ahead, so that it goes on as soon as it
         # ends one), this one writes them.  h5py holds the GIL while HDF5 writes: a third thread would only wait for it.
@@ -434,8 +425,8 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
             s, e, cells, placed = make(*c)
             write_cells(s, e, cells)
             write_points(placed)
-    if num_leaves == 0 and a == 0 and not rows.num_particles:
-        sink.put("Offsets", off0, np.zeros(1, dtype=ids))
+    if num_leaves == 0 and job.a == 0 and not rows.num_particles:
+        sink.put("Offsets", off0, np.zeros(1, dtype=job.ids))
 
 
 def _write_points(sink: RowSink, reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int) -> None:
