@@ -97,14 +97,6 @@ class ExportResult:
     num_nodes: tuple[int, ...] = ()
 
 
-def _h5py() -> Any:
-    try:
-        import h5py
-    except ImportError as exc:
-        raise ImportError(INSTALL_H5PY) from exc
-    return h5py
-
-
 def to_vtkhdf(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -229,7 +221,10 @@ def to_vtkhdf(
     >>> to_vtkhdf("run/ckpt-000000000100.scda", "ckpt-100.vtkhdf")  # doctest: +SKIP
     >>> to_vtkhdf("run", "run.vtkhdf", brick=(2, 1))  # a time series  # doctest: +SKIP
     """
-    h5py = _h5py()
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ImportError(INSTALL_H5PY) from exc
     if chunk_leaves < 1:
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
     if points not in ("auto", "float64"):
