@@ -14,15 +14,15 @@ from ._common import EXIT_BAD, EXIT_OK, _describe, _err, _out, _progress, _Usage
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    if args.from_format == "p4est" or args.to_format == "p4est":
-        from ._p4est import convert_p4est
-
-        return convert_p4est(args)
     src, dst = os.fspath(args.input), os.fspath(args.output)
     if not os.path.isfile(src):
         raise _UsageError(f"{src}: no such file")
     if os.path.exists(dst) and os.path.samefile(src, dst):
         raise _UsageError("IN and OUT are the same file; write to another name")
+    if args.from_format == "p4est" or args.to_format == "p4est":
+        from ._p4est import convert_p4est
+
+        return convert_p4est(args, src, dst)
     if os.path.isdir(dst):
         raise _UsageError(f"{dst} is a directory")
     mode: Literal["keep", "encode", "decode"] = "encode" if args.encode else "decode" if args.decode else "keep"

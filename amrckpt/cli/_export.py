@@ -54,9 +54,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         raise _UsageError(str(exc)) from exc
     if _RANK[0] == 0:
+        st, t = res.steps[0], res.times[0]
+        when = (f", step {st}" if st is not None else "") + (f", time {t:g}" if t is not None else "")
         if res.format == "htg":
-            st, t = res.steps[0], res.times[0]
-            when = (f", step {st}" if st is not None else "") + (f", time {t:g}" if t is not None else "")
             _out(
                 f"wrote {res.path}: a HyperTreeGrid of {res.num_cells[0]} leaves ({res.num_nodes[0]} nodes) from {src}{when}, "
                 f"arrays {', '.join(res.arrays)}"
@@ -67,10 +67,5 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 f"arrays {', '.join(res.arrays)}"
             )
         else:
-            st, t = res.steps[0], res.times[0]
-            when = (f", step {st}" if st is not None else "") + (f", time {t:g}" if t is not None else "")
             _out(f"wrote {res.path}: {res.num_cells[0]} cells from {src}{when}, arrays {', '.join(res.arrays)}")
     return EXIT_OK
-
-
-# -- ls -----------------------------------------------------------------------

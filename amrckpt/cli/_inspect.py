@@ -217,6 +217,3 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     else:
         _print_inspect(doc, args.sections)
     return EXIT_OK if doc["error"] is None else EXIT_BAD
-
-
-# -- verify -------------------------------------------------------------------

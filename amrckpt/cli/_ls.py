@@ -174,6 +174,3 @@ def restart_plan(cached: list[dict[str, Any]], newest: dict[str, Any] | None) ->
     if out:
         out.append(f"so a restart {there}")
     return out
-
-
-# -- the parser ---------------------------------------------------------------

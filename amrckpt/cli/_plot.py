@@ -279,9 +279,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- export ---------------------------------------------------------------------
-
-
 def _per_leaf_values(kind: str) -> bool:
     """Whether fields of ``kind`` hold values on the leaves of a mesh (cells, hp), by which leaves can be coloured."""
     h = handler_for(kind)

@@ -92,8 +92,8 @@ def _stored(dt: np.dtype[Any]) -> np.dtype[Any] | None:
     return None
 
 
-def _flat(a: np.ndarray) -> np.ndarray:
-    return a.reshape(a.shape[0], math.prod(a.shape[1:]))
+def _number(v: Any, kind: type) -> Any:
+    return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class _Pick:
             a = a[self.member]
         if self.part is not None:
             a = a.real if self.part == "real" else a.imag
-        return _flat(a)
+        return a.reshape(a.shape[0], math.prod(a.shape[1:]))
 
 
 def _cells_arrays(name: str, dt: np.dtype[Any], shape: Sequence[int], units: str | None) -> list[CellArray]:

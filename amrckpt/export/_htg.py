@@ -28,10 +28,10 @@ from .._logging import get_logger
 from .._threads import Pool
 from ..comm import Call
 from ..errors import CheckpointError, UnsupportedFormatError
-from ._arrays import CellArray, HpSummary, leaf_values, mesh_spec, plan_arrays, plan_points
+from ._arrays import CellArray, HpSummary, _number, leaf_values, mesh_spec, plan_arrays, plan_points
 from ._geometry import mesh_geometry
 from ._reader import open_reader
-from ._sink import RowSink
+from ._sink import RowSink, cell_dataset
 
 __all__ = ["HtgGrid", "HtgLayout", "HtgOptions", "htg_grid", "htg_layout", "htg_values", "write_htg"]
 
@@ -354,10 +354,6 @@ class _Plan:
     mesh: str
 
 
-def _number(v: Any, kind: type) -> Any:
-    return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def _plan(path: Path, hp: HpSummary, ranks: int | None, verify: bool, brick: Any, mesh: str | None) -> _Plan:
     with open_reader(path, verify=verify) as r:
         m = r.manifest
@@ -395,11 +391,7 @@ def _create(h5: Any, plan: _Plan, names: Sequence[str]) -> dict[str, Any]:
     cd = root.create_group("CellData")
     d: dict[str, Any] = {"root": root}
     for a, name in zip(plan.arrays, names, strict=True):
-        shape = (rows,) if a.ncomp == 1 else (rows, a.ncomp)
-        ds = cd.create_dataset(name, shape, dtype=a.dtype)
-        if a.units:
-            ds.attrs.create("units", np.bytes_(a.units.encode()))
-        d[a.name] = ds
+        d[a.name] = cell_dataset(cd, name, a, rows)
     fd = root.create_group("FieldData")
     fd.create_dataset("step", data=np.array([-1 if plan.step is None else plan.step], dtype=np.int64))
     fd.create_dataset("time", data=np.array([np.nan if plan.time is None else plan.time], dtype=np.float64))

@@ -141,7 +141,7 @@ def _corner_keys(key: np.ndarray, side: Any, strides: tuple[int, ...], dim: int)
     return out
 
 
-def _table(key: np.ndarray, side: Any, keys: np.ndarray | None, lat: _Lattice) -> np.ndarray:
+def _table(key: np.ndarray, keys: np.ndarray | None, lat: _Lattice) -> np.ndarray:
     """Return the dense table of the lattice: True at the block's vertices (``keys``: corners of a block not uniform)."""
     table = np.zeros(lat.size, dtype=bool)
     if keys is not None:
@@ -157,7 +157,7 @@ def _dense(key: np.ndarray, side: Any, lat: _Lattice, dim: int, first: int, dt: 
     """Distinct keys by a table of the lattice: (None if every cell is a point, else tree and cells of the points), corners."""
     uniform = not isinstance(side, np.ndarray)
     keys = None if uniform else _corner_keys(key, side, lat.strides, dim)
-    table = _table(key, side, keys, lat)
+    table = _table(key, keys, lat)
     k = int(np.count_nonzero(table))
     if k == lat.size:  # every cell of the lattice is a point: a corner's key is its point
         if keys is None:
@@ -353,7 +353,7 @@ def count_shared_corners(mesh: np.ndarray, dim: int, maxlevel: int) -> int:
     if lat.size <= DENSE_CELLS_PER_CORNER * len(mesh) * nv:
         key = _key(lat, cells, tree, lat.strides, np.int64 if lat.size >= 1 << 31 else np.int32)
         keys = None if not isinstance(side, np.ndarray) else _corner_keys(key, side, lat.strides, dim)
-        return int(np.count_nonzero(_table(key, side, keys, lat)))
+        return int(np.count_nonzero(_table(key, keys, lat)))
     key = _key(lat, cells, tree, lat.bit_strides, np.int64 if sum(lat.bits) >= 31 else np.int32)
     flat = np.sort(_corner_keys(key, side, lat.bit_strides, dim).reshape(-1).astype(np.int64, copy=False))
     return int(np.count_nonzero(flat[1:] != flat[:-1])) + 1

@@ -7,10 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HP_WINDOW_LEAVES", "HpWindow", "open_reader"]
-
-HP_WINDOW_LEAVES = 1 << 20
-"""Leaves of an hp field read at a time by :class:`HpWindow` (its values for that many leaves are held)."""
+__all__ = ["HpWindow", "open_reader"]
 
 
 def open_reader(path: str | os.PathLike[str], *, comm: Any = None, verify: bool = True) -> Any:
@@ -46,11 +43,11 @@ class HpWindow:
     ----------
     reader : amrckpt.container.CheckpointReader
         The open checkpoint.
-    window : int, optional
+    window : int
         Leaves per window.
     """
 
-    def __init__(self, reader: Any, window: int = HP_WINDOW_LEAVES) -> None:
+    def __init__(self, reader: Any, window: int) -> None:
         self._reader = reader
         self._window = max(1, int(window))
         self._held: dict[str, tuple[int, np.ndarray, np.ndarray, np.ndarray]] = {}

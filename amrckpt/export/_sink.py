@@ -6,7 +6,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RowSink"]
+from ._arrays import CellArray
+
+__all__ = ["RowSink", "cell_dataset"]
+
+
+def cell_dataset(group: Any, name: str, a: CellArray, rows: int, **kwargs: Any) -> Any:
+    """Create dataset ``name`` of cell array ``a`` (a :class:`CellArray`) in ``group``: ``rows`` rows, its ``units`` attribute."""
+    ds = group.create_dataset(name, (rows,) if a.ncomp == 1 else (rows, a.ncomp), dtype=a.dtype, **kwargs)
+    if a.units:
+        ds.attrs.create("units", np.bytes_(a.units.encode()))
+    return ds
 
 
 class RowSink:

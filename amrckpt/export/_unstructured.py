@@ -24,11 +24,11 @@ import numpy as np
 from .._logging import get_logger
 from .._threads import Pool
 from ..errors import CheckpointError
-from ._arrays import CellArray, HpSummary, PointSet, leaf_values, mesh_spec, plan_arrays, plan_points, point_values
+from ._arrays import CellArray, HpSummary, PointSet, _number, leaf_values, mesh_spec, plan_arrays, plan_points, point_values
 from ._geometry import VTK_CELL_TYPE, float32_exact, mesh_geometry
 from ._points import POINT_BLOCK_LEAVES, count_shared_corners, shared_corners
 from ._reader import open_reader
-from ._sink import RowSink
+from ._sink import RowSink, cell_dataset
 
 __all__ = ["POINTS_CHUNK_ROWS", "PREFETCH_CHUNKS", "VTK_VERTEX"]
 
@@ -40,10 +40,6 @@ PREFETCH_CHUNKS = 2
 """Chunks a serial export reads and converts ahead of the one it writes (each holds about 100 bytes per leaf)."""
 POINTS_CHUNK_ROWS = 1 << 16
 """Rows of an HDF5 chunk of ``Points`` when a serial export appends them (768 KiB of float32 points)."""
-
-
-def _number(v: Any, kind: type) -> Any:
-    return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 @dataclass(frozen=True)
@@ -112,23 +108,13 @@ def _survey(
     return out
 
 
-def _common_arrays(steps: Sequence[_Step]) -> list[CellArray]:
-    """Return the arrays of the first step that every step has, alike (others are logged and left out)."""
-    first = steps[0].arrays
-    keep = set.intersection(*({a.key for a in s.arrays} for s in steps))
-    dropped = [a.name for a in first if a.key not in keep]
+def _common(per_step: Sequence[Sequence[Any]], name: Callable[[Any], str], what: str) -> list[Any]:
+    """Return the items (arrays or point sets) of the first step that every step has, alike (others are logged and left out)."""
+    keep = set.intersection(*({x.key for x in items} for items in per_step))
+    dropped = [name(x) for x in per_step[0] if x.key not in keep]
     if dropped:
-        logger.warning("arrays %s are not in every checkpoint alike; not exported", dropped)
-    return [a for a in first if a.key in keep]
-
-
-def _common_points(steps: Sequence[_Step]) -> list[PointSet]:
-    """Return the point sets of the first step that every step has, alike (others are logged and left out)."""
-    keep = set.intersection(*({p.key for p in s.points} for s in steps))
-    dropped = [p.field for p in steps[0].points if p.key not in keep]
-    if dropped:
-        logger.warning("point sets %s are not in every checkpoint alike; not exported", dropped)
-    return [p for p in steps[0].points if p.key in keep]
+        logger.warning("%s %s are not in every checkpoint alike; not exported", what, dropped)
+    return [x for x in per_step[0] if x.key in keep]
 
 
 def _dataset_name(a: CellArray, units_in_names: bool) -> str:
@@ -222,12 +208,8 @@ def _create(
     mixed = any(plan.particles)
     everything = [("cell:", a) for a in arrays] + [(f"point:{p.field}:", a) for p in points for a in p.arrays]
     for prefix, a in everything:
-        shape = (total,) if a.ncomp == 1 else (total, a.ncomp)
         fill = {"fillvalue": _fill(a.dtype)} if mixed else {}
-        ds = cd.create_dataset(_dataset_name(a, units_in_names), shape, dtype=a.dtype, **fill)
-        if a.units:
-            ds.attrs.create("units", np.bytes_(a.units.encode()))
-        d[prefix + a.name] = ds
+        d[prefix + a.name] = cell_dataset(cd, _dataset_name(a, units_in_names), a, total, **fill)
     root.create_group("PointData")
     fd = root.create_group("FieldData")
     step_v = np.array([-1 if s.step is None else s.step for s in steps], dtype=np.int64)
@@ -371,27 +353,18 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         If the points are float32 and a leaf is finer than ``job.float32_level``.
     """
     reader, arrays, geometry, maxlevel, rows = job.reader, job.arrays, job.geometry, job.maxlevel, job.rows
-    a, b, chunk, mesh, float32_level, ids, points_dtype = (
-        job.a,
-        job.b,
-        job.chunk,
-        job.mesh,
-        job.float32_level,
-        job.ids,
-        job.points_dtype,
-    )
     nv = 1 << geometry.dim
     num_leaves = rows.num_leaves
     off0 = rows.cells_before + rows.step_index  # this step's first row of Offsets (one extra row per part)
-    blocks = _Blocks(b)
+    blocks = _Blocks(job.b)
     cell_type = VTK_CELL_TYPE[geometry.dim]
 
     def convert(s: int, e: int) -> tuple[int, int, list[np.ndarray], list[tuple[int, np.ndarray]]]:
         """Read and convert leaves ``s .. e - 1`` (on the worker thread): their rows of cells, and the blocks they complete."""
-        leaves = reader.read_mesh(s, e - s, mesh)
+        leaves = reader.read_mesh(s, e - s, job.mesh)
         last = e == num_leaves and not rows.num_particles
         cells = [
-            np.arange(nv * s, nv * (e + last), nv, dtype=ids),
+            np.arange(nv * s, nv * (e + last), nv, dtype=job.ids),
             np.full(e - s, cell_type, dtype=np.uint8),
             *(np.ascontiguousarray(v) for v in leaf_values(arrays, reader, leaves, s, num_leaves)),
         ]
@@ -407,9 +380,9 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         """
         out = []
         for first, block in done:
-            if np.dtype(points_dtype) == np.float32 and int(block["level"].max()) > float32_level:
+            if np.dtype(job.points_dtype) == np.float32 and int(block["level"].max()) > job.float32_level:
                 raise _Float64Needed
-            pts, corners = shared_corners(block, geometry, maxlevel, points_dtype, first=rows.next_point)
+            pts, corners = shared_corners(block, geometry, maxlevel, job.points_dtype, first=rows.next_point)
             out.append((first, rows.next_point, pts, corners.reshape(-1)))
             rows.next_point += len(pts)
         return out
@@ -432,7 +405,7 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
         s, e, cells, done = convert(s, e)
         return s, e, cells, place(done)
 
-    chunks = [(s, min(s + chunk, b)) for s in range(a, b, chunk)]
+    chunks = [(s, min(s + job.chunk, job.b)) for s in range(job.a, job.b, job.chunk)]
     if prefetch and len(chunks) > 1:
         # Two threads: one reads, converts and places chunk after chunk (queued ahead, so that it goes on as soon as it
         # ends one), this one writes them.  h5py holds the GIL while HDF5 writes: a third thread would only wait for it.
@@ -452,8 +425,8 @@ def _write_range(job: _Range, sink_of: Callable[[], RowSink], prefetch: bool) ->
             s, e, cells, placed = make(*c)
             write_cells(s, e, cells)
             write_points(placed)
-    if num_leaves == 0 and a == 0 and not rows.num_particles:
-        sink.put("Offsets", off0, np.zeros(1, dtype=ids))
+    if num_leaves == 0 and job.a == 0 and not rows.num_particles:
+        sink.put("Offsets", off0, np.zeros(1, dtype=job.ids))
 
 
 def _write_points(sink: RowSink, reader: Any, points: Sequence[PointSet], rows: _Rows, rank: int, size: int, chunk: int) -> None:

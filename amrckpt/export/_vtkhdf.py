@@ -34,11 +34,11 @@ from .._files import replacing
 from .._logging import get_logger
 from ..comm import Call, Comm, collective, mpi_of
 from ..errors import UnsupportedFormatError
-from ._arrays import HpSummary, checkpoint_paths, mesh_spec
+from ._arrays import CellArray, HpSummary, PointSet, checkpoint_paths, mesh_spec
 from ._geometry import mesh_geometry
 from ._htg import HtgOptions, htg_grid, write_htg
 from ._reader import open_reader
-from ._unstructured import _common_arrays, _common_points, _dataset_name, _Float64Needed, _Plan, _Step, _survey, _Writer
+from ._unstructured import _common, _dataset_name, _Float64Needed, _Plan, _Step, _survey, _Writer
 
 __all__ = ["DEFAULT_CHUNK_LEAVES", "FORMATS", "ExportResult", "to_vtkhdf", "vtkhdf_formats"]
 
@@ -95,14 +95,6 @@ class ExportResult:
     num_points: tuple[int, ...] = ()
     format: str = "unstructured"
     num_nodes: tuple[int, ...] = ()
-
-
-def _h5py() -> Any:
-    try:
-        import h5py
-    except ImportError as exc:
-        raise ImportError(INSTALL_H5PY) from exc
-    return h5py
 
 
 def to_vtkhdf(
@@ -229,7 +221,10 @@ def to_vtkhdf(
     >>> to_vtkhdf("run/ckpt-000000000100.scda", "ckpt-100.vtkhdf")  # doctest: +SKIP
     >>> to_vtkhdf("run", "run.vtkhdf", brick=(2, 1))  # a time series  # doctest: +SKIP
     """
-    h5py = _h5py()
+    try:
+        import h5py
+    except ImportError as exc:
+        raise ImportError(INSTALL_H5PY) from exc
     if chunk_leaves < 1:
         raise ValueError(f"chunk_leaves must be at least 1, not {chunk_leaves}")
     if points not in ("auto", "float64"):
@@ -264,7 +259,8 @@ def _export(
         return _survey(paths, hp, ranks, verify, brick, mesh)
 
     steps = survey() if c.size == 1 else call.on_root(survey, what="export: survey")
-    arrays, point_sets = _common_arrays(steps), _common_points(steps)
+    arrays: list[CellArray] = _common([s.arrays for s in steps], lambda a: a.name, "arrays")
+    point_sets: list[PointSet] = _common([s.points for s in steps], lambda p: p.field, "point sets")
     float32 = points == "auto" and all(s.float32_level >= 0 for s in steps)
     w = _Writer(steps, arrays, point_sets, series, units_in_names, verify, brick, chunk_leaves, float32)
     out_path = Path(out)

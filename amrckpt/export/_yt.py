@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from .._logging import get_logger
-from ._arrays import CellArray, HpSummary, leaf_values, mesh_spec, plan_arrays
-from ._geometry import leaf_boxes, leaf_corners, mesh_geometry
+from ._arrays import CellArray, HpSummary, _number, leaf_values, mesh_spec, plan_arrays
+from ._geometry import _CORNERS, leaf_boxes, leaf_corners, mesh_geometry
 from ._reader import HpWindow, open_reader
 from ._vtkhdf import DEFAULT_CHUNK_LEAVES
 
@@ -18,12 +18,6 @@ __all__ = ["INSTALL_YT", "to_yt", "yt_units"]
 logger = get_logger(__name__)
 
 INSTALL_YT = "to_yt needs yt: pip install yt (or pip install 'amrckpt[viz]')"
-
-# yt's Quad4 and Hex8 (Exodus II) order the corners as VTK_QUAD and VTK_HEXAHEDRON do.
-_CORNERS = {
-    2: np.array([[0, 0], [1, 0], [1, 1], [0, 1]], dtype=bool),
-    3: np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], dtype=bool),
-}
 
 
 def yt_units(units: str | None) -> str:
@@ -156,8 +150,7 @@ def to_yt(
         else:
             for k in range(a.ncomp):
                 elem["connect1", f"{a.name}_{k}"] = (v[:, k].astype(np.float64), u)
-    t = m.values.get("time")
-    sim_time = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+    sim_time = _number(m.values.get("time"), float) or 0.0
     params: dict[str, Any] = dict(m.values)
     bounds = ([float(v) for v in lower.min(axis=0)], [float(v) for v in upper.max(axis=0)])
     params.update(schema_name=m.schema_name, schema_version=m.schema_version, source=path_s, units=units, bounds=bounds)

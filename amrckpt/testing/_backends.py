@@ -185,10 +185,7 @@ class FaultyBackend(WrapperBackend):
 
     def write(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fail instead of writing (joining the collective calls with nothing), or write."""
-        self._move(
-            "write",
-            lambda f: self.wrapped.write([], None, max_bulk_nbytes) if f else self.wrapped.write(pieces, bulk, max_bulk_nbytes),
-        )
+        self._move("write", lambda f: self.wrapped.write([] if f else pieces, None if f else bulk, max_bulk_nbytes))
 
     def write_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Fail instead of writing (joining the collective calls with nothing), or write."""
@@ -196,10 +193,7 @@ class FaultyBackend(WrapperBackend):
 
     def read(self, pieces: Sequence[Piece], bulk: Piece | None, max_bulk_nbytes: int) -> None:
         """Fail instead of reading (joining the collective calls with nothing), or read."""
-        self._move(
-            "read",
-            lambda f: self.wrapped.read([], None, max_bulk_nbytes) if f else self.wrapped.read(pieces, bulk, max_bulk_nbytes),
-        )
+        self._move("read", lambda f: self.wrapped.read([] if f else pieces, None if f else bulk, max_bulk_nbytes))
 
     def read_gathered(self, pieces: Sequence[Piece], nrounds: int, ncontiguous: int = 0) -> None:
         """Fail instead of reading (joining the collective calls with nothing), or read."""

@@ -273,8 +273,8 @@ class FaultPlan:
         raise exc
 
 
-def _home_rank() -> int:
-    """Return the rank of this thread: set by run_threads, else the MPI world rank (if MPI is running), else 0."""
+def home_rank() -> int:
+    """Return the world rank of this thread: a thread rank of run_threads, else the MPI world rank (if MPI is running), else 0."""
     r = thread_rank()
     if r is not None:
         return int(r)
@@ -297,7 +297,7 @@ def _world_ranks(comm: Any) -> tuple[int, ...]:
         return got
     if comm.size > 1:  # thread ranks: the group is the world
         return tuple(range(comm.size))
-    return (_home_rank(),)
+    return (home_rank(),)
 
 
 @contextlib.contextmanager
@@ -391,11 +391,6 @@ def io_error_at(kind: str, rank: int, what: str) -> OSError | None:
     if not code:
         return None
     return OSError(code, f"{os.strerror(code)} (injected {kind} fault, seed {plan.spec.seed})")
-
-
-def home_rank() -> int:
-    """Return the world rank of this thread (a thread rank of run_threads, else the MPI world rank, else 0)."""
-    return _home_rank()
 
 
 def collective(comm: Any, what: str) -> None:

@@ -130,14 +130,11 @@ class WrapperComm:
 
     def dup(self) -> Comm:
         """Return a wrapper of the same kind around the wrapped communicator's duplicate."""
-        return self._rewrap(self.wrapped.dup())
+        return type(self)(self.wrapped.dup())
 
     def free(self) -> None:
         """Free the wrapped communicator."""
         self.wrapped.free()
-
-    def _rewrap(self, inner: Comm) -> Comm:
-        return type(self)(inner)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.wrapped!r})"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import operator
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,10 +24,6 @@ COUNTS_BLOCK_LEAVES = 1 << 20
 def _open(path: str, mode: Any = None, **kwargs: Any) -> CheckpointReader:
     """Open ``path`` for :class:`~xarray.backends.CachingFileManager` (which passes ``mode`` once unpickled): read-only."""
     return CheckpointReader(path, **kwargs)
-
-
-def _hp_counts(reader: CheckpointReader, name: str, start: int, count: int) -> np.ndarray:
-    return reader.read_hp_counts(name, start, count)
 
 
 class CheckpointSource:
@@ -101,7 +97,7 @@ class CheckpointSource:
             off = np.zeros(num_leaves + 1, dtype=np.int64)
             for lo in range(0, num_leaves, COUNTS_BLOCK_LEAVES):
                 n = min(COUNTS_BLOCK_LEAVES, num_leaves - lo)
-                counts = self.run(functools.partial(_hp_counts, name=name, start=lo, count=n))
+                counts = self.run(operator.methodcaller("read_hp_counts", name, lo, n))
                 np.cumsum(counts, out=off[lo + 1 : lo + n + 1])
                 off[lo + 1 : lo + n + 1] += off[lo]
             return off

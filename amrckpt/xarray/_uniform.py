@@ -12,10 +12,9 @@ import xarray as xr
 
 from ..container import Geometry, MeshSpec
 from ..errors import CheckpointError
+from ._dataset import AXES
 
 __all__ = ["AmrAccessor", "to_uniform"]
-
-AXES = ("x", "y", "z")
 
 
 @dataclass(frozen=True)
@@ -199,27 +198,15 @@ def _lazy(ds: xr.Dataset, name: Hashable, coords_names: list[str], grid: _Grid, 
     import dask.array as darr
     from dask.delayed import delayed
 
+    def dask(a: Any, chunks: tuple[Any, ...]) -> Any:
+        """Return ``a`` if it is a dask array, else ``a`` as one of ``chunks``."""
+        return a if isinstance(a, darr.Array) else darr.from_array(np.asarray(a), chunks=chunks)  # type: ignore[no-untyped-call]
+
     v = ds[name].data
-    v = (
-        v
-        if isinstance(v, darr.Array)
-        else darr.from_array(  # type: ignore[no-untyped-call]
-            np.asarray(v), chunks=(ds.sizes["leaf"], *v.shape[1:])
-        )
-    )
+    v = dask(v, (ds.sizes["leaf"], *v.shape[1:]))
     v = v.rechunk({k: -1 for k in range(1, v.ndim)})
     leaf_chunks = v.chunks[0]
-    cs = []
-    for c in coords_names:
-        a = ds[c].data
-        a = (
-            a
-            if isinstance(a, darr.Array)
-            else darr.from_array(  # type: ignore[no-untyped-call]
-                np.asarray(a), chunks=(leaf_chunks,)
-            )
-        )
-        cs.append(a.rechunk((leaf_chunks,)).to_delayed().ravel())
+    cs = [dask(ds[c].data, (leaf_chunks,)).rechunk((leaf_chunks,)).to_delayed().ravel() for c in coords_names]
     vb = v.to_delayed().ravel()
     part = delayed(_partial, pure=True)
     parts = [part(grid, cs[0][i], cs[1][i], [c[i] for c in cs[2:]], vb[i], ncomp) for i in range(len(vb))]
