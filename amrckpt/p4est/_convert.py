@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..comm import as_comm, collective
+from ..comm import Call, as_comm, collective
 from ..container import Geometry, handler_for, write_run_record
 from ..errors import CheckpointError, SchemaError
 from ..partition import Partition
@@ -107,23 +107,27 @@ def p4est_to_checkpoint(
         On every rank, for a damaged or foreign file.
     """
     with collective(comm, "p4est_to_checkpoint") as call:
-        access = FileAccess.of(access)
-        c = call.comm
-        pf = read_p4est(source, comm=c, partition=partition, data=True, check=check, access=access)
-        h = pf.header
-        schema = p4est_schema(h.connectivity, h.data_size)
-        values: dict[str, Any] = {"p4est": P4estSource(package_version=h.package_version), "mesh": pf.forest}
-        if h.data_size:
-            values[DATA_FIELD] = pf.data
-        result = save(schema(**values), out, comm=c, access=access, check_mesh=check)
-        saved = h.saved_partition
-        if saved is not None and result.run is not None:
-            run = result.run.model_copy(
-                update={"writer_size": saved.size, "global_first_quadrant": saved.global_first_quadrant.tolist()}
-            )
-            call.on_root(lambda: write_run_record(result.path, run), what="run record")
-            result = dataclasses.replace(result, run=run, partition=saved)
-        return result
+        return _to_checkpoint(call, source, out, partition, check, FileAccess.of(access))
+
+
+def _to_checkpoint(call: Call, source: Any, out: Any, partition: Any, check: bool, access: FileAccess) -> SaveResult:
+    """Convert: the body of :func:`p4est_to_checkpoint`, inside its collective call."""
+    c = call.comm
+    pf = read_p4est(source, comm=c, partition=partition, data=True, check=check, access=access)
+    h = pf.header
+    schema = p4est_schema(h.connectivity, h.data_size)
+    values: dict[str, Any] = {"p4est": P4estSource(package_version=h.package_version), "mesh": pf.forest}
+    if h.data_size:
+        values[DATA_FIELD] = pf.data
+    result = save(schema(**values), out, comm=c, access=access, check_mesh=check)
+    saved = h.saved_partition
+    if saved is not None and result.run is not None:
+        run = result.run.model_copy(
+            update={"writer_size": saved.size, "global_first_quadrant": saved.global_first_quadrant.tolist()}
+        )
+        call.on_root(lambda: write_run_record(result.path, run), what="run record")
+        result = dataclasses.replace(result, run=run, partition=saved)
+    return result
 
 
 def checkpoint_to_p4est(

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .. import scda
-from ..comm import Comm, collective
+from ..comm import Call, Comm, collective
 from ..errors import P4estFormatError, ScdaFileNotFoundError, ScdaIOError, SchemaError
 from ..partition import Partition
 from ..scda import FileAccess
@@ -116,97 +116,99 @@ def _parse_header(path: str, check: bool) -> P4estHeader:
         On this rank, if the file cannot be opened or read (with the errno).
     P4estFormatError
         On this rank, if it is not a p4est file, or its connectivity or header is damaged or does not fit its size.
-    """  # noqa: DOC501 (_error() returns the P4estFormatError)
+    """
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-
-            def read(at: int, n: int, what: str) -> bytes:
-                if at + n > size:
-                    raise _error(f"the file ends inside the {what}: it has {size} bytes, {at + n} are needed", what, at)
-                f.seek(at)
-                return f.read(n)
-
-            magic = f.read(8)
-            if magic not in (b"p4est\0\0\0", b"p8est\0\0\0"):
-                raise _error(f"{path!r} is not a p4est file: it starts with {magic!r}, not p4est's magic", "connectivity header", 0)
-            head = read(0, 112, "connectivity header")
-            V, K, E, nett, NC, nctt, attr = struct.unpack("<7Q", head[48:104])
-            if K < 1 or any(x >= 2**31 for x in (V, K, E, nett, NC, nctt, attr)):
-                raise _error(f"impossible counts in the connectivity header ({K} trees, {V} vertices)", "connectivity header", 48)
-            dim = 2 if head[:5] == b"p4est" else 3
-            C, F = 1 << dim, 2 * dim
-            total = 112 + 24 * V + 4 * C * K * (bool(V) + bool(NC)) + 5 * F * K + attr * K + 4 * (NC + 1) + 5 * nctt * bool(NC)
-            if dim == 3:
-                total += 4 * 12 * K * bool(E) + 4 * (E + 1) + 5 * nett * bool(E)
-            blob = read(0, total, "connectivity")
-            try:
-                conn, version, nbytes = Connectivity.from_p4est_bytes(blob, check=check)
-            except P4estFormatError as exc:
-                raise _error(f"{path!r}: {exc}", exc.section, exc.offset) from exc
-            at = nbytes + _pad(nbytes)
-            pad = read(nbytes, at - nbytes, "padding after the connectivity")
-            if pad.strip(b"\0"):
-                raise _error("the padding after the connectivity is not zeros", "padding after the connectivity", nbytes)
-            words = struct.unpack("<6Q", read(at, 48, "forest header"))
-            if words[0] != P4EST_ONDISK_FORMAT[dim] or words[1] != 4:
-                raise _error(
-                    f"forest header: on-disk format {words[0]:#x} and p4est_qcoord_t of {words[1]} bytes; "
-                    f"p4est 2.x writes {P4EST_ONDISK_FORMAT[dim]:#x} and 4",
-                    "forest header",
-                    at,
-                )
-            if words[2] != _QUADRANT_NBYTES:
-                raise _error(
-                    f"saved where sizeof (p4est_quadrant_t) is {words[2]}; amrckpt reads the files of 64-bit machines (24)",
-                    "forest header",
-                    at + 16,
-                )
-            data_size, save_data, P = words[3], words[4], words[5]
-            if save_data not in (0, 1) or (data_size > 0) != bool(save_data) or data_size >= 2**31:
-                raise _error(
-                    f"data size {data_size} with save_data {save_data}: p4est_save_ext writes both or neither",
-                    "forest header",
-                    at + 24,
-                )
-            if not 1 <= P < 2**31:
-                raise _error(f"{P} saving processes", "forest header", at + 40)
-            at += 48
-            if at + 8 * (P + K) > size:
-                raise _error(f"the file ends inside the partition and pertree ({P} + {K} entries)", "partition", at)
-            words_gfq = np.frombuffer(read(at, 8 * P, "partition"), dtype="<u8")
-            words_pertree = np.frombuffer(read(at + 8 * P, 8 * K, "pertree"), dtype="<u8")
-            if (words_gfq >= 2**62).any():  # no file holds 2^62 quadrants; as int64 such a count would turn negative
-                raise _error("the saved partition holds an impossible count of quadrants", "partition", at)
-            if (words_pertree >= 2**62).any():
-                raise _error("pertree holds an impossible count of quadrants", "pertree", at + 8 * P)
-            gfq = np.concatenate([[0], words_gfq]).astype(np.int64)
-            pertree = np.concatenate([[0], words_pertree]).astype(np.int64)
-            if (gfq < 0).any() or (np.diff(gfq) < 0).any():
-                raise _error("the saved partition decreases", "partition", at)
-            if (pertree < 0).any() or (np.diff(pertree) < 1).any():
-                raise _error("pertree does not increase: a p4est forest has quadrants in every tree", "pertree", at + 8 * P)
-            if gfq[-1] != pertree[-1]:
-                raise _error(f"the partition counts {gfq[-1]} quadrants, pertree {pertree[-1]}", "pertree", at + 8 * P)
-            at += 8 * (P + K)
-            pad = read(at, _pad(at), "padding after the header")
-            if pad.strip(b"\0"):
-                raise _error("the padding after the forest header is not zeros", "padding after the header", at)
-            at += len(pad)
-            N = int(pertree[-1])
-            rec = 4 * (dim + 1) + data_size
-            if size != at + N * rec:
-                what = "ends inside the quadrants" if size < at + N * rec else "has bytes after the quadrants"
-                raise _error(
-                    f"the file {what}: {N} quadrants of {rec} bytes from byte {at} end at byte {at + N * rec}, the file at {size}",
-                    "quadrants",
-                    at,
-                )
-            return P4estHeader(conn, version, int(data_size), gfq, pertree, at)
+        return _parse_open(path, check)
     except FileNotFoundError as exc:
         raise ScdaFileNotFoundError(exc.errno, f"{path!r}: no such file") from exc
     except OSError as exc:
         raise ScdaIOError(exc.errno, f"cannot read {path!r}: {exc.strerror or exc}") from exc
+
+
+def _parse_open(path: str, check: bool) -> P4estHeader:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+
+        def read(at: int, n: int, what: str) -> bytes:
+            if at + n > size:
+                raise _error(f"the file ends inside the {what}: it has {size} bytes, {at + n} are needed", what, at)
+            f.seek(at)
+            return f.read(n)
+
+        magic = f.read(8)
+        if magic not in (b"p4est\0\0\0", b"p8est\0\0\0"):
+            raise _error(f"{path!r} is not a p4est file: it starts with {magic!r}, not p4est's magic", "connectivity header", 0)
+        head = read(0, 112, "connectivity header")
+        V, K, E, nett, NC, nctt, attr = struct.unpack("<7Q", head[48:104])
+        if K < 1 or any(x >= 2**31 for x in (V, K, E, nett, NC, nctt, attr)):
+            raise _error(f"impossible counts in the connectivity header ({K} trees, {V} vertices)", "connectivity header", 48)
+        dim = 2 if head[:5] == b"p4est" else 3
+        C, F = 1 << dim, 2 * dim
+        total = 112 + 24 * V + 4 * C * K * (bool(V) + bool(NC)) + 5 * F * K + attr * K + 4 * (NC + 1) + 5 * nctt * bool(NC)
+        if dim == 3:
+            total += 4 * 12 * K * bool(E) + 4 * (E + 1) + 5 * nett * bool(E)
+        blob = read(0, total, "connectivity")
+        try:
+            conn, version, nbytes = Connectivity.from_p4est_bytes(blob, check=check)
+        except P4estFormatError as exc:
+            raise _error(f"{path!r}: {exc}", exc.section, exc.offset) from exc
+        at = nbytes + _pad(nbytes)
+        pad = read(nbytes, at - nbytes, "padding after the connectivity")
+        if pad.strip(b"\0"):
+            raise _error("the padding after the connectivity is not zeros", "padding after the connectivity", nbytes)
+        words = struct.unpack("<6Q", read(at, 48, "forest header"))
+        if words[0] != P4EST_ONDISK_FORMAT[dim] or words[1] != 4:
+            raise _error(
+                f"forest header: on-disk format {words[0]:#x} and p4est_qcoord_t of {words[1]} bytes; "
+                f"p4est 2.x writes {P4EST_ONDISK_FORMAT[dim]:#x} and 4",
+                "forest header",
+                at,
+            )
+        if words[2] != _QUADRANT_NBYTES:
+            raise _error(
+                f"saved where sizeof (p4est_quadrant_t) is {words[2]}; amrckpt reads the files of 64-bit machines (24)",
+                "forest header",
+                at + 16,
+            )
+        data_size, save_data, P = words[3], words[4], words[5]
+        if save_data not in (0, 1) or (data_size > 0) != bool(save_data) or data_size >= 2**31:
+            raise _error(
+                f"data size {data_size} with save_data {save_data}: p4est_save_ext writes both or neither", "forest header", at + 24
+            )
+        if not 1 <= P < 2**31:
+            raise _error(f"{P} saving processes", "forest header", at + 40)
+        at += 48
+        if at + 8 * (P + K) > size:
+            raise _error(f"the file ends inside the partition and pertree ({P} + {K} entries)", "partition", at)
+        words_gfq = np.frombuffer(read(at, 8 * P, "partition"), dtype="<u8")
+        words_pertree = np.frombuffer(read(at + 8 * P, 8 * K, "pertree"), dtype="<u8")
+        if (words_gfq >= 2**62).any():  # no file holds 2^62 quadrants; as int64 such a count would turn negative
+            raise _error("the saved partition holds an impossible count of quadrants", "partition", at)
+        if (words_pertree >= 2**62).any():
+            raise _error("pertree holds an impossible count of quadrants", "pertree", at + 8 * P)
+        gfq = np.concatenate([[0], words_gfq]).astype(np.int64)
+        pertree = np.concatenate([[0], words_pertree]).astype(np.int64)
+        if (gfq < 0).any() or (np.diff(gfq) < 0).any():
+            raise _error("the saved partition decreases", "partition", at)
+        if (pertree < 0).any() or (np.diff(pertree) < 1).any():
+            raise _error("pertree does not increase: a p4est forest has quadrants in every tree", "pertree", at + 8 * P)
+        if gfq[-1] != pertree[-1]:
+            raise _error(f"the partition counts {gfq[-1]} quadrants, pertree {pertree[-1]}", "pertree", at + 8 * P)
+        at += 8 * (P + K)
+        pad = read(at, _pad(at), "padding after the header")
+        if pad.strip(b"\0"):
+            raise _error("the padding after the forest header is not zeros", "padding after the header", at)
+        at += len(pad)
+        N = int(pertree[-1])
+        rec = 4 * (dim + 1) + data_size
+        if size != at + N * rec:
+            what = "ends inside the quadrants" if size < at + N * rec else "has bytes after the quadrants"
+            raise _error(
+                f"the file {what}: {N} quadrants of {rec} bytes from byte {at} end at byte {at + N * rec}, the file at {size}",
+                "quadrants",
+                at,
+            )
+        return P4estHeader(conn, version, int(data_size), gfq, pertree, at)
 
 
 def read_p4est_header(path: str | os.PathLike[str], *, comm: Any = None, check: bool = True) -> P4estHeader:
@@ -301,35 +303,49 @@ def read_p4est(
         On every rank, if the file cannot be read.
     """
     with collective(comm, "read_p4est") as call:
-        where = os.fspath(path)
-        access = FileAccess.of(access)
-        c = call.comm
-        header = read_p4est_header(where, comm=c, check=check)
-        N = header.num_quadrants
-        if isinstance(partition, Partition):
-            part = partition
-        elif partition == "saved":
-            part = header.saved_partition or Partition.from_offsets([0, N])
-        elif partition == "uniform":
-            part = Partition.uniform(N, c.size)
-        else:
-            raise SchemaError(f"partition must be 'uniform', 'saved' or a Partition, not {partition!r}")
-        if part.N != N or part.size != c.size:  # the same on every rank
-            raise call.agreed(
-                SchemaError(f"the partition has {part.N} quadrants on {part.size} ranks; {where!r} has {N}, the job {c.size} ranks")
-            )
-        rec = header.record_nbytes
-        a, b = part.local_range(c.rank)
-        before = int(check and 0 < a < b)  # the quadrant before this rank's: the completeness across ranks, checked here
-        buf = np.empty((b - a + before) * rec, dtype=np.uint8)
-        f = scda.open_backend(where, "r", c, access=access)
-        rounds = _nrounds((int(part.elem_counts.max()) + 1) * rec)
-        call.run(f.read_gathered, [(header.data_offset + (a - before) * rec, memoryview(buf))], rounds, always=True)
-        f.close()  # on every rank; its errors are kept by the call
-        got = call.run(_records, buf, before, header, part, c, data, check, where)
-        call.agree("read_p4est")
-        assert got is not None
-        return P4estFile(header, got[0], got[1], part)
+        return _read(call, os.fspath(path), partition, data, check, FileAccess.of(access))
+
+
+def _read(call: Call, where: str, partition: Any, data: bool, check: bool, access: FileAccess) -> P4estFile:
+    """Read the file: the body of :func:`read_p4est`, inside its collective call.
+
+    Raises
+    ------
+    SchemaError
+        On every rank, if ``partition`` is not ``"uniform"``, ``"saved"`` or a Partition, or does not fit the file
+        and the job.
+    P4estFormatError
+        On every rank, as :func:`read_p4est` says.
+    ScdaIOError
+        On every rank, if the file cannot be read.
+    """
+    c = call.comm
+    header = read_p4est_header(where, comm=c, check=check)
+    N = header.num_quadrants
+    if isinstance(partition, Partition):
+        part = partition
+    elif partition == "saved":
+        part = header.saved_partition or Partition.from_offsets([0, N])
+    elif partition == "uniform":
+        part = Partition.uniform(N, c.size)
+    else:
+        raise SchemaError(f"partition must be 'uniform', 'saved' or a Partition, not {partition!r}")
+    if part.N != N or part.size != c.size:  # the same on every rank
+        raise call.agreed(
+            SchemaError(f"the partition has {part.N} quadrants on {part.size} ranks; {where!r} has {N}, the job {c.size} ranks")
+        )
+    rec = header.record_nbytes
+    a, b = part.local_range(c.rank)
+    before = int(check and 0 < a < b)  # the quadrant before this rank's: the completeness across ranks, checked here
+    buf = np.empty((b - a + before) * rec, dtype=np.uint8)
+    f = scda.open_backend(where, "r", c, access=access)
+    rounds = _nrounds((int(part.elem_counts.max()) + 1) * rec)
+    call.run(f.read_gathered, [(header.data_offset + (a - before) * rec, memoryview(buf))], rounds, always=True)
+    f.close()  # on every rank; its errors are kept by the call
+    got = call.run(_records, buf, before, header, part, c, data, check, where)
+    call.agree("read_p4est")
+    assert got is not None
+    return P4estFile(header, got[0], got[1], part)
 
 
 def _records(
@@ -454,58 +470,70 @@ def write_p4est(
         On every rank, if the file cannot be written.
     """
     with collective(comm, "write_p4est") as call:
-        where = os.fspath(path)
-        access = FileAccess.of(access)
-        c = call.comm
-        n = len(forest)
+        return _write(call, os.fspath(path), forest, connectivity, data, save_partition, package_version, FileAccess.of(access))
 
-        def data_rows() -> np.ndarray:
-            if data is None:
-                return np.zeros((n, 0), dtype=np.uint8)
-            try:
-                arr = np.asarray(data)
-                if arr.ndim == 0 or arr.shape[0] != n:
-                    raise SchemaError(f"write_p4est: data has {arr.shape[0] if arr.ndim else 0} rows, the forest {n} leaves")
-                per = arr.dtype.itemsize * math.prod(arr.shape[1:])
-                return np.ascontiguousarray(arr).view(np.uint8).reshape(n, per)
-            except (ValueError, TypeError) as exc:
-                raise SchemaError(f"write_p4est: data: {exc}") from exc
 
-        rows = call.run(data_rows)
-        mine = int(rows.shape[1]) if rows is not None else 0
-        # A rank without quadrants has no say in the data size (the maxima of size and -size over the others).
-        got = call.reduction("write_p4est").max("data size", mine if n else -1).min("data size", mine if n else 2**61).run()
-        largest, smallest = int(got.max("data size")), int(got.min("data size"))
-        if largest >= 0 and largest != smallest:
-            raise call.agreed(SchemaError("write_p4est: the ranks' data have different sizes per quadrant"))
-        assert rows is not None
-        ds = max(largest, 0)
-        if not n:
-            rows = np.zeros((0, ds), dtype=np.uint8)
-        q = forest.to_p4est(comm=c, connectivity=connectivity)
-        part = Partition.from_offsets(q.global_first_quadrant)
-        header = P4estHeader(
-            connectivity,
-            package_version,
-            ds,
-            q.global_first_quadrant if save_partition else np.array([0, part.N], dtype=np.int64),
-            q.pertree,
-            0,
-        )
-        head = header.header_bytes()  # the same on every rank; the root writes it
-        start = len(head)
-        rec = 4 * (forest.dim + 1) + ds
-        out = np.empty((n, rec), dtype=np.uint8)
-        out[:, : 4 * (forest.dim + 1)] = q.quadrants.astype("<i4", copy=False).view(np.uint8).reshape(n, -1)
-        if ds:
-            out[:, 4 * (forest.dim + 1) :] = rows
-        a = int(q.global_first_quadrant[c.rank])
-        pieces = [(start + a * rec, memoryview(out.reshape(-1)))]
-        if c.rank == 0:
-            pieces.insert(0, (0, memoryview(head)))
-        total = start + part.N * rec
-        f = scda.open_backend(where, "w", c, access=access)
-        call.run(f.write_gathered, pieces, _nrounds(int(part.elem_counts.max()) * rec + start), always=True)
-        f.close(size=total)  # on every rank; its errors are kept by the call
-        call.agree("write_p4est")
-        return total
+def _write(
+    call: Call,
+    where: str,
+    forest: Forest,
+    connectivity: Connectivity,
+    data: Any,
+    save_partition: bool,
+    package_version: str,
+    access: FileAccess,
+) -> int:
+    """Write the file: the body of :func:`write_p4est`, inside its collective call."""
+    c = call.comm
+    n = len(forest)
+
+    def data_rows() -> np.ndarray:
+        if data is None:
+            return np.zeros((n, 0), dtype=np.uint8)
+        try:
+            arr = np.asarray(data)
+            if arr.ndim == 0 or arr.shape[0] != n:
+                raise SchemaError(f"write_p4est: data has {arr.shape[0] if arr.ndim else 0} rows, the forest {n} leaves")
+            per = arr.dtype.itemsize * math.prod(arr.shape[1:])
+            return np.ascontiguousarray(arr).view(np.uint8).reshape(n, per)
+        except (ValueError, TypeError) as exc:
+            raise SchemaError(f"write_p4est: data: {exc}") from exc
+
+    rows = call.run(data_rows)
+    mine = int(rows.shape[1]) if rows is not None else 0
+    # A rank without quadrants has no say in the data size (the maxima of size and -size over the others).
+    got = call.reduction("write_p4est").max("data size", mine if n else -1).min("data size", mine if n else 2**61).run()
+    largest, smallest = int(got.max("data size")), int(got.min("data size"))
+    if largest >= 0 and largest != smallest:
+        raise call.agreed(SchemaError("write_p4est: the ranks' data have different sizes per quadrant"))
+    assert rows is not None
+    ds = max(largest, 0)
+    if not n:
+        rows = np.zeros((0, ds), dtype=np.uint8)
+    q = forest.to_p4est(comm=c, connectivity=connectivity)
+    part = Partition.from_offsets(q.global_first_quadrant)
+    header = P4estHeader(
+        connectivity,
+        package_version,
+        ds,
+        q.global_first_quadrant if save_partition else np.array([0, part.N], dtype=np.int64),
+        q.pertree,
+        0,
+    )
+    head = header.header_bytes()  # the same on every rank; the root writes it
+    start = len(head)
+    rec = 4 * (forest.dim + 1) + ds
+    out = np.empty((n, rec), dtype=np.uint8)
+    out[:, : 4 * (forest.dim + 1)] = q.quadrants.astype("<i4", copy=False).view(np.uint8).reshape(n, -1)
+    if ds:
+        out[:, 4 * (forest.dim + 1) :] = rows
+    a = int(q.global_first_quadrant[c.rank])
+    pieces = [(start + a * rec, memoryview(out.reshape(-1)))]
+    if c.rank == 0:
+        pieces.insert(0, (0, memoryview(head)))
+    total = start + part.N * rec
+    f = scda.open_backend(where, "w", c, access=access)
+    call.run(f.write_gathered, pieces, _nrounds(int(part.elem_counts.max()) * rec + start), always=True)
+    f.close(size=total)  # on every rank; its errors are kept by the call
+    call.agree("write_p4est")
+    return total

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comm import as_comm, collective
+from ..comm import Call, as_comm, collective
 from ..errors import PartitionError
 
 __all__ = ["MAX_ELEMENTS", "MAX_RANKS", "Partition", "transfer_counts"]
@@ -310,62 +310,7 @@ class Partition:
 
         """
         with collective(as_comm(comm), "Partition.weighted") as call:  # None: this process alone (no file is touched)
-            size = call.size if size is None else size
-
-            def local() -> tuple[int, np.ndarray, tuple[int, int, float | int], int]:
-                P = _index(size, "size")
-                _check_size(P)
-                w, stats = _local_stats(local_weights)
-                return P, w, stats, (0 if stats[1] else _local_int_sum(w, int(stats[2])))
-
-            P, w, stats, isum = call.run(local) or (0, np.zeros(0, dtype=np.int64), (0, 0, 0), 0)
-            n = stats[0]
-            # The largest weight as the bits of a float64 (monotonic for non-negative floats; float() rounds monotonically):
-            # only its binary exponent (float weights) and whether it is 0 matter.
-            wbits = int(np.float64(float(stats[2])).view(np.int64))
-            # Collective 1: agree on errors; N, the integer total, P (the maxima of P and of -P, offset to stay >= 0),
-            # float or not, the largest weight.
-            red = call.reduction("weights").sum("N", n).sum("weight", isum).max("size", P).min("size", P)
-            got = red.max("float", stats[1]).max("largest weight bits", wbits).run()
-            N, Wint, is_float, wmax_bits = got.sum("N"), got.sum("weight"), got.max("float"), got.max("largest weight bits")
-            if got.max("size") != got.min("size"):  # an error: one more allgather names every size
-                sizes = call.allgather_int(P, what="size")
-                raise PartitionError(f"size must be the same on every rank, not {sorted(set(sizes.tolist()))}")
-            if N > MAX_ELEMENTS:
-                raise PartitionError(f"N = {N} exceeds the int64 limit {MAX_ELEMENTS} (p4est_gloidx_t)")
-            wmax = float(np.int64(wmax_bits).view(np.float64))
-            if wmax == 0:
-                return Partition.uniform(N, P)
-            if is_float:
-                # Deterministic fixed point: the same integer for the same weight on any rank.
-                B = 63 - N.bit_length()
-                e = int(np.frexp(wmax)[1])
-                wq = np.floor(np.ldexp(w.astype(np.float64, copy=False), B - e)).astype(np.int64)
-                local_sum = int(wq.sum())  # < n * 2**B <= 2**63 - 1
-            else:
-                wq = w
-                local_sum = isum
-            # Collective 2: this rank's first element and weight prefix S_first.
-            scan = call.reduction("weights: prefix").sum("elements", n).sum("weight", local_sum).below()
-            first, prefix = scan.sum("elements"), scan.sum("weight")
-            # Collective 3 (float weights): the total of the quantized weights.
-            W = call.reduction("weights").sum("quantized", local_sum).run().sum("quantized") if is_float else Wint
-            if W > MAX_ELEMENTS:
-                raise PartitionError(f"the integer weights total {W}, more than 2**63 - 1")
-            cand = np.full(P - 1, N, dtype=np.int64)
-            if n and P > 1:
-                incl = np.cumsum(wq)  # S_{i+1} - prefix for this rank's elements i
-                # The first element whose inclusive prefix exceeds floor(W*q/P); for
-                # q < P it exists on exactly one rank (W > 0), the others keep N.
-                j = np.searchsorted(incl, _uniform_cuts(W, P)[1:-1] - np.int64(prefix), side="right")
-                inside = j < n
-                cand[inside] = first + j[inside]
-            gfq = np.empty(P + 1, dtype=np.int64)
-            gfq[0] = 0
-            if P > 1:  # Last collective: C_q is the smallest candidate over the ranks (a max of negatives), as an int64 array.
-                np.negative(call.allreduce_array(np.negative(cand), "max"), out=gfq[1:P])
-            gfq[P] = N
-            return Partition.from_offsets(gfq)
+            return _weighted(local_weights, call, call.size if size is None else size)
 
     # ------------------------------------------------------------------ queries
 
@@ -544,6 +489,78 @@ def _local_stats(local_weights: Any) -> tuple[np.ndarray, tuple[int, int, float 
         i = int(np.argmax(w < 0))
         raise PartitionError(f"local_weights[{i}] = {int(w[i])} is negative")
     return w, (n, 0, int(w.max()))
+
+
+def _weighted(local_weights: Any, call: Call, size: Any) -> Partition:
+    """Implement :meth:`Partition.weighted` (collective: 3 collectives for integer weights, 4 for floats).
+
+    Nothing of size P is sent or built but the result: an allreduce of
+    sums and maxima (errors, P, N, the integer total, float or not, the
+    largest weight), an exclusive scan (this rank's first element and
+    weight prefix), for float weights one sum of the quantized weights, and
+    the allreduce of the P - 1 cut points (an int64 array).
+
+    Raises
+    ------
+    PartitionError
+        On every rank, if ``size`` differs between the ranks, N exceeds the int64 limit, or the integer weights total
+        more than 2**63 - 1.
+    """
+
+    def local() -> tuple[int, np.ndarray, tuple[int, int, float | int], int]:
+        P = _index(size, "size")
+        _check_size(P)
+        w, stats = _local_stats(local_weights)
+        return P, w, stats, (0 if stats[1] else _local_int_sum(w, int(stats[2])))
+
+    P, w, stats, isum = call.run(local) or (0, np.zeros(0, dtype=np.int64), (0, 0, 0), 0)
+    n = stats[0]
+    # The largest weight as the bits of a float64 (monotonic for non-negative floats; float() rounds monotonically):
+    # only its binary exponent (float weights) and whether it is 0 matter.
+    wbits = int(np.float64(float(stats[2])).view(np.int64))
+    # Collective 1: agree on errors; N, the integer total, P (the maxima of P and of -P, offset to stay >= 0),
+    # float or not, the largest weight.
+    red = call.reduction("weights").sum("N", n).sum("weight", isum).max("size", P).min("size", P)
+    got = red.max("float", stats[1]).max("largest weight bits", wbits).run()
+    N, Wint, is_float, wmax_bits = got.sum("N"), got.sum("weight"), got.max("float"), got.max("largest weight bits")
+    if got.max("size") != got.min("size"):  # an error: one more allgather names every size
+        sizes = call.allgather_int(P, what="size")
+        raise PartitionError(f"size must be the same on every rank, not {sorted(set(sizes.tolist()))}")
+    if N > MAX_ELEMENTS:
+        raise PartitionError(f"N = {N} exceeds the int64 limit {MAX_ELEMENTS} (p4est_gloidx_t)")
+    wmax = float(np.int64(wmax_bits).view(np.float64))
+    if wmax == 0:
+        return Partition.uniform(N, P)
+    if is_float:
+        # Deterministic fixed point: the same integer for the same weight on any rank.
+        B = 63 - N.bit_length()
+        e = int(np.frexp(wmax)[1])
+        wq = np.floor(np.ldexp(w.astype(np.float64, copy=False), B - e)).astype(np.int64)
+        local_sum = int(wq.sum())  # < n * 2**B <= 2**63 - 1
+    else:
+        wq = w
+        local_sum = isum
+    # Collective 2: this rank's first element and weight prefix S_first.
+    scan = call.reduction("weights: prefix").sum("elements", n).sum("weight", local_sum).below()
+    first, prefix = scan.sum("elements"), scan.sum("weight")
+    # Collective 3 (float weights): the total of the quantized weights.
+    W = call.reduction("weights").sum("quantized", local_sum).run().sum("quantized") if is_float else Wint
+    if W > MAX_ELEMENTS:
+        raise PartitionError(f"the integer weights total {W}, more than 2**63 - 1")
+    cand = np.full(P - 1, N, dtype=np.int64)
+    if n and P > 1:
+        incl = np.cumsum(wq)  # S_{i+1} - prefix for this rank's elements i
+        # The first element whose inclusive prefix exceeds floor(W*q/P); for
+        # q < P it exists on exactly one rank (W > 0), the others keep N.
+        j = np.searchsorted(incl, _uniform_cuts(W, P)[1:-1] - np.int64(prefix), side="right")
+        inside = j < n
+        cand[inside] = first + j[inside]
+    gfq = np.empty(P + 1, dtype=np.int64)
+    gfq[0] = 0
+    if P > 1:  # Last collective: C_q is the smallest candidate over the ranks (a max of negatives), as an int64 array.
+        np.negative(call.allreduce_array(np.negative(cand), "max"), out=gfq[1:P])
+    gfq[P] = N
+    return Partition.from_offsets(gfq)
 
 
 def transfer_counts(old: Partition, new: Partition, rank: int) -> tuple[np.ndarray, np.ndarray]:
