@@ -62,10 +62,8 @@ class RankFilter(logging.Filter):
         """Fill ``record.rank`` and ``record.size`` where missing; return True."""
         if not hasattr(record, "rank") or not hasattr(record, "size"):
             rank, size = world_rank_size()
-            if not hasattr(record, "rank"):
-                record.rank = rank
-            if not hasattr(record, "size"):
-                record.size = size
+            record.rank = getattr(record, "rank", rank)
+            record.size = getattr(record, "size", size)
         return True
 
 
