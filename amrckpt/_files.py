@@ -403,9 +403,7 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
         os.close(fd)
 
 
-def write_atomic(
-    path: str | os.PathLike[str], data: bytes, *, sync: bool = False, fs: FileSystem = LOCAL, token: str | None = None
-) -> Path:
+def write_atomic(path: str | os.PathLike[str], data: bytes, *, sync: bool = False, fs: FileSystem = LOCAL) -> Path:
     """Write ``data`` as ``path``: under a temporary name, synced if ``sync``, renamed over ``path``. Not collective.
 
     A reader sees the old file or the new one, never a part; a link planted
@@ -424,7 +422,7 @@ def write_atomic(
         What the file system raised; ``path`` is then as it was.
     """
     final = Path(path)
-    tmp = temporary_path(final, token or new_token())
+    tmp = temporary_path(final, new_token())
     fs.write_new(tmp, data, sync=sync)
     try:
         fs.replace(tmp, final)
@@ -470,34 +468,13 @@ def replacing(
         The temporary path to write.
     """
     out = Path(final)
+    made: list[Path] = []  # the temporary file, where this process made it (rank 0 with a call)
 
     def begin() -> Path:
         tmp = temporary_path(out, new_token())
         LOCAL.write_new(tmp, b"", sync=False)
+        made.append(tmp)
         return tmp
-
-    if call is None:
-        tmp = begin()
-    else:
-        made: list[Path] = []
-
-        def begin_on_root() -> Path:
-            made.append(begin())
-            return made[-1]
-
-        try:
-            tmp = call.on_root(begin_on_root, what="choose a temporary name")
-        except BaseException:
-            for p in made:  # another rank's earlier error, agreed here: the empty file rank 0 made goes
-                with contextlib.suppress(OSError):
-                    os.unlink(p)
-            raise
-    root = call is None or call.rank == 0
-
-    def remove() -> None:
-        for p in [tmp, *(Path(f"{tmp}{s}") for s in companions)]:
-            with contextlib.suppress(OSError):
-                os.unlink(p)
 
     def commit() -> None:
         for s in companions:
@@ -509,6 +486,8 @@ def replacing(
             fsync_directory(out.parent)
 
     try:
+        # With a call, another rank's earlier error is agreed on here: the empty file rank 0 made goes below.
+        tmp = begin() if call is None else call.on_root(begin, what="choose a temporary name")
         yield tmp
         if call is None:
             commit()
@@ -516,6 +495,7 @@ def replacing(
             call.run(commit, on=0)
             call.agree("rename into place")
     except BaseException:
-        if root:
-            remove()
+        for p in [*made, *(Path(f"{t}{s}") for t in made for s in companions)]:
+            with contextlib.suppress(OSError):
+                os.unlink(p)
         raise

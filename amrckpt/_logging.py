@@ -7,7 +7,7 @@ copies at scale).  An application sees amrckpt's messages by configuring
 logging, e.g. ``logging.basicConfig(level=logging.INFO)`` on every rank;
 amrckpt then logs through :class:`RankLogger`:
 
-* ``info``/``warning``/``error``: a message that every rank of the
+* ``info``/``warning``: a message that every rank of the
   communicator would emit alike (agreed decisions, rank 0's file-system
   work) is emitted on rank 0 only;
 * ``rank_warning``/``rank_error``: a message that differs between ranks is
@@ -62,10 +62,8 @@ class RankFilter(logging.Filter):
         """Fill ``record.rank`` and ``record.size`` where missing; return True."""
         if not hasattr(record, "rank") or not hasattr(record, "size"):
             rank, size = world_rank_size()
-            if not hasattr(record, "rank"):
-                record.rank = rank
-            if not hasattr(record, "size"):
-                record.size = size
+            record.rank = getattr(record, "rank", rank)
+            record.size = getattr(record, "size", size)
         return True
 
 
@@ -116,10 +114,6 @@ class RankLogger:
     def warning(self, msg: str, *args: Any) -> None:
         """Log on rank 0 a warning that every rank would log alike."""
         self._log(logging.WARNING, False, msg, args)
-
-    def error(self, msg: str, *args: Any) -> None:
-        """Log on rank 0 an error that every rank would log alike."""
-        self._log(logging.ERROR, False, msg, args)
 
     def rank_warning(self, msg: str, *args: Any) -> None:
         """Log on this rank, tagged with it, a warning that differs between ranks."""

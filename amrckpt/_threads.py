@@ -60,8 +60,8 @@ class Worker:
         return self._started.is_set() and not self._done.is_set()
 
 
-def start_thread(target: Callable[[], Any], name: str, timeout: float | None = None) -> Worker:
-    """Start ``target()`` in a new daemon thread and wait at most ``timeout`` seconds for it to run. Not collective.
+def start_thread(target: Callable[[], Any], name: str) -> Worker:
+    """Start ``target()`` in a new daemon thread and wait at most :data:`START_TIMEOUT` seconds for it to run. Not collective.
 
     Inside a collective call, run it as a step (:meth:`amrckpt.comm.Call.run`)
     so that a failure is every rank's error.  What ``target`` raises is its
@@ -74,8 +74,6 @@ def start_thread(target: Callable[[], Any], name: str, timeout: float | None = N
         Called with no argument in the new thread.
     name : str
         The thread's name (``threading.current_thread().name`` in it).
-    timeout : float, optional
-        Default :data:`START_TIMEOUT`.
 
     Returns
     -------
@@ -85,7 +83,7 @@ def start_thread(target: Callable[[], Any], name: str, timeout: float | None = N
     ------
     ThreadStartError
         If the thread cannot be created (``RuntimeError: can't start new
-        thread``) or does not run within ``timeout`` seconds.
+        thread``) or does not run within :data:`START_TIMEOUT` seconds.
     """
     worker = Worker(name)
 
@@ -101,9 +99,9 @@ def start_thread(target: Callable[[], Any], name: str, timeout: float | None = N
         _start_new_thread(boot, ())
     except (RuntimeError, MemoryError) as exc:
         raise ThreadStartError(f"cannot start the thread {name!r}: {exc} (too many threads, or no memory for its stack)") from exc
-    if not worker._started.wait(START_TIMEOUT if timeout is None else timeout):
+    if not worker._started.wait(START_TIMEOUT):
         raise ThreadStartError(
-            f"the thread {name!r} was created but did not run within {START_TIMEOUT if timeout is None else timeout:g} s "
+            f"the thread {name!r} was created but did not run within {START_TIMEOUT:g} s "
             "(it died before it ran: memory pressure, or a limit on threads)"
         )
     return worker
@@ -149,20 +147,15 @@ class Pool(Executor):
         with self._lock:
             if self._shutdown:
                 raise RuntimeError(f"{self.name}: submit after shutdown")
+            inline = False  # a worker takes it: an idle one, a new one, or (none could start) the workers there are
             if self._idle <= 0 and len(self._workers) < self.max_workers:
                 try:
                     self._workers.append(start_thread(self._run, f"{self.name}-{len(self._workers)}"))
                     self._idle += 1
                 except ThreadStartError as exc:
-                    if not self._workers:  # no thread at all: the caller does the work (no overlap, same result)
+                    inline = not self._workers  # no thread at all: the caller does the work (no overlap, same result)
+                    if inline:
                         _log.warning("%s; its work runs in the calling thread", exc)
-                        inline = True
-                    else:
-                        inline = False  # the workers there are take it
-                else:
-                    inline = False
-            else:
-                inline = False
             if not inline:
                 self._idle -= 1
                 self._work.put((fut, fn, args, kwargs))

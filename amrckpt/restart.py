@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from .adapt import Adapt, adapt_state
-from .comm import Call, Comm, collective, current_call, mpi_of
+from .comm import Call, Comm, collective, mpi_of
 from .container import CheckpointInfo, CheckpointReader, FieldSpec, Manifest, MeshSpec, VerifyReport, handler_for, read_info, verify
 from .errors import AdaptError, AmrckptError, SchemaError
 from .partition import Partition, family_window, keep_families
@@ -136,10 +136,8 @@ def _wanted(m: Manifest, fields: list[str] | None, migrate: bool, path: str) -> 
 def _value_of(kind: FieldKind | None, fs: FieldSpec, m: Manifest, raw: Any, check: bool) -> Any:
     """Return what the container read as a schema value: by the schema's kind, or as the file declares it (a field it lacks)."""
     if kind is None or kind.kind != fs.kind:
-        kind = (
-            KINDS[fs.kind].from_spec(fs, m)[1].metadata[-1]
-        )  # the kind the file declares (a migration turns it into the schema's)
-    assert kind is not None
+        # the kind the file declares (a migration turns it into the schema's)
+        kind = KINDS[fs.kind].from_spec(fs, m)[1].metadata[-1]
     return kind.from_file(raw, fs, m.mesh_of(fs), check)
 
 
@@ -335,7 +333,7 @@ def _load(
     if target is not None:
         assert adapt is not None
         state = _adapt_and_build(
-            c, schema, values, fields, parts, checked, r.path, target, adapt, partition, allow_for_coarsening, conn
+            call, schema, values, fields, parts, checked, r.path, target, adapt, partition, allow_for_coarsening, conn
         )
     first = parts.get(m.meshes[0].field) if m.meshes else None
     mc = mpi_of(c)
@@ -361,7 +359,7 @@ def _adapted_mesh(m: Manifest, adapt: Adapt | None, path: str) -> str | None:
 
 
 def _adapt_and_build(
-    c: Comm,
+    call: Call,
     schema: Any,
     values: dict[str, Any],
     fields: list[str] | None,
@@ -375,13 +373,11 @@ def _adapt_and_build(
     conn: Any,
 ) -> Any:
     """Adapt the state read (:func:`amrckpt.adapt.adapt_state`), then build it. Collective, inside the load's call."""
-    call = current_call(c)
-    assert call is not None
     kinds = schema.__amrckpt_fields__
     values, parts[mesh] = adapt_state(call, values, kinds, mesh, adapt, partition, families, conn)
     # The adapted leaves are made valid by construction from leaves that were checked: keep the mesh's mark.
     checked = {k for k in checked if k == mesh}
-    state = call.run(_build, schema, values, fields, parts, c.rank, path, checked)
+    state = call.run(_build, schema, values, fields, parts, call.rank, path, checked)
     call.agree("load: the adapted state")
     return state
 
