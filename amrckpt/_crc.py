@@ -9,7 +9,8 @@ piece i to the end of the section.  Each rank computes that term for each
 piece it holds, XORs them, and one ``MPI_Allreduce(MPI_BXOR)`` gives the CRC of
 every section: O(1) numbers per rank and section, independent of how the
 bytes are partitioned.  The polynomial arithmetic is zlib-ng's ``crc32_combine``
-(in C, ~100x the hand-written GF(2) arithmetic it replaced, identical results);
+(in C, about 100 times as fast as the same GF(2) arithmetic written in Python,
+with identical results);
 the CRC of a piece is ISA-L's where ``isal`` is installed (the ``fast`` extra),
 else zlib-ng's (both SIMD, both the same CRC-32).
 """
