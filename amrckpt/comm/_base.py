@@ -304,7 +304,4 @@ class Reduced(NamedTuple):
 
 def _fit(values: Sequence[int], n: int, pad: int) -> list[int]:
     """``values`` cut or padded to ``n`` entries (what a rank gets back is as long as what it sent)."""
-    out = [int(v) for v in values[:n]]
-    if len(out) < n:
-        out += [pad] * (n - len(out))
-    return out
+    return [int(v) for v in values[:n]] + [pad] * (n - len(values))

@@ -73,6 +73,4 @@ def watch(call: Call, timeout: float | None = None) -> None:
 
 def unwatch(comm: Comm) -> None:
     """End one :func:`watch` of ``comm`` (the last one drops its timeout and exit notices). Not collective."""
-    key = _key(comm)
-    if _watchdog.unwatch(key):
-        _watchdog.set_timeout(key, None)
+    _watchdog.unwatch(_key(comm))

@@ -108,12 +108,12 @@ class MPIComm:
 
     def allreduce_columns(self, columns: Columns) -> Columns:
         """Pickle-based ``MPI_Allreduce`` of :class:`~amrckpt.comm.Columns` with a user operation. Collective."""
-        out: Columns = self._call("MPI_Allreduce", self.mpi_comm.allreduce, columns, op=_user_op(self._MPI, combine_columns))
+        out: Columns = self._call("MPI_Allreduce", self.mpi_comm.allreduce, columns, op=_columns_op(self._MPI))
         return out
 
     def exscan_columns(self, columns: Columns) -> Columns | None:
         """Pickle-based ``MPI_Exscan`` of :class:`~amrckpt.comm.Columns` (None on rank 0). Collective."""
-        out: Columns | None = self._call("MPI_Exscan", self.mpi_comm.exscan, columns, op=_user_op(self._MPI, combine_columns))
+        out: Columns | None = self._call("MPI_Exscan", self.mpi_comm.exscan, columns, op=_columns_op(self._MPI))
         return out
 
     def sendrecv(self, data: bytes | memoryview | None, dest: int | None, source: int | None) -> bytes | None:
@@ -264,17 +264,16 @@ _SIZE_TAG = 0x5CDB
 _DATA_TAG = 0x5CDC
 """The tags of :meth:`MPIComm.sendrecv`'s messages."""
 
-_OPS: dict[Any, Any] = {}
+_COLUMNS_OP: list[Any] = []
 _PENDING: list[Any] = []
 """Meetings that timed out: their requests and buffers, kept alive while MPI may still write into them."""
 
 
-def _user_op(MPI: Any, fn: Callable[[Any, Any], Any]) -> Any:
-    """Return (once) a commutative ``MPI.Op`` of ``fn`` for mpi4py's pickle-based reductions."""
-    op = _OPS.get(fn)
-    if op is None:
-        op = _OPS[fn] = MPI.Op.Create(lambda a, b, dt=None: fn(a, b), commute=True)
-    return op
+def _columns_op(MPI: Any) -> Any:
+    """Return (once) the commutative ``MPI.Op`` of :func:`combine_columns` for mpi4py's pickle-based reductions."""
+    if not _COLUMNS_OP:
+        _COLUMNS_OP.append(MPI.Op.Create(lambda a, b, dt=None: combine_columns(a, b), commute=True))
+    return _COLUMNS_OP[0]
 
 
 def world_comm() -> MPIComm | None:

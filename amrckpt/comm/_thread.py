@@ -63,13 +63,13 @@ class ThreadComm:
         """The number of threads in the group."""
         return self._group.size
 
-    def _gather(self, obj: Any) -> list[Any]:
-        """Every rank's ``obj``, by rank: the exchange behind every collective of the group."""
+    def _gather(self, obj: Any, timeout: float | None = None) -> list[Any]:
+        """Every rank's ``obj``, by rank: the exchange behind every collective of the group (``timeout``: the group's if None)."""
         g = self._group
         g.slots[self._rank] = obj
-        g.barrier.wait()
+        g.barrier.wait(timeout)
         result = list(g.slots)
-        g.barrier.wait()
+        g.barrier.wait(timeout)
         return result
 
     def barrier(self) -> None:
@@ -121,15 +121,10 @@ class ThreadComm:
 
         A timeout breaks the group's barrier: every later collective of the group fails.
         """
-        g = self._group
-        g.slots[self._rank] = np.array(values, dtype=np.int64, copy=True)
         try:
-            g.barrier.wait(timeout)
-            out = reduce_arrays(list(g.slots), "max")
-            g.barrier.wait(timeout)
+            return reduce_arrays(self._gather(np.array(values, dtype=np.int64, copy=True), timeout), "max")
         except threading.BrokenBarrierError:
             return None
-        return out
 
     def dup(self) -> ThreadComm:
         """Return a new group of the same thread ranks (rank 0 creates it). Collective."""

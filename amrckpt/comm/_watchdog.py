@@ -99,12 +99,9 @@ def collective_timeout(key: Any = None) -> float:
     return value
 
 
-def set_timeout(key: Any, seconds: float | None) -> None:
-    """Set (None: drop) the meeting timeout of the communicator ``key``. Not collective."""
-    if seconds is None:
-        _timeouts.pop(key, None)
-    else:
-        _timeouts[key] = float(seconds)
+def set_timeout(key: Any, seconds: float) -> None:
+    """Set the meeting timeout of the communicator ``key`` (its last :func:`unwatch` drops it). Not collective."""
+    _timeouts[key] = float(seconds)
 
 
 def record(op: str, seq: int, event: str) -> None:
@@ -217,15 +214,15 @@ def watch(key: Any, mpi_comm: Any | None) -> None:
 _watches: dict[Any, int] = {}
 
 
-def unwatch(key: Any) -> bool:
-    """Count one watch of ``key`` less; return whether it was the last. Not collective (the duplicate is left to MPI)."""
+def unwatch(key: Any) -> None:
+    """Count one watch of ``key`` less (the last drops its exit notices and timeout). Not collective (MPI keeps the duplicate)."""
     n = _watches.get(key, 0) - 1
     if n > 0:
         _watches[key] = n
-        return False
+        return
     _watches.pop(key, None)
     _notices.pop(key, None)
-    return True
+    _timeouts.pop(key, None)
 
 
 def _at_exit() -> None:
