@@ -149,6 +149,13 @@ def to_count(value: Any, what: str) -> int:
 
 
 def to_rank(root: Any, size: int) -> int:
+    """Return ``root`` as a rank of a communicator of ``size`` ranks (the ``root`` argument of libsc's ``sc_scda`` calls).
+
+    Raises
+    ------
+    ScdaArgumentError
+        If ``root`` is not a non-negative int below ``size``.
+    """
     r = to_count(root, "root")
     if r >= size:
         raise ScdaArgumentError(f"root {r} is not a rank of a communicator of size {size}")

@@ -87,7 +87,6 @@ class NodeLevel:
         self.access = FileAccess(info=access.info, backend=access.backend)  # the flushes' shared files
         self.style = access.style
         self.check_mesh = check_mesh
-        self._flush_kw: dict[str, Any] = {"access": self.access, "keep_policy": keep_policy, "log": log}  # of every flush
         self.seconds: list[float] = []
         self.layout = NodeLayout.of(call, cache)
         rank = call.comm.rank
@@ -165,6 +164,11 @@ class NodeLevel:
         """
         floor = max((s for s in (self._floor, self.flushed) if s is not None), default=-1)
         return {s for s in self._found if s > floor}
+
+    @property
+    def _flush_kw(self) -> dict[str, Any]:
+        """The keywords of every flush: the shared files' access, the directory's keep policy, the log."""
+        return {"access": self.access, "keep_policy": self.keep_policy, "log": self.log}
 
     def start_retention(self) -> None:
         """Start the retention of the last cached save in a thread, if it has not started. Not collective."""
