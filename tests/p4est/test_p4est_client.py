@@ -206,7 +206,10 @@ mesh = ac.Forest(lv.tree[a:b], lv.level[a:b], lv.x[a:b], lv.y[a:b], num_trees=2)
 ac.save(S(mesh=mesh, u=np.arange(a, b, dtype="<f8")), "job.scda", comm=comm)
 state, part = ac.load("job.scda", S, comm=comm)
 ok = np.array_equal(state.u, np.arange(*part.local_range(comm.rank)))
-print(comm.rank, comm.size, MPI.__file__.rsplit("/", 1)[1], MPI.Get_library_version().split(",")[0], ok, flush=True)
+row = f"{comm.rank} {comm.size} {MPI.__file__.rsplit('/', 1)[1]} {MPI.Get_library_version().split(',')[0]} {ok}"
+rows = comm.gather(row, root=0)  # one writer: two ranks' prints can interleave in mpiexec's forwarded stdout
+if comm.rank == 0:
+    print("\\n".join(rows), flush=True)
 """
 
 
