@@ -65,3 +65,23 @@ def test_fiu_trials_with_every_save_streaming(tmp_path: Path, monkeypatch: pytes
     print(report)
     assert len(verdicts) == len(STREAMING)
     assert not [v for v in noted if v.kinds - KNOWN_OPEN], report
+
+
+ROMIO_CREATE = [14000050, 14000108]
+"""MPI-IO trials whose close faults hit a new file's creation.  With ``MPI_MODE_CREATE``, ROMIO's
+``ADIOI_GEN_OpenColl`` creates the file on rank 0 alone and closes it; when that close failed, rank 0 left
+``MPI_File_open`` for its final allreduce while the other ranks waited in a broadcast, and amrckpt's stall
+watchdog ended the job (seed 14 of docs/reliability.md).  Rank 0 now creates the file itself, agreed, and
+``MPI_File_open`` never creates."""
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("fiu")
+def test_a_failed_close_while_a_new_file_is_created_ends_no_job(tmp_path: Path) -> None:
+    """Every save of these trials fails with an agreed EIO, and every job ends by itself: no stall watchdog."""
+    verdicts = campaign(tmp_path, ROMIO_CREATE)
+    report = table(verdicts) + "".join(f"\n{v.trial.command()}: watchdog {v.watchdog}, {v.problems}" for v in verdicts)
+    print(report)
+    assert len(verdicts) == len(ROMIO_CREATE)
+    assert not [v for v in verdicts if v.watchdog or v.kinds], report
+    assert all(v.errors for v in verdicts), report  # the close faults were hit

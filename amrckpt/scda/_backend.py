@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -29,7 +28,7 @@ from ..comm import Call, Comm, collective, current_call
 from ..errors import (
     ScdaUsageError,
 )
-from ._io import Piece, coalesce, open_read, os_error, preadv, pwritev, refuse_link
+from ._io import Piece, coalesce, open_read, open_write, os_error, preadv, pwritev
 
 __all__ = [
     "Backend",
@@ -279,12 +278,10 @@ class PosixBackend:
             try:
                 if mode == "w":
                     # Rank 0 creates (truncates) the file before the others open it.
-                    # O_NOFOLLOW: never through a symbolic link planted under the name (refuse_link)
-                    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if truncate else 0)
-                    call.run(self._open, flags, "cannot create", on=0)
+                    call.run(self._open, "cannot create", create=True, truncate=truncate, on=0)
                     call.agree("fopen_write")
                     if comm.rank != 0:
-                        call.run(self._open, os.O_WRONLY | os.O_NOFOLLOW, "cannot open for writing")
+                        call.run(self._open, "cannot open for writing")
                 else:
                     call.run(self._open_read)
                 call.agree("fopen")
@@ -293,13 +290,8 @@ class PosixBackend:
                     self._close_fd()
                 raise
 
-    def _open(self, flags: int, what: str) -> None:
-        try:
-            self._fd = os.open(self.path, flags, 0o666)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                refuse_link(self.path)  # a link planted after the writer's own look: say so
-            raise os_error(exc, self.path, what) from exc
+    def _open(self, what: str, create: bool = False, truncate: bool = False) -> None:
+        self._fd = open_write(self.path, what, create=create, truncate=truncate)  # O_NOFOLLOW: never through a planted link
 
     def _open_read(self) -> None:
         self._fd = open_read(self.path)  # a regular file only: never a link followed, never a FIFO waited on

@@ -17,6 +17,7 @@ __all__ = [
     "byte_view",
     "coalesce",
     "open_read",
+    "open_write",
     "os_error",
     "pread",
     "preadv",
@@ -144,6 +145,29 @@ def refuse_link(path: str) -> None:
         "planted under a checkpoint's name would send its bytes elsewhere); write to the target's own name, or remove "
         "the link",
     )
+
+
+def open_write(path: str, what: str, *, create: bool = False, truncate: bool = False) -> int:
+    """Open ``path`` for writing, never through a symbolic link (``O_NOFOLLOW``); return the descriptor. Not collective.
+
+    ``create``: ``O_CREAT`` (mode ``0o666`` less the umask); ``truncate``:
+    ``O_TRUNC`` (else an existing file keeps its bytes).
+
+    Raises
+    ------
+    ScdaIOError
+        The OSError's errno (:class:`~amrckpt.errors.ScdaFileNotFoundError`,
+        :class:`~amrckpt.errors.ScdaPermissionError`); ``ELOOP``, naming the
+        target, for a link planted under the name (:func:`refuse_link`).
+    """  # noqa: DOC501 (os_error() returns the ScdaIOError)
+    flags = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
+    flags |= os.O_TRUNC if truncate else 0
+    try:
+        return os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno_mod.ELOOP:
+            refuse_link(path)  # a link planted after the writer's own look: say so
+        raise os_error(exc, path, what) from exc
 
 
 def pwritev(fd: int, path: str, off: int, bufs: list[memoryview]) -> None:

@@ -26,7 +26,7 @@ from ..errors import (
 )
 from . import _backend
 from ._backend import _Step
-from ._io import Piece, coalesce, open_read
+from ._io import Piece, coalesce, open_read, open_write, os_error
 
 __all__ = ["HINTS_ENV", "MPIIOBackend", "hints"]
 
@@ -137,7 +137,12 @@ class MPIIOBackend:
                 for k, v in extra.items():
                     if mpi_info.Get(k) is None:
                         mpi_info.Set(k, v)
-        amode = MPI.MODE_WRONLY | MPI.MODE_CREATE if mode == "w" else MPI.MODE_RDONLY
+        # Rank 0 creates a new file itself (create below) and MPI_File_open never creates, unless a hint only
+        # ROMIO's create applies (Lustre's striping) asks for MPI_MODE_CREATE: ROMIO's create (ADIOI_GEN_OpenColl)
+        # opens and closes the file on rank 0 alone, and a failed close there leaves rank 0 outside a broadcast
+        # that the other ranks wait in, a hang inside MPI_File_open (libfiu; docs/reliability.md).
+        romio_creates = mode == "w" and _creation_hints(MPI, mpi_info)
+        amode = MPI.MODE_WRONLY | (MPI.MODE_CREATE if romio_creates else 0) if mode == "w" else MPI.MODE_RDONLY
 
         found = [0]  # the size of the file as opened for writing: 0 for a new file, which needs no truncation
 
@@ -155,6 +160,13 @@ class MPIIOBackend:
             except MPI.Exception as exc:
                 raise self._error(exc, "cannot open") from exc
 
+        def create() -> None:
+            fd = open_write(path, "cannot create", create=True)  # never through a planted link
+            try:
+                os.close(fd)
+            except OSError as exc:
+                raise os_error(exc, path, "cannot close the new file") from exc
+
         def set_size_0() -> None:
             try:
                 self._fh.Set_size(0)
@@ -166,6 +178,9 @@ class MPIIOBackend:
                 if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
                     call.run(lambda: os.close(open_read(path)), on=0)
                     call.agree("fopen: a regular file")
+                elif not romio_creates:  # agreed before the open: without the file, MPI_File_open fails everywhere
+                    call.run(create, on=0)
+                    call.agree("fopen_write: created")
                 call.run(open_file, always=True)  # MPI_File_open is collective: every rank joins
             finally:
                 if free_info:
@@ -526,6 +541,20 @@ def hints(text: str | None = None) -> dict[str, str]:
             raise ScdaArgumentError(f"MPI-IO hint {item!r}: expected key=value ({HINTS_ENV}, --hint)")
         out[key.strip()] = value.strip()
     return out
+
+
+_CREATION_HINTS = ("striping_factor", "striping_unit", "start_iodevice", "romio_lustre_")
+"""Prefixes of the MPI-IO hints that ROMIO applies only in the open that creates a file (Lustre's layout)."""
+
+
+def _creation_hints(MPI: Any, info: Any) -> bool:
+    """Whether ``info`` (or the file named by ``ROMIO_HINTS``, not read) may hold a hint applied only when ROMIO creates."""
+    if os.environ.get("ROMIO_HINTS"):
+        return True
+    if info == MPI.INFO_NULL:
+        return False
+    keys = [info.Get_nthkey(i) for i in range(info.Get_nkeys())]
+    return any(k.startswith(_CREATION_HINTS) for k in keys)
 
 
 def _split_rounds(runs: list[tuple[int, list[memoryview]]], nrounds: int) -> list[list[Piece]]:
