@@ -62,7 +62,7 @@ PARTIAL = ".partial-"
 """What a temporary name holds between the final name and the token: ``.<name>.partial-<token>``."""
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+_NEITHER_LINK_NOR_WAIT = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
 EINTR_RETRIES = 64
 """Reads interrupted (``EINTR``) this many times in a row, with no byte read between, raise ``EINTR``."""
@@ -219,14 +219,17 @@ def is_evidence(exc: OSError, path: str | os.PathLike[str]) -> bool:
     return exc.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.lexists(path)
 
 
-def open_regular(path: str | os.PathLike[str]) -> int:
-    """Open a regular file for reading, never following a link and never blocking; return its descriptor. Not collective.
+def open_regular(path: str | os.PathLike[str], *, write: bool = False, create: bool = False, truncate: bool = False) -> int:
+    """Open a regular file, never following a link and never blocking; return its descriptor. Not collective.
 
-    ``open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)``, then
-    ``fstat``: a symbolic link (to ``/dev/zero``, to a file elsewhere), a
-    FIFO, a device, a directory or a socket under ``path`` is refused
-    (``O_NONBLOCK``: opening a FIFO does not wait for a writer).  The caller
-    closes the descriptor.
+    ``open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`` (with
+    ``write``: ``O_WRONLY``, and ``O_CREAT`` with ``create``, mode ``0o666``
+    less the umask, ``O_TRUNC`` with ``truncate``), then ``fstat``: a
+    symbolic link (to ``/dev/zero``, to a file elsewhere), a FIFO, a device,
+    a directory or a socket under ``path`` is refused (``O_NONBLOCK``:
+    opening a FIFO does not wait for the other end; a FIFO with no reader,
+    which a write-only open refuses with ``ENXIO``, is named as one).  A
+    descriptor for writing is made blocking again.  The caller closes it.
 
     Raises
     ------
@@ -235,32 +238,50 @@ def open_regular(path: str | os.PathLike[str]) -> int:
         directory, ``EINVAL`` for another file that is not regular (the
         message says what it is, the ``filename`` is ``path``).
     OSError
-        On this rank, the error of ``open``/``fstat``.
+        On this rank, the error of ``open``/``fstat``/``fcntl``.
     """
     where = os.fspath(path)
+    flags = _NEITHER_LINK_NOR_WAIT | (os.O_WRONLY if write else os.O_RDONLY)
+    flags |= (os.O_CREAT if create else 0) | (os.O_TRUNC if truncate else 0)
     try:
-        fd = os.open(where, _READ)
+        fd = os.open(where, flags, 0o666)
     except OSError as exc:
         if exc.errno == errno.ELOOP and is_link(where):
             raise FileKindError(errno.ELOOP, "a symbolic link (links are not followed)", where) from exc
+        if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without a reader, a socket, a directory
+            mode = _lstat_mode(where)
+            if mode is not None and not stat.S_ISREG(mode):
+                code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+                raise FileKindError(code, f"{kind_of(mode)}, not a regular file{_WRITE_HINT if write else ''}", where) from exc
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
-            raise FileKindError(code, f"{kind_of(mode)}, not a regular file", where)
+            raise FileKindError(code, f"{kind_of(mode)}, not a regular file{_WRITE_HINT if write else ''}", where)
+        if write:
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
+_WRITE_HINT = " (amrckpt writes regular files only: remove it, or write under another name)"
+
+
+def _lstat_mode(path: str) -> int | None:
+    """Return ``lstat(path).st_mode``, or None if ``lstat`` fails."""
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return None
+
+
 def is_link(path: str | os.PathLike[str]) -> bool:
     """Return whether ``path`` is a symbolic link (False if ``lstat`` fails). Not collective."""
-    try:
-        return stat.S_ISLNK(os.lstat(path).st_mode)
-    except OSError:
-        return False
+    mode = _lstat_mode(os.fspath(path))
+    return mode is not None and stat.S_ISLNK(mode)
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:

@@ -148,22 +148,23 @@ def refuse_link(path: str) -> None:
 
 
 def open_write(path: str, what: str, *, create: bool = False, truncate: bool = False) -> int:
-    """Open ``path`` for writing, never through a symbolic link (``O_NOFOLLOW``); return the descriptor. Not collective.
+    """Open the regular file ``path`` for writing (``O_NOFOLLOW``, never waiting on a FIFO); return the descriptor. Not collective.
 
     ``create``: ``O_CREAT`` (mode ``0o666`` less the umask); ``truncate``:
-    ``O_TRUNC`` (else an existing file keeps its bytes).
+    ``O_TRUNC`` (else an existing file keeps its bytes).  Through
+    :func:`amrckpt._files.open_regular`.
 
     Raises
     ------
     ScdaIOError
         The OSError's errno (:class:`~amrckpt.errors.ScdaFileNotFoundError`,
         :class:`~amrckpt.errors.ScdaPermissionError`); ``ELOOP``, naming the
-        target, for a link planted under the name (:func:`refuse_link`).
+        target, for a link planted under the name (:func:`refuse_link`);
+        ``EINVAL`` or ``EISDIR`` for a FIFO, a device, a socket or a
+        directory (the message says which).
     """  # noqa: DOC501 (os_error() returns the ScdaIOError)
-    flags = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | (os.O_CREAT if create else 0)
-    flags |= os.O_TRUNC if truncate else 0
     try:
-        return os.open(path, flags, 0o666)
+        return open_regular(path, write=True, create=create, truncate=truncate)
     except OSError as exc:
         if exc.errno == errno_mod.ELOOP:
             refuse_link(path)  # a link planted after the writer's own look: say so

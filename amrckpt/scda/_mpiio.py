@@ -167,6 +167,10 @@ class MPIIOBackend:
             except OSError as exc:
                 raise os_error(exc, path, "cannot close the new file") from exc
 
+        def look() -> None:  # ROMIO creates the file: refuse what is there and is no regular file (ROMIO waits on a FIFO)
+            with contextlib.suppress(ScdaFileNotFoundError):
+                os.close(open_write(path, "cannot open for writing"))
+
         def set_size_0() -> None:
             try:
                 self._fh.Set_size(0)
@@ -178,9 +182,9 @@ class MPIIOBackend:
                 if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
                     call.run(lambda: os.close(open_read(path)), on=0)
                     call.agree("fopen: a regular file")
-                elif not romio_creates:  # agreed before the open: without the file, MPI_File_open fails everywhere
-                    call.run(create, on=0)
-                    call.agree("fopen_write: created")
+                else:  # agreed before the open: without the file, MPI_File_open fails everywhere
+                    call.run(look if romio_creates else create, on=0)
+                    call.agree("fopen_write: a regular file")
                 call.run(open_file, always=True)  # MPI_File_open is collective: every rank joins
             finally:
                 if free_info:

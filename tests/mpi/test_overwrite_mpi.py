@@ -250,3 +250,39 @@ def test_a_save_never_writes_through_a_symbolic_link(backend: str, target: str) 
             comm.Barrier()
             kept = path.is_symlink() and (_digest(other) == before if before else not other.exists())
             assert comm.allgather(kept) == [True] * comm.size
+
+
+@pytest.mark.parametrize("planted", ["a FIFO", "a directory"])
+@pytest.mark.parametrize(("backend", "info"), [("posix", None), ("mpiio", None), ("mpiio", {"striping_factor": "2"})])
+def test_a_save_over_a_fifo_or_a_directory_is_refused_on_every_rank_without_waiting(backend: str, info: Any, planted: str) -> None:
+    """Before: ``open(O_WRONLY)`` of a FIFO planted under the name waited for a reader forever, on rank 0 (POSIX, and
+    the MPI-IO create) or inside ``MPI_File_open`` (where a hint makes ROMIO create the file).  Now every rank raises
+    the same ``ScdaIOError`` (``EINVAL`` for a FIFO, ``EISDIR`` for a directory) naming what is there and the fix."""
+    import errno
+    import faulthandler
+    import os
+    import sys
+
+    from amrckpt import scda
+
+    faulthandler.dump_traceback_later(120, exit=True, file=sys.stderr)  # a wait on the FIFO ends the job, with its stack
+    comm = world()
+    access = FileAccess(backend=backend, info=info)
+    with shared_tmpdir() as d:
+        path = d / "ckpt.scda"
+        if comm.rank == 0:
+            os.mkfifo(path) if planted == "a FIFO" else path.mkdir()
+        comm.Barrier()
+        attempts = [
+            lambda: save(G.for_rank(comm), path, comm=comm, access=access),
+            lambda: scda.fopen_write(path, b"x", comm=comm, access=access).fclose(),
+        ]
+        code = errno.EINVAL if planted == "a FIFO" else errno.EISDIR
+        for attempt in attempts:
+            try:
+                attempt()
+                got = "written"
+            except ScdaIOError as exc:
+                got = f"{exc.errno} {planted in str(exc) and 'regular files only' in str(exc)}"
+            assert comm.allgather(got) == [f"{code} True"] * comm.size
+    faulthandler.cancel_dump_traceback_later()

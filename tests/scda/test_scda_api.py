@@ -168,6 +168,51 @@ def test_open_errors(tmp_path: Path) -> None:
         scda.fopen_read(tmp_path / "zip")
 
 
+PLANTED_WRITE = """
+    import os, sys
+    import numpy as np
+    import amrckpt as ac
+    from amrckpt import scda
+    from amrckpt.errors import ScdaIOError
+    path, kind = sys.argv[1], sys.argv[2]
+    os.mkfifo(path) if kind == "fifo" else os.mkdir(path)
+
+
+    class S(ac.CheckpointSchema, name="planted", version=1):
+        u: ac.CellData = ac.Cells("<f8")
+        mesh: ac.Forest = ac.Mesh(dim=2)
+
+
+    lv = ac.sfc.uniform_leaves(1, num_trees=1, dim=2)
+    state = S(mesh=ac.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=1), u=np.zeros(lv.num_leaves))
+    for what, fn in [
+        ("fopen_write", lambda: scda.fopen_write(path, b"x").fclose()),
+        ("save", lambda: ac.save(state, path)),
+    ]:
+        try:
+            fn()
+        except ScdaIOError as exc:
+            print(what, exc.errno, str(exc))
+        else:
+            print(what, "written")
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir"])
+def test_a_write_over_a_fifo_or_a_directory_is_refused_without_blocking(tmp_path: Path, kind: str) -> None:
+    """Before: ``open(O_WRONLY | O_CREAT)`` of a FIFO planted under the name waited for a reader forever."""
+    from _support import run_bounded
+
+    path = tmp_path / "planted.scda"
+    out = run_bounded(PLANTED_WRITE, str(path), kind, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["fopen_write", "save"], lines
+    code, words = (errno.EINVAL, "a FIFO") if kind == "fifo" else (errno.EISDIR, "a directory")
+    for line in lines:
+        assert line.split()[1] == str(code) and words in line and "regular files only" in line and str(path) in line, line
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root bypasses file permissions")
 def test_permission_denied(tmp_path: Path) -> None:
     d = tmp_path / "ro"
