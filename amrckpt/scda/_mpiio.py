@@ -182,7 +182,7 @@ class MPIIOBackend:
                 if mode == "r":  # ROMIO follows links and waits on a FIFO: rank 0 looks first, and every rank hears
                     call.run(lambda: os.close(open_read(path)), on=0)
                     call.agree("fopen: a regular file")
-                else:  # agreed before the open: without the file, MPI_File_open fails everywhere
+                else:  # agreed before the open, which a FIFO would hold and which fails everywhere without the file
                     call.run(look if romio_creates else create, on=0)
                     call.agree("fopen_write: a regular file")
                 call.run(open_file, always=True)  # MPI_File_open is collective: every rank joins
