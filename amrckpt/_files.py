@@ -239,7 +239,7 @@ def open_regular(path: str | os.PathLike[str], *, write: bool = False, create: b
         message says what it is, the ``filename`` is ``path``).
     OSError
         On this rank, the error of ``open``/``fstat``/``fcntl``.
-    """
+    """  # noqa: DOC501 (_not_regular() returns the FileKindError)
     where = os.fspath(path)
     flags = _NEITHER_LINK_NOR_WAIT | (os.O_WRONLY if write else os.O_RDONLY)
     flags |= (os.O_CREAT if create else 0) | (os.O_TRUNC if truncate else 0)
@@ -251,14 +251,12 @@ def open_regular(path: str | os.PathLike[str], *, write: bool = False, create: b
         if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without a reader, a socket, a directory
             mode = _lstat_mode(where)
             if mode is not None and not stat.S_ISREG(mode):
-                code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
-                raise FileKindError(code, f"{kind_of(mode)}, not a regular file{_WRITE_HINT if write else ''}", where) from exc
+                raise _not_regular(mode, where, write) from exc
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
-            raise FileKindError(code, f"{kind_of(mode)}, not a regular file{_WRITE_HINT if write else ''}", where)
+            raise _not_regular(mode, where, write)
         if write:
             os.set_blocking(fd, True)
     except BaseException:
@@ -267,7 +265,11 @@ def open_regular(path: str | os.PathLike[str], *, write: bool = False, create: b
     return fd
 
 
-_WRITE_HINT = " (amrckpt writes regular files only: remove it, or write under another name)"
+def _not_regular(mode: int, path: str, write: bool) -> FileKindError:
+    """Return the error for a file of ``st_mode`` ``mode`` that is not regular: ``EISDIR`` for a directory, else ``EINVAL``."""
+    code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+    fix = " (amrckpt writes regular files only: remove it, or write under another name)" if write else ""
+    return FileKindError(code, f"{kind_of(mode)}, not a regular file{fix}", path)
 
 
 def _lstat_mode(path: str) -> int | None:

@@ -69,10 +69,10 @@ def test_fiu_trials_with_every_save_streaming(tmp_path: Path, monkeypatch: pytes
 
 ROMIO_CREATE = [14000050, 14000108]
 """MPI-IO trials whose close faults hit a new file's creation.  With ``MPI_MODE_CREATE``, ROMIO's
-``ADIOI_GEN_OpenColl`` creates the file on rank 0 alone and closes it; when that close failed, rank 0 left
-``MPI_File_open`` for its final allreduce while the other ranks waited in a broadcast, and amrckpt's stall
-watchdog ended the job (seed 14 of docs/reliability.md).  Rank 0 now creates the file itself, agreed, and
-``MPI_File_open`` never creates."""
+``ADIOI_GEN_OpenColl`` creates the file on rank 0 alone and closes it; a failed close there sends rank 0 to
+``MPI_File_open``'s final allreduce while the other ranks wait in a broadcast, a deadlock that only amrckpt's stall
+watchdog ends.  These trials check that the MPI-IO backend creates the file itself (rank 0, agreed) and opens it
+without ``MPI_MODE_CREATE``."""
 
 
 @pytest.mark.slow

@@ -255,9 +255,9 @@ def test_a_save_never_writes_through_a_symbolic_link(backend: str, target: str) 
 @pytest.mark.parametrize("planted", ["a FIFO", "a directory"])
 @pytest.mark.parametrize(("backend", "info"), [("posix", None), ("mpiio", None), ("mpiio", {"striping_factor": "2"})])
 def test_a_save_over_a_fifo_or_a_directory_is_refused_on_every_rank_without_waiting(backend: str, info: Any, planted: str) -> None:
-    """Before: ``open(O_WRONLY)`` of a FIFO planted under the name waited for a reader forever, on rank 0 (POSIX, and
-    the MPI-IO create) or inside ``MPI_File_open`` (where a hint makes ROMIO create the file).  Now every rank raises
-    the same ``ScdaIOError`` (``EINVAL`` for a FIFO, ``EISDIR`` for a directory) naming what is there and the fix."""
+    """``open(O_WRONLY)`` of a FIFO waits for a reader: rank 0's open (POSIX, the MPI-IO create) and ``MPI_File_open``
+    (where a hint leaves the create to ROMIO) must not wait.  Every rank raises the same ``ScdaIOError`` (``EINVAL`` for
+    a FIFO, ``EISDIR`` for a directory) naming what is there and the fix."""
     import errno
     import faulthandler
     import os

@@ -200,7 +200,7 @@ PLANTED_WRITE = """
 
 @pytest.mark.parametrize("kind", ["fifo", "dir"])
 def test_a_write_over_a_fifo_or_a_directory_is_refused_without_blocking(tmp_path: Path, kind: str) -> None:
-    """Before: ``open(O_WRONLY | O_CREAT)`` of a FIFO planted under the name waited for a reader forever."""
+    """``open(O_WRONLY | O_CREAT)`` of a FIFO waits for a reader: the writer refuses it at once, in a bounded process."""
     from _support import run_bounded
 
     path = tmp_path / "planted.scda"
