@@ -1,22 +1,33 @@
 """How the fields follow one step of the mesh on one rank: cells and hp fields, refined or coarsened; an hp field's degree.
 
-Not collective, vectorized: the loops run over the ``2**dim`` children,
+Not collective, vectorized: the hp fields' averages and injections run in
+compiled loops (``amrckpt/_kernels.c``) where the extension is built; the
+numpy code, which gives the same bits, loops over the ``2**dim`` children,
 chunks of values (:data:`_CHUNK_VALUES`) and distinct degrees, never over
 leaves.  A step is an :class:`amrckpt.sfc.AdaptStep`.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import math
 import operator
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from .._threads import default_threads, map_shared
 from ..container import HpData
 from ..errors import AdaptError
 from ..sfc import AdaptStep, family_members
 from ._ops import CellTransfer, HpTransfer
+
+try:  # the compiled loops (amrckpt/_kernels.c, an optional extension): without them, numpy's code below
+    _kernels: ModuleType | None = importlib.import_module("amrckpt._kernels")
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _kernels = None
 
 __all__ = ["apply_cells", "apply_hp", "change_degree"]
 
@@ -85,15 +96,16 @@ def apply_cells(values: np.ndarray, step: AdaptStep, dim: int, transfer: CellTra
             pos = (start[idx][:, None] + np.arange(F)[None, :]).reshape(-1)
             out[pos] = kids.reshape(-1, *values.shape[1:])
         return out
-    idx = np.flatnonzero(m)
-    if idx.size * F == m.shape[0] and transfer.coarsen == "average" and values.dtype.kind in "fc":
+    k = int(np.count_nonzero(m))
+    if k * F == m.shape[0] and transfer.coarsen == "average" and values.dtype.kind in "fc":
         # every leaf is in a family (families consecutive from leaf 0): members by reshaping, no gathers
-        fam = values.reshape(idx.size, F, *values.shape[1:])
+        fam = values.reshape(k, F, *values.shape[1:])
         parent: np.ndarray = _pairwise_sum([fam[:, c] for c in range(F)])
         parent *= values.dtype.type(1.0 / F)
         return parent
     members = family_members(m, dim)
     out = values[~members]
+    idx = np.flatnonzero(m)
     if idx.size == 0:
         return out
     where = np.flatnonzero(m[~members])
@@ -168,17 +180,56 @@ def _rows(values: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
     return values.reshape(counts.shape[0], int(counts[0]), *values.shape[1:])
 
 
+def _split(starts: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """Return up to ``threads`` consecutive ranges of runs of about equal values (``starts``: the runs' offsets and the total)."""
+    cuts = np.searchsorted(starts, np.linspace(0, int(starts[-1]), threads + 1)[1:-1])
+    bounds = [0, *sorted(set(cuts.tolist())), starts.shape[0] - 1]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _compiled_inject(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, mask: np.ndarray, F: int) -> np.ndarray | None:
+    """Return :func:`_inject_runs`'s result from the compiled loop (``amrckpt/_kernels.c``: a ``memcpy`` per run), or None.
+
+    Any dtype in C order: the values are copied as bytes.  The leaves are
+    split into about equal ranges of values, one per thread (the loop
+    releases the GIL); each range's output starts after the runs before it.
+    """
+    if _kernels is None or not values.flags.c_contiguous:
+        return None
+    isz = values.dtype.itemsize * math.prod(values.shape[1:])
+    every = bool(mask.all())
+    o64, c64 = offsets[:-1].astype(np.int64, copy=False), counts.astype(np.int64, copy=False)
+    parts = _split(offsets, default_threads())
+    sizes = [int(c64[a:b].sum()) * F if every else int(c64[a:b].sum() + (F - 1) * c64[a:b][mask[a:b]].sum()) for a, b in parts]
+    out = np.empty((sum(sizes), *values.shape[1:]), dtype=values.dtype)
+    if isz == 0 or not parts:
+        return out
+    src, dest = values.reshape(-1).view(np.uint8), out.reshape(-1).view(np.uint8)
+    ends = np.cumsum([0, *sizes]) * isz
+
+    def run(k: int) -> None:
+        a, b = parts[k]
+        _kernels.repeat_runs(src, o64[a:b], c64[a:b], None if every else mask[a:b], dest[ends[k] : ends[k + 1]], F, isz)
+
+    map_shared(run, range(len(parts)), default_threads())
+    return out
+
+
 def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, mask: np.ndarray, F: int) -> np.ndarray:
     """Return the runs of the leaves, those of the marked leaves ``F`` times in a row (their children's). Vectorized.
 
-    The runs out, their lengths and where each starts in ``values`` are
+    The compiled loop (:func:`_compiled_inject`) where it is built;
+    otherwise the runs out, their lengths and where each starts in ``values`` are
     built over the runs (``F`` per marked leaf), then copied by
     :func:`_segment_copy`.  When every leaf holds as many values, the
     leaves are rows: one repeat of whole rows.
     """
+    got = _compiled_inject(values, offsets, counts, mask, F)
+    if got is not None:
+        return got
     rows = _rows(values, counts)
     if rows is not None:
-        got: np.ndarray = np.repeat(rows, F if mask.all() else np.where(mask, F, 1), axis=0)
+        got = np.repeat(rows, F if mask.all() else np.where(mask, F, 1), axis=0)
         return got.reshape(-1, *values.shape[1:])
     src = offsets[:-1].astype(np.intp)
     if mask.all():  # run r of leaf i starts at F offsets[i] + r counts[i]
@@ -196,6 +247,35 @@ def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, ma
     return out
 
 
+def _compiled_means(values: np.ndarray, fo: np.ndarray, pc: np.ndarray, F: int) -> np.ndarray | None:
+    """Return :func:`_average_runs`'s result from the compiled loop (``amrckpt/_kernels.c``), or None where it does not serve.
+
+    It serves real floating values (float64, float32) in C order: each value
+    is ``m`` scalars (its components), so family ``j`` starts at scalar
+    ``m fo[j]`` with ``m pc[j]`` scalars per child.  The families are split
+    into about equal ranges of values, one per thread
+    (:func:`amrckpt._threads.default_threads`; the loop releases the GIL).
+    Complex values take the numpy loop: numpy multiplies them by a complex
+    ``1/F``, whose signed zeros the compiled loop would not reproduce.
+    """
+    if _kernels is None or values.dtype not in (np.float64, np.float32) or not values.flags.c_contiguous:
+        return None
+    m = math.prod(values.shape[1:])
+    fo_s = fo.astype(np.int64) * m
+    pc_s = pc.astype(np.int64) * m
+    starts = _offsets(pc_s)
+    out = np.empty((int(starts[-1]) // max(m, 1), *values.shape[1:]), dtype=values.dtype)
+    flat, dest = values.reshape(-1), out.reshape(-1)
+    threads = default_threads()
+
+    def run(ab: tuple[int, int]) -> None:
+        a, b = ab
+        _kernels.family_means(flat, fo_s[a:b], pc_s[a:b], dest[starts[a] : starts[b]], F, 1.0 / F)
+
+    map_shared(run, _split(starts, threads), threads)
+    return out
+
+
 def _average_runs(
     values: np.ndarray, counts: np.ndarray, first: np.ndarray, fo: np.ndarray, pc: np.ndarray, F: int, tiled: bool = False
 ) -> np.ndarray:
@@ -206,13 +286,19 @@ def _average_runs(
     children's values are one slice, copied at once into a buffer in which
     the gathers find them in cache).
 
-    Per chunk of parents' values (a loop over chunks): the position of each
+    The compiled loop (:func:`_compiled_means`) where it is built and
+    serves; otherwise numpy, with the same bits (a NaN's sign aside: where
+    two NaNs meet in an add, the instruction chooses which comes out):
+    per chunk of parents' values (a loop over chunks): the position of each
     value of child 0 (one repeat and one add of a ramp made once), ``F``
     gathers into buffers reused by every chunk, each after an in-place
     shift by the count, summed pairwise in child order into the output,
     times ``2**-dim``.  When every leaf holds as many values, the
     leaves are rows: ``F`` takes of whole rows.
     """
+    got = _compiled_means(values, fo, pc, F)
+    if got is not None:
+        return got
     rows = _rows(values, counts)
     if rows is not None:
         parent = _pairwise_sum([np.take(rows, first + r, axis=0) for r in range(F)])

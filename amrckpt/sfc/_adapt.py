@@ -17,15 +17,23 @@ arrays given (:func:`amrckpt.partition.keep_families`).
 
 from __future__ import annotations
 
+import importlib
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
 
+from .._threads import default_threads, map_shared
 from ..errors import AdaptError
 from ._forest import Forest
+
+try:  # the compiled loops (amrckpt/_kernels.c, an optional extension): without them, numpy's code below
+    _kernels: ModuleType | None = importlib.import_module("amrckpt._kernels")
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _kernels = None
 from ._keys import MAXLEVEL, QMAXLEVEL
 
 __all__ = [
@@ -191,16 +199,37 @@ def family_starts(forest: Forest) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     if n < F:
         return out
-    if n % F == 0:
-        # contiguous first (a forest read from a file holds views of its records, 13 or 17 bytes apart): one pass each
-        rows = [np.ascontiguousarray(a).reshape(-1, F) for a in (forest.tree, forest.level, *forest.coords())]
-        if _families(rows[0], rows[1], rows[2:], lambda a, c_i: a[:, c_i], d).all():
-            # leaves F i .. F i + F - 1 are a family for every i: a leaf is in one family at most, so these are all
-            out[::F] = True
-            return out
+    if n % F == 0 and _tiled(forest):
+        # leaves F i .. F i + F - 1 are a family for every i: a leaf is in one family at most, so these are all
+        out[::F] = True
+        return out
     k = n - F + 1
     out[:k] = _families(forest.tree, forest.level, forest.coords(), lambda a, c_i: a[c_i : c_i + k], d)
     return out
+
+
+def _tiled(forest: Forest) -> bool:
+    """Whether leaves ``F i .. F i + F - 1`` are a family for every ``i`` (``n`` a multiple of ``F = 2**dim``).
+
+    The compiled loop (``amrckpt/_kernels.c``: one pass through the
+    strides, no copies; ranges of rows on the threads there are) where it
+    is built; else :func:`_families` on rows, made contiguous first (a
+    forest read from a file holds views of its records, 13 or 17 bytes
+    apart): one pass over each column.
+    """
+    F = 1 << forest.dim
+    if _kernels is not None:
+        threads = default_threads()
+        cut = [F * (len(forest) // F * i // threads) for i in range(threads + 1)]
+
+        def row_range(k: int) -> bool:
+            a, b = cut[k], cut[k + 1]
+            coords = tuple(c[a:b] for c in forest.coords())
+            return bool(_kernels.tiled_families(forest.tree[a:b], forest.level[a:b], coords, MAXLEVEL[forest.dim]))
+
+        return all(map_shared(row_range, range(threads), threads))
+    rows = [np.ascontiguousarray(a).reshape(-1, F) for a in (forest.tree, forest.level, *forest.coords())]
+    return bool(_families(rows[0], rows[1], rows[2:], lambda a, c_i: a[:, c_i], forest.dim).all())
 
 
 def _families(
