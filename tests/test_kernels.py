@@ -60,7 +60,7 @@ def _values(rng: np.random.Generator, n: int, shape: tuple[int, ...], dtype: Any
     seed=st.integers(0, 2**32 - 1),
     dim=st.sampled_from([2, 3]),
     families=st.integers(0, 300),
-    shape=st.sampled_from([(), (2,), (3, 2)]),
+    shape=st.sampled_from([(), (2,), (3, 2), (0,)]),
     dtype=st.sampled_from([np.float64, np.float32, np.complex128]),
     tiled=st.booleans(),
     threads=st.sampled_from([1, 3]),
@@ -95,7 +95,7 @@ def test_family_means_are_numpy_s_bit_for_bit(
     seed=st.integers(0, 2**32 - 1),
     dim=st.sampled_from([2, 3]),
     n=st.integers(0, 400),
-    shape=st.sampled_from([(), (3,)]),
+    shape=st.sampled_from([(), (3,), (0,)]),
     dtype=st.sampled_from([np.float64, np.int16, np.complex64, np.dtype("V3")]),
     every=st.booleans(),
     threads=st.sampled_from([1, 3]),
@@ -109,7 +109,8 @@ def test_injected_runs_are_numpy_s_bit_for_bit(
     offsets = _transfer._offsets(counts)
     values = rng.integers(0, 256, size=(int(offsets[-1]), *shape, np.dtype(dtype).itemsize), dtype=np.uint8)
     values = values.view(dtype).reshape(int(offsets[-1]), *shape)
-    mask = np.ones(n, dtype=bool) if every else rng.random(n) < 0.5
+    mask = np.ones(n, dtype=bool) if every else (rng.random(2 * n) < 0.5)[::2]  # strided, as a view may be
+    counts = counts if every else np.repeat(counts, 2)[::2]
     compiled, plain = _both(_transfer, lambda: _transfer._inject_runs(values, offsets, counts, mask, F), threads)
     _same_bits(compiled, plain)
 

@@ -198,7 +198,8 @@ def _compiled_inject(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray
         return None
     isz = values.dtype.itemsize * math.prod(values.shape[1:])
     every = bool(mask.all())
-    o64, c64 = offsets[:-1].astype(np.int64, copy=False), counts.astype(np.int64, copy=False)
+    o64, c64 = np.ascontiguousarray(offsets[:-1], dtype=np.int64), np.ascontiguousarray(counts, dtype=np.int64)
+    mask = np.ascontiguousarray(mask, dtype=bool)
     parts = _split(offsets, default_threads())
     sizes = [int(c64[a:b].sum()) * F if every else int(c64[a:b].sum() + (F - 1) * c64[a:b][mask[a:b]].sum()) for a, b in parts]
     out = np.empty((sum(sizes), *values.shape[1:]), dtype=values.dtype)
@@ -264,7 +265,7 @@ def _compiled_means(values: np.ndarray, fo: np.ndarray, pc: np.ndarray, F: int) 
     fo_s = fo.astype(np.int64) * m
     pc_s = pc.astype(np.int64) * m
     starts = _offsets(pc_s)
-    out = np.empty((int(starts[-1]) // max(m, 1), *values.shape[1:]), dtype=values.dtype)
+    out = np.empty((int(pc.sum()), *values.shape[1:]), dtype=values.dtype)
     flat, dest = values.reshape(-1), out.reshape(-1)
     threads = default_threads()
 
