@@ -24,8 +24,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <stdint.h>
 #include <string.h>
+
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+/* float sums in wider registers (x87) would not be numpy's: no build here, and numpy's loops run */
+#error "amrckpt._kernels needs FLT_EVAL_METHOD 0"
+#endif
 
 #define MEANS(T)                                                                                                   \
     static void means_##T(const T *v, const int64_t *fo, const int64_t *pc, Py_ssize_t n, int F, T scale, T *out) \

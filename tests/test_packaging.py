@@ -7,6 +7,7 @@ the test suite) brings.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -102,3 +103,28 @@ def test_build_check_and_install_into_a_clean_venv(tmp_path: Path) -> None:
         assert p.returncode == 0 and "amrckpt" in p.stdout, p.stdout + p.stderr
     p = subprocess.run([str(py), "-m", "pip", "list"], **run)  # type: ignore[call-overload]
     assert "mpich" not in p.stdout.lower() and "mpi4py" not in p.stdout.lower()  # the base install pulls no MPI
+    assert any(n.startswith("amrckpt/_kernels.") for n in names), names  # the compiled loops, built with the wheel
+
+    # Without a C compiler the sdist still installs, without the compiled loops, and adapting runs numpy's code.
+    env = {**os.environ, "CC": "false"}
+    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(sdists[0])], env=env, **run)  # type: ignore[call-overload]
+    assert p.returncode == 0, p.stdout + p.stderr
+    code = (
+        "import importlib.util, numpy as np\n"
+        "from amrckpt import sfc\n"
+        "from amrckpt.adapt import HpTransfer, apply_hp\n"
+        "from amrckpt.container import HpData\n"
+        "assert importlib.util.find_spec('amrckpt._kernels') is None\n"
+        "lv = sfc.uniform_leaves(3, num_trees=1, dim=2)\n"
+        "f = sfc.Forest(lv.tree, lv.level, lv.x, lv.y, num_trees=1)\n"
+        "r = sfc.refine(f, 1)\n"
+        "c = sfc.coarsen(r.forest, 1)\n"
+        "counts = np.arange(len(f)) % 5 + 1\n"
+        "hp = HpData(np.random.default_rng(0).standard_normal(int(counts.sum())), counts)\n"
+        "fine = apply_hp(hp, r.steps[0], 2, HpTransfer())\n"
+        "back = apply_hp(fine, c.steps[0], 2, HpTransfer())\n"
+        "assert np.array_equal(back.values, hp.values) and np.array_equal(back.counts, counts)\n"
+        "print('numpy', len(c.forest))\n"
+    )
+    p = subprocess.run([str(py), "-c", code], cwd=tmp_path, **run)  # type: ignore[call-overload]
+    assert p.returncode == 0 and f"numpy {4**3}" in p.stdout, p.stdout + p.stderr
