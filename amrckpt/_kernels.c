@@ -178,7 +178,7 @@ static int get_1d(PyObject *o, Py_buffer *b, Py_ssize_t itemsize, const char *wh
 {
     if (PyObject_GetBuffer(o, b, PyBUF_STRIDES | PyBUF_FORMAT)) return -1;
     if (b->ndim != 1 || b->itemsize != itemsize) {
-        PyErr_Format(PyExc_TypeError, "tiled_families: %s must be 1-D of %zd-byte integers", what, itemsize);
+        PyErr_Format(PyExc_TypeError, "amrckpt._kernels: %s must be 1-D of %zd-byte integers", what, itemsize);
         return -1;
     }
     return 0;

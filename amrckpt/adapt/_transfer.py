@@ -94,7 +94,7 @@ def apply_cells(values: np.ndarray, step: AdaptStep, dim: int, transfer: CellTra
             start = np.cumsum(counts) - counts
             kids = _check_out(transfer.refine(values[idx]), (idx.size, F, *values.shape[1:]), values.dtype, f"{name}: refine")
             pos = (start[idx][:, None] + np.arange(F)[None, :]).reshape(-1)
-            out[pos] = kids.reshape(-1, *values.shape[1:])
+            out[pos] = kids.reshape(pos.size, *values.shape[1:])
         return out
     k = int(np.count_nonzero(m))
     if k * F == m.shape[0] and transfer.coarsen == "average" and values.dtype.kind in "fc":
@@ -231,7 +231,7 @@ def _inject_runs(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, ma
     rows = _rows(values, counts)
     if rows is not None:
         got = np.repeat(rows, F if mask.all() else np.where(mask, F, 1), axis=0)
-        return got.reshape(-1, *values.shape[1:])
+        return got.reshape(got.shape[0] * got.shape[1], *values.shape[1:])  # not -1: a value may have no components
     src = offsets[:-1].astype(np.intp)
     if mask.all():  # run r of leaf i starts at F offsets[i] + r counts[i]
         lengths = np.repeat(counts, F)
@@ -304,7 +304,7 @@ def _average_runs(
     if rows is not None:
         parent = _pairwise_sum([np.take(rows, first + r, axis=0) for r in range(F)])
         parent *= values.dtype.type(1.0 / F)
-        return parent.reshape(-1, *values.shape[1:])
+        return parent.reshape(parent.shape[0] * parent.shape[1], *values.shape[1:])
     P0 = _offsets(pc)
     shape = values.shape[1:]
     out = np.empty((int(P0[-1]), *shape), dtype=values.dtype)
@@ -496,5 +496,5 @@ def change_degree(data: HpData, degree: int, dim: int, name: str = "hp") -> HpDa
         sl = (slice(None), *([slice(0, k)] * dim))
         dst[sl] = block[sl]
         pos = (leaves[:, None] * (p + 1) ** dim + np.arange((p + 1) ** dim)[None, :]).reshape(-1)
-        out[pos] = dst.reshape(-1, *shape)
+        out[pos] = dst.reshape(pos.size, *shape)
     return HpData(out, new_counts)
