@@ -7,6 +7,7 @@ on 1 and 3 threads (the loops split their work into ranges).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,12 @@ from amrckpt import sfc
 from amrckpt.adapt import _transfer
 from amrckpt.sfc import _adapt
 
-kernels = pytest.importorskip("amrckpt._kernels", reason="amrckpt._kernels was not built (no C compiler at install)")
+try:
+    from amrckpt import _kernels as kernels
+except ImportError:  # an install without a C compiler: numpy's loops run (tests/test_packaging.py checks that)
+    if os.environ.get("AMRCKPT_REQUIRE_KERNELS") == "1":  # .ci/run, which installs gcc first
+        raise
+    pytest.skip("amrckpt._kernels was not built (no C compiler at install)", allow_module_level=True)
 
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -1.5e308, 1.5e308, 1 / 3])
 
