@@ -29,12 +29,12 @@ import numpy as np
 from .._threads import default_threads, map_shared
 from ..errors import AdaptError
 from ._forest import Forest
+from ._keys import MAXLEVEL, QMAXLEVEL
 
 try:  # the compiled loops (amrckpt/_kernels.c, an optional extension): without them, numpy's code below
     _kernels: ModuleType | None = importlib.import_module("amrckpt._kernels")
 except ImportError:  # pragma: no cover - a build without a C compiler
     _kernels = None
-from ._keys import MAXLEVEL, QMAXLEVEL
 
 __all__ = [
     "AdaptStep",
