@@ -559,10 +559,19 @@ def write_htg(call: Call, h5py: Any, path: Path, out: Path, opts: HtgOptions) ->
                 s, leaves = got
                 return s, leaves, leaf_values(plan.arrays, r, leaves, s, plan.num_leaves)
 
-            # Two threads: one reads batches of trees and makes their rows into one of two staging buffers, this one
-            # writes the other (h5py holds the GIL while HDF5 writes: a third thread would only wait for it).
-            with Pool(1, "amrckpt-htg-rows") as making:
-                rows = _Rows(plan, read_next, WRITE_CHUNKS * chunk)
+            # Three threads: one reads the next batch of trees (preadv and the CRC32s release the GIL), one makes the
+            # rows of the batch before into one of two staging buffers, this one writes the other.
+            with Pool(1, "amrckpt-htg-read") as reading, Pool(1, "amrckpt-htg-rows") as making:
+                ahead = [reading.submit(read_next)]
+
+                def read_ahead() -> tuple[int, np.ndarray, list[np.ndarray]] | None:
+                    """The batch read ahead, and the next one started."""
+                    got = ahead[0].result()
+                    if got is not None:
+                        ahead[0] = reading.submit(read_next)
+                    return got
+
+                rows = _Rows(plan, read_ahead, WRITE_CHUNKS * chunk)
                 spare: _Staging | None = rows.staging()
                 todo = making.submit(rows.fill, rows.staging())
                 while (done := todo.result()).rows:
