@@ -565,8 +565,8 @@ def write_htg(call: Call, h5py: Any, path: Path, out: Path, opts: HtgOptions) ->
                 ahead = [reading.submit(read_next)]
 
                 def read_ahead() -> tuple[int, np.ndarray, list[np.ndarray]] | None:
-                    """The batch read ahead, and the next one started."""
-                    got = ahead[0].result()
+                    """Return the batch read ahead, and start reading the next."""
+                    got: tuple[int, np.ndarray, list[np.ndarray]] | None = ahead[0].result()
                     if got is not None:
                         ahead[0] = reading.submit(read_next)
                     return got
